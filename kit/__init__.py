@@ -1,0 +1,148 @@
+"""kit: learn GPU memory management and multi-device training by measuring it.
+
+    >>> import kit
+    >>> kit.devices()                                   # what this machine has
+    >>> x = kit.randn((64, 32)); w = kit.randn((32, 10))
+    >>> with kit.get_workspace_for_current_thread(name="LOOP") as ws:
+    ...     y = (x @ w).tanh().sum(axis=1).detach()    # arena memory; the result kept
+    >>> python -m kit info                              # (shell) backend, devices, BLAS
+
+Modules: backend (NumPy/CuPy), devices, ndarray/creation (arrays), memory (allocation,
+counters, cache, GC window), workspace (arenas), widgets (live panels).
+"""
+
+from __future__ import annotations
+
+from kit import backend, memory
+from kit.backend import BackendError, get_default_dtype, set_default_dtype
+from kit.creation import (
+    arange,
+    array,
+    asarray,
+    empty,
+    empty_like,
+    full,
+    full_like,
+    ones,
+    ones_like,
+    rand,
+    randn,
+    zeros,
+    zeros_like,
+)
+from kit.devices import (
+    Device,
+    DeviceError,
+    LogicalDevice,
+    attach_thread_to_device,
+    current_device,
+    device,
+    device_for_current_thread,
+    devices,
+    logical_devices,
+    seed,
+)
+from kit.ndarray import DeviceMismatchError, NDArray, ShapeError, concatenate, maximum, minimum, stack, where
+from kit.workspace import (
+    AllocationPolicy,
+    DebugMode,
+    LearningPolicy,
+    ResetPolicy,
+    SpillPolicy,
+    Workspace,
+    WorkspaceConfig,
+    WorkspaceError,
+    destroy_all_workspaces_for_current_thread,
+    get_workspace_for_current_thread,
+    scope_out_of_workspaces,
+    set_debug_mode,
+)
+
+__version__ = "0.1.0"
+
+
+def exp(x: NDArray) -> NDArray:
+    return x.exp()
+
+
+def log(x: NDArray) -> NDArray:
+    return x.log()
+
+
+def tanh(x: NDArray) -> NDArray:
+    return x.tanh()
+
+
+def sqrt(x: NDArray) -> NDArray:
+    return x.sqrt()
+
+
+def abs(x: NDArray) -> NDArray:
+    return x.abs()
+
+
+def clip(x: NDArray, lo: float | None, hi: float | None) -> NDArray:
+    return x.clip(lo, hi)
+
+
+def matmul(a: NDArray, b: NDArray) -> NDArray:
+    return a.matmul(b)
+
+
+__all__ = [
+    "AllocationPolicy",
+    "BackendError",
+    "DebugMode",
+    "Device",
+    "DeviceError",
+    "DeviceMismatchError",
+    "LearningPolicy",
+    "LogicalDevice",
+    "NDArray",
+    "ResetPolicy",
+    "ShapeError",
+    "SpillPolicy",
+    "Workspace",
+    "WorkspaceConfig",
+    "WorkspaceError",
+    "abs",
+    "arange",
+    "array",
+    "asarray",
+    "attach_thread_to_device",
+    "backend",
+    "clip",
+    "concatenate",
+    "current_device",
+    "destroy_all_workspaces_for_current_thread",
+    "device",
+    "device_for_current_thread",
+    "devices",
+    "empty",
+    "empty_like",
+    "exp",
+    "full",
+    "full_like",
+    "get_default_dtype",
+    "get_workspace_for_current_thread",
+    "log",
+    "logical_devices",
+    "matmul",
+    "maximum",
+    "memory",
+    "minimum",
+    "ones",
+    "ones_like",
+    "rand",
+    "randn",
+    "scope_out_of_workspaces",
+    "seed",
+    "set_debug_mode",
+    "set_default_dtype",
+    "sqrt",
+    "stack",
+    "tanh",
+    "where",
+    "zeros",
+    "zeros_like",
+]

@@ -1,0 +1,89 @@
+"""Command line: `python -m kit info` and `python -m kit bench NAME`.
+
+python -m kit info                 # backend, versions, devices, BLAS, memory
+python -m kit bench arrays         # wrapper overhead per op vs raw NumPy
+python -m kit bench workspaces     # plain vs caching allocator vs workspace
+python -m kit bench arrays --quick # fewer repeats (CI, smoke runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+
+import kit
+
+
+def info_lines() -> list[str]:
+    """What `python -m kit info` prints, as lines (the chapters print it too)."""
+    import numpy as np
+
+    choice = kit.backend.current()
+    lines = [
+        f"kit {kit.__version__} on Python {platform.python_version()} ({platform.system()} {platform.machine()})",
+        f"backend: {choice.name} ({choice.reason})",
+        f"GPU: {choice.gpu_reason}",
+        f"NumPy {np.__version__}" + _cupy_version(),
+        f"default dtype: {kit.get_default_dtype().name}",
+        "physical devices:",
+    ]
+    lines += [f"  {d.describe()}" for d in kit.devices()]
+    workers = kit.logical_devices(2)
+    lines.append("logical devices (example split of the default device into 2):")
+    lines += [f"  {d.describe()}" for d in workers]
+    lines += blas_lines()
+    free, total = kit.Device("cpu:0").memory_info()
+    lines.append(f"host memory: {total / 2**30:.1f} GiB total, {free / 2**30:.1f} GiB available")
+    lines.append(f"process RSS: {kit.memory.rss_bytes() / 2**20:.0f} MiB")
+    for g in kit.memory.gpu_memory():
+        lines.append(f"  {g}")
+    return lines
+
+
+def _cupy_version() -> str:
+    ok, _ = kit.backend.gpu_status()
+    if not ok:
+        return ", CuPy not usable"
+    import cupy
+
+    return f", CuPy {cupy.__version__}"
+
+
+def blas_lines() -> list[str]:
+    from threadpoolctl import threadpool_info
+
+    pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+    if not pools:
+        return ["BLAS: none found by threadpoolctl"]
+    return [
+        f"BLAS: {p.get('internal_api')} {p.get('version')} ({p.get('num_threads')} threads, {p.get('threading_layer')})"
+        for p in pools
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="backend, versions, devices, BLAS, memory")
+    bench = sub.add_parser("bench", help="benchmarks: ratios taken side by side, medians of repeats")
+    bench.add_argument("name", choices=["arrays", "workspaces"])
+    bench.add_argument("--quick", action="store_true", help="fewer repeats (smoke runs)")
+    bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        print("\n".join(info_lines()))
+        return 0
+    from kit import bench as benchmarks
+
+    quick = args.quick or os.environ.get("KIT_QUICK") == "1"
+    result = benchmarks.run(args.name, quick=quick)
+    print(benchmarks.format_result(result))
+    if args.json:
+        benchmarks.write_json(result, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""Backend selection: NumPy (CPU) or CuPy (GPU), chosen once per process.
+
+How the choice is made (ND4J's rule, re-created):
+
+    KIT_BACKEND=numpy|cupy       ask for one backend by name
+    BACKEND_PRIORITY_CPU=<int>   ND4J's variable, default 0
+    BACKEND_PRIORITY_GPU=<int>   ND4J's variable, default 100: the highest priority wins,
+                                 so a usable GPU is chosen when nothing else is said
+    KIT_BACKEND_STRICT=1         a GPU that was asked for but is unusable is an error
+                                 instead of one warning and the CPU
+
+The default floating dtype is float32; `KIT_DEFAULT_DTYPE` or `set_default_dtype()`
+change it (float16 is ND4J's HALF; bfloat16 where the backend has it).
+
+    >>> import kit
+    >>> kit.backend.name()            # 'numpy' on a machine without a usable GPU
+    >>> kit.set_default_dtype("float16")
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "BackendChoice",
+    "BackendError",
+    "choose",
+    "get_default_dtype",
+    "gpu_status",
+    "name",
+    "resolve_dtype",
+    "set_default_dtype",
+    "supported_dtypes",
+    "sync",
+]
+
+
+class BackendError(RuntimeError):
+    """A backend was asked for strictly and cannot be used."""
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    name: str  # "numpy" or "cupy"
+    reason: str  # one line: why this backend was chosen
+    gpu_reason: str  # one line: why the GPU is (un)usable
+
+
+_lock = threading.Lock()
+_choice: BackendChoice | None = None
+_gpu_status: tuple[bool, str] | None = None
+
+
+def gpu_status() -> tuple[bool, str]:
+    """(usable, one-line reason). Probes CuPy once; never raises."""
+    global _gpu_status
+    if _gpu_status is not None:
+        return _gpu_status
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a broken CUDA install raising at import
+        _gpu_status = (False, f"CuPy is not importable ({type(exc).__name__}: {_first_line(exc)})")
+        return _gpu_status
+    try:
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+        if count < 1:
+            _gpu_status = (False, "CuPy found no CUDA device")
+            return _gpu_status
+        cupy.zeros(1, dtype=cupy.float32).sum().item()  # a real kernel: driver and runtime agree
+        _gpu_status = (True, f"CuPy {cupy.__version__} sees {count} CUDA device(s)")
+    except Exception as exc:
+        _gpu_status = (False, f"CUDA is not usable ({type(exc).__name__}: {_first_line(exc)})")
+    return _gpu_status
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else "no message"
+
+
+def _int_env(env, var: str, default: int) -> int:
+    raw = env.get(var)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise BackendError(f"{var}={raw!r} is not an integer (ND4J's backend priorities are integers)") from None
+
+
+def choose(environ: dict[str, str] | None = None) -> BackendChoice:
+    """Decide the backend from the environment. Pure apart from probing the GPU."""
+    env = os.environ if environ is None else environ
+    strict = env.get("KIT_BACKEND_STRICT", "").strip().lower() in ("1", "true", "yes")
+    asked = env.get("KIT_BACKEND", "").strip().lower()
+    if asked not in ("", "numpy", "cupy"):
+        raise BackendError(f"KIT_BACKEND={asked!r}: use 'numpy' (CPU) or 'cupy' (GPU)")
+    if asked == "numpy":
+        return BackendChoice("numpy", "KIT_BACKEND=numpy", gpu_status()[1])
+    ok, why = gpu_status()
+    if asked == "cupy":
+        wanted_gpu, how = True, "KIT_BACKEND=cupy"
+        explicit = True
+    else:
+        cpu = _int_env(env, "BACKEND_PRIORITY_CPU", 0)
+        gpu = _int_env(env, "BACKEND_PRIORITY_GPU", 100)
+        wanted_gpu = gpu > cpu
+        how = (
+            f"BACKEND_PRIORITY_GPU={gpu} > BACKEND_PRIORITY_CPU={cpu}"
+            if wanted_gpu
+            else (f"BACKEND_PRIORITY_CPU={cpu} >= BACKEND_PRIORITY_GPU={gpu}")
+        )
+        explicit = "BACKEND_PRIORITY_GPU" in env or "BACKEND_PRIORITY_CPU" in env
+    if not wanted_gpu:
+        return BackendChoice("numpy", how, why)
+    if ok:
+        return BackendChoice("cupy", how, why)
+    message = f"a GPU backend was asked for ({how}) but {why}"
+    if strict:
+        raise BackendError(message + "; unset KIT_BACKEND_STRICT to fall back to the CPU")
+    if explicit:
+        warnings.warn(message + "; using NumPy on the CPU", RuntimeWarning, stacklevel=3)
+    return BackendChoice("numpy", f"{how}, but the GPU is unusable: falling back to the CPU", why)
+
+
+def current() -> BackendChoice:
+    """The process-wide choice, made on first use."""
+    global _choice
+    if _choice is None:
+        with _lock:
+            if _choice is None:
+                _choice = choose()
+    return _choice
+
+
+def name() -> str:
+    return current().name
+
+
+# ---------------------------------------------------------------------------------------
+# dtypes
+
+_DTYPE_ALIASES = {
+    "half": "float16",
+    "float16": "float16",
+    "fp16": "float16",
+    "float": "float32",
+    "float32": "float32",
+    "fp32": "float32",
+    "double": "float64",
+    "float64": "float64",
+    "fp64": "float64",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+}
+_FLOATING = ("float16", "float32", "float64", "bfloat16")
+_OTHER = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+def _bfloat16_dtype() -> np.dtype | None:
+    try:
+        import ml_dtypes  # provides bfloat16 for NumPy when installed
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def supported_dtypes() -> tuple[str, ...]:
+    names = [d for d in _FLOATING if d != "bfloat16"] + list(_OTHER)
+    if _bfloat16_dtype() is not None:
+        names.insert(3, "bfloat16")
+    return tuple(names)
+
+
+_SUPPORTED_NP: frozenset[np.dtype] = frozenset(np.dtype(d) for d in ("float16", "float32", "float64", *_OTHER))
+
+
+def resolve_dtype(dtype: object, *, floating_only: bool = False) -> np.dtype:
+    """Turn a name or dtype-like into a NumPy dtype kit supports, or raise TypeError naming it."""
+    if dtype is None:
+        return get_default_dtype()
+    if isinstance(dtype, str):
+        key = dtype.strip().lower()
+        canonical = _DTYPE_ALIASES.get(key, key)
+        if canonical == "bfloat16":
+            bf = _bfloat16_dtype()
+            if bf is None:
+                raise TypeError(
+                    "dtype 'bfloat16' is not available on this backend: NumPy has no bfloat16 "
+                    "without the ml_dtypes package (pip install ml_dtypes)"
+                )
+            return bf
+        try:
+            dt = np.dtype(canonical)
+        except TypeError:
+            raise TypeError(f"unknown dtype {dtype!r}; kit supports {', '.join(supported_dtypes())}") from None
+    else:
+        try:
+            dt = np.dtype(dtype)  # type: ignore[call-overload]
+        except TypeError:
+            raise TypeError(f"unknown dtype {dtype!r}; kit supports {', '.join(supported_dtypes())}") from None
+    if dt not in _SUPPORTED_NP and dt != _bfloat16_dtype():
+        raise TypeError(f"unsupported dtype {dt.name}; kit supports {', '.join(supported_dtypes())}")
+    if floating_only and dt.kind != "f" and dt != _bfloat16_dtype():
+        raise TypeError(f"dtype {dt.name} is not floating; the default dtype must be one of {', '.join(_FLOATING)}")
+    return dt
+
+
+_default_dtype: np.dtype | None = None
+
+
+def get_default_dtype() -> np.dtype:
+    global _default_dtype
+    if _default_dtype is None:
+        _default_dtype = resolve_dtype(os.environ.get("KIT_DEFAULT_DTYPE", "float32"), floating_only=True)
+    return _default_dtype
+
+
+def set_default_dtype(dtype: object) -> np.dtype:
+    """Set the floating dtype used when none is given. Returns the previous one."""
+    global _default_dtype
+    previous = get_default_dtype()
+    _default_dtype = resolve_dtype(dtype, floating_only=True)
+    return previous
+
+
+def sync() -> None:
+    """Wait for queued GPU work (no-op on the CPU): call before reading a host clock."""
+    if name() == "cupy":
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()

@@ -1,0 +1,256 @@
+"""Benchmarks behind `python -m kit bench NAME`: ratios taken side by side, medians of repeats.
+
+    python -m kit bench arrays       # kit op vs the same raw NumPy/CuPy op, small and large
+    python -m kit bench workspaces   # plain vs caching allocator vs workspace, MLP-sized cycle
+
+Timings are never asserted in tests (shared, noisy machines); each benchmark interleaves the
+variants in every repeat, so drift hits them alike, and reports the median.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import kit
+
+__all__ = ["bench_arrays", "bench_workspaces", "format_result", "mlp_cycle", "run", "write_json"]
+
+
+def _time(fn: Callable[[], Any], number: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(number):
+        fn()
+    kit.backend.sync()
+    return (time.perf_counter() - t0) / number
+
+
+def _side_by_side(fns: dict[str, Callable[[], Any]], number: int, repeats: int) -> dict[str, list[float]]:
+    """Seconds per call for each variant, one list entry per repeat, variants interleaved."""
+    for fn in fns.values():  # warm-up: caches, lazy imports, first-touch page faults
+        _time(fn, max(1, number // 10))
+    out: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            out[name].append(_time(fn, number))
+    return out
+
+
+def _device_label() -> str:
+    dev = kit.current_device()
+    return dev.describe()
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def _array_rows(dev: Any, size: int, number: int, repeats: int) -> list[dict[str, Any]]:
+    a, b = kit.rand((size,)), kit.rand((size,))
+    ra, rb = a.data, b.data
+    xp = dev.xp
+    m = kit.rand((10, size // 10))
+    rm = m.data
+    cases = {
+        "add": (lambda: a + b, lambda: ra + rb),
+        "multiply by scalar": (lambda: a * 2.0, lambda: ra * 2.0),
+        "exp": (lambda: a.exp(), lambda: xp.exp(ra)),
+        "sum": (lambda: a.sum(), lambda: ra.sum()),
+        "max over axis 1": (lambda: m.max(axis=1), lambda: rm.max(axis=1)),
+        "slice view": (lambda: a[1:-1], lambda: ra[1:-1]),
+        "compare": (lambda: a > b, lambda: ra > rb),
+    }
+    rows = []
+    for op, (kit_fn, raw_fn) in cases.items():
+        t = _side_by_side({"kit": kit_fn, "raw": raw_fn}, number, repeats)
+        ratios = [k / r for k, r in zip(t["kit"], t["raw"])]
+        added = [(k - r) * 1e6 for k, r in zip(t["kit"], t["raw"])]
+        rows.append(
+            {
+                "op": op,
+                "elements": size,
+                "raw_us": statistics.median(t["raw"]) * 1e6,
+                "kit_us": statistics.median(t["kit"]) * 1e6,
+                "added_us": statistics.median(added),
+                "ratio": statistics.median(ratios),
+            }
+        )
+    return rows
+
+
+def bench_arrays(quick: bool = False) -> dict[str, Any]:
+    dev = kit.current_device()
+    repeats = 5 if quick else 15
+    rows = []
+    for size, number in ((100, 2000 if quick else 20000), (1_000_000, 20 if quick else 200)):
+        rows += _array_rows(dev, size, number, repeats)
+    small = [r["added_us"] for r in rows if r["elements"] == 100]
+    large = [r["ratio"] for r in rows if r["elements"] != 100]
+    return {
+        "benchmark": "arrays",
+        "device": _device_label(),
+        "repeats": repeats,
+        "columns": ["op", "elements", "raw_us", "kit_us", "added_us", "ratio"],
+        "rows": rows,
+        "summary": {
+            "small_added_us_median": statistics.median(small),
+            "small_added_us_max": max(small),
+            "large_overhead_pct_median": (statistics.median(large) - 1) * 100,
+            "goal": "<= 2 us added per small op, <= 2% on large ones",
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def mlp_cycle(batch: int = 64, n_in: int = 784, n_hidden: int = 256, n_out: int = 10) -> Callable[[], float]:
+    """One MLP training step's array work written with kit ops: forward, softmax
+    cross-entropy, backward, SGD update. Returns a function that runs one step."""
+    x = kit.rand((batch, n_in))
+    y = kit.zeros((batch, n_out))
+    y[:, 0] = 1.0
+    w1 = kit.randn((n_in, n_hidden)) * 0.05
+    w2 = kit.randn((n_hidden, n_out)) * 0.05
+    lr = 0.01
+
+    def step() -> float:
+        h = (x @ w1).tanh()  # (B, H)
+        z = h @ w2  # (B, O)
+        e = (z - z.max(axis=1, keepdims=True)).exp()
+        p = e / e.sum(axis=1, keepdims=True)  # softmax
+        loss = -((p + 1e-9).log() * y).sum() / batch
+        dz = (p - y) / batch  # (B, O)
+        dw2 = h.T @ dz
+        dh = (dz @ w2.T) * (1.0 - h * h)
+        dw1 = x.T @ dh
+        w1.__isub__(dw1 * lr)
+        w2.__isub__(dw2 * lr)
+        return float(loss)
+
+    return step
+
+
+def _regimes() -> dict[str, Callable[[Callable[[], float]], Callable[[], float]]]:
+    ws = kit.get_workspace_for_current_thread(kit.WorkspaceConfig(), "BENCH_MLP")
+
+    def plain(step: Callable[[], float]) -> Callable[[], float]:
+        return step
+
+    def in_workspace(step: Callable[[], float]) -> Callable[[], float]:
+        def run() -> float:
+            with ws:
+                return step()
+
+        return run
+
+    return {"plain": plain, "caching": plain, "workspace": in_workspace}
+
+
+def _set_regime(name: str) -> None:
+    kit.memory.set_max_host_cache(256 << 20 if name == "caching" else 0)
+    if name == "caching" and kit.current_device().kind == "gpu":
+        kit.memory.set_max_device_cache(512 << 20)
+
+
+def bench_workspaces(quick: bool = False) -> dict[str, Any]:
+    repeats = 5 if quick else 15
+    number = 10 if quick else 50
+    step = mlp_cycle()
+    regimes = _regimes()
+    runners = {name: wrap(step) for name, wrap in regimes.items()}
+    # time: regimes interleaved per repeat (the cache is switched per regime)
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    for name, fn in runners.items():  # warm-up, and the workspace's learning cycle
+        _set_regime(name)
+        _time(fn, 3)
+    for _ in range(repeats):
+        for name, fn in runners.items():
+            _set_regime(name)
+            times[name].append(_time(fn, number))
+    rows = []
+    for name, fn in runners.items():
+        _set_regime(name)
+        fn()
+        before_allocs = kit.memory.heap_allocations(this_thread=True)
+        hits0 = kit.memory.cache_stats()["hits"]
+        peaks = []
+        tracemalloc.start()
+        for _ in range(5):  # peak traced bytes within one iteration (all domains: NumPy + Python)
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            fn()
+            peaks.append(tracemalloc.get_traced_memory()[1] - base)
+        tracemalloc.stop()
+        rows.append(
+            {
+                "regime": name,
+                "ms_per_iter": statistics.median(times[name]) * 1e3,
+                "ratio_to_plain": statistics.median(t / p for t, p in zip(times[name], times["plain"])),
+                "kit_heap_allocs_per_iter": (kit.memory.heap_allocations(this_thread=True) - before_allocs) / 5,
+                "cache_hits_per_iter": (kit.memory.cache_stats()["hits"] - hits0) / 5,
+                "peak_traced_kib_per_iter": statistics.median(peaks) / 1024,
+            }
+        )
+    _set_regime("plain")
+    ws_stats = kit.get_workspace_for_current_thread(name="BENCH_MLP").stats()
+    return {
+        "benchmark": "workspaces",
+        "device": _device_label(),
+        "repeats": repeats,
+        "iterations_per_repeat": number,
+        "columns": [
+            "regime",
+            "ms_per_iter",
+            "ratio_to_plain",
+            "kit_heap_allocs_per_iter",
+            "cache_hits_per_iter",
+            "peak_traced_kib_per_iter",
+        ],
+        "rows": rows,
+        "summary": {
+            "workspace_capacity_bytes": ws_stats["capacity"],
+            "workspace_peak_used_bytes": ws_stats["peak_used"],
+            "goal": "workspace time <= plain time, 0 allocations per iteration",
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def run(name: str, quick: bool = False) -> dict[str, Any]:
+    if name == "arrays":
+        return bench_arrays(quick)
+    if name == "workspaces":
+        return bench_workspaces(quick)
+    raise ValueError(f"unknown benchmark {name!r}: arrays, workspaces")
+
+
+def format_result(result: dict[str, Any]) -> str:
+    cols = result["columns"]
+    lines = [f"benchmark {result['benchmark']} on {result['device']} (median of {result['repeats']} repeats)"]
+    cells = [[_fmt(row[c]) for c in cols] for row in result["rows"]]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+    lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
+    lines += [f"{k}: {_fmt(v)}" for k, v in result["summary"].items()]
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def write_json(result: dict[str, Any], path: str) -> None:
+    """Atomic write: a temporary file renamed over the target."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=2)
+    os.replace(tmp, path)

@@ -1,0 +1,365 @@
+"""Memory: the one allocation function, its counters, a caching allocator and periodic GC.
+
+Every array kit creates comes from `allocate(shape, dtype, device)`. Inside an open
+workspace (kit.workspace) it carves the arena; otherwise it allocates on the heap, through
+the caching allocator when that is switched on, and counts what it did:
+
+    >>> import kit
+    >>> before = kit.memory.heap_allocations()
+    >>> y = kit.ones((100,)) + 1
+    >>> kit.memory.heap_allocations() - before      # 2: ones() and the sum
+    >>> kit.memory.set_max_host_cache(64 << 20)     # keep freed host blocks for reuse
+    >>> kit.memory.stats()                          # counters, cache, workspaces, RSS, GPU
+
+ND4J's MemoryManager GC window: `toggle_periodic_gc(True)` and `set_auto_gc_window(ms)`
+make kit's loops call `gc.collect()` at most once per window (`maybe_gc()`), and count the
+time it took.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import sys
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from kit.devices import AnyDevice, Device
+
+__all__ = [
+    "allocate",
+    "cache_stats",
+    "counters",
+    "empty",
+    "gc_stats",
+    "heap_allocations",
+    "heap_bytes",
+    "maybe_gc",
+    "purge_cache",
+    "reset_counters",
+    "rss_bytes",
+    "set_auto_gc_window",
+    "set_max_cacheable_length",
+    "set_max_device_cache",
+    "set_max_host_cache",
+    "stats",
+    "toggle_periodic_gc",
+]
+
+# Thread state: the current workspace (set by kit.workspace) and this thread's counters.
+_tls = threading.local()
+_all_counters: list[dict] = []
+_all_counters_lock = threading.Lock()
+
+
+def _thread_counters() -> dict:
+    counts = getattr(_tls, "counts", None)
+    if counts is None:
+        counts = defaultdict(lambda: [0, 0])  # physical Device -> [allocations, bytes]
+        _tls.counts = counts
+        with _all_counters_lock:
+            _all_counters.append(counts)
+    return counts
+
+
+def current_workspace() -> Any:
+    """The workspace new arrays go to on this thread, or None (heap)."""
+    return getattr(_tls, "ws", None)
+
+
+def _set_current_workspace(ws: Any) -> Any:
+    previous = getattr(_tls, "ws", None)
+    _tls.ws = ws
+    return previous
+
+
+def allocate(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) -> tuple[Any, Any]:
+    """Allocate an uninitialised array: (xp array, owner). The owner is the workspace the
+    memory was carved from, a cache lease, or None for a plain heap allocation."""
+    ws = getattr(_tls, "ws", None)
+    if ws is not None and ws.physical is device.physical:
+        return ws.alloc(shape, dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    counts = getattr(_tls, "counts", None) or _thread_counters()
+    c = counts[device.physical]
+    c[0] += 1
+    c[1] += nbytes
+    if _cache.on and _cache.enabled_for(device, nbytes):
+        return _cache.take(shape, dtype, device, nbytes)
+    if device.kind == "cpu":
+        return np.empty(shape, dtype), None
+    with device.physical.activate():
+        return device.xp.empty(shape, dtype), None
+
+
+def empty(shape: tuple[int, ...] | int, dtype: object = None, device: str | AnyDevice | None = None):
+    """Public form of `allocate`: an uninitialised NDArray (same as kit.empty)."""
+    from kit.ndarray import empty as _empty
+
+    return _empty(shape, dtype=dtype, device=device)
+
+
+def count_external(device: AnyDevice, nbytes: int) -> None:
+    """Count an allocation made outside `allocate` (a workspace spill or arena growth)."""
+    c = _thread_counters()[device.physical]
+    c[0] += 1
+    c[1] += nbytes
+
+
+def counters() -> dict[str, tuple[int, int]]:
+    """Heap allocations made through kit, per physical device: name -> (count, bytes)."""
+    total: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    with _all_counters_lock:
+        snapshot = [dict(c) for c in _all_counters]
+    for counts in snapshot:
+        for dev, (n, b) in counts.items():
+            total[dev.name][0] += n
+            total[dev.name][1] += b
+    return {k: (v[0], v[1]) for k, v in total.items()}
+
+
+def heap_allocations(device: str | None = None, *, this_thread: bool = False) -> int:
+    """How many heap allocations kit has made (all devices unless one is named)."""
+    source = {k.name: tuple(v) for k, v in _thread_counters().items()} if this_thread else counters()
+    return sum(n for name, (n, _) in source.items() if device is None or name == device)
+
+
+def heap_bytes(device: str | None = None, *, this_thread: bool = False) -> int:
+    source = {k.name: tuple(v) for k, v in _thread_counters().items()} if this_thread else counters()
+    return sum(b for name, (_, b) in source.items() if device is None or name == device)
+
+
+def reset_counters() -> None:
+    with _all_counters_lock:
+        for counts in _all_counters:
+            counts.clear()
+
+
+# ---------------------------------------------------------------------------------------
+# caching allocator (ND4J's CUDA cache, for the heap path)
+
+_BUCKET = 256  # bytes: requests are rounded up to this, so near sizes share blocks
+
+
+class _Lease:
+    """A cached block lent to one NDArray; given back when that array is collected, but
+    only if nothing else (a view, a .numpy() result) still points into the block."""
+
+    __slots__ = ("block", "device", "expected_refs", "size")
+    _gen = 0  # arrays from the cache are never stale: same check as workspaces, always passes
+
+    def __init__(self, block: Any, device: Device, size: int) -> None:
+        self.block, self.device, self.size = block, device, size
+        self.expected_refs = 0
+
+    def release(self, data: Any) -> None:
+        # refs to data: the NDArray's slot + getrefcount's argument + this frame's `data`
+        if sys.getrefcount(self.block) == self.expected_refs and sys.getrefcount(data) <= 3:
+            _cache.give(self.block, self.device, self.size)
+
+
+class CachingAllocator:
+    """Size-bucketed free lists of raw blocks, per device, with byte limits."""
+
+    def __init__(self) -> None:
+        self.max_host_cache = 0  # 0: off (NumPy + malloc already recycle; chapter 2 measures it)
+        self.max_device_cache = 512 << 20  # ND4J's default device cache
+        self.max_cacheable_length = 96 << 20  # ND4J's host cacheable length
+        self._free: dict[tuple[str, int], list] = defaultdict(list)
+        self._cached_bytes: dict[str, int] = defaultdict(int)
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        self.on = False  # any cache enabled: the one flag the allocation fast path reads
+
+    def enabled_for(self, device: AnyDevice, nbytes: int) -> bool:
+        limit = self.max_host_cache if device.kind == "cpu" else self.max_device_cache_kit
+        return limit > 0 and nbytes <= self.max_cacheable_length
+
+    # on GPUs CuPy's pool already caches; kit's cache on top is opt-in (set_max_device_cache)
+    max_device_cache_kit = 0
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice, nbytes: int) -> tuple[Any, _Lease]:
+        size = max(_BUCKET, -(-nbytes // _BUCKET) * _BUCKET)
+        phys = device.physical
+        with self._lock:
+            bucket = self._free.get((phys.name, size))
+            block = bucket.pop() if bucket else None
+            if block is not None:
+                self._cached_bytes[phys.name] -= size
+                self.hits += 1
+            else:
+                self.misses += 1
+        if block is None:
+            with phys.activate():
+                block = phys.xp.empty(size, dtype=np.uint8)
+        data = block[:nbytes].view(dtype).reshape(shape)
+        lease = _Lease(block, phys, size)
+        lease.expected_refs = sys.getrefcount(block) - 1  # lease.block + data.base + arg (not this local)
+        return data, lease
+
+    def give(self, block: Any, device: Device, size: int) -> None:
+        limit = self.max_host_cache if device.kind == "cpu" else self.max_device_cache_kit
+        with self._lock:
+            if self._cached_bytes[device.name] + size <= limit:
+                self._free[(device.name, size)].append(block)
+                self._cached_bytes[device.name] += size
+
+    def purge(self) -> None:
+        with self._lock:
+            self._free.clear()
+            self._cached_bytes.clear()
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "hits": self.hits,
+                "misses": self.misses,
+                "cached_bytes": dict(self._cached_bytes),
+                "max_host_cache": self.max_host_cache,
+                "max_device_cache": self.max_device_cache,
+                "max_cacheable_length": self.max_cacheable_length,
+            }
+
+
+_cache = CachingAllocator()
+
+
+def _check_bytes(name: str, value: int) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name}({value!r}): give a whole number of bytes >= 0")
+    return int(value)
+
+
+def set_max_host_cache(nbytes: int) -> None:
+    """Keep up to nbytes of freed host blocks for reuse (0 switches the host cache off)."""
+    _cache.max_host_cache = _check_bytes("set_max_host_cache", nbytes)
+    _cache.on = _cache.max_host_cache > 0 or _cache.max_device_cache_kit > 0
+    if nbytes == 0:
+        _cache.purge()
+
+
+def set_max_device_cache(nbytes: int) -> None:
+    """GPU: cap CuPy's memory pool at nbytes and keep freed device blocks in kit's cache.
+    (ND4J default 512 MB.) 0 switches kit's device cache off and removes the pool cap."""
+    _cache.max_device_cache = _check_bytes("set_max_device_cache", nbytes)
+    _cache.max_device_cache_kit = nbytes
+    _cache.on = _cache.max_host_cache > 0 or _cache.max_device_cache_kit > 0
+    from kit.devices import gpu_count
+
+    if gpu_count():
+        import cupy
+
+        cupy.get_default_memory_pool().set_limit(size=nbytes)
+
+
+def set_max_cacheable_length(nbytes: int) -> None:
+    """Blocks larger than this are never cached (ND4J: 96 MB host)."""
+    _cache.max_cacheable_length = _check_bytes("set_max_cacheable_length", nbytes)
+
+
+def cache_stats() -> dict[str, Any]:
+    return _cache.stats()
+
+
+def purge_cache() -> None:
+    _cache.purge()
+
+
+# ---------------------------------------------------------------------------------------
+# periodic GC (ND4J MemoryManager: togglePeriodicGc / setAutoGcWindow)
+
+_gc = {"enabled": False, "window_ms": 100, "last": 0.0, "calls": 0, "seconds": 0.0}
+
+
+def toggle_periodic_gc(enabled: bool) -> None:
+    """ND4J's default is off (since 1.0.0-beta4)."""
+    _gc["enabled"] = bool(enabled)
+
+
+def set_auto_gc_window(ms: int) -> None:
+    """At most one gc.collect() per `ms` milliseconds from kit's loops; 0 disables it."""
+    if not isinstance(ms, (int, float)) or ms < 0:
+        raise ValueError(f"set_auto_gc_window({ms!r}): give milliseconds >= 0")
+    _gc["window_ms"] = ms
+
+
+def maybe_gc() -> bool:
+    """Called once per iteration by kit's loops. Returns True when it collected."""
+    if not _gc["enabled"] or _gc["window_ms"] <= 0:
+        return False
+    now = time.perf_counter()
+    if (now - _gc["last"]) * 1000.0 < _gc["window_ms"]:
+        return False
+    gc.collect()
+    done = time.perf_counter()
+    _gc["last"] = done
+    _gc["calls"] += 1
+    _gc["seconds"] += done - now
+    return True
+
+
+def gc_stats() -> dict[str, Any]:
+    return {k: _gc[k] for k in ("enabled", "window_ms", "calls", "seconds")}
+
+
+def reset_gc_stats() -> None:
+    _gc.update(calls=0, seconds=0.0, last=0.0)
+
+
+# ---------------------------------------------------------------------------------------
+# readings
+
+
+def rss_bytes() -> int:
+    """Resident set size of this process (psutil)."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+_workspace_stats_provider: Any = None  # set by kit.workspace
+
+
+def gpu_memory() -> list[dict[str, Any]]:
+    """Per GPU: CuPy pool used/total bytes and, with nvidia-ml-py, the device's used/total."""
+    from kit.devices import gpu_count
+
+    out = []
+    for i in range(gpu_count()):
+        import cupy
+
+        entry: dict[str, Any] = {"device": f"gpu:{i}"}
+        with cupy.cuda.Device(i):
+            pool = cupy.get_default_memory_pool()
+            entry["pool_used_bytes"] = int(pool.used_bytes())
+            entry["pool_total_bytes"] = int(pool.total_bytes())
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i))
+            entry["device_used_bytes"], entry["device_total_bytes"] = int(info.used), int(info.total)
+        except Exception:  # nvidia-ml-py missing or NVML unavailable: pool numbers only
+            pass
+        out.append(entry)
+    return out
+
+
+def stats() -> dict[str, Any]:
+    """One dictionary a panel or a test can read: heap counters, cache, workspaces, RSS, GPUs."""
+    heap = counters()
+    return {
+        "heap_allocations": sum(n for n, _ in heap.values()),
+        "heap_bytes": sum(b for _, b in heap.values()),
+        "heap_by_device": heap,
+        "cache": cache_stats(),
+        "workspaces": _workspace_stats_provider() if _workspace_stats_provider else [],
+        "rss_bytes": rss_bytes(),
+        "gpus": gpu_memory(),
+        "gc": gc_stats(),
+    }

@@ -1,0 +1,671 @@
+"""Memory workspaces: arenas for cyclic workloads, re-created from ND4J, with loud misuse.
+
+    >>> import kit
+    >>> cfg = kit.WorkspaceConfig(policy_learning=kit.LearningPolicy.FIRST_LOOP)
+    >>> ws = kit.get_workspace_for_current_thread(cfg, "LOOP")
+    >>> for step in range(100):
+    ...     with ws:                          # a cycle: bump-pointer allocation in one arena
+    ...         h = (x @ w).tanh()            # views into the arena, written with out=
+    ...         keep = h.sum().detach()       # a heap copy that outlives the cycle
+    >>> h + 1                                 # StaleArrayError: cycle 100 ended ...
+    >>> ws.stats()                            # capacity, used, peak, spills, cycles
+
+Semantics (ND4J's Nd4jWorkspace, see shared/reference/dl4j-api.md section 1):
+- Entering the scope starts a cycle: offsets reset (BLOCK_LEFT), last cycle's spills freed.
+- Leaving it ends the cycle: every array of that cycle becomes invalid. Learning runs here
+  (FIRST_LOOP: size the arena from the first cycle; OVER_TIME: after N cycles; REALLOCATE:
+  grow to the largest cycle).
+- ENDOFBUFFER_REACHED makes a circular buffer: arrays stay valid after the scope until the
+  write pointer laps them, and only then do they raise.
+- Each array carries its workspace's generation object; every op compares it by identity, so
+  the check costs one attribute load. A stale array raises a StaleArrayError subclass naming
+  the workspace, the cycle it was made in, what invalidated it, the op, and the remedy.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import sys
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kit import memory
+from kit.devices import AnyDevice, as_device
+
+__all__ = [
+    "AllocationPolicy",
+    "ArrayFromClosedScopeError",
+    "ArrayFromDestroyedWorkspaceError",
+    "ArrayFromOldCycleError",
+    "ArrayOverwrittenError",
+    "DebugMode",
+    "LearningPolicy",
+    "NoSuchWorkspaceError",
+    "ResetPolicy",
+    "SpillPolicy",
+    "StaleArrayError",
+    "Workspace",
+    "WorkspaceConfig",
+    "WorkspaceConfigError",
+    "WorkspaceError",
+    "WorkspaceFullError",
+    "WorkspaceScopeError",
+    "WorkspaceThreadError",
+    "all_workspaces",
+    "current_workspace",
+    "destroy_all_workspaces_for_current_thread",
+    "get_debug_mode",
+    "get_workspace_for_current_thread",
+    "scope_out_of_workspaces",
+    "set_debug_mode",
+    "track_allocation_sites",
+]
+
+ALIGNMENT = 64  # bytes: a cache line, and enough for AVX-512 loads (ND4J aligns to 16)
+DEFAULT_ID = "DefaultWorkspace"
+
+
+class AllocationPolicy(enum.Enum):
+    STRICT = "STRICT"  # exactly the learned/initial size
+    OVERALLOCATE = "OVERALLOCATE"  # size * (1 + overallocation_limit)
+
+
+class LearningPolicy(enum.Enum):
+    NONE = "NONE"
+    FIRST_LOOP = "FIRST_LOOP"
+    OVER_TIME = "OVER_TIME"
+
+
+class SpillPolicy(enum.Enum):
+    FAIL = "FAIL"
+    EXTERNAL = "EXTERNAL"
+    REALLOCATE = "REALLOCATE"
+
+
+class ResetPolicy(enum.Enum):
+    BLOCK_LEFT = "BLOCK_LEFT"  # scoped: offsets reset when the scope is left
+    ENDOFBUFFER_REACHED = "ENDOFBUFFER_REACHED"  # circular: reset when the end is reached
+
+
+class DebugMode(enum.Enum):
+    DISABLED = "DISABLED"
+    SPILL_EVERYTHING = "SPILL_EVERYTHING"  # every allocation spills; no learning
+    BYPASS_EVERYTHING = "BYPASS_EVERYTHING"  # workspaces do nothing: all on the heap
+
+
+# ---------------------------------------------------------------------------------------
+# errors
+
+
+class WorkspaceError(RuntimeError):
+    """Base of every workspace error."""
+
+
+class WorkspaceConfigError(WorkspaceError, ValueError):
+    """An invalid WorkspaceConfig value."""
+
+
+class StaleArrayError(WorkspaceError):
+    """An array was used after the workspace memory it lives in moved on."""
+
+
+class ArrayFromClosedScopeError(StaleArrayError):
+    """ND4J's 'leaked workspace pointer': the array's cycle ended when its scope closed."""
+
+
+class ArrayFromOldCycleError(StaleArrayError):
+    """ND4J's 'outdated workspace pointer': the workspace was reopened since."""
+
+
+class ArrayFromDestroyedWorkspaceError(StaleArrayError):
+    """The workspace was destroyed and its arena released."""
+
+
+class ArrayOverwrittenError(StaleArrayError):
+    """A circular workspace wrapped around and overwrote the array's memory."""
+
+
+class WorkspaceFullError(WorkspaceError, MemoryError):
+    """SpillPolicy.FAIL and the arena is full."""
+
+
+class WorkspaceThreadError(WorkspaceError):
+    """A workspace was used from a thread that does not own it."""
+
+
+class WorkspaceScopeError(WorkspaceError):
+    """Scopes closed out of order, or a workspace used after destroy."""
+
+
+class NoSuchWorkspaceError(WorkspaceError, KeyError):
+    """leverage_to(name) named a workspace this thread does not have open."""
+
+
+# ---------------------------------------------------------------------------------------
+# configuration
+
+
+@dataclass(frozen=True)
+class WorkspaceConfig:
+    """ND4J's WorkspaceConfiguration, with its defaults. Sizes in bytes."""
+
+    initial_size: int = 0
+    min_size: int = 0
+    max_size: int = 0  # 0: no cap
+    overallocation_limit: float = 0.3
+    policy_allocation: AllocationPolicy = AllocationPolicy.OVERALLOCATE
+    policy_learning: LearningPolicy = LearningPolicy.FIRST_LOOP
+    policy_spill: SpillPolicy = SpillPolicy.EXTERNAL
+    policy_reset: ResetPolicy = ResetPolicy.BLOCK_LEFT
+    cycles_before_initialization: int = 0
+
+    def __post_init__(self) -> None:
+        for field in ("initial_size", "min_size", "max_size", "cycles_before_initialization"):
+            value = getattr(self, field)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+                raise WorkspaceConfigError(f"WorkspaceConfig.{field}={value!r}: must be a whole number >= 0")
+        for field, enum_type in (
+            ("policy_allocation", AllocationPolicy),
+            ("policy_learning", LearningPolicy),
+            ("policy_spill", SpillPolicy),
+            ("policy_reset", ResetPolicy),
+        ):
+            value = getattr(self, field)
+            if not isinstance(value, enum_type):
+                try:
+                    object.__setattr__(self, field, enum_type(str(value).upper()))
+                except ValueError:
+                    names = ", ".join(m.name for m in enum_type)
+                    raise WorkspaceConfigError(f"WorkspaceConfig.{field}={value!r}: use one of {names}") from None
+        lim = self.overallocation_limit
+        if not isinstance(lim, (int, float)) or isinstance(lim, bool) or not math.isfinite(lim) or lim < 0:
+            raise WorkspaceConfigError(f"WorkspaceConfig.overallocation_limit={lim!r}: must be a finite number >= 0")
+        if self.max_size and self.min_size > self.max_size:
+            raise WorkspaceConfigError(
+                f"WorkspaceConfig: min_size={self.min_size} is larger than max_size={self.max_size}"
+            )
+        if self.policy_learning is LearningPolicy.OVER_TIME and self.cycles_before_initialization < 1:
+            raise WorkspaceConfigError(
+                "WorkspaceConfig: LearningPolicy.OVER_TIME needs cycles_before_initialization >= 1 "
+                f"(got {self.cycles_before_initialization}); the arena is sized after that many cycles"
+            )
+        if self.circular and self.policy_allocation is AllocationPolicy.OVERALLOCATE and lim < 1.0:
+            raise WorkspaceConfigError(
+                f"WorkspaceConfig: a circular workspace (ENDOFBUFFER_REACHED) with OVERALLOCATE needs "
+                f"overallocation_limit >= 1.0 (ND4J's rule: room for at least two cycles), got {lim}"
+            )
+
+    @property
+    def circular(self) -> bool:
+        return self.policy_reset is ResetPolicy.ENDOFBUFFER_REACHED
+
+
+# ---------------------------------------------------------------------------------------
+# generations: one object per (cycle, lap); arrays hold it, ops compare it by identity
+
+
+class _Generation:
+    __slots__ = ("cycle", "ended", "kind", "lap", "sites")
+
+    def __init__(self, cycle: int, lap: int) -> None:
+        self.cycle, self.lap = cycle, lap
+        self.ended: str | None = None  # how it ended, for the error message
+        self.kind: type[StaleArrayError] | None = None
+        self.sites: list[tuple[int, int, str]] | None = None  # (start, end, "file:line") in debug
+
+
+_debug = {"mode": DebugMode.DISABLED, "sites": False}
+_all: weakref.WeakSet = weakref.WeakSet()
+_all_lock = threading.Lock()
+
+
+def set_debug_mode(mode: DebugMode | str) -> None:
+    """ND4J's workspace debug modes, process-wide: DISABLED, SPILL_EVERYTHING, BYPASS_EVERYTHING."""
+    if not isinstance(mode, DebugMode):
+        try:
+            mode = DebugMode(str(mode).upper())
+        except ValueError:
+            raise WorkspaceConfigError(
+                f"debug mode {mode!r}: use one of {', '.join(m.name for m in DebugMode)}"
+            ) from None
+    _debug["mode"] = mode
+
+
+def get_debug_mode() -> DebugMode:
+    return _debug["mode"]
+
+
+def track_allocation_sites(enabled: bool = True) -> None:
+    """Debug switch: remember where (file:line) each workspace array was allocated, and
+    print it in stale-array errors. Costs a stack walk per allocation."""
+    _debug["sites"] = bool(enabled)
+
+
+def _caller_site() -> str:
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("kit"):
+        frame = frame.f_back
+    if frame is None:
+        return "<unknown>"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def _address(data: Any) -> int:
+    if isinstance(data, np.ndarray):
+        return int(data.__array_interface__["data"][0])
+    return int(data.data.ptr)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+class Workspace:
+    """One arena on one device, owned by one thread. Use `with ws:` for each cycle."""
+
+    def __init__(self, config: WorkspaceConfig, name: str, device: AnyDevice) -> None:
+        self.config = config
+        self.name = name
+        self.device = device
+        self.physical = device.physical
+        self.thread_id = threading.get_ident()
+        self.thread_name = threading.current_thread().name
+        self.parent: Workspace | None = None
+        self._arena: Any = None
+        self._base = 0
+        self.capacity = 0
+        self._offset = 0
+        self._open = False
+        self._tag = 0  # re-entrant scope depth beyond the first
+        self._bypassed: list[bool] = []
+        self.destroyed = False
+        self.cycles = 0  # completed cycles
+        self._entered = 0  # started cycles
+        self._lap = 0
+        self._gen = _Generation(0, 0)
+        self._cycle_bytes = 0
+        self.max_cycle_bytes = 0
+        self.last_cycle_bytes = 0
+        self.peak_used = 0
+        self.allocations = 0
+        self.spilled_bytes = 0
+        self.spilled_count = 0
+        self.cycle_spilled_bytes = 0
+        self.arena_allocations = 0
+        self.resets = 0
+        self._initialized = False
+        if config.initial_size > 0:
+            size = config.initial_size
+            if config.policy_allocation is AllocationPolicy.OVERALLOCATE:
+                size = int(size * (1 + config.overallocation_limit))
+            if config.max_size:
+                size = min(size, config.max_size)
+            self._allocate_arena(size)
+            self._initialized = True
+        with _all_lock:
+            _all.add(self)
+
+    # ---- the arena -----------------------------------------------------------------
+    def _allocate_arena(self, nbytes: int) -> None:
+        nbytes = -(-int(nbytes) // ALIGNMENT) * ALIGNMENT
+        with self.physical.activate():
+            arena = self.physical.xp.empty(nbytes + ALIGNMENT, dtype=np.uint8)
+        pad = (-_address(arena)) % ALIGNMENT  # start the arena on an aligned address
+        self._arena = arena[pad : pad + nbytes]
+        self._base = _address(self._arena)
+        self.capacity = nbytes
+        self.arena_allocations += 1
+        memory.count_external(self.physical, nbytes + ALIGNMENT)
+
+    def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[Any, Workspace]:
+        """Carve an array from the arena (or spill, as the policy says)."""
+        nbytes = math.prod(shape) * dtype.itemsize
+        size = (nbytes + ALIGNMENT - 1) & -ALIGNMENT
+        self.allocations += 1
+        self._cycle_bytes += size
+        off = self._offset
+        if off + size <= self.capacity and _debug["mode"] is not DebugMode.SPILL_EVERYTHING:
+            self._offset = end = off + size
+            if end > self.peak_used:
+                self.peak_used = end
+            data = self._arena[off : off + nbytes].view(dtype).reshape(shape)
+            if _debug["sites"]:
+                self._remember_site(off, off + nbytes)
+            return data, self
+        if self.config.circular and 0 < size <= self.capacity and _debug["mode"] is not DebugMode.SPILL_EVERYTHING:
+            self._wrap_around()
+            return self.alloc(shape, dtype)
+        return self._spill(shape, dtype, nbytes, size), self
+
+    def _spill(self, shape: tuple[int, ...], dtype: np.dtype, nbytes: int, size: int) -> Any:
+        if self.config.policy_spill is SpillPolicy.FAIL and _debug["mode"] is not DebugMode.SPILL_EVERYTHING:
+            self._cycle_bytes -= size
+            self.allocations -= 1
+            raise WorkspaceFullError(
+                f"workspace {self.name!r} is full: {nbytes} bytes for an array of shape {shape} ({dtype}) do not "
+                f"fit ({self._offset} of {self.capacity} bytes used) and SpillPolicy.FAIL forbids spilling; "
+                f"raise initial_size/max_size, or use SpillPolicy.EXTERNAL or REALLOCATE"
+            )
+        self.spilled_bytes += size
+        self.cycle_spilled_bytes += size
+        self.spilled_count += 1
+        memory.count_external(self.physical, nbytes)
+        with self.physical.activate():
+            data = self.physical.xp.empty(shape, dtype)
+        if _debug["sites"]:
+            start = _address(data)
+            self._remember_site(start - self._base, start - self._base + nbytes)
+        return data
+
+    def _remember_site(self, start: int, end: int) -> None:
+        if self._gen.sites is None:
+            self._gen.sites = []
+        self._gen.sites.append((start, end, _caller_site()))
+
+    def _wrap_around(self) -> None:
+        """Circular buffer: the write pointer returns to 0; arrays from the previous lap stay
+        valid until the pointer passes them."""
+        self._retire(f"circular workspace wrapped around in cycle {self._entered}", ArrayOverwrittenError)
+        self._lap += 1
+        self._gen = _Generation(self._entered, self._lap)
+        self._offset = 0
+        self.resets += 1
+
+    def _retire(self, how: str, kind: type[StaleArrayError]) -> None:
+        self._gen.ended = how
+        self._gen.kind = kind
+
+    # ---- scopes --------------------------------------------------------------------
+    def _check_thread(self, what: str) -> None:
+        if threading.get_ident() != self.thread_id:
+            raise WorkspaceThreadError(
+                f"{what}: workspace {self.name!r} belongs to thread {self.thread_name!r}, not "
+                f"{threading.current_thread().name!r}; each thread gets its own with get_workspace_for_current_thread()"
+            )
+
+    def __enter__(self) -> Workspace:
+        self._check_thread("with ws")
+        if self.destroyed:
+            raise WorkspaceScopeError(
+                f"workspace {self.name!r} was destroyed; get a new one with get_workspace_for_current_thread()"
+            )
+        if _debug["mode"] is DebugMode.BYPASS_EVERYTHING:
+            self._bypassed.append(True)
+            self._saved_current = memory._set_current_workspace(None)
+            return self
+        self._bypassed.append(False)
+        if self._open and memory.current_workspace() is self:
+            self._tag += 1  # re-entrant: same cycle
+            return self
+        if self._open:
+            raise WorkspaceScopeError(
+                f"workspace {self.name!r} is already open further out; a workspace cannot be opened "
+                f"inside its own scope with another workspace in between"
+            )
+        self.parent = memory._set_current_workspace(self)
+        self._open = True
+        self._entered += 1
+        if not self.config.circular:
+            self._offset = 0
+            self._gen = _Generation(self._entered, self._lap)
+        elif self._gen.cycle == 0:
+            self._gen.cycle = self._entered
+        self._cycle_bytes = 0
+        self.cycle_spilled_bytes = 0
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        bypassed = self._bypassed.pop() if self._bypassed else False
+        if bypassed:
+            memory._set_current_workspace(self._saved_current)
+            return
+        if self._tag:
+            self._tag -= 1
+            return
+        if memory.current_workspace() is not self:
+            current = memory.current_workspace()
+            raise WorkspaceScopeError(
+                f"workspace {self.name!r} closed while {getattr(current, 'name', None)!r} is current: "
+                f"close nested workspaces in reverse order"
+            )
+        memory._set_current_workspace(self.parent)
+        self._open = False
+        self.cycles += 1
+        self.last_cycle_bytes = self._cycle_bytes
+        self.max_cycle_bytes = max(self.max_cycle_bytes, self._cycle_bytes)
+        if not self.config.circular:
+            self._retire(f"cycle {self._entered} ended when the scope closed", ArrayFromClosedScopeError)
+            self._gen = _Generation(0, self._lap)  # no cycle open: allocations cannot happen here
+            self._offset = 0
+            self.resets += 1
+        self._learn()
+
+    def _learn(self) -> None:
+        cfg = self.config
+        if _debug["mode"] is DebugMode.SPILL_EVERYTHING:
+            return
+        if cfg.policy_learning is LearningPolicy.FIRST_LOOP and not self._initialized:
+            self.initialize()
+        elif cfg.policy_learning is LearningPolicy.OVER_TIME and not self._initialized:
+            if self.cycles >= cfg.cycles_before_initialization:
+                self.initialize()
+        elif cfg.policy_spill is SpillPolicy.REALLOCATE and not cfg.circular and self.capacity > 0:
+            if self.max_cycle_bytes > self.capacity:
+                self.initialize()
+
+    def initialize(self) -> None:
+        """Size the arena from the largest cycle seen (ND4J initializeWorkspace)."""
+        cfg = self.config
+        size = self.max_cycle_bytes
+        if cfg.max_size:
+            size = min(size, cfg.max_size)
+        if cfg.circular:
+            size = int(size * 1.3)
+        if cfg.policy_allocation is AllocationPolicy.OVERALLOCATE:
+            size = int(size * (1 + cfg.overallocation_limit))
+        size = max(size, cfg.min_size)
+        self._initialized = True
+        if size > self.capacity:
+            if self._open:
+                raise WorkspaceScopeError(f"workspace {self.name!r}: initialize() inside its own scope")
+            self._retire("the arena was reallocated", ArrayFromOldCycleError)
+            self._gen = _Generation(0, self._lap)
+            self._arena = None
+            self._allocate_arena(size)
+
+    def destroy(self) -> None:
+        """Release the arena. Every array in it becomes invalid."""
+        self._check_thread("destroy")
+        if self._open:
+            raise WorkspaceScopeError(f"workspace {self.name!r} is open: leave its scope before destroying it")
+        self._retire("the workspace was destroyed", ArrayFromDestroyedWorkspaceError)
+        self._gen = _Generation(-1, self._lap)
+        self._gen.ended, self._gen.kind = "the workspace was destroyed", ArrayFromDestroyedWorkspaceError
+        self._arena = None
+        self.capacity = 0
+        self.destroyed = True
+        get_manager()._forget(self)
+
+    # ---- validity (called by NDArray when an array's generation is not current) ---
+    def _still_valid(self, arr: Any) -> bool:
+        g = arr._gen
+        if g is self._gen and not self.destroyed:
+            return True
+        if not self.config.circular or self.destroyed or g.lap != self._lap - 1 or g.kind is not ArrayOverwrittenError:
+            return False
+        start = _address(arr._data) - self._base
+        if not 0 <= start < self.capacity:  # a spill: heap memory nobody reuses this lap
+            return True
+        return start >= self._offset  # the new lap has not reached it yet
+
+    def _stale(self, arr: Any, op: str) -> None:
+        if self._still_valid(arr):
+            return
+        g = arr._gen
+        kind = g.kind or ArrayFromOldCycleError
+        how = g.ended or "its cycle ended"
+        if kind is ArrayOverwrittenError and g.lap != self._lap - 1:
+            how = f"the circular workspace has wrapped around {self._lap - g.lap} times since"
+        now = (
+            "destroyed"
+            if self.destroyed
+            else (f"in cycle {self._entered} (open)" if self._open else f"closed after cycle {self.cycles}")
+        )
+        made = f"in cycle {g.cycle}" if g.cycle > 0 else "outside any cycle"
+        if self.destroyed:
+            kind, how = ArrayFromDestroyedWorkspaceError, how + "; then the workspace was destroyed"
+        elif kind is ArrayFromClosedScopeError and self._entered > g.cycle:
+            kind = ArrayFromOldCycleError
+            how += f", and the workspace has been reopened {self._entered - g.cycle} time(s) since"
+        msg = (
+            f"{op}: this array (shape {arr._data.shape}, {arr._data.dtype}) lives in workspace {self.name!r} "
+            f"on {self.device} and was allocated {made}; {how}, so its memory may already hold other data "
+            f"(the workspace is now {now}). Keep a result past its scope with .detach() inside the scope "
+            f"(a heap copy), or .leverage_to('<outer workspace>') into an open outer workspace."
+        )
+        if g.sites:
+            start = _address(arr._data) - self._base
+            site = next((s for a, b, s in reversed(g.sites) if a <= start < max(b, a + 1)), None)
+            if site:
+                msg += f" It was allocated at {site}."
+        elif not _debug["sites"]:
+            msg += " (kit.workspace.track_allocation_sites(True) adds where it was allocated.)"
+        raise kind(msg)
+
+    # ---- reading -------------------------------------------------------------------
+    @property
+    def is_scope_active(self) -> bool:
+        return self._open
+
+    @property
+    def used(self) -> int:
+        return self._offset
+
+    @property
+    def generation(self) -> int:
+        return self._entered * 1_000_003 + self._lap
+
+    def cycle_of(self, gen: _Generation) -> int:
+        return gen.cycle
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "device": str(self.device),
+            "thread": self.thread_name,
+            "capacity": self.capacity,
+            "used": self._offset,
+            "peak_used": self.peak_used,
+            "spilled_bytes": self.spilled_bytes,
+            "spilled_count": self.spilled_count,
+            "cycles": self.cycles,
+            "allocations": self.allocations,
+            "arena_allocations": self.arena_allocations,
+            "last_cycle_bytes": self.last_cycle_bytes,
+            "max_cycle_bytes": self.max_cycle_bytes,
+            "resets": self.resets,
+            "open": self._open,
+            "destroyed": self.destroyed,
+            "circular": self.config.circular,
+        }
+
+    def __repr__(self) -> str:
+        state = "destroyed" if self.destroyed else ("open" if self._open else "closed")
+        return (
+            f"Workspace({self.name!r}, {self.device}, {state}, capacity={self.capacity}, "
+            f"used={self._offset}, cycles={self.cycles})"
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# the per-thread manager (ND4J's BasicWorkspaceManager keeps a ThreadLocal map)
+
+
+class _Manager:
+    def __init__(self) -> None:
+        self.workspaces: dict[str, Workspace] = {}
+
+    def get(self, name: str) -> Workspace | None:
+        return self.workspaces.get(name)
+
+    def _forget(self, ws: Workspace) -> None:
+        if self.workspaces.get(ws.name) is ws:
+            del self.workspaces[ws.name]
+
+
+_local = threading.local()
+
+
+def get_manager() -> _Manager:
+    mgr = getattr(_local, "manager", None)
+    if mgr is None:
+        mgr = _local.manager = _Manager()
+    return mgr
+
+
+def get_workspace_for_current_thread(
+    config: WorkspaceConfig | None = None, name: str = DEFAULT_ID, device: str | AnyDevice | None = None
+) -> Workspace:
+    """This thread's workspace `name`, created with `config` if missing. As in ND4J, the
+    configuration is used only at creation; a different one for an existing name is an error
+    here (ND4J ignores it silently)."""
+    if not isinstance(name, str) or not name:
+        raise WorkspaceConfigError(f"a workspace name is a non-empty string, got {name!r}")
+    if config is not None and not isinstance(config, WorkspaceConfig):
+        raise WorkspaceConfigError(f"config must be a WorkspaceConfig, got {type(config).__name__}")
+    mgr = get_manager()
+    ws = mgr.get(name)
+    dev = as_device(device)
+    if ws is not None:
+        if config is not None and config != ws.config:
+            raise WorkspaceConfigError(
+                f"workspace {name!r} already exists on this thread with {ws.config}; a different config "
+                f"({config}) needs another name, or destroy() the old one first"
+            )
+        return ws
+    ws = Workspace(config or WorkspaceConfig(), name, dev)
+    mgr.workspaces[name] = ws
+    return ws
+
+
+def destroy_all_workspaces_for_current_thread() -> int:
+    """Destroy every workspace of this thread (they must all be closed). Returns how many."""
+    mgr = get_manager()
+    open_ones = [ws.name for ws in mgr.workspaces.values() if ws.is_scope_active]
+    if open_ones:
+        raise WorkspaceScopeError(f"cannot destroy workspaces that are open: {open_ones}; leave their scopes first")
+    victims = list(mgr.workspaces.values())
+    for ws in victims:
+        ws.destroy()
+    return len(victims)
+
+
+def current_workspace() -> Workspace | None:
+    return memory.current_workspace()
+
+
+class scope_out_of_workspaces:  # noqa: N801 - used like a function: with kit.scope_out_of_workspaces():
+    """Inside the block, new arrays go to the heap even while a workspace is open."""
+
+    def __enter__(self) -> None:
+        self._saved = memory._set_current_workspace(None)
+
+    def __exit__(self, *exc: Any) -> None:
+        memory._set_current_workspace(self._saved)
+
+
+def all_workspaces() -> list[Workspace]:
+    """Every live workspace of every thread (for panels and stats)."""
+    with _all_lock:
+        return [ws for ws in list(_all) if not ws.destroyed]
+
+
+def _stats_of_all() -> list[dict[str, Any]]:
+    return [ws.stats() for ws in all_workspaces()]
+
+
+memory._workspace_stats_provider = _stats_of_all
