@@ -334,7 +334,7 @@ class Workspace:
                 self.peak_used = end
             data = self._arena[off : off + nbytes].view(dtype).reshape(shape)
             if _debug["sites"]:
-                self._remember_site(off, off + nbytes)
+                self._remember_site(self._base + off, nbytes)
             return data, self
         if self.config.circular and 0 < size <= self.capacity and _debug["mode"] is not DebugMode.SPILL_EVERYTHING:
             self._wrap_around()
@@ -357,14 +357,13 @@ class Workspace:
         with self.physical.activate():
             data = self.physical.xp.empty(shape, dtype)
         if _debug["sites"]:
-            start = _address(data)
-            self._remember_site(start - self._base, start - self._base + nbytes)
+            self._remember_site(_address(data), nbytes)
         return data
 
-    def _remember_site(self, start: int, end: int) -> None:
+    def _remember_site(self, address: int, nbytes: int) -> None:
         if self._gen.sites is None:
             self._gen.sites = []
-        self._gen.sites.append((start, end, _caller_site()))
+        self._gen.sites.append((address, address + max(nbytes, 1), _caller_site()))
 
     def _wrap_around(self) -> None:
         """Circular buffer: the write pointer returns to 0; arrays from the previous lap stay
@@ -528,8 +527,8 @@ class Workspace:
             f"(a heap copy), or .leverage_to('<outer workspace>') into an open outer workspace."
         )
         if g.sites:
-            start = _address(arr._data) - self._base
-            site = next((s for a, b, s in reversed(g.sites) if a <= start < max(b, a + 1)), None)
+            where = _address(arr._data)
+            site = next((s for a, b, s in reversed(g.sites) if a <= where < b), None)
             if site:
                 msg += f" It was allocated at {site}."
         elif not _debug["sites"]:

@@ -1,0 +1,101 @@
+import warnings
+
+import numpy as np
+import pytest
+
+import kit
+from kit import backend
+
+
+def test_default_choice_is_numpy_without_a_usable_gpu():
+    ok, _ = backend.gpu_status()
+    choice = backend.choose({})
+    assert choice.name == ("cupy" if ok else "numpy")
+
+
+def test_cpu_priority_above_gpu_chooses_numpy():
+    choice = backend.choose({"BACKEND_PRIORITY_CPU": "200", "BACKEND_PRIORITY_GPU": "100"})
+    assert choice.name == "numpy"
+    assert "BACKEND_PRIORITY_CPU=200" in choice.reason
+
+
+def test_kit_backend_numpy_wins_over_priorities():
+    assert backend.choose({"KIT_BACKEND": "numpy", "BACKEND_PRIORITY_GPU": "1000"}).name == "numpy"
+
+
+def test_bad_backend_name_is_a_clear_error():
+    with pytest.raises(backend.BackendError, match="KIT_BACKEND='tpu'"):
+        backend.choose({"KIT_BACKEND": "tpu"})
+
+
+def test_bad_priority_is_a_clear_error():
+    with pytest.raises(backend.BackendError, match="BACKEND_PRIORITY_GPU='high'"):
+        backend.choose({"BACKEND_PRIORITY_GPU": "high"})
+
+
+@pytest.mark.skipif(backend.gpu_status()[0], reason="a GPU is usable here")
+def test_gpu_asked_but_unusable_warns_once_and_falls_back():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        choice = backend.choose({"KIT_BACKEND": "cupy"})
+    assert choice.name == "numpy"
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(messages) == 1
+    assert "KIT_BACKEND=cupy" in messages[0] and "using NumPy on the CPU" in messages[0]
+
+
+@pytest.mark.skipif(backend.gpu_status()[0], reason="a GPU is usable here")
+def test_gpu_asked_strictly_but_unusable_raises():
+    with pytest.raises(backend.BackendError, match="a GPU backend was asked for"):
+        backend.choose({"KIT_BACKEND": "cupy", "KIT_BACKEND_STRICT": "1"})
+
+
+@pytest.mark.skipif(backend.gpu_status()[0], reason="a GPU is usable here")
+def test_default_priorities_without_gpu_fall_back_silently():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert backend.choose({}).name == "numpy"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("float32", np.float32),
+        ("half", np.float16),
+        ("FLOAT16", np.float16),
+        ("double", np.float64),
+        ("int32", np.int32),
+    ],
+)
+def test_dtype_aliases(name, expected):
+    assert backend.resolve_dtype(name) == np.dtype(expected)
+
+
+def test_unsupported_dtypes_are_named():
+    with pytest.raises(TypeError, match="unsupported dtype complex64"):
+        backend.resolve_dtype(np.complex64)
+    with pytest.raises(TypeError, match="unknown dtype 'quad'"):
+        backend.resolve_dtype("quad")
+    with pytest.raises(TypeError, match="int32 is not floating"):
+        kit.set_default_dtype("int32")
+
+
+def test_bfloat16_says_what_is_missing_or_works():
+    try:
+        import ml_dtypes  # noqa: F401
+    except ImportError:
+        with pytest.raises(TypeError, match="ml_dtypes"):
+            backend.resolve_dtype("bfloat16")
+    else:
+        assert backend.resolve_dtype("bf16").name == "bfloat16"
+
+
+def test_set_default_dtype_changes_creation_and_returns_previous():
+    previous = kit.set_default_dtype("float16")
+    try:
+        assert previous == np.float32
+        assert kit.zeros((2,)).dtype == np.float16
+        assert kit.array([1.5, 2.5]).dtype == np.float16
+    finally:
+        kit.set_default_dtype(previous)
+    assert kit.zeros((2,)).dtype == np.float32

@@ -1,0 +1,104 @@
+"""kit.memory: counters, the caching allocator (hits, limits, safety) and the GC window."""
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import kit
+from kit import memory
+
+
+def test_counters_count_calls_and_bytes_per_device():
+    before_n, before_b = memory.heap_allocations(this_thread=True), memory.heap_bytes(this_thread=True)
+    kit.zeros((10, 10), dtype="float64")
+    assert memory.heap_allocations(this_thread=True) - before_n == 1
+    assert memory.heap_bytes(this_thread=True) - before_b == 800
+    assert "cpu:0" in memory.counters()
+
+
+def test_counters_of_threads_add_up():
+    memory.reset_counters()
+
+    def work():
+        for _ in range(50):
+            kit.ones((4,))
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert memory.heap_allocations("cpu:0") == 150
+
+
+def test_cache_reuses_freed_blocks_and_counts_hits():
+    memory.set_max_host_cache(1 << 20)
+    memory.purge_cache()
+    s0 = memory.cache_stats()
+    for _ in range(10):
+        x = kit.ones((256,))
+        del x
+    s1 = memory.cache_stats()
+    assert s1["misses"] - s0["misses"] == 1 and s1["hits"] - s0["hits"] == 9
+
+
+def test_cache_never_recycles_a_block_something_still_points_to():
+    memory.set_max_host_cache(1 << 20)
+    memory.purge_cache()
+    x = kit.full((64,), 5.0)
+    raw = x.numpy()  # a NumPy view of the cached block
+    view = x[:8]  # a kit view of it
+    del x
+    gc.collect()
+    y = kit.full((64,), 7.0)  # must not land in the block `raw` still shows
+    assert raw[0] == 5.0 and view.numpy()[0] == 5.0 and y.numpy()[0] == 7.0
+    assert not np.shares_memory(raw, y.numpy())
+
+
+def test_cache_limits():
+    memory.set_max_host_cache(1024)
+    memory.purge_cache()
+    x = kit.ones((4096,))  # 16 KiB: larger than the whole cache
+    del x
+    assert memory.cache_stats()["cached_bytes"].get("cpu:0", 0) == 0
+    memory.set_max_host_cache(1 << 20)
+    memory.set_max_cacheable_length(512)
+    y = kit.ones((1024,))  # 4 KiB > cacheable length: plain heap
+    assert "cached" not in repr(y)
+    memory.set_max_cacheable_length(96 << 20)
+    with pytest.raises(ValueError, match="set_max_host_cache"):
+        memory.set_max_host_cache(-1)
+
+
+def test_cache_off_is_plain_allocation():
+    memory.set_max_host_cache(0)
+    s0 = memory.cache_stats()
+    kit.ones((10,))
+    assert memory.cache_stats()["misses"] == s0["misses"]
+
+
+def test_periodic_gc_window():
+    memory.reset_gc_stats()
+    assert memory.maybe_gc() is False  # off by default (ND4J since beta4)
+    memory.toggle_periodic_gc(True)
+    memory.set_auto_gc_window(10_000)
+    calls = [memory.maybe_gc() for _ in range(50)]
+    assert calls.count(True) == 1  # at most one collection per window
+    memory.set_auto_gc_window(0)
+    assert memory.maybe_gc() is False
+    stats = memory.gc_stats()
+    assert stats["calls"] == 1 and stats["seconds"] > 0
+    with pytest.raises(ValueError, match="milliseconds"):
+        memory.set_auto_gc_window(-5)
+
+
+def test_stats_has_every_reading():
+    ws = kit.get_workspace_for_current_thread(name="STATS")
+    with ws:
+        kit.ones((4,))
+    s = memory.stats()
+    assert s["rss_bytes"] > 10 << 20 and s["heap_allocations"] >= 0
+    assert any(w["name"] == "STATS" and w["cycles"] == 1 for w in s["workspaces"])
+    assert set(s) >= {"cache", "gpus", "gc", "heap_by_device"}

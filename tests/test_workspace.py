@@ -1,0 +1,491 @@
+"""Workspaces: stale use always raises, policies do what they say, cycles allocate nothing."""
+
+import gc
+import threading
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kit
+from kit.memory import heap_allocations
+from kit.workspace import (
+    AllocationPolicy,
+    ArrayFromClosedScopeError,
+    ArrayFromDestroyedWorkspaceError,
+    ArrayFromOldCycleError,
+    ArrayOverwrittenError,
+    LearningPolicy,
+    ResetPolicy,
+    SpillPolicy,
+    StaleArrayError,
+    WorkspaceConfig,
+    WorkspaceConfigError,
+    WorkspaceFullError,
+    WorkspaceScopeError,
+    WorkspaceThreadError,
+)
+
+# every way of touching an array: each must check the generation first
+EVERY_OP = {
+    "add": lambda a: a + 1,
+    "radd": lambda a: 1 + a,
+    "iadd": lambda a: a.__iadd__(1),
+    "matmul": lambda a: a @ a.T,
+    "exp": lambda a: a.exp(),
+    "neg": lambda a: -a,
+    "sum": lambda a: a.sum(),
+    "argmax": lambda a: a.argmax(),
+    "compare": lambda a: a > 0,
+    "clip": lambda a: a.clip(0, 1),
+    "reshape": lambda a: a.reshape(-1),
+    "transpose": lambda a: a.T,
+    "getitem": lambda a: a[0],
+    "setitem": lambda a: a.__setitem__(0, 1.0),
+    "dup": lambda a: a.dup(),
+    "astype": lambda a: a.astype("float64"),
+    "numpy": lambda a: a.numpy(),
+    "__array__": lambda a: np.asarray(a),
+    "float": lambda a: float(a[0, 0]),
+    "tolist": lambda a: a.tolist(),
+    "detach": lambda a: a.detach(),
+    "where": lambda a: kit.where(a > 0, a, 0.0),
+    "concatenate": lambda a: kit.concatenate([a, a]),
+    "data": lambda a: a.data,
+}
+
+
+def ws_named(name, **cfg):
+    return kit.get_workspace_for_current_thread(WorkspaceConfig(**cfg), name)
+
+
+@pytest.mark.parametrize("op", sorted(EVERY_OP))
+def test_every_op_raises_on_an_array_from_a_closed_scope(op):
+    ws = ws_named("EVERY")
+    with ws:
+        x = kit.ones((3, 3))
+    with pytest.raises(ArrayFromClosedScopeError) as info:
+        EVERY_OP[op](x)
+    message = str(info.value)
+    assert "'EVERY'" in message and "cycle 1" in message and ".detach()" in message and "leverage_to" in message
+
+
+def test_message_names_op_cycles_and_remedy():
+    ws = ws_named("LOOP")
+    for _ in range(3):
+        with ws:
+            kept = kit.ones((2, 2))
+    with ws:
+        with pytest.raises(ArrayFromOldCycleError) as info:
+            kept + 1
+    msg = str(info.value)
+    assert msg.startswith("add: this array (shape (2, 2), float32) lives in workspace 'LOOP' on cpu:0")
+    assert "allocated in cycle 3; cycle 3 ended when the scope closed" in msg
+    assert "reopened 1 time(s) since" in msg and "now in cycle 4 (open)" in msg
+
+
+def test_debug_switch_adds_the_allocation_site():
+    kit.workspace.track_allocation_sites(True)
+    ws = ws_named("SITES")
+    with ws:
+        x = kit.zeros((4,)) + 1  # the site is this line
+    with pytest.raises(StaleArrayError, match=r"allocated at .*test_workspace\.py:\d+"):
+        x.sum()
+
+
+def test_destroy_invalidates_and_releases_the_arena():
+    ws = ws_named("DESTROY", initial_size=1 << 16)
+    assert ws.capacity >= 1 << 16
+    with ws:
+        x = kit.ones((10,))
+    ws.destroy()
+    assert ws.capacity == 0 and ws._arena is None
+    with pytest.raises(ArrayFromDestroyedWorkspaceError, match="destroyed"):
+        x.numpy()
+    with pytest.raises(WorkspaceScopeError, match="was destroyed"):
+        with ws:
+            pass
+    assert kit.get_workspace_for_current_thread(name="DESTROY") is not ws  # a fresh one
+
+
+def test_destroy_releases_memory_for_real():
+    ws = ws_named("BIG", initial_size=64 << 20, policy_allocation=AllocationPolicy.STRICT)
+    with ws:
+        kit.ones((16 << 20,))  # touch the pages (64 MiB of float32)
+    tracemalloc.start()
+    try:
+        ws2 = ws_named("BIG2", initial_size=8 << 20, policy_allocation=AllocationPolicy.STRICT)
+        held = tracemalloc.get_traced_memory()[0]
+        ws2.destroy()
+        gc.collect()
+        released = held - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert released >= 8 << 20
+    ws.destroy()
+
+
+def test_detach_leverage_migrate():
+    outer, inner = ws_named("OUTER"), ws_named("INNER")
+    with outer:
+        with inner:
+            t = kit.arange(4, dtype="float32")
+            assert t.is_attached and t.workspace is inner
+            d = t.detach()
+            up = t.leverage_to("OUTER")
+            par = t.leverage()
+            assert up.workspace is outer and par.workspace is outer
+            assert not d.is_attached and d.detach() is d
+            with pytest.raises(kit.workspace.NoSuchWorkspaceError, match="'NOPE' does not exist"):
+                t.leverage_to("NOPE", enforce_existence=True)
+            assert t.leverage_to("NOPE") is t
+        assert up.sum().item() == 6.0  # still valid: OUTER is open
+        h = kit.asarray(np.ones(2, np.float32))
+        m = h.migrate()
+        assert m.workspace is outer and m.is_valid
+    assert d.numpy().tolist() == [0, 1, 2, 3]
+    with pytest.raises(StaleArrayError):
+        up + 1
+    assert kit.ones(2).migrate() is not None and not kit.ones(2).migrate(detach_on_no_ws=True).is_attached
+
+
+def test_scope_out_of_workspaces_allocates_on_the_heap():
+    ws = ws_named("SCOPE")
+    with ws:
+        with kit.scope_out_of_workspaces():
+            keep = kit.ones((3,))
+        inside = kit.ones((3,))
+    assert not keep.is_attached and keep.sum().item() == 3.0
+    assert inside.is_attached and not inside.is_valid
+
+
+def test_reentrant_scope_is_one_cycle_and_out_of_order_close_is_an_error():
+    a, b = ws_named("A"), ws_named("B")
+    with a:
+        with a:
+            x = kit.ones(2)
+        assert x.is_valid and a.cycles == 0
+    assert a.cycles == 1
+    b.__enter__()
+    with pytest.raises(WorkspaceScopeError, match="reverse order"):
+        a.__enter__()
+        b.__exit__(None, None, None)
+    a.__exit__(None, None, None)
+    b.__exit__(None, None, None)
+
+
+# ---- policies -----------------------------------------------------------------------
+
+
+def run_cycle(ws, sizes):
+    with ws:
+        return [kit.empty((n,), dtype="float32") for n in sizes]
+
+
+def test_first_loop_learns_the_first_cycle_then_stops_spilling():
+    ws = ws_named("FIRST")
+    run_cycle(ws, [100, 200])  # 400 + 800 bytes, each aligned to 64 -> 448 + 832
+    assert ws.spilled_count == 2 and ws.max_cycle_bytes == 448 + 832
+    assert ws.capacity >= int(1280 * 1.3)  # OVERALLOCATE x 1.3
+    run_cycle(ws, [100, 200])
+    assert ws.spilled_count == 2  # no new spills
+
+
+def test_strict_allocation_is_exact_and_none_learning_keeps_initial():
+    strict = ws_named("STRICT", policy_allocation=AllocationPolicy.STRICT)
+    run_cycle(strict, [160])
+    assert strict.capacity == 640
+    fixed = ws_named("FIXED", initial_size=1024, policy_learning=LearningPolicy.NONE)
+    run_cycle(fixed, [1000])  # 4000 bytes > capacity -> spill, and no learning
+    run_cycle(fixed, [1000])
+    assert fixed.capacity == int(1024 * 1.3) // 64 * 64 + (64 if int(1024 * 1.3) % 64 else 0)
+    assert fixed.spilled_count == 2
+
+
+def test_over_time_learns_after_n_cycles():
+    ws = ws_named("OVERTIME", policy_learning=LearningPolicy.OVER_TIME, cycles_before_initialization=3)
+    run_cycle(ws, [16])
+    run_cycle(ws, [64])
+    assert ws.capacity == 0
+    run_cycle(ws, [32])
+    assert ws.capacity >= 256  # sized from the largest of the three cycles
+    before = ws.spilled_count
+    run_cycle(ws, [64])
+    assert ws.spilled_count == before
+
+
+def test_spill_fail_raises_and_reallocate_grows():
+    fail = ws_named("FAIL", initial_size=256, policy_learning=LearningPolicy.NONE, policy_spill=SpillPolicy.FAIL)
+    with fail:
+        kit.empty((16,))
+        with pytest.raises(WorkspaceFullError, match=r"workspace 'FAIL' is full: 4000 bytes .*SpillPolicy.FAIL"):
+            kit.empty((1000,))
+    grow = ws_named("GROW", initial_size=256, policy_learning=LearningPolicy.NONE, policy_spill=SpillPolicy.REALLOCATE)
+    run_cycle(grow, [1000])
+    assert grow.capacity >= 4032 and grow.arena_allocations == 2
+    spills = grow.spilled_count
+    run_cycle(grow, [1000])
+    assert grow.spilled_count == spills
+    external = ws_named("EXT", initial_size=256, policy_learning=LearningPolicy.NONE)
+    run_cycle(external, [1000])
+    run_cycle(external, [1000])
+    assert external.capacity < 4000 and external.spilled_count == 2
+
+
+def test_max_and_min_size_bound_the_arena():
+    capped = ws_named("CAP", max_size=1024, policy_allocation=AllocationPolicy.STRICT)
+    run_cycle(capped, [10_000])
+    assert capped.capacity == 1024
+    floor = ws_named("FLOOR", min_size=1 << 20)
+    run_cycle(floor, [4])
+    assert floor.capacity >= 1 << 20
+
+
+def test_debug_modes():
+    kit.workspace.set_debug_mode("SPILL_EVERYTHING")
+    ws = ws_named("DBG")
+    run_cycle(ws, [8, 8, 8])
+    assert ws.spilled_count == 3 and ws.capacity == 0  # no learning either
+    kit.workspace.set_debug_mode(kit.DebugMode.BYPASS_EVERYTHING)
+    with ws:
+        x = kit.ones((3,))
+    assert not x.is_attached and x.sum().item() == 3.0
+    kit.workspace.set_debug_mode("DISABLED")
+    with pytest.raises(WorkspaceConfigError, match="use one of DISABLED"):
+        kit.workspace.set_debug_mode("LOUD")
+
+
+def test_circular_buffer_keeps_arrays_until_the_pointer_laps_them():
+    cfg = dict(
+        initial_size=4096,
+        policy_reset=ResetPolicy.ENDOFBUFFER_REACHED,
+        policy_allocation=AllocationPolicy.STRICT,
+        policy_learning=LearningPolicy.NONE,
+    )
+    ws = ws_named("RING", **cfg)
+    batches = []
+    for i in range(4):  # 4 x 1024 bytes fill the ring exactly
+        with ws:
+            batches.append(kit.full((256,), float(i)))
+    assert all(b.is_valid for b in batches) and ws.resets == 0  # valid after their scopes closed
+    with ws:
+        newest = kit.full((256,), 9.0)  # wraps: overwrites batch 0's memory
+    assert ws.resets == 1 and newest.is_valid
+    with pytest.raises(ArrayOverwrittenError, match="wrapped around"):
+        batches[0].sum()
+    assert batches[1].sum().item() == 256.0  # not reached yet
+    with ws:
+        kit.full((256,), 10.0)
+    with pytest.raises(ArrayOverwrittenError):
+        batches[1].numpy()
+    assert batches[3].is_valid
+
+
+def test_invalid_configs_are_clear():
+    with pytest.raises(WorkspaceConfigError, match="overallocation_limit=-1"):
+        WorkspaceConfig(overallocation_limit=-1)
+    with pytest.raises(WorkspaceConfigError, match="min_size=10 is larger than max_size=5"):
+        WorkspaceConfig(min_size=10, max_size=5)
+    with pytest.raises(WorkspaceConfigError, match="cycles_before_initialization >= 1"):
+        WorkspaceConfig(policy_learning=LearningPolicy.OVER_TIME)
+    with pytest.raises(WorkspaceConfigError, match="overallocation_limit >= 1.0"):
+        WorkspaceConfig(policy_reset=ResetPolicy.ENDOFBUFFER_REACHED)
+    with pytest.raises(WorkspaceConfigError, match="initial_size=-5"):
+        WorkspaceConfig(initial_size=-5)
+    with pytest.raises(WorkspaceConfigError, match="policy_spill='SOMETIMES': use one of FAIL, EXTERNAL, REALLOCATE"):
+        WorkspaceConfig(policy_spill="SOMETIMES")
+    assert WorkspaceConfig(policy_spill="fail").policy_spill is SpillPolicy.FAIL
+    ws_named("TWICE")
+    with pytest.raises(WorkspaceConfigError, match="already exists"):
+        ws_named("TWICE", initial_size=10)
+
+
+def test_defaults_are_nd4js():
+    cfg = WorkspaceConfig()
+    assert (cfg.initial_size, cfg.max_size, cfg.overallocation_limit) == (0, 0, 0.3)
+    assert cfg.policy_allocation is AllocationPolicy.OVERALLOCATE
+    assert cfg.policy_learning is LearningPolicy.FIRST_LOOP
+    assert cfg.policy_spill is SpillPolicy.EXTERNAL
+    assert cfg.policy_reset is ResetPolicy.BLOCK_LEFT
+
+
+# ---- zero allocations, RSS, threads -----------------------------------------------------
+
+
+def mlp_like_step(x, w1, w2):
+    h = (x @ w1).tanh()
+    z = h @ w2
+    p = (z - z.max(axis=1, keepdims=True)).exp()
+    p = p / p.sum(axis=1, keepdims=True)
+    return (h.T @ p).sum() + p.mean()
+
+
+def test_zero_heap_allocations_per_iteration_after_learning():
+    x, w1, w2 = kit.rand((32, 64)), kit.rand((64, 48)), kit.rand((48, 10))
+    ws = ws_named("ZERO")
+    with ws:
+        mlp_like_step(x, w1, w2)  # learning cycle: spills, then the arena is sized
+    before = heap_allocations(this_thread=True)
+    for _ in range(20):
+        with ws:
+            mlp_like_step(x, w1, w2)
+    assert heap_allocations(this_thread=True) == before
+    assert ws.spilled_count == ws.stats()["spilled_count"] > 0  # only the learning cycle spilled
+    # the same loop without a workspace allocates on every op
+    before = heap_allocations(this_thread=True)
+    mlp_like_step(x, w1, w2)
+    assert heap_allocations(this_thread=True) - before >= 12
+
+
+def test_tracemalloc_sees_no_numpy_buffers_created_in_a_learned_cycle():
+    x, w1, w2 = kit.rand((32, 64)), kit.rand((64, 48)), kit.rand((48, 10))
+    ws = ws_named("TRACE")
+
+    def body():
+        return [mlp_like_step(x, w1, w2), x @ w1, (x @ w1).tanh(), x.exp()]
+
+    with ws:
+        body()  # the learning cycle
+    numpy_domain = [tracemalloc.DomainFilter(True, np.lib.tracemalloc_domain)]
+
+    def numpy_bytes_created_in_cycle(use_ws):
+        kept = []  # keep every intermediate alive so tracemalloc still sees its buffer
+        tracemalloc.start()
+        try:
+            snap0 = tracemalloc.take_snapshot().filter_traces(numpy_domain)
+            if use_ws:
+                with ws:
+                    kept += body()
+                    snap1 = tracemalloc.take_snapshot().filter_traces(numpy_domain)
+            else:
+                kept += body()
+                snap1 = tracemalloc.take_snapshot().filter_traces(numpy_domain)
+        finally:
+            tracemalloc.stop()
+        return sum(s.size_diff for s in snap1.compare_to(snap0, "filename") if s.size_diff > 0)
+
+    assert numpy_bytes_created_in_cycle(use_ws=True) == 0
+    assert numpy_bytes_created_in_cycle(use_ws=False) >= 32 * 48 * 4  # the heap version is visible
+
+
+def test_ten_thousand_cycles_keep_rss_flat():
+    x = kit.rand((64, 64))
+    ws = ws_named("RSS")
+    for _ in range(200):  # warm-up: learning, allocator pools, lazy imports
+        with ws:
+            (x @ x).tanh().sum()
+    gc.collect()
+    start = kit.memory.rss_bytes()
+    for _ in range(10_000):
+        with ws:
+            (x @ x).tanh().sum()
+    gc.collect()
+    grown = kit.memory.rss_bytes() - start
+    assert grown < 4 << 20, f"RSS grew by {grown} bytes over 10,000 cycles"
+    assert ws.cycles == 10_200 and ws.arena_allocations == 1
+
+
+def test_two_threads_with_their_own_workspaces_never_interfere():
+    results, errors = {}, []
+    barrier = threading.Barrier(2)
+
+    def worker(tid):
+        try:
+            ws = kit.get_workspace_for_current_thread(name="WORKER")  # same name, own workspace
+            barrier.wait()
+            acc = 0.0
+            for i in range(300):
+                with ws:
+                    v = kit.full((128,), float(tid * 1000 + i))
+                    acc += (v * 2).sum().item()
+            results[tid] = (acc, ws.cycles, id(ws))
+        except Exception as exc:  # surfaced to the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for tid in (1, 2):
+        expected = sum(2 * 128 * float(tid * 1000 + i) for i in range(300))
+        assert results[tid][0] == expected and results[tid][1] == 300
+    assert results[1][2] != results[2][2]
+
+
+def test_a_workspace_refuses_other_threads():
+    ws = ws_named("MINE")
+    caught = []
+
+    def intruder():
+        try:
+            with ws:
+                pass
+        except WorkspaceThreadError as exc:
+            caught.append(str(exc))
+
+    t = threading.Thread(target=intruder, name="intruder")
+    t.start()
+    t.join()
+    assert caught and "belongs to thread 'MainThread', not 'intruder'" in caught[0]
+
+
+# ---- random op sequences across exits, resets, nesting and destroy ------------------------
+
+ACTIONS = st.lists(
+    st.sampled_from(["enter_a", "exit", "enter_b", "alloc", "use", "destroy_a", "detach"]), min_size=5, max_size=40
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(actions=ACTIONS, ops=st.lists(st.sampled_from(sorted(EVERY_OP)), min_size=40, max_size=40))
+def test_random_sequences_raise_exactly_when_the_model_says_stale(actions, ops):
+    """A model of the semantics: an array is valid iff it is on the heap, or its workspace
+    is open in the very cycle that made it and was not destroyed. kit must agree every time."""
+    names = {"enter_a": "HA", "enter_b": "HB"}
+    open_stack, cycle = [], {"HA": 0, "HB": 0}
+    arrays = []  # (array, workspace name or None, cycle)
+    wss = {n: kit.get_workspace_for_current_thread(name=n) for n in ("HA", "HB")}
+    try:
+        for step, action in enumerate(actions):
+            if action in names:
+                name = names[action]
+                if name in open_stack:
+                    continue
+                wss[name].__enter__()
+                open_stack.append(name)
+                cycle[name] += 1
+            elif action == "exit" and open_stack:
+                wss[open_stack.pop()].__exit__(None, None, None)
+            elif action == "alloc":
+                where = open_stack[-1] if open_stack else None
+                arrays.append((kit.full((2, 2), float(step)), where, cycle.get(where), float(step)))
+            elif action == "detach" and arrays:
+                arr, where, cyc, value = arrays[step % len(arrays)]
+                valid = where is None or (where in open_stack and cycle[where] == cyc)
+                if valid:
+                    arrays.append((arr.detach(), None, None, value))
+            elif action == "destroy_a" and "HA" not in open_stack:
+                wss["HA"].destroy()
+                wss["HA"] = kit.get_workspace_for_current_thread(name="HA")
+                cycle["HA"] += 1000  # nothing from before can match again
+            elif action == "use" and arrays:
+                arr, where, cyc, value = arrays[step % len(arrays)]
+                valid = where is None or (where in open_stack and cycle[where] == cyc)
+                op = EVERY_OP[ops[step % len(ops)]]
+                if valid:
+                    assert arr.is_valid
+                    op(arr)
+                    assert arr.is_valid
+                else:
+                    assert not arr.is_valid
+                    with pytest.raises(StaleArrayError):
+                        op(arr)
+    finally:
+        while open_stack:
+            wss[open_stack.pop()].__exit__(None, None, None)
+        for ws in wss.values():
+            ws.destroy()
