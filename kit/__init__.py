@@ -13,7 +13,7 @@ counters, cache, GC window), workspace (arenas), widgets (live panels).
 
 from __future__ import annotations
 
-from kit import backend, memory
+from kit import backend, memory, widgets, workspace
 from kit.backend import BackendError, get_default_dtype, set_default_dtype
 from kit.creation import (
     arange,
@@ -143,6 +143,8 @@ __all__ = [
     "stack",
     "tanh",
     "where",
+    "widgets",
+    "workspace",
     "zeros",
     "zeros_like",
 ]

@@ -86,7 +86,7 @@ def test_reductions_match_numpy(case, op):
 @given(m=st.integers(1, 5), k=st.integers(1, 5), n=st.integers(1, 5), batch=st.sampled_from([(), (2,), (3, 1)]))
 def test_matmul_matches_numpy(m, k, n, batch):
     rng = np.random.default_rng(m * 100 + k * 10 + n)
-    a = rng.standard_normal(batch + (m, k)).astype(np.float32)
+    a = rng.standard_normal((*batch, m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     np.testing.assert_allclose((kit.array(a) @ kit.array(b)).numpy(), a @ b, rtol=1e-5, atol=1e-5)
     v = rng.standard_normal(k).astype(np.float32)
@@ -115,7 +115,7 @@ def test_every_op_allocates_exactly_once_through_kit():
         op()
         assert heap_allocations(this_thread=True) - before == 1
     before = heap_allocations(this_thread=True)
-    x[1:3].reshape(-1).T  # views allocate nothing
+    _ = x[1:3].reshape(-1).T  # views allocate nothing
     x.transpose()
     assert heap_allocations(this_thread=True) == before
 

@@ -288,9 +288,9 @@ def test_invalid_configs_are_clear():
         WorkspaceConfig(overallocation_limit=-1)
     with pytest.raises(WorkspaceConfigError, match="min_size=10 is larger than max_size=5"):
         WorkspaceConfig(min_size=10, max_size=5)
-    with pytest.raises(WorkspaceConfigError, match="cycles_before_initialization >= 1"):
+    with pytest.raises(WorkspaceConfigError, match=r"cycles_before_initialization >= 1"):
         WorkspaceConfig(policy_learning=LearningPolicy.OVER_TIME)
-    with pytest.raises(WorkspaceConfigError, match="overallocation_limit >= 1.0"):
+    with pytest.raises(WorkspaceConfigError, match=r"overallocation_limit >= 1\.0"):
         WorkspaceConfig(policy_reset=ResetPolicy.ENDOFBUFFER_REACHED)
     with pytest.raises(WorkspaceConfigError, match="initial_size=-5"):
         WorkspaceConfig(initial_size=-5)
