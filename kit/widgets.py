@@ -22,7 +22,7 @@ from typing import Any
 
 from kit import memory
 
-__all__ = ["MemoryPanel", "TimingPanel", "in_notebook", "format_bytes"]
+__all__ = ["MemoryPanel", "TimingPanel", "format_bytes", "in_notebook"]
 
 
 def in_notebook() -> bool:

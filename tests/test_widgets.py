@@ -25,7 +25,7 @@ def test_widgets_show_workspace_rows_and_final_values():
         panel.update()
     assert panel._throttle.updates == 1  # only the first draw got through the throttle
     panel.close()
-    label, bar, info = next(row for key, row in panel._rows.items() if key.endswith("/WIDGET"))
+    _label, bar, info = next(row for key, row in panel._rows.items() if key.endswith("/WIDGET"))
     assert bar.value > 0 and bar.value <= bar.max
     assert "cycles 5" in info.value
     assert "heap allocations through kit" in panel._footer.value
