@@ -285,79 +285,7 @@ class NDArray:
             raise TypeError(f"{op}: cannot store the result in this {a.dtype} array in place ({exc})") from None
         return self
 
-    def __add__(self, o):
-        return self._binary(o, np.add, "add")
-
-    def __radd__(self, o):
-        return self._binary(o, np.add, "add", True)
-
-    def __sub__(self, o):
-        return self._binary(o, np.subtract, "subtract")
-
-    def __rsub__(self, o):
-        return self._binary(o, np.subtract, "subtract", True)
-
-    def __mul__(self, o):
-        return self._binary(o, np.multiply, "multiply")
-
-    def __rmul__(self, o):
-        return self._binary(o, np.multiply, "multiply", True)
-
-    def __truediv__(self, o):
-        return self._binary(o, np.true_divide, "divide")
-
-    def __rtruediv__(self, o):
-        return self._binary(o, np.true_divide, "divide", True)
-
-    def __floordiv__(self, o):
-        return self._binary(o, np.floor_divide, "floor_divide")
-
-    def __mod__(self, o):
-        return self._binary(o, np.remainder, "remainder")
-
-    def __pow__(self, o):
-        return self._binary(o, np.power, "power")
-
-    def __rpow__(self, o):
-        return self._binary(o, np.power, "power", True)
-
-    def __lt__(self, o):
-        return self._binary(o, np.less, "less")
-
-    def __le__(self, o):
-        return self._binary(o, np.less_equal, "less_equal")
-
-    def __gt__(self, o):
-        return self._binary(o, np.greater, "greater")
-
-    def __ge__(self, o):
-        return self._binary(o, np.greater_equal, "greater_equal")
-
-    def __eq__(self, o):  # type: ignore[override]
-        return self._binary(o, np.equal, "equal")
-
-    def __ne__(self, o):  # type: ignore[override]
-        return self._binary(o, np.not_equal, "not_equal")
-
-    def __and__(self, o):
-        return self._binary(o, np.logical_and, "logical_and")
-
-    def __or__(self, o):
-        return self._binary(o, np.logical_or, "logical_or")
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __iadd__(self, o):
-        return self._inplace(o, np.add, "add (in place)")
-
-    def __isub__(self, o):
-        return self._inplace(o, np.subtract, "subtract (in place)")
-
-    def __imul__(self, o):
-        return self._inplace(o, np.multiply, "multiply (in place)")
-
-    def __itruediv__(self, o):
-        return self._inplace(o, np.true_divide, "divide (in place)")
+    __hash__ = None  # type: ignore[assignment]  # == is elementwise, so arrays are unhashable
 
     # ---- elementwise unary ---------------------------------------------------------
     def _unary(self, ufunc: np.ufunc, op: str) -> NDArray:
@@ -365,12 +293,6 @@ class NDArray:
         out, owner = allocate(a.shape, _result_dtype(ufunc, a.dtype, None), self._device)
         ufunc(a, out=out)
         return _wrap(out, self._device, owner)
-
-    def __neg__(self):
-        return self._unary(np.negative, "negative")
-
-    def __abs__(self):
-        return self._unary(np.absolute, "abs")
 
     def exp(self) -> NDArray:
         return self._unary(np.exp, "exp")
@@ -634,11 +556,12 @@ class NDArray:
         return operator.index(self._check("index").item())
 
     def __repr__(self) -> str:
-        where = _describe_owner(self)
+        d = self._data
+        head = f"NDArray(shape={d.shape}, dtype={d.dtype}, device={self._device}, {_describe_owner(self)}"
         if not self.is_valid:
-            return f"NDArray(shape={self._data.shape}, dtype={self._data.dtype}, device={self._device}, {where}, STALE)"
-        body = np.array2string(self.numpy(), separator=", ", threshold=20, edgeitems=2)
-        return f"NDArray({body}, dtype={self._data.dtype}, device={self._device}, {where})"
+            return head + ", STALE: its workspace moved on)"
+        body = np.array2string(self.numpy(), separator=", ", threshold=20, edgeitems=2, prefix="  ")
+        return f"{head})\n  {body}"
 
     # ---- workspace methods (ND4J INDArray: isAttached, detach, leverage...) --------
     @property
@@ -697,6 +620,56 @@ class NDArray:
         if current is None:
             return self.detach() if detach_on_no_ws else self
         return self.leverage_to(current.name)
+
+
+# Operators: (dunder, ufunc, op name for messages). Each becomes a two-line method calling
+# NDArray._binary / _inplace / _unary; reflected forms swap the operands.
+_BINARY_OPS = [
+    ("add", np.add, "add"),
+    ("sub", np.subtract, "subtract"),
+    ("mul", np.multiply, "multiply"),
+    ("truediv", np.true_divide, "divide"),
+    ("floordiv", np.floor_divide, "floor_divide"),
+    ("mod", np.remainder, "remainder"),
+    ("pow", np.power, "power"),
+]
+_COMPARISONS = [
+    ("lt", np.less, "less"),
+    ("le", np.less_equal, "less_equal"),
+    ("gt", np.greater, "greater"),
+    ("ge", np.greater_equal, "greater_equal"),
+    ("eq", np.equal, "equal"),
+    ("ne", np.not_equal, "not_equal"),
+    ("and", np.logical_and, "logical_and"),
+    ("or", np.logical_or, "logical_or"),
+]
+
+
+def _install_operators() -> None:
+    def binary(ufunc: np.ufunc, name: str, reflected: bool) -> Any:
+        def method(self: NDArray, other: Any) -> NDArray:
+            return self._binary(other, ufunc, name, reflected)
+
+        return method
+
+    def inplace(ufunc: np.ufunc, name: str) -> Any:
+        def method(self: NDArray, other: Any) -> NDArray:
+            return self._inplace(other, ufunc, name + " (in place)")
+
+        return method
+
+    for short, ufunc, name in _BINARY_OPS:
+        setattr(NDArray, f"__{short}__", binary(ufunc, name, False))
+        setattr(NDArray, f"__r{short}__", binary(ufunc, name, True))
+        if short in ("add", "sub", "mul", "truediv"):
+            setattr(NDArray, f"__i{short}__", inplace(ufunc, name))
+    for short, ufunc, name in _COMPARISONS:
+        setattr(NDArray, f"__{short}__", binary(ufunc, name, False))
+    NDArray.__neg__ = lambda self: self._unary(np.negative, "negative")  # type: ignore[method-assign]
+    NDArray.__abs__ = lambda self: self._unary(np.absolute, "abs")  # type: ignore[method-assign]
+
+
+_install_operators()
 
 
 def _describe_owner(arr: NDArray) -> str:
