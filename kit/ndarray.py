@@ -208,6 +208,12 @@ class NDArray:
         """The underlying NumPy/CuPy array (checked for staleness; shares memory)."""
         return self._check("data")
 
+    @data.setter
+    def data(self, value: Any) -> None:
+        # `x.data += y` updates in place and then assigns the same array back: allow exactly that
+        if value is not self._data:
+            raise AttributeError("NDArray.data cannot be rebound; write elements with x[...] = value")
+
     @property
     def T(self) -> NDArray:
         return self.transpose()

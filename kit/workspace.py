@@ -462,7 +462,9 @@ class Workspace:
         elif cfg.policy_learning is LearningPolicy.OVER_TIME and not self._initialized:
             if self.cycles >= cfg.cycles_before_initialization:
                 self.initialize()
-        elif cfg.policy_spill is SpillPolicy.REALLOCATE and not cfg.circular and self.capacity > 0:
+        elif cfg.policy_spill is SpillPolicy.REALLOCATE and not cfg.circular and self._initialized:
+            # ND4J grows only when currentSize > 0, so an arena learned from an empty first
+            # cycle stays empty and spills forever; kit grows it too
             if self.max_cycle_bytes > self.capacity:
                 self.initialize()
 

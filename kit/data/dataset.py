@@ -1,0 +1,171 @@
+"""DataSet and ArrayIterator: features and one-hot labels, in mini-batches.
+
+    >>> ds = DataSet(features, labels, num_classes=10)   # int labels become one-hot, checked
+    >>> it = ArrayIterator(ds, batch_size=64, shuffle=True, seed=0)
+    >>> for batch in it: ...                              # an epoch; it resets itself
+
+Batches are views into one contiguous (per-epoch shuffled) copy, so iterating allocates one
+array per epoch, not one per batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from kit import backend
+from kit.creation import asarray
+from kit.devices import as_device
+from kit.ndarray import NDArray
+from kit.workspace import scope_out_of_workspaces
+
+__all__ = ["ArrayIterator", "DataSet", "DataSetIterator"]
+
+
+class DataSet:
+    """Features (N, ...) and labels (N, C), both NDArrays on one device."""
+
+    def __init__(self, features: Any, labels: Any, num_classes: int | None = None, device: Any = None) -> None:
+        dev = as_device(device) if device is not None else getattr(features, "device", None)
+        dev = dev if dev is not None and not isinstance(dev, str) else as_device(None)
+        self.features = _as_features(features, dev)
+        self.labels = _as_labels(labels, self.features.shape[0], num_classes, dev)
+
+    @property
+    def num_examples(self) -> int:
+        return self.features.shape[0]
+
+    @property
+    def num_classes(self) -> int:
+        return self.labels.shape[1]
+
+    def __len__(self) -> int:
+        return self.num_examples
+
+    def detach(self) -> DataSet:
+        return _raw(self.features.detach(), self.labels.detach())
+
+    def migrate(self) -> DataSet:
+        return _raw(self.features.migrate(), self.labels.migrate())
+
+    def split(self, fraction: float, seed: int = 0) -> tuple[DataSet, DataSet]:
+        """A seeded random split into (first, rest), `fraction` of the examples first."""
+        if not 0 < fraction < 1:
+            raise ValueError(f"split(fraction={fraction!r}): must be strictly between 0 and 1")
+        order = np.random.default_rng(seed).permutation(self.num_examples)
+        n = int(round(self.num_examples * fraction))
+        return self.take(order[:n]), self.take(order[n:])
+
+    def take(self, index: np.ndarray) -> DataSet:
+        idx = asarray(np.asarray(index, dtype=np.int64), device=self.features.device)
+        with scope_out_of_workspaces():
+            return _raw(self.features[idx], self.labels[idx])
+
+    def __repr__(self) -> str:
+        return f"DataSet({self.num_examples} examples, features {self.features.shape[1:]}, {self.num_classes} classes)"
+
+
+def _raw(features: NDArray, labels: NDArray) -> DataSet:
+    ds = object.__new__(DataSet)
+    ds.features, ds.labels = features, labels
+    return ds
+
+
+def _as_features(x: Any, dev: Any) -> NDArray:
+    if isinstance(x, NDArray):
+        if x.dtype.kind != "f":
+            raise TypeError(f"features must be floating point, got dtype {x.dtype}; convert with .astype('float32')")
+        return x
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "fiub":
+        raise TypeError(f"features must be numbers, got dtype {arr.dtype}")
+    if arr.ndim < 2:
+        raise ValueError(f"features need a batch axis: shape (N, ...), got {arr.shape}")
+    return asarray(arr.astype(backend.get_default_dtype(), copy=False), device=dev)
+
+
+def _as_labels(y: Any, n: int, num_classes: int | None, dev: Any) -> NDArray:
+    raw = y.numpy() if isinstance(y, NDArray) else np.asarray(y)
+    if raw.shape[0] != n:
+        raise ValueError(f"{n} feature rows but {raw.shape[0]} labels")
+    if raw.ndim == 1 or (raw.ndim == 2 and raw.shape[1] == 1 and raw.dtype.kind in "iu"):
+        raw = raw.reshape(-1)
+        if raw.dtype.kind not in "iu":
+            if raw.dtype.kind == "f" and np.all(np.isfinite(raw)) and np.all(raw == np.round(raw)):
+                raw = raw.astype(np.int64)
+            else:
+                raise TypeError(f"class labels must be integers (or one-hot rows), got dtype {raw.dtype}")
+        if num_classes is None:
+            num_classes = int(raw.max()) + 1 if raw.size else 0
+        bad = np.flatnonzero((raw < 0) | (raw >= num_classes))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(
+                f"label {int(raw[i])} at index {i} is out of range for {num_classes} classes (valid: 0..{num_classes - 1}); "
+                f"{bad.size} label(s) out of range in all"
+            )
+        onehot = np.zeros((n, num_classes), dtype=backend.get_default_dtype())
+        onehot[np.arange(n), raw] = 1
+        return asarray(onehot, device=dev)
+    if raw.ndim != 2:
+        raise ValueError(f"labels must be class indices (N,) or rows (N, C), got shape {raw.shape}")
+    if num_classes is not None and raw.shape[1] != num_classes:
+        raise ValueError(f"labels have {raw.shape[1]} columns but num_classes={num_classes}")
+    if not np.all(np.isfinite(raw)):
+        i = int(np.argwhere(~np.isfinite(raw))[0][0])
+        raise ValueError(f"labels contain NaN or infinity (first at row {i})")
+    return asarray(raw.astype(backend.get_default_dtype(), copy=False), device=dev)
+
+
+class DataSetIterator:
+    """The iterator protocol kit's loops use: iterate for one epoch; `reset()`; `batch_size`."""
+
+    batch_size: int = 0
+    async_supported = True
+
+    def __iter__(self) -> Iterator[DataSet]:
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        pass
+
+
+class ArrayIterator(DataSetIterator):
+    def __init__(
+        self,
+        data: DataSet | tuple[Any, Any],
+        batch_size: int = 32,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
+        self.data = data if isinstance(data, DataSet) else DataSet(*data)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"ArrayIterator(batch_size={batch_size!r}): must be a positive integer")
+        self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
+        self.epoch = 0
+        self._order: DataSet | None = None
+
+    def __len__(self) -> int:
+        n = self.data.num_examples
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def _epoch_data(self) -> DataSet:
+        if not self.shuffle:
+            return self.data
+        order = np.random.default_rng((self.seed, self.epoch)).permutation(self.data.num_examples)
+        return self.data.take(order)
+
+    def __iter__(self) -> Iterator[DataSet]:
+        data = self._epoch_data()
+        self.epoch += 1
+        n, b = data.num_examples, self.batch_size
+        stop = n - n % b if self.drop_last else n
+        for start in range(0, stop, b):
+            yield _raw(data.features[start : start + b], data.labels[start : start + b])
+
+    def reset(self) -> None:
+        """Nothing to do: each iteration is a fresh epoch (with a new seeded shuffle)."""

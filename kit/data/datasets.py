@@ -1,0 +1,145 @@
+"""Data sets: the embedded UCI digits (offline, the default), and Fashion-MNIST from real files.
+
+    >>> train, test = load_digits()                 # 1,797 8x8 digits shipped in data/, 80/20 split
+    >>> train, test = load_fashion_mnist()          # 60,000 + 10,000 28x28 images, if found
+
+Fashion-MNIST is read where its four IDX files already are: `data/`, the directory named by
+`KIT_DATA`, or `/usr/share/datasets/fashion-mnist/` (Debian's `dataset-fashion-mnist`).
+Elsewhere `load_fashion_mnist(download=True)` fetches them with pooch into `data/`. Either
+way every file is checked against the SHA-256 of its *decompressed* IDX content, which is
+the same whoever compressed it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from kit.data.dataset import DataSet
+
+__all__ = ["FASHION_MNIST_FILES", "DataNotFoundError", "load_digits", "load_fashion_mnist", "read_idx"]
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+FASHION_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
+
+# file -> (SHA-256 of the decompressed IDX bytes, decompressed size)
+FASHION_MNIST_FILES = {
+    "train-images-idx3-ubyte.gz": ("c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888", 47040016),
+    "train-labels-idx1-ubyte.gz": ("bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9", 60008),
+    "t10k-images-idx3-ubyte.gz": ("5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b", 7840016),
+    "t10k-labels-idx1-ubyte.gz": ("0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34", 10008),
+}
+FASHION_CLASSES = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
+
+
+class DataNotFoundError(FileNotFoundError):
+    """A data set's files are not on this machine (and were not downloaded)."""
+
+
+def load_digits(test_fraction: float = 0.2, seed: int = 0) -> tuple[DataSet, DataSet]:
+    """UCI optical digits (E. Alpaydin, C. Kaynak; CC BY 4.0): 1,797 8x8 images, 10 classes,
+    pixel counts 0..16 scaled to [0, 1]. A seeded split into (train, test)."""
+    path = DATA_DIR / "digits.csv.gz"
+    raw = np.loadtxt(path, delimiter=",", dtype=np.float64)
+    features, labels = raw[:, :64] / 16.0, raw[:, 64].astype(np.int64)
+    full = DataSet(features, labels, num_classes=10)
+    test, train = full.split(test_fraction, seed=seed)
+    return train, test
+
+
+def read_idx(path: str | os.PathLike, expected_sha256: str | None = None) -> np.ndarray:
+    """Parse an IDX file (optionally gzip-compressed): magic, dimensions, big-endian data."""
+    path = Path(path)
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    if expected_sha256 is not None:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != expected_sha256:
+            raise ValueError(
+                f"{path}: SHA-256 of the decompressed data is {digest}, expected {expected_sha256}; "
+                f"the file is corrupted or not the one expected (delete it and fetch it again)"
+            )
+    if len(data) < 4 or data[0] != 0 or data[1] != 0:
+        raise ValueError(f"{path}: not an IDX file (bad magic number {data[:4].hex()})")
+    dtypes = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+    if data[2] not in dtypes:
+        raise ValueError(f"{path}: unknown IDX element type 0x{data[2]:02x}")
+    ndim = data[3]
+    header = 4 + 4 * ndim
+    dims = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    dtype = np.dtype(dtypes[data[2]])
+    expected = header + int(np.prod(dims)) * dtype.itemsize
+    if len(data) != expected:
+        raise ValueError(f"{path}: {len(data)} bytes, but the header {dims} of {dtype} needs {expected}")
+    return np.frombuffer(data, dtype=dtype, offset=header).reshape(dims)
+
+
+def _candidates() -> list[Path]:
+    dirs = [DATA_DIR / "fashion-mnist", DATA_DIR]
+    if os.environ.get("KIT_DATA"):
+        dirs.insert(0, Path(os.environ["KIT_DATA"]))
+        dirs.insert(0, Path(os.environ["KIT_DATA"]) / "fashion-mnist")
+    dirs.append(DEBIAN_DIR)
+    return dirs
+
+
+def find_fashion_mnist() -> Path | None:
+    for d in _candidates():
+        if all((d / name).is_file() for name in FASHION_MNIST_FILES):
+            return d
+    return None
+
+
+def load_fashion_mnist(download: bool = False, limit: int | None = None) -> tuple[DataSet, DataSet]:
+    """Fashion-MNIST as (train, test) DataSets of (N, 1, 28, 28) floats in [0, 1].
+    `limit` keeps the first N examples of each split (quick mode)."""
+    where = find_fashion_mnist()
+    if where is None:
+        if not download:
+            searched = ", ".join(str(d) for d in _candidates())
+            raise DataNotFoundError(
+                f"Fashion-MNIST not found (looked in {searched}). On Debian/Ubuntu: "
+                f"apt-get install dataset-fashion-mnist; or set KIT_DATA; or load_fashion_mnist(download=True)"
+            )
+        where = _download(DATA_DIR / "fashion-mnist")
+    arrays = {name: read_idx(where / name, sha) for name, (sha, _) in FASHION_MNIST_FILES.items()}
+
+    def split(prefix: str) -> DataSet:
+        images = arrays[f"{prefix}-images-idx3-ubyte.gz"][:limit]
+        labels = arrays[f"{prefix}-labels-idx1-ubyte.gz"][:limit]
+        return DataSet((images.astype(np.float32) / 255.0)[:, None, :, :], labels.astype(np.int64), num_classes=10)
+
+    return split("train"), split("t10k")
+
+
+def _download(target: Path) -> Path:
+    try:
+        import pooch
+    except ImportError:
+        raise DataNotFoundError("downloading Fashion-MNIST needs the pooch package: pip install pooch") from None
+    target.mkdir(parents=True, exist_ok=True)
+    for name in FASHION_MNIST_FILES:
+        try:
+            # the compressed bytes differ between mirrors; read_idx verifies the content instead
+            pooch.retrieve(FASHION_URL + name, known_hash=None, fname=name, path=target, progressbar=False)
+        except Exception as exc:
+            raise DataNotFoundError(
+                f"could not download {name} ({type(exc).__name__}: {exc}); this machine may be offline: "
+                f"copy the four Fashion-MNIST files into {target} or set KIT_DATA"
+            ) from None
+    return target

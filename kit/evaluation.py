@@ -1,0 +1,222 @@
+"""Evaluation (accuracy, precision, recall, F1, confusion matrix) and ROC (exact AUC).
+
+    >>> ev = Evaluation(10); ev.eval(labels, probabilities); print(ev.stats())
+    >>> roc = ROC(); roc.eval(labels, probabilities); roc.calculate_auc()
+
+DL4J's rules: with two classes precision/recall/F1 are reported for the positive class (1);
+otherwise they are macro averages over classes, excluding classes where the metric is 0/0
+(and stats() says how many were excluded). ROC is exact (DL4J's thresholdSteps = 0): the
+AUC of the full curve over every distinct score. ROC on more than two classes is one-vs-all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kit.ndarray import NDArray
+
+__all__ = ["ROC", "Evaluation"]
+
+
+def _host(x: Any) -> np.ndarray:
+    return x.numpy() if isinstance(x, NDArray) else np.asarray(x)
+
+
+def _label_indices(labels: np.ndarray, n_classes: int) -> np.ndarray:
+    if labels.ndim == 2:
+        if labels.shape[1] != n_classes:
+            raise ValueError(f"labels have {labels.shape[1]} columns but this evaluation has {n_classes} classes")
+        return labels.argmax(axis=1)
+    idx = labels.astype(np.int64)
+    bad = np.flatnonzero((idx < 0) | (idx >= n_classes))
+    if bad.size:
+        raise ValueError(f"label {int(idx[bad[0]])} at index {int(bad[0])} is out of range for {n_classes} classes")
+    return idx
+
+
+class Evaluation:
+    def __init__(self, num_classes: int, labels: list[str] | None = None) -> None:
+        if not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"Evaluation(num_classes={num_classes!r}): needs at least 2 classes")
+        self.num_classes = num_classes
+        self.label_names = list(labels) if labels else [str(i) for i in range(num_classes)]
+        self.confusion = np.zeros((num_classes, num_classes), dtype=np.int64)  # [actual, predicted]
+
+    def eval(self, labels: Any, predictions: Any) -> None:
+        y = _label_indices(_host(labels), self.num_classes)
+        p = _host(predictions)
+        if p.ndim != 2 or p.shape[1] != self.num_classes or p.shape[0] != y.shape[0]:
+            raise ValueError(
+                f"predictions of shape {p.shape} do not match {y.shape[0]} labels x {self.num_classes} classes"
+            )
+        np.add.at(self.confusion, (y, p.argmax(axis=1)), 1)
+
+    def merge(self, other: Evaluation) -> None:
+        self.confusion += other.confusion
+
+    def reset(self) -> None:
+        self.confusion[:] = 0
+
+    @property
+    def n(self) -> int:
+        return int(self.confusion.sum())
+
+    def accuracy(self) -> float:
+        if self.n == 0:
+            raise ValueError("accuracy: no data has been evaluated")
+        return float(np.trace(self.confusion)) / self.n
+
+    def _per_class(self, which: str) -> np.ndarray:
+        tp = np.diag(self.confusion).astype(np.float64)
+        denom = self.confusion.sum(axis=0 if which == "precision" else 1).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(denom > 0, tp / np.where(denom > 0, denom, 1), np.nan)  # nan marks 0/0
+
+    def precision(self, cls: int | None = None) -> float:
+        return self._metric("precision", cls)
+
+    def recall(self, cls: int | None = None) -> float:
+        return self._metric("recall", cls)
+
+    def f1(self, cls: int | None = None) -> float:
+        if cls is None and self.num_classes == 2:
+            cls = 1
+        if cls is not None:
+            p, r = self.precision(cls), self.recall(cls)
+            return 0.0 if p + r == 0 else 2 * p * r / (p + r)
+        p, r = self._per_class("precision"), self._per_class("recall")
+        with np.errstate(invalid="ignore"):
+            f = np.where(p + r > 0, 2 * p * r / np.where(p + r > 0, p + r, 1), 0.0)
+        f = np.where(np.isnan(p) | np.isnan(r), np.nan, f)
+        return float(np.nanmean(f)) if np.any(~np.isnan(f)) else 0.0
+
+    def _metric(self, which: str, cls: int | None) -> float:
+        values = self._per_class(which)
+        if cls is None and self.num_classes == 2:
+            cls = 1  # DL4J: binary metrics are for the positive class
+        if cls is not None:
+            v = values[cls]
+            return 0.0 if np.isnan(v) else float(v)
+        return float(np.nanmean(values)) if np.any(~np.isnan(values)) else 0.0
+
+    def excluded(self, which: str) -> int:
+        return int(np.isnan(self._per_class(which)).sum())
+
+    def stats(self) -> str:
+        binary = self.num_classes == 2
+        lines = [
+            "========================Evaluation Metrics========================",
+            f" # of classes:    {self.num_classes}",
+            f" Accuracy:        {self.accuracy():.4f}",
+        ]
+        for name, value, which in (
+            ("Precision", self.precision(), "precision"),
+            ("Recall", self.recall(), "recall"),
+            ("F1 Score", self.f1(), None),
+        ):
+            note = ""
+            if which and not binary and self.excluded(which):
+                note = (
+                    f"\t({self.excluded(which)} class{'es' if self.excluded(which) > 1 else ''} excluded from average)"
+                )
+            lines.append(f" {name + ':':17s}{value:.4f}{note}")
+        if binary:
+            lines.append("Precision, recall & F1: reported for positive class (class 1) only")
+        else:
+            lines.append(
+                f"Precision, recall & F1: macro-averaged (equally weighted avg. of {self.num_classes} classes)"
+            )
+        never = self.excluded("precision")
+        if never and not binary:
+            lines.append(
+                f"Warning: {never} class{'es were' if never > 1 else ' was'} never predicted by the model and "
+                f"{'were' if never > 1 else 'was'} excluded from average precision"
+            )
+        if self.num_classes <= 20:
+            lines.append("=========================Confusion Matrix=========================")
+            width = max(3, len(str(int(self.confusion.max()))) + 1)
+            lines.append(" " + "".join(f"{i:>{width}d}" for i in range(self.num_classes)))
+            lines.append("-" * (width * self.num_classes + 2))
+            for i, row in enumerate(self.confusion):
+                lines.append(" " + "".join(f"{v:>{width}d}" for v in row) + f" | {i} = {self.label_names[i]}")
+            lines.append("\nConfusion matrix format: Actual (rowClass) predicted as (columnClass) N times")
+        lines.append("==================================================================")
+        return "\n".join(lines)
+
+
+class ROC:
+    """Exact ROC / AUC. Binary: labels (N,) in {0,1} or one-hot (N, 2), scores for class 1 (or
+    (N, 2) probabilities). Multi-class (one-vs-all): one-hot labels and (N, C) probabilities."""
+
+    def __init__(self) -> None:
+        self._labels: list[np.ndarray] = []
+        self._scores: list[np.ndarray] = []
+
+    def eval(self, labels: Any, predictions: Any) -> None:
+        y, p = _host(labels), _host(predictions).astype(np.float64)
+        if p.ndim == 1:
+            p = np.stack([1 - p, p], axis=1)
+        if y.ndim == 1:
+            idx = y.astype(np.int64)
+            if np.any((idx < 0) | (idx >= p.shape[1])):
+                raise ValueError(f"ROC: labels must be class indices 0..{p.shape[1] - 1}")
+            y = np.eye(p.shape[1])[idx]
+        if y.shape != p.shape:
+            raise ValueError(f"ROC: labels of shape {y.shape} do not match predictions of shape {p.shape}")
+        if self._scores and self._scores[0].shape[1] != p.shape[1]:
+            raise ValueError(f"ROC: {p.shape[1]} columns now, {self._scores[0].shape[1]} before")
+        if np.any(~np.isfinite(p)):
+            raise ValueError("ROC: predictions contain NaN or infinity")
+        self._labels.append(y.astype(np.float64))
+        self._scores.append(p)
+
+    @property
+    def num_classes(self) -> int:
+        if not self._scores:
+            raise ValueError("ROC: no data has been evaluated")
+        return self._scores[0].shape[1]
+
+    def calculate_auc(self, cls: int | None = None) -> float:
+        """AUC for `cls` vs the rest; binary default: class 1."""
+        if cls is None:
+            if self.num_classes != 2:
+                raise ValueError("calculate_auc(): give a class, or use calculate_average_auc() for several classes")
+            cls = 1
+        y = np.concatenate(self._labels)[:, cls]
+        s = np.concatenate(self._scores)[:, cls]
+        return _exact_auc(y, s)
+
+    def calculate_average_auc(self) -> float:
+        return float(np.mean([self.calculate_auc(c) for c in range(self.num_classes)]))
+
+    def roc_curve(self, cls: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        y = np.concatenate(self._labels)[:, cls]
+        s = np.concatenate(self._scores)[:, cls]
+        return _curve(y, s)
+
+    def stats(self) -> str:
+        if self.num_classes == 2:
+            return f"AUC (Area under ROC Curve): {self.calculate_auc():.4f}"
+        lines = [f"AUC class {c} vs rest: {self.calculate_auc(c):.4f}" for c in range(self.num_classes)]
+        lines.append(f"Average AUC: {self.calculate_average_auc():.4f}")
+        return "\n".join(lines)
+
+
+def _curve(y: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """False- and true-positive rates at every distinct threshold (highest first), ties grouped."""
+    pos, neg = y.sum(), len(y) - y.sum()
+    if pos == 0 or neg == 0:
+        raise ValueError(f"ROC needs both classes present: {int(pos)} positives, {int(neg)} negatives")
+    order = np.argsort(-s, kind="mergesort")
+    s, y = s[order], y[order]
+    last = np.r_[np.flatnonzero(np.diff(s)), len(s) - 1]  # end of each group of equal scores
+    tp = np.cumsum(y)[last]
+    fp = (last + 1) - tp
+    return np.r_[0.0, fp / neg], np.r_[0.0, tp / pos]
+
+
+def _exact_auc(y: np.ndarray, s: np.ndarray) -> float:
+    fpr, tpr = _curve(y, s)
+    return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))

@@ -1,0 +1,47 @@
+"""kit.nn: a small neural-network engine on kit arrays and workspaces.
+
+>>> from kit.nn import Network, Dense, ReLU, Adam, mlp, resnet18, WorkspaceMode
+>>> net = mlp(64, hidden=(128,), n_out=10, updater=Adam(1e-3))
+"""
+
+from kit.nn.conv import AvgPool2D, BatchNorm, Conv2D, GlobalAvgPool, MaxPool2D, Residual
+from kit.nn.layers import Dense, Dropout, Flatten, Layer, ParamSpec, ReLU, Sequential, Sigmoid, Softmax, Tanh
+from kit.nn.losses import MSE, Loss, SoftmaxCrossEntropy
+from kit.nn.network import ModelFileError, Network
+from kit.nn.updaters import Adam, Nesterovs, Sgd, Updater
+from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
+from kit.nn.zoo import lenet, mlp, resnet18
+
+__all__ = [
+    "MSE",
+    "Adam",
+    "ArrayType",
+    "AvgPool2D",
+    "BatchNorm",
+    "Conv2D",
+    "Dense",
+    "Dropout",
+    "Flatten",
+    "GlobalAvgPool",
+    "Layer",
+    "LayerWorkspaceMgr",
+    "Loss",
+    "MaxPool2D",
+    "ModelFileError",
+    "Nesterovs",
+    "Network",
+    "ParamSpec",
+    "ReLU",
+    "Residual",
+    "Sequential",
+    "Sgd",
+    "Sigmoid",
+    "Softmax",
+    "SoftmaxCrossEntropy",
+    "Tanh",
+    "Updater",
+    "WorkspaceMode",
+    "lenet",
+    "mlp",
+    "resnet18",
+]

@@ -1,0 +1,374 @@
+"""Layers: each forward has its backward right beside it (micrograd's habit).
+
+    >>> from kit.nn import Dense, ReLU, Sequential
+    >>> block = Sequential([Dense(64), ReLU(), Dense(10)])
+
+The contract (DL4J's, for layer authors): `forward(x, mgr, training)` returns an array made
+with `mgr.create(ArrayType.ACTIVATIONS, ...)`; `backward(eps, mgr)` writes parameter
+gradients into the views `self.grads[name]` and returns the input gradient made with
+`mgr.create(ArrayType.ACTIVATION_GRAD, ...)`. Temporaries come from FF_/BP_WORKING_MEM, so
+no layer allocates around kit. Kernels are written once against `xp` (NumPy or CuPy) on the
+raw arrays (`.data`, which checks staleness), with `out=` everywhere.
+
+Shapes are written per example in `build` (no batch axis) and with the batch in comments.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from kit.ndarray import NDArray
+from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
+
+__all__ = [
+    "Dense",
+    "Dropout",
+    "Flatten",
+    "Layer",
+    "ParamSpec",
+    "ReLU",
+    "Sequential",
+    "Sigmoid",
+    "Softmax",
+    "Tanh",
+    "layer_from_config",
+]
+
+ACT, GRAD, FF, BP = ArrayType.ACTIVATIONS, ArrayType.ACTIVATION_GRAD, ArrayType.FF_WORKING_MEM, ArrayType.BP_WORKING_MEM
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter: its name, shape, how to initialise it, whether L2 applies, and whether
+    the updater trains it (BatchNorm's running statistics are parameters that are not)."""
+
+    name: str
+    shape: tuple[int, ...]
+    init: str  # "xavier" | "he" | "normal:<std>" | "zeros" | "ones"
+    fan_in: int = 1
+    fan_out: int = 1
+    regularize: bool = False
+    trainable: bool = True
+
+
+class Layer:
+    """Base class. Subclasses register themselves by class name for save/load."""
+
+    registry: ClassVar[dict[str, type[Layer]]] = {}
+    weight_init: str | None = None
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        Layer.registry[cls.__name__] = cls
+
+    def __init__(self) -> None:
+        self.params: dict[str, NDArray] = {}
+        self.grads: dict[str, NDArray] = {}
+        self.input_shape: tuple[int, ...] | None = None
+        self.output_shape: tuple[int, ...] | None = None
+
+    # ---- building ------------------------------------------------------------------
+    def build(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """Record the per-example input shape; return the per-example output shape."""
+        self.input_shape = tuple(input_shape)
+        self.output_shape = self._output_shape(self.input_shape)
+        return self.output_shape
+
+    def _output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return input_shape
+
+    def param_specs(self) -> list[ParamSpec]:
+        return []
+
+    def sublayers(self) -> list[Layer]:
+        return []
+
+    @property
+    def is_composite(self) -> bool:
+        """Composite layers (Sequential, residual blocks) scope their sublayers' calls."""
+        return bool(self.sublayers())
+
+    def bind(self, params: dict[str, NDArray], grads: dict[str, NDArray]) -> None:
+        """Receive views into the network's flat parameter and gradient buffers."""
+        self.params, self.grads = params, grads
+
+    def config(self) -> dict[str, Any]:
+        return {"type": type(self).__name__}
+
+    def describe(self) -> str:
+        n = sum(math.prod(s.shape) for s in self.param_specs())
+        return f"{type(self).__name__}: {self.input_shape} -> {self.output_shape}, {n:,} params"
+
+    # ---- computing -----------------------------------------------------------------
+    def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
+        raise NotImplementedError
+
+    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        raise NotImplementedError
+
+    def _check_input(self, x: NDArray) -> None:
+        if x.shape[1:] != self.input_shape:
+            raise ValueError(
+                f"{type(self).__name__}: expected input of shape (batch, {', '.join(map(str, self.input_shape))}), "
+                f"got {x.shape}"
+            )
+
+
+def layer_from_config(cfg: dict[str, Any]) -> Layer:
+    cfg = dict(cfg)
+    kind = cfg.pop("type")
+    cls = Layer.registry.get(kind)
+    if cls is None:
+        raise ValueError(f"unknown layer type {kind!r} in a saved configuration; known: {sorted(Layer.registry)}")
+    if kind in ("Sequential",):
+        return cls([layer_from_config(c) for c in cfg["layers"]])  # type: ignore[call-arg]
+    if "blocks" in cfg:  # residual blocks hold sub-configs
+        return cls.from_config(cfg)  # type: ignore[attr-defined]
+    return cls(**cfg)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+class Dense(Layer):
+    """y = x @ W + b.   x: (B, n_in) -> y: (B, n_out)."""
+
+    def __init__(self, n_out: int, weight_init: str = "xavier") -> None:
+        super().__init__()
+        if not isinstance(n_out, int) or n_out < 1:
+            raise ValueError(f"Dense(n_out={n_out!r}): n_out must be a positive integer")
+        self.n_out, self.weight_init = n_out, weight_init
+
+    def _output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        if len(input_shape) != 1:
+            raise ValueError(
+                f"Dense needs flat inputs (batch, features), got per-example shape {input_shape}; add Flatten()"
+            )
+        return (self.n_out,)
+
+    def param_specs(self) -> list[ParamSpec]:
+        (n_in,) = self.input_shape  # type: ignore[misc]
+        return [
+            ParamSpec("W", (n_in, self.n_out), self.weight_init, n_in, self.n_out, regularize=True),
+            ParamSpec("b", (self.n_out,), "zeros"),
+        ]
+
+    def config(self) -> dict[str, Any]:
+        return {"type": "Dense", "n_out": self.n_out, "weight_init": self.weight_init}
+
+    def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
+        self._check_input(x)
+        xp = x.device.xp
+        self._x = x
+        y = mgr.create(ACT, (x.shape[0], self.n_out), x.dtype, x.device)  # (B, n_out)
+        xp.matmul(x.data, self.params["W"].data, out=y.data)
+        y.data += self.params["b"].data
+        return y
+
+    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        xp = eps.device.xp
+        x, e = self._x.data, eps.data  # (B, n_in), (B, n_out)
+        xp.matmul(x.T, e, out=self.grads["W"].data)  # (n_in, n_out)
+        xp.sum(e, axis=0, out=self.grads["b"].data)
+        dx = mgr.create(GRAD, x.shape, x.dtype, eps.device)
+        xp.matmul(e, self.params["W"].data.T, out=dx.data)  # (B, n_in)
+        return dx
+
+
+# ---------------------------------------------------------------------------------------
+# activations: each keeps its output y for the backward pass
+
+
+class ReLU(Layer):
+    def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
+        y = mgr.create(ACT, x.shape, x.dtype, x.device)
+        x.device.xp.maximum(x.data, 0, out=y.data)
+        self._y = y
+        return y
+
+    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        xp = eps.device.xp
+        mask = mgr.create(BP, eps.shape, np.bool_, eps.device)
+        xp.greater(self._y.data, 0, out=mask.data)
+        dx = mgr.create(GRAD, eps.shape, eps.dtype, eps.device)
+        xp.multiply(eps.data, mask.data, out=dx.data)
+        return dx
+
+
+class Tanh(Layer):
+    def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
+        y = mgr.create(ACT, x.shape, x.dtype, x.device)
+        x.device.xp.tanh(x.data, out=y.data)
+        self._y = y
+        return y
+
+    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        xp = eps.device.xp
+        y = self._y.data
+        t = mgr.create(BP, eps.shape, eps.dtype, eps.device).data
+        xp.multiply(y, y, out=t)
+        xp.subtract(1, t, out=t)  # 1 - y^2
+        dx = mgr.create(GRAD, eps.shape, eps.dtype, eps.device)
+        xp.multiply(eps.data, t, out=dx.data)
+        return dx
+
+
+class Sigmoid(Layer):
+    def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
+        xp = x.device.xp
+        y = mgr.create(ACT, x.shape, x.dtype, x.device)
+        # 1 / (1 + exp(-x)) computed as 0.5 * (1 + tanh(x / 2)): no overflow for large |x|
+        xp.multiply(x.data, 0.5, out=y.data)
+        xp.tanh(y.data, out=y.data)
+        xp.add(y.data, 1, out=y.data)
+        xp.multiply(y.data, 0.5, out=y.data)
+        self._y = y
+        return y
+
+    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        xp = eps.device.xp
+        y = self._y.data
+        t = mgr.create(BP, eps.shape, eps.dtype, eps.device).data
+        xp.subtract(1, y, out=t)
+        xp.multiply(t, y, out=t)  # y (1 - y)
+        dx = mgr.create(GRAD, eps.shape, eps.dtype, eps.device)
+        xp.multiply(eps.data, t, out=dx.data)
+        return dx
+
+
+class Softmax(Layer):
+    """Softmax over the last axis (numerically stable: the row maximum is subtracted)."""
+
+    def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
+        xp = x.device.xp
+        y = mgr.create(ACT, x.shape, x.dtype, x.device)
+        softmax_into(xp, x.data, y.data, mgr.create(FF, (*x.shape[:-1], 1), x.dtype, x.device).data)
+        self._y = y
+        return y
+
+    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        xp = eps.device.xp
+        y, e = self._y.data, eps.data
+        t = mgr.create(BP, e.shape, e.dtype, eps.device).data
+        s = mgr.create(BP, (*e.shape[:-1], 1), e.dtype, eps.device).data
+        xp.multiply(e, y, out=t)
+        xp.sum(t, axis=-1, keepdims=True, out=s)  # sum_j eps_j y_j
+        dx = mgr.create(GRAD, e.shape, e.dtype, eps.device)
+        xp.subtract(e, s, out=dx.data)
+        xp.multiply(dx.data, y, out=dx.data)  # y * (eps - sum(eps * y))
+        return dx
+
+
+def softmax_into(xp: Any, x: Any, out: Any, row: Any) -> None:
+    """out = softmax(x) over the last axis; `row` is scratch of shape (..., 1)."""
+    xp.max(x, axis=-1, keepdims=True, out=row)
+    xp.subtract(x, row, out=out)
+    xp.exp(out, out=out)
+    xp.sum(out, axis=-1, keepdims=True, out=row)
+    xp.divide(out, row, out=out)
+
+
+class Dropout(Layer):
+    """Inverted dropout. `retain` is DL4J's `dropOut(p)`: the probability of *keeping* a unit."""
+
+    def __init__(self, retain: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 < retain <= 1.0:
+            raise ValueError(f"Dropout(retain={retain!r}): the retain probability must be in (0, 1]")
+        self.retain = retain
+
+    def config(self) -> dict[str, Any]:
+        return {"type": "Dropout", "retain": self.retain}
+
+    def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
+        xp = x.device.xp
+        y = mgr.create(ACT, x.shape, x.dtype, x.device)
+        if not training or self.retain == 1.0:
+            xp.copyto(y.data, x.data)
+            self._mask = None
+            return y
+        # uniform draws in working memory (the generators fill float32/float64 only), then the
+        # scaled keep-mask in ACTIVATIONS: backward needs it later in the same iteration
+        draws = mgr.create(FF, x.shape, np.float64 if x.dtype == np.float64 else np.float32, x.device)
+        x.device.rng().random(out=draws.data, dtype=draws.dtype)
+        mask = mgr.create(ACT, x.shape, x.dtype, x.device)
+        xp.less(draws.data, self.retain, out=mask.data, casting="unsafe")
+        xp.multiply(mask.data, 1.0 / self.retain, out=mask.data)
+        xp.multiply(x.data, mask.data, out=y.data)
+        self._mask = mask
+        return y
+
+    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        xp = eps.device.xp
+        dx = mgr.create(GRAD, eps.shape, eps.dtype, eps.device)
+        if self._mask is None:
+            xp.copyto(dx.data, eps.data)
+        else:
+            xp.multiply(eps.data, self._mask.data, out=dx.data)
+        return dx
+
+
+class Flatten(Layer):
+    """(B, ...) -> (B, prod(...)): a view, no copy."""
+
+    def _output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (math.prod(input_shape),)
+
+    def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
+        return x.reshape(x.shape[0], -1)
+
+    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        return eps.reshape(eps.shape[0], *self.input_shape)  # type: ignore[misc]
+
+
+class Sequential(Layer):
+    """Layers applied in order; itself a layer, so blocks nest."""
+
+    def __init__(self, layers: list[Layer]) -> None:
+        super().__init__()
+        if not layers:
+            raise ValueError("Sequential needs at least one layer")
+        self.layers = list(layers)
+
+    def build(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
+        self.input_shape = tuple(input_shape)
+        shape = self.input_shape
+        for layer in self.layers:
+            shape = layer.build(shape)
+        self.output_shape = shape
+        return shape
+
+    def sublayers(self) -> list[Layer]:
+        return self.layers
+
+    def config(self) -> dict[str, Any]:
+        return {"type": "Sequential", "layers": [layer.config() for layer in self.layers]}
+
+    def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
+        for layer in self.layers:
+            x = call_forward(layer, x, mgr, training)
+        return x
+
+    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        for layer in reversed(self.layers):
+            eps = call_backward(layer, eps, mgr)
+        return eps
+
+
+def call_forward(layer: Layer, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
+    """Run one layer's forward; a leaf layer gets its own working-memory scope."""
+    if layer.is_composite:
+        return layer.forward(x, mgr, training)
+    with mgr.layer_call():
+        return layer.forward(x, mgr, training)
+
+
+def call_backward(layer: Layer, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+    if layer.is_composite:
+        return layer.backward(eps, mgr)
+    with mgr.layer_call():
+        return layer.backward(eps, mgr)

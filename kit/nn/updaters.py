@@ -1,0 +1,117 @@
+"""Updaters on the flat parameter vector: SGD, Nesterov momentum, Adam (DL4J's defaults).
+
+    Sgd(lr=0.1)                       p -= lr * g
+    Nesterovs(lr=0.1, momentum=0.9)   DL4J's form: v' = mu v - lr g;  p += -mu v + (1 + mu) v'
+    Adam(lr=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-8), with bias correction
+
+State lives in flat buffers the size of the parameters (so ParallelWrapper can average it);
+temporaries come from UPDATER_WORKING_MEM.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from kit.ndarray import NDArray
+from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
+
+__all__ = ["Adam", "Nesterovs", "Sgd", "Updater", "updater_from_config"]
+
+
+class Updater:
+    registry: ClassVar[dict[str, type[Updater]]] = {}
+    state_names: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        Updater.registry[cls.__name__] = cls
+
+    def __init__(self, lr: float) -> None:
+        if not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+            raise ValueError(f"{type(self).__name__}(lr={lr!r}): the learning rate must be a finite number > 0")
+        self.lr = float(lr)
+
+    def config(self) -> dict[str, Any]:
+        return {"type": type(self).__name__, "lr": self.lr}
+
+    def apply(self, params: NDArray, grads: NDArray, state: dict[str, NDArray], step: int, mgr: LayerWorkspaceMgr):
+        """Update `params` in place from `grads` (step counts from 1)."""
+        raise NotImplementedError
+
+
+def updater_from_config(cfg: dict[str, Any]) -> Updater:
+    cfg = dict(cfg)
+    cls = Updater.registry.get(cfg.pop("type", ""))
+    if cls is None:
+        raise ValueError(f"unknown updater in a saved configuration; known: {sorted(Updater.registry)}")
+    return cls(**cfg)
+
+
+class Sgd(Updater):
+    def __init__(self, lr: float = 0.1) -> None:
+        super().__init__(lr)
+
+    def apply(self, params, grads, state, step, mgr):
+        xp = params.device.xp
+        tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, params.dtype, params.device).data
+        xp.multiply(grads.data, self.lr, out=tmp)
+        params.data -= tmp
+
+
+class Nesterovs(Updater):
+    state_names = ("v",)
+
+    def __init__(self, lr: float = 0.1, momentum: float = 0.9) -> None:
+        super().__init__(lr)
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"Nesterovs(momentum={momentum!r}): must be in [0, 1)")
+        self.momentum = float(momentum)
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "momentum": self.momentum}
+
+    def apply(self, params, grads, state, step, mgr):
+        xp, mu = params.device.xp, self.momentum
+        v = state["v"].data
+        prev = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, params.dtype, params.device).data
+        tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, params.dtype, params.device).data
+        xp.copyto(prev, v)
+        v *= mu
+        xp.multiply(grads.data, self.lr, out=tmp)
+        v -= tmp  # v' = mu v - lr g
+        xp.multiply(prev, -mu, out=prev)
+        xp.multiply(v, 1 + mu, out=tmp)
+        prev += tmp
+        params.data += prev
+
+
+class Adam(Updater):
+    state_names = ("m", "v")
+
+    def __init__(self, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8) -> None:
+        super().__init__(lr)
+        if not (0 <= beta1 < 1 and 0 <= beta2 < 1 and epsilon > 0):
+            raise ValueError(f"Adam(beta1={beta1}, beta2={beta2}, epsilon={epsilon}): betas in [0, 1), epsilon > 0")
+        self.beta1, self.beta2, self.epsilon = float(beta1), float(beta2), float(epsilon)
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
+
+    def apply(self, params, grads, state, step, mgr):
+        xp, g = params.device.xp, grads.data
+        m, v = state["m"].data, state["v"].data
+        tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, params.dtype, params.device).data
+        m *= self.beta1
+        xp.multiply(g, 1 - self.beta1, out=tmp)
+        m += tmp
+        v *= self.beta2
+        xp.multiply(g, g, out=tmp)
+        tmp *= 1 - self.beta2
+        v += tmp
+        alpha = self.lr * math.sqrt(1 - self.beta2**step) / (1 - self.beta1**step)
+        xp.sqrt(v, out=tmp)
+        tmp += self.epsilon * math.sqrt(1 - self.beta2**step)
+        xp.divide(m, tmp, out=tmp)
+        tmp *= alpha
+        params.data -= tmp

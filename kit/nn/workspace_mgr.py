@@ -1,0 +1,188 @@
+"""Workspace modes for networks: which workspace each kind of array lives in.
+
+    WorkspaceMode.NONE      everything on the heap
+    WorkspaceMode.SINGLE    one workspace per iteration holds every array of the iteration
+    WorkspaceMode.SEPARATE  activations (and their gradients) in one workspace per iteration;
+                            each layer's working memory in another that is reset after every
+                            layer call, so its peak is the largest layer's, not the sum
+
+DL4J 1.0 made SINGLE and SEPARATE aliases of ENABLED; here they differ, and chapter 3 and the
+tests measure the difference.
+
+A layer asks its LayerWorkspaceMgr for arrays by ArrayType (ND4J's rule: `forward` returns
+ACTIVATIONS, `backward` returns ACTIVATION_GRAD); temporaries made with ordinary kit ops go
+to the current workspace, which inside a layer call is the working-memory one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from kit.memory import allocate
+from kit.ndarray import NDArray, _wrap
+from kit.workspace import (
+    AllocationPolicy,
+    LearningPolicy,
+    ResetPolicy,
+    SpillPolicy,
+    Workspace,
+    WorkspaceConfig,
+    WorkspaceScopeError,
+    get_workspace_for_current_thread,
+    scope_out_of_workspaces,
+)
+
+__all__ = ["ArrayType", "LayerWorkspaceMgr", "WorkspaceMode"]
+
+
+class WorkspaceMode(enum.Enum):
+    NONE = "NONE"
+    SINGLE = "SINGLE"
+    SEPARATE = "SEPARATE"
+
+
+class ArrayType(enum.Enum):
+    INPUT = "INPUT"
+    ACTIVATIONS = "ACTIVATIONS"
+    ACTIVATION_GRAD = "ACTIVATION_GRAD"
+    FF_WORKING_MEM = "FF_WORKING_MEM"
+    BP_WORKING_MEM = "BP_WORKING_MEM"
+    UPDATER_WORKING_MEM = "UPDATER_WORKING_MEM"
+
+
+# DL4J's MultiLayerNetwork configurations (initialSize 0, BLOCK_LEFT, REALLOCATE, OVERALLOCATE)
+_ACT_CONFIG = WorkspaceConfig(
+    overallocation_limit=0.05,
+    policy_learning=LearningPolicy.FIRST_LOOP,
+    policy_spill=SpillPolicy.REALLOCATE,
+    policy_allocation=AllocationPolicy.OVERALLOCATE,
+    policy_reset=ResetPolicy.BLOCK_LEFT,
+)
+
+
+def _working_config(layer_calls: int) -> WorkspaceConfig:
+    """DL4J: OVER_TIME learning over 2 x (number of layers) cycles, since one layer call is one
+    cycle and the first layers may need no working memory at all."""
+    return WorkspaceConfig(
+        overallocation_limit=0.02,
+        policy_learning=LearningPolicy.OVER_TIME,
+        cycles_before_initialization=max(1, 2 * layer_calls),
+        policy_spill=SpillPolicy.REALLOCATE,
+        policy_allocation=AllocationPolicy.OVERALLOCATE,
+    )
+
+
+WS_SINGLE = "WS_SINGLE"
+WS_ALL_LAYERS_ACT = "WS_ALL_LAYERS_ACT"
+WS_LAYER_WORKING_MEM = "WS_LAYER_WORKING_MEM"
+WS_UPDATER_WORKING_MEM = "WS_UPDATER_WORKING_MEM"
+WS_OUTPUT_MEM = "WS_OUTPUT_MEM"
+
+
+class LayerWorkspaceMgr:
+    """Maps ArrayTypes to workspaces for one mode, on this thread, under a name prefix (so
+    several networks, or several replicas on one thread, keep separate arenas)."""
+
+    def __init__(self, mode: WorkspaceMode, prefix: str = "", device: Any = None, layer_calls: int = 1) -> None:
+        self.mode = WorkspaceMode(mode) if not isinstance(mode, WorkspaceMode) else mode
+        self.prefix = prefix
+        self.layer_calls = layer_calls
+        self.device = device
+        self._local = threading.local()  # workspaces belong to threads: one set per thread
+
+    @property
+    def _ws(self) -> dict[str, Workspace]:
+        found = getattr(self._local, "ws", None)
+        if found is None:
+            found = self._local.ws = {}
+        return found
+
+    def workspace(self, name: str) -> Workspace | None:
+        if self.mode is WorkspaceMode.NONE:
+            return None
+        ws = self._ws.get(name)
+        if ws is None or ws.destroyed:
+            config = _working_config(self.layer_calls) if name == WS_LAYER_WORKING_MEM else _ACT_CONFIG
+            ws = get_workspace_for_current_thread(config, self.prefix + name, self.device)
+            self._ws[name] = ws
+        return ws
+
+    def _for(self, array_type: ArrayType) -> Workspace | None:
+        if self.mode is WorkspaceMode.NONE:
+            return None
+        if self.mode is WorkspaceMode.SINGLE:
+            return self.workspace(WS_SINGLE)
+        if array_type in (ArrayType.FF_WORKING_MEM, ArrayType.BP_WORKING_MEM):
+            return self.workspace(WS_LAYER_WORKING_MEM)
+        if array_type is ArrayType.UPDATER_WORKING_MEM:
+            return self.workspace(WS_UPDATER_WORKING_MEM)
+        return self.workspace(WS_ALL_LAYERS_ACT)
+
+    # ---- scopes --------------------------------------------------------------------
+    @contextlib.contextmanager
+    def iteration(self) -> Iterator[None]:
+        """One training or inference iteration: opens the activations workspace."""
+        if self.mode is WorkspaceMode.NONE:
+            yield
+            return
+        ws = self.workspace(WS_SINGLE if self.mode is WorkspaceMode.SINGLE else WS_ALL_LAYERS_ACT)
+        with ws:
+            yield
+
+    @contextlib.contextmanager
+    def layer_call(self) -> Iterator[None]:
+        """One layer's forward or backward: SEPARATE resets working memory afterwards."""
+        if self.mode is not WorkspaceMode.SEPARATE:
+            yield
+            return
+        with self.workspace(WS_LAYER_WORKING_MEM):
+            yield
+
+    @contextlib.contextmanager
+    def updater(self) -> Iterator[None]:
+        if self.mode is not WorkspaceMode.SEPARATE:
+            yield
+            return
+        with self.workspace(WS_UPDATER_WORKING_MEM):
+            yield
+
+    # ---- arrays --------------------------------------------------------------------
+    def create(self, array_type: ArrayType, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
+        """An uninitialised array in the workspace for `array_type` (or the heap)."""
+        ws = self._for(array_type)
+        dt = np.dtype(dtype)
+        if ws is None:
+            with scope_out_of_workspaces():
+                data, owner = allocate(shape, dt, device)
+            return _wrap(data, device, owner)
+        if not ws.is_scope_active:
+            raise WorkspaceScopeError(
+                f"workspace {ws.name!r} for array type {array_type.name} is not open (ND4J: "
+                f'Workspace "{ws.name}" for array type {array_type.name} is not open)'
+            )
+        data, owner = ws.alloc(shape, dt)
+        return _wrap(data, device, owner)
+
+    def zeros(self, array_type: ArrayType, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
+        out = self.create(array_type, shape, dtype, device)
+        out._data.fill(0)
+        return out
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        return {name: ws.stats() for name, ws in self._ws.items() if not ws.destroyed}
+
+    def peak_bytes(self) -> int:
+        """Sum of the peak bytes used in each of this manager's workspaces."""
+        return sum(s["peak_used"] for s in self.stats().values())
+
+    def destroy(self) -> None:
+        for ws in self._ws.values():
+            if not ws.destroyed and not ws.is_scope_active:
+                ws.destroy()
+        self._ws.clear()
