@@ -409,9 +409,10 @@ class Residual(Layer):
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
         xp, dev = eps.device.xp, eps.device
         g = mgr.create(GRAD, eps.shape, eps.dtype, dev)  # eps through the final ReLU
-        mask = mgr.create(BP, eps.shape, np.bool_, dev).data
-        xp.greater(self._y.data, 0, out=mask)
-        xp.multiply(eps.data, mask, out=g.data)
+        with mgr.layer_call():  # a composite's own working memory gets its own scope
+            mask = mgr.create(BP, eps.shape, np.bool_, dev).data
+            xp.greater(self._y.data, 0, out=mask)
+            xp.multiply(eps.data, mask, out=g.data)
         d = g
         for layer in reversed(self.main):
             d = call_backward(layer, d, mgr)

@@ -1,0 +1,200 @@
+"""Network: accuracy on the embedded digits, workspace modes, files, clones, bad input."""
+
+import numpy as np
+import pytest
+
+import kit
+from kit.data import ArrayIterator, DataSet, load_digits
+from kit.nn import (
+    Adam,
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    MaxPool2D,
+    ModelFileError,
+    Nesterovs,
+    Network,
+    ReLU,
+    Sgd,
+    WorkspaceMode,
+    mlp,
+    resnet18,
+)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits()
+
+
+def test_mlp_reaches_95_percent_on_the_embedded_digits(digits):
+    train, test = digits
+    net = mlp(64, hidden=(128,), n_out=10, updater=Adam(1e-2), seed=1)
+    net.fit(ArrayIterator(train, batch_size=32, shuffle=True, seed=1), epochs=10)
+    acc = net.evaluate(ArrayIterator(test, batch_size=128)).accuracy()
+    assert acc >= 0.95, f"test accuracy {acc:.3f}"
+    assert net.iteration == 10 * 45 and net.epoch == 10
+
+
+@pytest.mark.parametrize("updater", [Sgd(0.1), Nesterovs(0.05), Adam(5e-3)])
+def test_each_updater_lowers_the_loss(digits, updater):
+    train, _ = digits
+    net = mlp(64, hidden=(32,), n_out=10, updater=updater, l2=1e-4)
+    before = net.score(train)
+    net.fit(ArrayIterator(train, batch_size=64, shuffle=True), epochs=3)
+    assert net.score(train) < before * 0.6
+
+
+def test_training_is_identical_in_every_workspace_mode(digits):
+    train, _ = digits
+    results = {}
+    for mode in WorkspaceMode:
+        net = mlp(64, hidden=(32, 16), n_out=10, training_workspace_mode=mode, inference_workspace_mode=mode)
+        net.fit(ArrayIterator(train, batch_size=50), epochs=2)
+        results[mode] = net.params().numpy()
+    np.testing.assert_array_equal(results[WorkspaceMode.NONE], results[WorkspaceMode.SINGLE])
+    np.testing.assert_array_equal(results[WorkspaceMode.NONE], results[WorkspaceMode.SEPARATE])
+
+
+@pytest.mark.parametrize("mode", [WorkspaceMode.SINGLE, WorkspaceMode.SEPARATE])
+def test_zero_heap_allocations_per_iteration_after_learning(digits, mode):
+    train, _ = digits
+    net = Network(
+        [Conv2D(4, 3, padding=1), BatchNorm(), ReLU(), MaxPool2D(2), Flatten(), Dense(10)],
+        (1, 8, 8),
+        training_workspace_mode=mode,
+    )
+    images = DataSet(train.features.numpy().reshape(-1, 1, 8, 8)[:256], train.labels.numpy()[:256])
+    it = ArrayIterator(images, batch_size=32)
+    net.fit(it, epochs=2)  # learning: OVER_TIME working memory needs 2 x layers cycles
+    before = kit.memory.heap_allocations(this_thread=True)
+    net.fit(it, epochs=1)
+    assert kit.memory.heap_allocations(this_thread=True) == before
+    none = Network(
+        [Conv2D(4, 3, padding=1), BatchNorm(), ReLU(), MaxPool2D(2), Flatten(), Dense(10)],
+        (1, 8, 8),
+        training_workspace_mode="NONE",
+    )
+    before = kit.memory.heap_allocations(this_thread=True)
+    none.fit(it, epochs=1)
+    assert kit.memory.heap_allocations(this_thread=True) - before > 8 * 20
+
+
+def test_separate_peak_is_smaller_than_single_on_a_deep_net():
+    x = np.random.default_rng(0).random((16, 3, 16, 16))
+    y = np.random.default_rng(1).integers(0, 10, 16)
+    ds = DataSet(x, y, num_classes=10)
+    peaks = {}
+    for mode in (WorkspaceMode.SINGLE, WorkspaceMode.SEPARATE):
+        layers = []
+        for _ in range(6):
+            layers += [Conv2D(8, 3, padding=1), BatchNorm(), ReLU()]
+        net = Network([*layers, Flatten(), Dense(10)], (3, 16, 16), training_workspace_mode=mode)
+        for _ in range(15):
+            net.fit(ds)
+        stats = net.workspace_stats()["training"]
+        peaks[mode] = sum(s["peak_used"] for s in stats.values())
+    assert peaks[WorkspaceMode.SEPARATE] < 0.8 * peaks[WorkspaceMode.SINGLE], peaks
+
+
+def test_output_is_detached_even_inside_a_users_workspace(digits):
+    _, test = digits
+    net = mlp(64, hidden=(16,), n_out=10)
+    ws = kit.get_workspace_for_current_thread(name="USER")
+    with ws:
+        probs = net.output(test.features)
+    assert not probs.is_attached and probs.is_valid
+    np.testing.assert_allclose(probs.numpy().sum(axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(probs.numpy(), net.output(test.features).numpy())
+
+
+def test_save_load_round_trips_exactly_and_refuses_tampering(digits, tmp_path):
+    train, test = digits
+    net = mlp(64, hidden=(16,), n_out=10, updater=Adam(1e-2))
+    net.fit(ArrayIterator(train, batch_size=64), epochs=1)
+    path = tmp_path / "net.npz"
+    net.save(path)
+    back = Network.load(path)
+    np.testing.assert_array_equal(back.params().numpy(), net.params().numpy())
+    np.testing.assert_array_equal(back.updater_state["m"].numpy(), net.updater_state["m"].numpy())
+    np.testing.assert_array_equal(back.output(test.features).numpy(), net.output(test.features).numpy())
+    assert back.iteration == net.iteration and back.config() == net.config()
+    # continued training matches too (updater state restored)
+    net.fit(ArrayIterator(train, batch_size=64), epochs=1)
+    back.fit(ArrayIterator(train, batch_size=64), epochs=1)
+    np.testing.assert_array_equal(back.params().numpy(), net.params().numpy())
+
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["params"] = arrays["params"].copy()
+    arrays["params"][3] += 1.0
+    tampered = tmp_path / "tampered.npz"
+    np.savez(tampered, **arrays)
+    with pytest.raises(ModelFileError, match="does not match its SHA-256"):
+        Network.load(tampered)
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(ModelFileError, match="not a readable kit model file"):
+        Network.load(broken)
+
+
+def test_save_is_atomic_and_leaves_no_temporary(tmp_path):
+    net = mlp(8, hidden=(4,), n_out=2)
+    net.save(tmp_path / "a.npz")
+    net.save(tmp_path / "a.npz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz"]
+
+
+def test_clone_is_independent(digits):
+    train, _ = digits
+    net = mlp(64, hidden=(16,), n_out=10)
+    twin = net.clone()
+    np.testing.assert_array_equal(twin.params().numpy(), net.params().numpy())
+    twin.fit(ArrayIterator(train, batch_size=64), epochs=1)
+    assert not np.array_equal(twin.params().numpy(), net.params().numpy())
+
+
+def test_params_and_set_params():
+    net = mlp(4, hidden=(3,), n_out=2)
+    p = net.params().numpy()
+    assert p.shape == (4 * 3 + 3 + 3 * 2 + 2,)
+    net.set_params(np.zeros_like(p))
+    assert not net.params().numpy().any()
+    with pytest.raises(ValueError, match="expected 23 values"):
+        net.set_params(np.zeros(5))
+
+
+def test_bad_input_gets_clear_errors(digits):
+    train, _ = digits
+    net = mlp(64, hidden=(8,), n_out=10)
+    with pytest.raises(ValueError, match=r"label 12 at index 1 is out of range for 10 classes"):
+        DataSet(np.zeros((3, 64)), [0, 12, 3], num_classes=10)
+    with pytest.raises(ValueError, match=r"features of shape \(2, 65\) do not fit the first layer, which expects \(batch, 64\)"):
+        net.fit(DataSet(np.zeros((2, 65)), [0, 1], num_classes=10))
+    bad = np.zeros((4, 64))
+    bad[2, 5] = np.nan
+    with pytest.raises(ValueError, match=r"features contain NaN or infinity \(1 values; first at index \[2, 5\]\)"):
+        net.fit(DataSet(bad, [0, 1, 2, 3], num_classes=10))
+    with pytest.raises(TypeError, match="features have dtype float64 but the network computes in float32"):
+        net.output(kit.zeros((2, 64), dtype="float64"))
+    with pytest.raises(ValueError, match=r"labels of shape \(2, 3\) do not match the network's output \(2, 10\)"):
+        net.fit(DataSet(np.zeros((2, 64)), [0, 2], num_classes=3))
+    with pytest.raises(ValueError, match="Dense needs flat inputs"):
+        Network([Dense(3)], (2, 2))
+    with pytest.raises(ValueError, match="learning rate must be a finite number > 0"):
+        Adam(-1)
+    with pytest.raises(ValueError, match="does not fit an input of size 3"):
+        Network([Conv2D(2, 5)], (1, 3, 3))
+
+
+def test_resnet18_forward_and_backward_on_a_tiny_batch():
+    net = resnet18(num_classes=10, in_channels=1, size=16)
+    assert 11_000_000 < net.num_params < 11_300_000  # d2l's ResNet-18: about 11.2 M parameters
+    x = np.random.default_rng(0).random((2, 1, 16, 16))
+    ds = DataSet(x, [3, 7], num_classes=10)
+    score = net.compute_gradient_and_score(ds)
+    assert np.isfinite(score)
+    grads = net.flat_grads.numpy()
+    assert np.all(np.isfinite(grads)) and np.count_nonzero(grads) > 0.5 * grads.size
+    assert net.output(x).shape == (2, 10)
