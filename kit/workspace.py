@@ -348,6 +348,8 @@ class Workspace:
             return data, self
         if self.config.circular and 0 < size <= self.capacity and _debug["mode"] is not DebugMode.SPILL_EVERYTHING:
             self._wrap_around()
+            self.allocations -= 1  # counted again by the retry
+            self._cycle_bytes -= size
             return self.alloc(shape, dtype)
         return self._spill(shape, dtype, nbytes, size), self
 
@@ -483,9 +485,13 @@ class Workspace:
         if size > self.capacity:
             if self._open:
                 raise WorkspaceScopeError(f"workspace {self.name!r}: initialize() inside its own scope")
-            self._retire("the arena was reallocated", ArrayFromOldCycleError)
-            self._gen = _Generation(0, self._lap)
+            if not cfg.circular:
+                self._retire("the arena was reallocated", ArrayFromOldCycleError)
+                self._gen = _Generation(0, self._lap)
+            # circular: arrays handed out earlier keep the old block alive and nothing will
+            # write there again, so they stay valid; new ones start at the new arena's front
             self._arena = None
+            self._offset = 0
             self._allocate_arena(size)
 
     def destroy(self) -> None:
@@ -527,7 +533,10 @@ class Workspace:
             if self.destroyed
             else (f"in cycle {self._entered} (open)" if self._open else f"closed after cycle {self.cycles}")
         )
-        made = f"in cycle {g.cycle}" if g.cycle > 0 else "outside any cycle"
+        if self.config.circular:
+            made = f"in lap {g.lap + 1} of the circular buffer"
+        else:
+            made = f"in cycle {g.cycle}" if g.cycle > 0 else "outside any cycle"
         if self.destroyed:
             kind, how = ArrayFromDestroyedWorkspaceError, how + "; then the workspace was destroyed"
         elif kind is ArrayFromClosedScopeError and self._entered > g.cycle:

@@ -56,7 +56,7 @@ class DataSet:
         if not 0 < fraction < 1:
             raise ValueError(f"split(fraction={fraction!r}): must be strictly between 0 and 1")
         order = np.random.default_rng(seed).permutation(self.num_examples)
-        n = int(round(self.num_examples * fraction))
+        n = round(self.num_examples * fraction)
         return self.take(order[:n]), self.take(order[n:])
 
     def take(self, index: np.ndarray) -> DataSet:
@@ -104,8 +104,8 @@ def _as_labels(y: Any, n: int, num_classes: int | None, dev: Any) -> NDArray:
         if bad.size:
             i = int(bad[0])
             raise ValueError(
-                f"label {int(raw[i])} at index {i} is out of range for {num_classes} classes (valid: 0..{num_classes - 1}); "
-                f"{bad.size} label(s) out of range in all"
+                f"label {int(raw[i])} at index {i} is out of range for {num_classes} classes "
+                f"(valid: 0..{num_classes - 1}); {bad.size} label(s) out of range in all"
             )
         onehot = np.zeros((n, num_classes), dtype=backend.get_default_dtype())
         onehot[np.arange(n), raw] = 1

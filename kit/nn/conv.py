@@ -81,7 +81,7 @@ class Conv2D(Layer):
             raise ValueError(
                 f"Conv2D needs (batch, channels, height, width) inputs, got per-example shape {input_shape}"
             )
-        c, h, w = input_shape
+        _c, h, w = input_shape
         k, s, p = self.kernel, self.stride, self.padding
         return (self.out_channels, _out_size(h, k, s, p, "Conv2D"), _out_size(w, k, s, p, "Conv2D"))
 
@@ -117,7 +117,7 @@ class Conv2D(Layer):
         y.data += self.params["b"].data.reshape(1, oc, 1, 1)
         return y
 
-    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray | None:
         xp, dev = eps.device.xp, eps.device
         x = self._x.data
         b, c, h, w_in = x.shape
@@ -129,6 +129,8 @@ class Conv2D(Layer):
         cols = self._columns(x, xp, mgr, BP, dev)
         xp.matmul(e2.T, cols, out=self.grads["W"].data.reshape(oc, -1))
         xp.sum(eps.data, axis=(0, 2, 3), out=self.grads["b"].data)
+        if self.skip_input_grad:
+            return None
         dcols = mgr.create(BP, (b * oh * ow, c * k * k), eps.dtype, dev).data
         xp.matmul(e2, self.params["W"].data.reshape(oc, -1), out=dcols)
         dc = dcols.reshape(b, oh, ow, c, k, k)

@@ -60,6 +60,7 @@ class Layer:
 
     registry: ClassVar[dict[str, type[Layer]]] = {}
     weight_init: str | None = None
+    skip_input_grad = False  # set on a network's first layer, whose input gradient is unused
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -169,11 +170,13 @@ class Dense(Layer):
         y.data += self.params["b"].data
         return y
 
-    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray | None:
         xp = eps.device.xp
         x, e = self._x.data, eps.data  # (B, n_in), (B, n_out)
         xp.matmul(x.T, e, out=self.grads["W"].data)  # (n_in, n_out)
         xp.sum(e, axis=0, out=self.grads["b"].data)
+        if self.skip_input_grad:  # the network's first layer: nobody needs d loss / d input
+            return None
         dx = mgr.create(GRAD, x.shape, x.dtype, eps.device)
         xp.matmul(e, self.params["W"].data.T, out=dx.data)  # (B, n_in)
         return dx

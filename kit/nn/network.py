@@ -66,6 +66,7 @@ class Network:
         device: Any = None,
         training_workspace_mode: WorkspaceMode | str = WorkspaceMode.SEPARATE,
         inference_workspace_mode: WorkspaceMode | str = WorkspaceMode.SINGLE,
+        input_gradient: bool = False,
     ) -> None:
         self.body = layers if isinstance(layers, Sequential) else Sequential(list(layers))
         self.input_shape = tuple(int(n) for n in input_shape)
@@ -79,6 +80,9 @@ class Network:
         self.training_workspace_mode = WorkspaceMode(training_workspace_mode)
         self.inference_workspace_mode = WorkspaceMode(inference_workspace_mode)
         self.output_shape = self.body.build(self.input_shape)
+        # the first layer's input gradient is unused unless asked for (gradient checks, saliency)
+        self.input_gradient = bool(input_gradient)
+        self.body.layers[0].skip_input_grad = not self.input_gradient
         self.iteration = 0
         self.epoch = 0
         self.last_score = float("nan")
@@ -158,7 +162,8 @@ class Network:
             )
         if x.dtype != self.dtype:
             raise TypeError(
-                f"features have dtype {x.dtype} but the network computes in {self.dtype}; convert with .astype('{self.dtype}')"
+                f"features have dtype {x.dtype} but the network computes in {self.dtype}; "
+                f"convert with .astype('{self.dtype}')"
             )
         if x.shape[1:] != self.input_shape:
             raise ValueError(
@@ -251,14 +256,23 @@ class Network:
         memory.maybe_gc()
         return score
 
-    def fit(self, data: DataSet | Iterable[DataSet], epochs: int = 1, listeners: Iterable[Any] = ()) -> Network:
-        """Train on a DataSet (one iteration, as DL4J's fit(DataSet)) or an iterator (epochs)."""
+    def fit(
+        self, data: DataSet | Iterable[DataSet], epochs: int = 1, listeners: Iterable[Any] = (), prefetch: int = 0
+    ) -> Network:
+        """Train on a DataSet (one iteration, as DL4J's fit(DataSet)) or an iterator (epochs).
+        `prefetch=N` wraps an iterator that allows it in an AsyncPrefetchIterator with a queue
+        of N (DL4J always wraps, with a queue of 2; kit asks you to choose)."""
         listeners = list(listeners)
         if isinstance(data, DataSet):
             self._iteration_with_listeners(data, listeners, etl_ms=0.0)
             return self
         if not isinstance(epochs, int) or epochs < 1:
             raise ValueError(f"fit(epochs={epochs!r}): must be a positive integer")
+        if prefetch and getattr(data, "async_supported", False):
+            from kit.data.async_iter import AsyncPrefetchIterator
+
+            with AsyncPrefetchIterator(data, prefetch=prefetch, device=self.device) as wrapped:
+                return self.fit(wrapped, epochs, listeners)
         self._stop = False
         for listener in listeners:
             _call(listener, "on_fit_start", self)
@@ -453,7 +467,8 @@ class Network:
         lines = [f"Network on {self.device}: input {self.input_shape} -> output {self.output_shape}"]
         lines += [f"  {layer.describe()}" for layer in self.body.layers]
         lines.append(
-            f"  {self.num_params:,} parameters ({self.num_params * self.dtype.itemsize / 2**20:.2f} MiB, one flat buffer)"
+            f"  {self.num_params:,} parameters "
+            f"({self.num_params * self.dtype.itemsize / 2**20:.2f} MiB, one flat buffer)"
         )
         lines.append(
             f"  loss {type(self.loss).__name__}, updater {self.updater.config()}, l2 {self.l2}, workspaces: "

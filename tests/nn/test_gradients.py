@@ -55,8 +55,13 @@ def check(layers, input_shape, batch=3, training=True, mode=WorkspaceMode.NONE, 
     rng = np.random.default_rng(seed)
     probe = Network(layers, input_shape, dtype="float64", training_workspace_mode=mode)
     net = Network(
-        [l for l in probe.body.layers], input_shape, loss=Projection(rng.standard_normal((batch, *probe.output_shape))),
-        dtype="float64", training_workspace_mode=mode, seed=seed,
+        list(probe.body.layers),
+        input_shape,
+        loss=Projection(rng.standard_normal((batch, *probe.output_shape))),
+        dtype="float64",
+        training_workspace_mode=mode,
+        seed=seed,
+        input_gradient=True,
     )
     params = net.flat_params.numpy()
     # generic values (BN gamma != 1); running statistics random but with a positive variance
@@ -155,7 +160,7 @@ def test_loss_gradients_match_finite_differences(loss):
     labels = kit.asarray(t)
     mgr = net._train_mgr
     with mgr.iteration():
-        value, grad = loss.value_and_grad(kit.asarray(z.copy()), labels, mgr)
+        _value, grad = loss.value_and_grad(kit.asarray(z.copy()), labels, mgr)
         grad = grad.numpy().copy()
     num = np.zeros_like(z)
     h = 1e-6

@@ -166,11 +166,13 @@ def test_params_and_set_params():
 
 
 def test_bad_input_gets_clear_errors(digits):
-    train, _ = digits
+    _train, _ = digits
     net = mlp(64, hidden=(8,), n_out=10)
     with pytest.raises(ValueError, match=r"label 12 at index 1 is out of range for 10 classes"):
         DataSet(np.zeros((3, 64)), [0, 12, 3], num_classes=10)
-    with pytest.raises(ValueError, match=r"features of shape \(2, 65\) do not fit the first layer, which expects \(batch, 64\)"):
+    with pytest.raises(
+        ValueError, match=r"features of shape \(2, 65\) do not fit the first layer, which expects \(batch, 64\)"
+    ):
         net.fit(DataSet(np.zeros((2, 65)), [0, 1], num_classes=10))
     bad = np.zeros((4, 64))
     bad[2, 5] = np.nan

@@ -2,6 +2,7 @@
 
     python -m kit bench arrays       # kit op vs the same raw NumPy/CuPy op, small and large
     python -m kit bench workspaces   # plain vs caching allocator vs workspace, MLP-sized cycle
+    python -m kit bench train        # training steps: kit vs NumPy (vs PyTorch), modes, ETL
 
 Timings are never asserted in tests (shared, noisy machines); each benchmark interleaves the
 variants in every repeat, so drift hits them alike, and reports the median.
@@ -229,7 +230,11 @@ def run(name: str, quick: bool = False) -> dict[str, Any]:
         return bench_arrays(quick)
     if name == "workspaces":
         return bench_workspaces(quick)
-    raise ValueError(f"unknown benchmark {name!r}: arrays, workspaces")
+    if name == "train":
+        from kit.bench.train import bench_train
+
+        return bench_train(quick)
+    raise ValueError(f"unknown benchmark {name!r}: arrays, workspaces, train")
 
 
 def format_result(result: dict[str, Any]) -> str:

@@ -1,0 +1,203 @@
+"""Asynchronous prefetch (ND4J's AsyncDataSetIterator) and its shield.
+
+    >>> it = AsyncPrefetchIterator(ArrayIterator(train, 64), prefetch=4)
+    >>> for batch in it: net.fit(batch)          # batches made ahead on a background thread
+    >>> it.shutdown()                            # or: with AsyncPrefetchIterator(...) as it:
+
+A background thread copies each batch into a *circular* workspace (ND4J's configuration:
+ENDOFBUFFER_REACHED, room for prefetch + 3 batches, at least `min_size` bytes) and queues it.
+ND4J's rule: consume a batch before the following `next()`s, and `detach()` one you want to
+keep, because its memory will be overwritten. ND4J does not check it (dl4j#3281: a kept batch
+silently changes); kit raises ArrayOverwrittenError once the ring has really laid new data
+over the kept batch.
+
+AsyncShieldIterator wraps an iterator so that nothing prefetches it (async_supported False).
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from kit.data.dataset import DataSet, DataSetIterator, _raw
+from kit.devices import as_device
+from kit.workspace import (
+    AllocationPolicy,
+    LearningPolicy,
+    ResetPolicy,
+    SpillPolicy,
+    WorkspaceConfig,
+    get_workspace_for_current_thread,
+)
+
+__all__ = ["AsyncPrefetchIterator", "AsyncShieldIterator"]
+
+_EPOCH, _STOP, _END = object(), object(), object()
+_serial = itertools.count()
+
+
+class _Failure:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class AsyncPrefetchIterator(DataSetIterator):
+    async_supported = False  # never wrapped twice
+
+    def __init__(
+        self,
+        base: Any,
+        prefetch: int = 8,
+        use_workspace: bool = True,
+        min_size: int = 10 << 20,
+        device: Any = None,
+    ) -> None:
+        if not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f"AsyncPrefetchIterator(prefetch={prefetch!r}): must be a positive integer")
+        self.base = base
+        self.prefetch = max(2, prefetch)  # ND4J: a queue smaller than 2 becomes 2
+        self.batch_size = getattr(base, "batch_size", 0)
+        self.use_workspace = use_workspace
+        self.config = WorkspaceConfig(
+            min_size=min_size,
+            overallocation_limit=float(self.prefetch + 2),
+            policy_reset=ResetPolicy.ENDOFBUFFER_REACHED,
+            policy_learning=LearningPolicy.FIRST_LOOP,
+            policy_allocation=AllocationPolicy.OVERALLOCATE,
+            policy_spill=SpillPolicy.REALLOCATE,
+        )
+        self.device = as_device(device)
+        self.workspace = None  # the producer thread's circular workspace, once it exists
+        self._requests: queue.Queue = queue.Queue()
+        self._out: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        self._abort = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.etl_ms_total = 0.0
+
+    # ---- the producer --------------------------------------------------------------
+    def _run(self) -> None:
+        from kit.devices import attach_thread_to_device
+
+        attach_thread_to_device(self.device)
+        ws = get_workspace_for_current_thread(self.config, f"ADSI_ITER-{next(_serial)}", self.device)
+        self.workspace = ws
+        try:
+            while True:
+                cmd = self._requests.get()
+                if cmd is _STOP:
+                    return
+                try:
+                    for ds in self.base:
+                        if self._abort.is_set():
+                            break
+                        if self.use_workspace:
+                            with ws:
+                                batch = _raw(ds.features.dup(), ds.labels.dup())
+                        else:
+                            batch = ds.detach() if ds.features.is_attached else ds
+                        if not self._put(batch):
+                            break
+                    if hasattr(self.base, "reset"):
+                        self.base.reset()
+                except BaseException as exc:  # reaches the consumer, never a silent hang
+                    self._put(_Failure(exc))
+                self._put(_END, force=True)
+        finally:
+            ws.destroy()
+
+    def _put(self, item: Any, force: bool = False) -> bool:
+        while True:
+            if self._abort.is_set() and not force:
+                return False
+            try:
+                self._out.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+
+    # ---- the consumer --------------------------------------------------------------
+    def __iter__(self) -> Iterator[DataSet]:
+        if self._closed:
+            raise RuntimeError("AsyncPrefetchIterator was shut down; make a new one")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kit-prefetch", daemon=True)
+            self._thread.start()
+        self._abort.clear()
+        self._requests.put(_EPOCH)
+        finished = False
+        try:
+            while True:
+                item = self._out.get()
+                if item is _END:
+                    finished = True
+                    return
+                if isinstance(item, _Failure):
+                    self._drain()
+                    finished = True
+                    raise item.exc
+                yield item
+        finally:
+            if not finished:  # the consumer stopped early: stop the producer's epoch cleanly
+                self._abort.set()
+                self._drain()
+
+    def _drain(self) -> None:
+        """Discard queued batches until the producer's end marker (or the producer is gone)."""
+        while True:
+            try:
+                item = self._out.get(timeout=0.05)
+            except queue.Empty:
+                if self._thread is None or not self._thread.is_alive():
+                    return
+                continue
+            if item is _END:
+                return
+
+    def reset(self) -> None:
+        """Each iteration is a new epoch; nothing to do."""
+
+    def shutdown(self) -> None:
+        """Stop the background thread and release its workspace."""
+        if self._thread is not None and self._thread.is_alive():
+            self._abort.set()
+            self._requests.put(_STOP)
+            while self._thread.is_alive():  # make room so a blocked producer can finish
+                try:
+                    self._out.get_nowait()
+                except queue.Empty:
+                    pass
+                self._thread.join(timeout=0.05)
+        self._closed = True
+
+    def __enter__(self) -> AsyncPrefetchIterator:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def __del__(self) -> None:
+        try:
+            self.shutdown()
+        except Exception:  # interpreter shutdown
+            pass
+
+
+class AsyncShieldIterator(DataSetIterator):
+    """Plain delegation that tells kit's loops not to prefetch this iterator."""
+
+    async_supported = False
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+        self.batch_size = getattr(base, "batch_size", 0)
+
+    def __iter__(self) -> Iterator[DataSet]:
+        return iter(self.base)
+
+    def reset(self) -> None:
+        if hasattr(self.base, "reset"):
+            self.base.reset()

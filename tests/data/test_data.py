@@ -1,0 +1,182 @@
+"""DataSet, ArrayIterator, async prefetch (and the kept-batch trap), IDX files, data sets."""
+
+import gzip
+import hashlib
+import threading
+
+import numpy as np
+import pytest
+
+import kit
+from kit.data import ArrayIterator, AsyncPrefetchIterator, AsyncShieldIterator, DataSet, load_digits, read_idx
+from kit.data import datasets as ds_module
+from kit.workspace import ArrayOverwrittenError
+
+
+def small(n=100, features=4, classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return DataSet(rng.random((n, features)), rng.integers(0, classes, n), num_classes=classes)
+
+
+def test_dataset_one_hot_and_checks():
+    ds = DataSet(np.zeros((3, 2)), [2, 0, 1], num_classes=3)
+    assert ds.labels.numpy().tolist() == [[0, 0, 1], [1, 0, 0], [0, 1, 0]]
+    assert ds.features.dtype == np.float32 and ds.num_classes == 3
+    with pytest.raises(ValueError, match="3 feature rows but 2 labels"):
+        DataSet(np.zeros((3, 2)), [0, 1])
+    with pytest.raises(ValueError, match=r"label -1 at index 0 is out of range"):
+        DataSet(np.zeros((1, 2)), [-1], num_classes=2)
+    with pytest.raises(TypeError, match="class labels must be integers"):
+        DataSet(np.zeros((2, 2)), [0.5, 1.0])
+    with pytest.raises(ValueError, match="need a batch axis"):
+        DataSet(np.zeros(3), [0, 1, 2])
+
+
+def test_array_iterator_covers_every_example_once_per_epoch():
+    data = small(103)
+    it = ArrayIterator(data, batch_size=10, shuffle=True, seed=3)
+    assert len(it) == 11
+    for _ in range(2):
+        seen = np.concatenate([b.features.numpy() for b in it])
+        assert seen.shape == (103, 4)
+        np.testing.assert_array_equal(np.sort(seen, axis=0), np.sort(data.features.numpy(), axis=0))
+    first = [b.features.numpy()[0].copy() for b in ArrayIterator(data, 10, shuffle=True, seed=3)]
+    again = [b.features.numpy()[0].copy() for b in ArrayIterator(data, 10, shuffle=True, seed=3)]
+    np.testing.assert_array_equal(first, again)  # seeded
+    assert len(list(ArrayIterator(data, 10, drop_last=True))) == 10
+
+
+def test_unshuffled_batches_are_views_no_allocation():
+    data = small(64)
+    before = kit.memory.heap_allocations(this_thread=True)
+    batches = list(ArrayIterator(data, batch_size=16))
+    assert kit.memory.heap_allocations(this_thread=True) == before and len(batches) == 4
+
+
+def test_async_prefetch_yields_the_same_batches_in_order():
+    data = small(200)
+    plain = [b.features.numpy().copy() for b in ArrayIterator(data, 16)]
+    with AsyncPrefetchIterator(ArrayIterator(data, 16), prefetch=3, min_size=0) as it:
+        for _ in range(2):  # two epochs on one background thread
+            got = [b.features.numpy().copy() for b in it]
+            assert len(got) == len(plain)
+            for a, b in zip(got, plain):
+                np.testing.assert_array_equal(a, b)
+        assert it.workspace.config.circular and it.workspace.resets > 0
+    assert not any(t.name == "kit-prefetch" for t in threading.enumerate())
+
+
+def test_a_batch_kept_past_its_turn_raises_instead_of_changing():
+    data = small(600)
+    with AsyncPrefetchIterator(ArrayIterator(data, 20), prefetch=2, min_size=0) as it:
+        batches = iter(it)
+        for _ in range(3):
+            next(batches)  # past the learning cycle, into the ring
+        kept = next(batches)
+        raw_view = kept.features.numpy()  # what ND4J users effectively hold: the memory itself
+        snapshot = raw_view.copy()
+        for _ in range(12):
+            next(batches)
+        with pytest.raises(ArrayOverwrittenError, match="wrapped around"):
+            kept.features.sum()
+        assert not np.array_equal(raw_view, snapshot)  # the memory really holds other data now
+        safe = next(batches).detach()
+        for _ in range(5):
+            next(batches)
+        assert safe.features.is_valid
+
+
+def test_async_prefetch_reports_producer_errors():
+    class Exploding:
+        batch_size = 4
+
+        def __iter__(self):
+            yield small(4)
+            raise OSError("disk went away")
+
+    it = AsyncPrefetchIterator(Exploding(), prefetch=2, min_size=0)
+    with pytest.raises(OSError, match="disk went away"):
+        list(it)
+    it.shutdown()
+
+
+def test_stopping_early_and_shield():
+    data = small(100)
+    with AsyncPrefetchIterator(ArrayIterator(data, 10), prefetch=2, min_size=0) as it:
+        for i, _ in enumerate(it):
+            if i == 2:
+                break
+        assert len(list(it)) == 10  # the next epoch is whole
+    shield = AsyncShieldIterator(ArrayIterator(data, 10))
+    assert not shield.async_supported and len(list(shield)) == 10
+
+
+def write_idx(path, array, magic_type=0x08):
+    header = bytes([0, 0, magic_type, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
+    raw = header + array.astype(">u1").tobytes()
+    path.write_bytes(gzip.compress(raw))
+    return hashlib.sha256(raw).hexdigest()
+
+
+def test_idx_parser_on_generated_files(tmp_path):
+    images = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    sha = write_idx(tmp_path / "img.gz", images)
+    np.testing.assert_array_equal(read_idx(tmp_path / "img.gz", sha), images)
+    with pytest.raises(ValueError, match="SHA-256 of the decompressed data"):
+        read_idx(tmp_path / "img.gz", "0" * 64)
+    (tmp_path / "bad").write_bytes(b"\x01\x02\x08\x01\x00\x00\x00\x02ab")
+    with pytest.raises(ValueError, match="not an IDX file"):
+        read_idx(tmp_path / "bad")
+    (tmp_path / "short").write_bytes(bytes([0, 0, 8, 1, 0, 0, 0, 5, 1, 2]))
+    with pytest.raises(ValueError, match="needs 13"):
+        read_idx(tmp_path / "short")
+
+
+def test_fashion_mnist_loader_finds_files_in_kit_data(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    files = {}
+    for split, n in (("train", 6), ("t10k", 4)):
+        files[f"{split}-images-idx3-ubyte.gz"] = write_idx(
+            tmp_path / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28))
+        )
+        files[f"{split}-labels-idx1-ubyte.gz"] = write_idx(
+            tmp_path / f"{split}-labels-idx1-ubyte.gz", rng.integers(0, 10, n)
+        )
+    monkeypatch.setenv("KIT_DATA", str(tmp_path))
+    monkeypatch.setattr(ds_module, "FASHION_MNIST_FILES", {k: (v, 0) for k, v in files.items()})
+    train, test = ds_module.load_fashion_mnist()
+    assert train.features.shape == (6, 1, 28, 28) and test.num_examples == 4
+    assert 0.0 <= float(train.features.min()) and float(train.features.max()) <= 1.0
+
+
+def test_fashion_mnist_missing_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIT_DATA", str(tmp_path))
+    monkeypatch.setattr(ds_module, "DEBIAN_DIR", tmp_path / "nowhere")
+    monkeypatch.setattr(ds_module, "DATA_DIR", tmp_path / "nodata")
+    with pytest.raises(ds_module.DataNotFoundError, match="apt-get install dataset-fashion-mnist"):
+        ds_module.load_fashion_mnist()
+
+
+@pytest.mark.skipif(ds_module.find_fashion_mnist() is None, reason="Fashion-MNIST files are not on this machine")
+def test_real_fashion_mnist_files_verify():
+    train, test = ds_module.load_fashion_mnist(limit=100)
+    assert train.features.shape == (100, 1, 28, 28) and test.num_classes == 10
+
+
+def test_embedded_digits():
+    train, test = load_digits()
+    assert train.num_examples + test.num_examples == 1797
+    assert train.features.shape[1:] == (64,) and float(train.features.max()) == 1.0
+    assert set(np.argmax(test.labels.numpy(), axis=1)) == set(range(10))
+
+
+def test_shutdown_with_a_suspended_consumer_does_not_hang():
+    data = small(400)
+    with AsyncPrefetchIterator(ArrayIterator(data, 10), prefetch=2, min_size=0) as it:
+        batches = iter(it)
+        for _ in range(3):
+            next(batches)  # the producer is now blocked on a full queue
+    assert not it._thread.is_alive()
+    batches.close()  # the generator's cleanup must not wait for a producer that is gone
+    with pytest.raises(RuntimeError, match="shut down"):
+        list(it)

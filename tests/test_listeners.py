@@ -1,0 +1,38 @@
+import io
+import re
+
+from kit.data import ArrayIterator, load_digits
+from kit.listeners import PerformanceListener, ScoreIterationListener, StatsRecorder, TrainingDashboard
+from kit.nn import mlp
+
+
+def test_listeners_report_in_dl4js_formats(tmp_path):
+    train, _ = load_digits()
+    out = io.StringIO()
+    score = ScoreIterationListener(10, stream=out)
+    perf = PerformanceListener(5, report_score=True, stream=out)
+    stats = StatsRecorder(tmp_path / "run.jsonl", memory_every=5)
+    net = mlp(64, hidden=(16,), n_out=10)
+    net.fit(ArrayIterator(train, batch_size=64), epochs=2, listeners=[score, perf, stats])
+    perf.close()
+    assert len(score.lines) == net.iteration // 10
+    assert re.fullmatch(r"Score at iteration 10 is \d+\.\d+", score.lines[0])
+    pattern = (
+        r"ETL: [\d.]+ ms; iteration \d+; iteration time: [\d.]+ ms; samples/sec: \d+\.\d{3}; "
+        r"batches/sec: \d+\.\d{3}; score: [\d.]+; GC: \[python gc: \d+ \(\d+ms\)\];"
+    )
+    assert perf.lines and all(re.fullmatch(pattern, line) for line in perf.lines), perf.lines[:2]
+    records = StatsRecorder.read(tmp_path / "run.jsonl")
+    assert [r["iteration"] for r in records] == list(range(1, net.iteration + 1))
+    assert all(r["score"] > 0 for r in records) and "rss_bytes" in records[4]
+    assert records[0]["epoch"] == 0 and records[-1]["epoch"] == 1
+
+
+def test_dashboard_outside_a_kernel_prints_throttled_lines(capsys):
+    train, _ = load_digits()
+    dash = TrainingDashboard(total_iterations=23)
+    net = mlp(64, hidden=(16,), n_out=10)
+    net.fit(ArrayIterator(train, batch_size=64), epochs=1, listeners=[dash])
+    out = capsys.readouterr().out
+    assert "training: 23/23" in out and "memory:" in out
+    assert len(dash.scores) == 23
