@@ -1,0 +1,227 @@
+"""Threshold encoding of updates (DL4J's SHARED_GRADIENTS), threshold algorithms, residual clipping.
+
+    msg = threshold_encode(residual, tau)     # int32 message; residual keeps what was not sent
+    threshold_decode(msg, update)             # update[i] += +-tau for each encoded index
+
+Message format (libnd4j's): a 4-int header [capacity, length, tau as float32 bits, encoding]
+followed by the payload. FLEXIBLE (sparse) encoding stores `+(i+1)` for `x[i] >= tau` and
+`-(i+1)` for `x[i] <= -tau`; when as many as length/16 elements pass, it switches to BITMAP
+encoding, 2 bits per element (0: nothing, 1: +tau, 2: -tau). Encoding subtracts what it sends
+from the residual in place, so nothing is lost: it is sent later, once it has grown past tau.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "BITMAP_ENCODING",
+    "FLEXIBLE_ENCODING",
+    "AdaptiveThresholdAlgorithm",
+    "FixedThresholdAlgorithm",
+    "NoOpResidualPostProcessor",
+    "ResidualClippingPostProcessor",
+    "TargetSparsityThresholdAlgorithm",
+    "ThresholdAlgorithm",
+    "encoded_count",
+    "threshold_decode",
+    "threshold_encode",
+]
+
+FLEXIBLE_ENCODING = 0
+BITMAP_ENCODING = 1
+_SHIFTS = np.arange(16, dtype=np.uint32) * 2
+
+
+def _float_bits(tau: float) -> int:
+    return int(np.array([tau], dtype=np.float32).view(np.int32)[0])
+
+
+def _bits_float(bits: int) -> float:
+    return float(np.array([bits], dtype=np.int32).view(np.float32)[0])
+
+
+def threshold_encode(residual: Any, tau: float, boundary: int | None = None) -> np.ndarray | None:
+    """Encode the elements of `residual` (1-D, NumPy or CuPy) with |x| >= tau; subtract the
+    encoded part from `residual` in place. Returns an int32 message (host), or None when no
+    element reaches tau."""
+    if not tau > 0 or not math.isfinite(tau):
+        raise ValueError(f"threshold_encode: tau must be a finite number > 0, got {tau!r}")
+    xp = _xp(residual)
+    n = residual.size
+    tau32 = float(np.float32(tau))
+    pos = residual >= tau32
+    neg = residual <= -tau32
+    count = int(pos.sum()) + int(neg.sum())
+    if count == 0:
+        return None
+    limit = max(1, n // 16) if boundary is None else boundary
+    residual -= pos * residual.dtype.type(tau32)
+    residual += neg * residual.dtype.type(tau32)
+    if count >= limit:  # dense: a 2-bit code per element
+        codes = pos.astype(xp.uint32) + neg.astype(xp.uint32) * 2
+        padded = xp.zeros(-(-n // 16) * 16, dtype=xp.uint32)
+        padded[:n] = codes
+        packed = (padded.reshape(-1, 16) << xp.asarray(_SHIFTS)).sum(axis=1, dtype=xp.uint32)
+        body = _to_host(packed).view(np.int32)
+        header = [n // 16 + 5, n, _float_bits(tau32), BITMAP_ENCODING]
+    else:
+        idx = xp.flatnonzero(pos | neg)
+        signs = xp.where(pos[idx], 1, -1)
+        body = _to_host((idx + 1) * signs).astype(np.int32)
+        header = [limit, n, _float_bits(tau32), FLEXIBLE_ENCODING]
+    return np.concatenate([np.asarray(header, dtype=np.int32), body])
+
+
+def threshold_decode(message: np.ndarray, target: Any) -> None:
+    """target[i] += +-tau for every index in the message (adds: messages sum)."""
+    if message.dtype != np.int32 or message.size < 4:
+        raise ValueError("threshold_decode: not an encoded message (int32 with a 4-int header)")
+    _, n, bits, kind = (int(v) for v in message[:4])
+    if target.size != n:
+        raise ValueError(f"threshold_decode: the message encodes {n} elements but the target has {target.size}")
+    tau = target.dtype.type(_bits_float(bits))
+    xp = _xp(target)
+    body = xp.asarray(message[4:])
+    if kind == FLEXIBLE_ENCODING:
+        idx = xp.abs(body) - 1
+        target[idx] += xp.where(body > 0, tau, -tau).astype(target.dtype)  # indices are unique
+    elif kind == BITMAP_ENCODING:
+        codes = ((body.view(xp.uint32)[:, None] >> xp.asarray(_SHIFTS)) & 3).reshape(-1)[:n]
+        target += (codes == 1) * tau
+        target -= (codes == 2) * tau
+    else:
+        raise ValueError(f"threshold_decode: unknown encoding {kind}")
+
+
+def encoded_count(message: np.ndarray | None) -> int:
+    """How many elements a message moves (for sparsity ratios)."""
+    if message is None:
+        return 0
+    if int(message[3]) == FLEXIBLE_ENCODING:
+        return int(message.size - 4)
+    codes = (message[4:].view(np.uint32)[:, None] >> _SHIFTS) & 3
+    return int(np.count_nonzero(codes.reshape(-1)[: int(message[1])]))
+
+
+def _xp(a: Any) -> Any:
+    if isinstance(a, np.ndarray):
+        return np
+    import cupy
+
+    return cupy
+
+
+def _to_host(a: Any) -> np.ndarray:
+    return a if isinstance(a, np.ndarray) else a.get()
+
+
+# ---------------------------------------------------------------------------------------
+# threshold algorithms (DL4J's, with their defaults)
+
+
+class ThresholdAlgorithm:
+    def calculate_threshold(
+        self,
+        iteration: int,
+        epoch: int,
+        last_threshold: float | None,
+        last_was_dense: bool | None,
+        last_sparsity: float | None,
+    ) -> float:
+        raise NotImplementedError
+
+    def clone(self) -> ThresholdAlgorithm:
+        return type(self)(**self.__dict__)
+
+
+class FixedThresholdAlgorithm(ThresholdAlgorithm):
+    def __init__(self, threshold: float = 1e-3) -> None:
+        if not threshold > 0:
+            raise ValueError(f"FixedThresholdAlgorithm(threshold={threshold!r}): must be > 0")
+        self.threshold = float(threshold)
+
+    def calculate_threshold(self, iteration, epoch, last_threshold, last_was_dense, last_sparsity):
+        return self.threshold
+
+
+class AdaptiveThresholdAlgorithm(ThresholdAlgorithm):
+    """Keep tau while the last sparsity is within [min_target, max_target]; below it (too
+    sparse) tau *= decay, above it (too dense) tau /= decay. A dense step counts as 1/16."""
+
+    def __init__(
+        self,
+        initial_threshold: float = 1e-4,
+        min_target_sparsity: float = 1e-4,
+        max_target_sparsity: float = 1e-2,
+        decay_rate: float = 0.5 ** (1 / 20),
+    ) -> None:
+        if not initial_threshold > 0:
+            raise ValueError(f"AdaptiveThresholdAlgorithm: initial_threshold must be > 0, got {initial_threshold}")
+        if not 0 < min_target_sparsity < max_target_sparsity <= 1:
+            raise ValueError(
+                f"AdaptiveThresholdAlgorithm: need 0 < min_target_sparsity ({min_target_sparsity}) < "
+                f"max_target_sparsity ({max_target_sparsity}) <= 1"
+            )
+        if not 0.5 <= decay_rate < 1:
+            raise ValueError(f"AdaptiveThresholdAlgorithm: decay_rate must be in [0.5, 1), got {decay_rate}")
+        self.initial_threshold, self.min_target_sparsity = float(initial_threshold), float(min_target_sparsity)
+        self.max_target_sparsity, self.decay_rate = float(max_target_sparsity), float(decay_rate)
+
+    def calculate_threshold(self, iteration, epoch, last_threshold, last_was_dense, last_sparsity):
+        if last_threshold is None:
+            return self.initial_threshold
+        sparsity = 1 / 16 if last_was_dense else (last_sparsity or 0.0)
+        if sparsity < self.min_target_sparsity:
+            return last_threshold * self.decay_rate
+        if sparsity > self.max_target_sparsity:
+            return last_threshold / self.decay_rate
+        return last_threshold
+
+
+class TargetSparsityThresholdAlgorithm(ThresholdAlgorithm):
+    def __init__(
+        self, initial_threshold: float = 1e-4, sparsity_target: float = 1e-3, decay_rate: float = 0.5 ** (1 / 20)
+    ) -> None:
+        if not 0 < sparsity_target < 1 / 16:
+            raise ValueError(
+                f"TargetSparsityThresholdAlgorithm: sparsity_target must be in (0, 1/16), got {sparsity_target}"
+            )
+        if not 0.5 <= decay_rate < 1 or not initial_threshold > 0:
+            raise ValueError("TargetSparsityThresholdAlgorithm: decay_rate in [0.5, 1), initial_threshold > 0")
+        self.initial_threshold, self.sparsity_target, self.decay_rate = initial_threshold, sparsity_target, decay_rate
+
+    def calculate_threshold(self, iteration, epoch, last_threshold, last_was_dense, last_sparsity):
+        if last_threshold is None:
+            return self.initial_threshold
+        sparsity = 1 / 16 if last_was_dense else (last_sparsity or 0.0)
+        if sparsity < self.sparsity_target:
+            return last_threshold * self.decay_rate
+        if sparsity > self.sparsity_target:
+            return last_threshold / self.decay_rate
+        return last_threshold
+
+
+class NoOpResidualPostProcessor:
+    def process_residual(self, iteration: int, epoch: int, last_threshold: float, residual: Any) -> None:
+        pass
+
+
+class ResidualClippingPostProcessor:
+    """Every `frequency` iterations (iteration > 0), clip the residual to [-C tau, C tau]."""
+
+    def __init__(self, threshold_multiple_clip_value: float = 5.0, frequency: int = 5) -> None:
+        if threshold_multiple_clip_value < 1 or frequency < 1:
+            raise ValueError(
+                f"ResidualClippingPostProcessor({threshold_multiple_clip_value}, {frequency}): "
+                "the clip multiple must be >= 1 and the frequency >= 1"
+            )
+        self.clip, self.frequency = float(threshold_multiple_clip_value), int(frequency)
+
+    def process_residual(self, iteration: int, epoch: int, last_threshold: float, residual: Any) -> None:
+        if iteration > 0 and iteration % self.frequency == 0:
+            bound = self.clip * last_threshold
+            _xp(residual).clip(residual, -bound, bound, out=residual)
