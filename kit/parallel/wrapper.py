@@ -24,6 +24,7 @@ stops fit() at once, names the worker, and leaves no threads behind.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import queue
@@ -283,7 +284,7 @@ class ParallelWrapper:
         if self.prefetch_buffer > 0 and getattr(data, "async_supported", False):
             wrapped = source = AsyncPrefetchIterator(data, prefetch=self.prefetch_buffer, device=self.model.device)
         try:
-            with blas_threads(per_worker) if cpu_slots and self.workers > 1 else _nothing():
+            with blas_threads(per_worker) if cpu_slots and self.workers > 1 else contextlib.nullcontext():
                 for _ in range(epochs):
                     for listener in self.listeners:
                         _call(listener, "on_epoch_start", self.model)
@@ -409,14 +410,6 @@ class ParallelWrapper:
             self.shutdown()
         except Exception:  # interpreter shutdown
             pass
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def _call(listener: Any, name: str, *args: Any) -> None:
