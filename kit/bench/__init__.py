@@ -3,6 +3,7 @@
     python -m kit bench arrays       # kit op vs the same raw NumPy/CuPy op, small and large
     python -m kit bench workspaces   # plain vs caching allocator vs workspace, MLP-sized cycle
     python -m kit bench train        # training steps: kit vs NumPy (vs PyTorch), modes, ETL
+    python -m kit bench parallel     # ParallelWrapper 1 vs 2 workers, averaging frequency, inference
 
 Timings are never asserted in tests (shared, noisy machines); each benchmark interleaves the
 variants in every repeat, so drift hits them alike, and reports the median.
@@ -234,7 +235,11 @@ def run(name: str, quick: bool = False) -> dict[str, Any]:
         from kit.bench.train import bench_train
 
         return bench_train(quick)
-    raise ValueError(f"unknown benchmark {name!r}: arrays, workspaces, train")
+    if name == "parallel":
+        from kit.bench.parallel import bench_parallel
+
+        return bench_parallel(quick)
+    raise ValueError(f"unknown benchmark {name!r}: arrays, workspaces, train, parallel")
 
 
 def format_result(result: dict[str, Any]) -> str:

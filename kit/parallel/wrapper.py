@@ -296,7 +296,7 @@ class ParallelWrapper:
                         _call(listener, "on_epoch_end", self.model)
                     if self._stop:
                         break
-                if self.training_mode is TrainingMode.AVERAGING and self._dirty:
+                if self.training_mode is TrainingMode.AVERAGING and self._dirty and self.workers > 1:
                     self._average()  # end on the average, so the user's model holds it
         except BaseException:
             self.shutdown()
@@ -328,7 +328,7 @@ class ParallelWrapper:
             scores = self._collect(zoo)
             self._dirty.update(w.index for w in zoo)
             self.iteration += 1
-            if self.iteration % self.averaging_frequency == 0:
+            if self.iteration % self.averaging_frequency == 0 and self.workers > 1:
                 self._average()
         else:
             for w, ds in zip(zoo, batches):
@@ -421,11 +421,11 @@ def _call(listener: Any, name: str, *args: Any) -> None:
 def _mean_on(arrays: list[Any], device: AnyDevice) -> Any:
     """Mean of NDArrays (possibly on several devices), computed on `device` in a fixed order."""
     xp = device.xp
-    acc = xp.array(_raw_on(arrays[0], device), dtype=np.float64 if device.kind == "cpu" else arrays[0].dtype)
+    acc = xp.array(_raw_on(arrays[0], device), copy=True)
     for arr in arrays[1:]:
         acc += _raw_on(arr, device)
     acc /= len(arrays)
-    return acc.astype(arrays[0].dtype)
+    return acc
 
 
 def _raw_on(arr: Any, device: AnyDevice) -> Any:
