@@ -29,6 +29,7 @@ __all__ = [
     "StatsRecorder",
     "TrainingDashboard",
     "TrainingListener",
+    "WorkerTimingPanel",
 ]
 
 
@@ -256,6 +257,24 @@ class TrainingDashboard(TrainingListener):
         self.memory.close()
         if self._loss is not None and self.scores:
             self._loss.value = f"loss: last {self.scores[-1]:.4f} after {len(self.scores)} iterations"
+
+
+class WorkerTimingPanel(TrainingListener):
+    """One live timing row per worker of a ParallelWrapper (kit.widgets.TimingPanel each)."""
+
+    def __init__(self, workers: int, total_iterations: int | None = None, widgets: bool | None = None) -> None:
+        from kit.widgets import TimingPanel
+
+        self.panels = [
+            TimingPanel(total=total_iterations, label=f"worker {i}", widgets=widgets) for i in range(workers)
+        ]
+
+    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+        self.panels[info.get("worker") or 0].tick()
+
+    def close(self) -> None:
+        for panel in self.panels:
+            panel.close()
 
 
 class ProgressBarListener(TrainingListener):

@@ -51,7 +51,7 @@ def _training(quick: bool) -> list[dict[str, Any]]:
         wrappers[name] = (net, pw)
     times: dict[str, list[float]] = {k: [] for k in configs}
     try:
-        for name, (_, pw) in wrappers.items():  # warm-up
+        for _, pw in wrappers.values():  # warm-up
             pw.fit(ArrayIterator(data, 64))
         for _ in range(repeats):
             for name, (_, pw) in wrappers.items():

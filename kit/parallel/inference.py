@@ -112,7 +112,8 @@ class ParallelInference:
         if single:
             arr = arr[None]
         if arr.shape[1:] != shape:
-            raise ValueError(f"output: expected one example of shape {shape} or a batch (n, {shape}), got {arr.shape}")
+            dims = ", ".join(map(str, shape))
+            raise ValueError(f"output: expected one example of shape {shape} or a batch (n, {dims}), got {arr.shape}")
         arr = np.ascontiguousarray(arr, dtype=self.model.dtype)
         if self.mode is InferenceMode.INPLACE:
             return self._inplace(arr, single)

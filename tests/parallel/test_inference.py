@@ -56,7 +56,7 @@ def test_worker_errors_reach_the_caller_and_the_worker_survives():
         with pytest.raises(ValueError, match="features contain NaN"):
             pi.output(np.array([1.0, np.nan, 0, 0], dtype=np.float32))
         assert pi.output(np.zeros(4, np.float32)).shape == (2,)
-        with pytest.raises(ValueError, match=r"expected one example of shape \(4,\)"):
+        with pytest.raises(ValueError, match=r"expected one example of shape \(4,\) or a batch \(n, 4\), got \(5,\)"):
             pi.output(np.zeros(5, np.float32))
 
 

@@ -1,0 +1,526 @@
+"""Early stopping (DL4J's earlystopping package): conditions, score calculators, savers, trainers.
+
+    >>> config = EarlyStoppingConfig(
+    ...     epoch_termination_conditions=[MaxEpochsTerminationCondition(30),
+    ...                                   ScoreImprovementEpochTerminationCondition(5)],
+    ...     iteration_termination_conditions=[InvalidScoreIterationTerminationCondition()],
+    ...     score_calculator=ClassificationScoreCalculator("ACCURACY", ArrayIterator(valid, 256)),
+    ...     model_saver=LocalFileModelSaver("checkpoints"))
+    >>> result = EarlyStoppingTrainer(config, net, ArrayIterator(train, 64, shuffle=True)).fit()
+    >>> result.termination_reason, result.best_model_epoch, result.best_model
+
+Semantics are DL4J's, with its parallel trainer's bugs fixed: both trainers honour a score
+calculator that maximizes (dl4j#5760: the parallel one always minimized and kept the worst model
+under accuracy), record each score against the epoch it belongs to (DL4J's parallel trainer is
+off by one), and validate the configuration.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kit.data.dataset import DataSet
+from kit.evaluation import ROC, Evaluation
+from kit.nn.network import Network
+
+__all__ = [
+    "BestScoreEpochTerminationCondition",
+    "ClassificationScoreCalculator",
+    "DataSetLossCalculator",
+    "EarlyStoppingConfig",
+    "EarlyStoppingListener",
+    "EarlyStoppingParallelTrainer",
+    "EarlyStoppingResult",
+    "EarlyStoppingTrainer",
+    "InMemoryModelSaver",
+    "InvalidScoreIterationTerminationCondition",
+    "LocalFileModelSaver",
+    "MaxEpochsTerminationCondition",
+    "MaxScoreIterationTerminationCondition",
+    "MaxTimeIterationTerminationCondition",
+    "ROCScoreCalculator",
+    "ScoreImprovementEpochTerminationCondition",
+    "TerminationReason",
+]
+
+
+# ---------------------------------------------------------------------------------------
+# termination conditions
+
+
+class EpochTerminationCondition:
+    def initialize(self) -> None:
+        pass
+
+    def terminate(self, epoch: int, score: float, minimize: bool) -> bool:
+        raise NotImplementedError
+
+
+class IterationTerminationCondition:
+    def initialize(self) -> None:
+        pass
+
+    def terminate(self, last_score: float) -> bool:
+        raise NotImplementedError
+
+
+class MaxEpochsTerminationCondition(EpochTerminationCondition):
+    """Stop once `max_epochs` epochs have run (epoch + 1 >= max_epochs)."""
+
+    def __init__(self, max_epochs: int) -> None:
+        if not isinstance(max_epochs, int) or max_epochs <= 0:
+            raise ValueError(f"MaxEpochsTerminationCondition({max_epochs!r}): needs a positive number of epochs")
+        self.max_epochs = max_epochs
+
+    def terminate(self, epoch: int, score: float, minimize: bool) -> bool:
+        return epoch + 1 >= self.max_epochs
+
+    def __str__(self) -> str:
+        return f"MaxEpochsTerminationCondition({self.max_epochs})"
+
+
+class ScoreImprovementEpochTerminationCondition(EpochTerminationCondition):
+    """Stop after `max_epochs_with_no_improvement` epochs without an improvement larger than
+    `min_improvement` over this condition's own best score."""
+
+    def __init__(self, max_epochs_with_no_improvement: int, min_improvement: float = 0.0) -> None:
+        if not isinstance(max_epochs_with_no_improvement, int) or max_epochs_with_no_improvement < 0:
+            raise ValueError(
+                f"ScoreImprovementEpochTerminationCondition({max_epochs_with_no_improvement!r}): "
+                "needs a whole number >= 0"
+            )
+        if min_improvement < 0:
+            raise ValueError(
+                f"ScoreImprovementEpochTerminationCondition: min_improvement={min_improvement} must be >= 0"
+            )
+        self.max_epochs_with_no_improvement = max_epochs_with_no_improvement
+        self.min_improvement = float(min_improvement)
+        self.initialize()
+
+    def initialize(self) -> None:
+        self.best_score: float | None = None
+        self.best_epoch = -1
+
+    def terminate(self, epoch: int, score: float, minimize: bool) -> bool:
+        if self.best_score is None:
+            self.best_score, self.best_epoch = score, epoch
+            return False
+        improvement = self.best_score - score if minimize else score - self.best_score
+        if improvement > self.min_improvement:
+            self.best_score, self.best_epoch = score, epoch
+            return False
+        return epoch >= self.best_epoch + self.max_epochs_with_no_improvement
+
+    def __str__(self) -> str:
+        return (
+            f"ScoreImprovementEpochTerminationCondition(maxEpochsWithNoImprovement="
+            f"{self.max_epochs_with_no_improvement}, minImprovement={self.min_improvement})"
+        )
+
+
+class BestScoreEpochTerminationCondition(EpochTerminationCondition):
+    """Stop once the score is better than `best_expected_score`."""
+
+    def __init__(self, best_expected_score: float) -> None:
+        self.best_expected_score = float(best_expected_score)
+
+    def terminate(self, epoch: int, score: float, minimize: bool) -> bool:
+        return score < self.best_expected_score if minimize else score > self.best_expected_score
+
+    def __str__(self) -> str:
+        return f"BestScoreEpochTerminationCondition({self.best_expected_score})"
+
+
+class MaxTimeIterationTerminationCondition(IterationTerminationCondition):
+    """Stop once `seconds` have passed since training started (`clock` is injectable)."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if not isinstance(seconds, (int, float)) or not seconds > 0:
+            raise ValueError(f"MaxTimeIterationTerminationCondition({seconds!r}): needs a time > 0 seconds")
+        self.seconds, self.clock = float(seconds), clock
+        self.start: float | None = None
+
+    def initialize(self) -> None:
+        self.start = self.clock()
+
+    def terminate(self, last_score: float) -> bool:
+        if self.start is None:
+            self.initialize()
+        return self.clock() >= self.start + self.seconds  # type: ignore[operator]
+
+    def __str__(self) -> str:
+        return f"MaxTimeIterationTerminationCondition({self.seconds} s)"
+
+
+class MaxScoreIterationTerminationCondition(IterationTerminationCondition):
+    """Stop when a minibatch score exceeds `max_score` (or is NaN): divergence."""
+
+    def __init__(self, max_score: float) -> None:
+        self.max_score = float(max_score)
+
+    def terminate(self, last_score: float) -> bool:
+        return math.isnan(last_score) or last_score > self.max_score
+
+    def __str__(self) -> str:
+        return f"MaxScoreIterationTerminationCondition({self.max_score})"
+
+
+class InvalidScoreIterationTerminationCondition(IterationTerminationCondition):
+    """Stop when a minibatch score is NaN or infinite."""
+
+    def terminate(self, last_score: float) -> bool:
+        return not math.isfinite(last_score)
+
+    def __str__(self) -> str:
+        return "InvalidScoreIterationTerminationCondition()"
+
+
+# ---------------------------------------------------------------------------------------
+# score calculators: each knows its direction
+
+
+class ScoreCalculator:
+    minimize_score = True
+
+    def calculate_score(self, net: Network) -> float:
+        raise NotImplementedError
+
+
+class DataSetLossCalculator(ScoreCalculator):
+    """The loss over a data set (an average per example when `average`): minimize."""
+
+    def __init__(self, data: Iterable[DataSet] | DataSet, average: bool = True) -> None:
+        self.data, self.average = data, average
+
+    def calculate_score(self, net: Network) -> float:
+        batches = [self.data] if isinstance(self.data, DataSet) else self.data
+        total, count = 0.0, 0
+        for ds in batches:
+            total += net.score(ds) * ds.num_examples
+            count += ds.num_examples
+        if count == 0:
+            raise ValueError("DataSetLossCalculator: the data set is empty")
+        return total / count if self.average else total
+
+
+_METRICS = ("ACCURACY", "F1", "PRECISION", "RECALL")
+
+
+class ClassificationScoreCalculator(ScoreCalculator):
+    """Accuracy, F1, precision or recall on a data set: maximize."""
+
+    minimize_score = False
+
+    def __init__(self, metric: str, data: Iterable[DataSet] | DataSet) -> None:
+        metric = str(getattr(metric, "value", metric)).upper()
+        if metric not in _METRICS:
+            raise ValueError(f"ClassificationScoreCalculator(metric={metric!r}): use one of {', '.join(_METRICS)}")
+        self.metric, self.data = metric, data
+
+    def calculate_score(self, net: Network) -> float:
+        (ev,) = net.do_evaluation(self.data, Evaluation(net.output_shape[0]))
+        return {"ACCURACY": ev.accuracy, "F1": ev.f1, "PRECISION": ev.precision, "RECALL": ev.recall}[self.metric]()
+
+
+class ROCScoreCalculator(ScoreCalculator):
+    """Exact AUC (binary: class 1; multi-class: the mean one-vs-all AUC): maximize."""
+
+    minimize_score = False
+
+    def __init__(self, data: Iterable[DataSet] | DataSet, roc_type: str = "ROC") -> None:
+        if roc_type not in ("ROC", "BINARY", "MULTICLASS"):
+            raise ValueError(f"ROCScoreCalculator(roc_type={roc_type!r}): ROC, BINARY or MULTICLASS")
+        self.data, self.roc_type = data, roc_type
+
+    def calculate_score(self, net: Network) -> float:
+        (roc,) = net.do_evaluation(self.data, ROC())
+        return roc.calculate_auc() if roc.num_classes == 2 else roc.calculate_average_auc()
+
+
+# ---------------------------------------------------------------------------------------
+# savers
+
+
+class InMemoryModelSaver:
+    def __init__(self) -> None:
+        self.best: Network | None = None
+        self.latest: Network | None = None
+
+    def save_best_model(self, net: Network, score: float) -> None:
+        self.best = net.clone()
+
+    def save_latest_model(self, net: Network, score: float) -> None:
+        self.latest = net.clone()
+
+    def get_best_model(self) -> Network | None:
+        return self.best
+
+    def get_latest_model(self) -> Network | None:
+        return self.latest
+
+
+class LocalFileModelSaver:
+    """best_model.npz and latest_model.npz in `directory`, written atomically (Network.save), so
+    an interrupted write leaves the previous file whole."""
+
+    BEST, LATEST = "best_model.npz", "latest_model.npz"
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = os.fspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+
+    def save_best_model(self, net: Network, score: float) -> None:
+        net.save(os.path.join(self.directory, self.BEST))
+
+    def save_latest_model(self, net: Network, score: float) -> None:
+        net.save(os.path.join(self.directory, self.LATEST))
+
+    def _load(self, name: str) -> Network | None:
+        path = os.path.join(self.directory, name)
+        return Network.load(path) if os.path.exists(path) else None
+
+    def get_best_model(self) -> Network | None:
+        return self._load(self.BEST)
+
+    def get_latest_model(self) -> Network | None:
+        return self._load(self.LATEST)
+
+
+# ---------------------------------------------------------------------------------------
+# configuration and result
+
+
+@dataclass
+class EarlyStoppingConfig:
+    epoch_termination_conditions: list[EpochTerminationCondition] = field(default_factory=list)
+    iteration_termination_conditions: list[IterationTerminationCondition] = field(default_factory=list)
+    score_calculator: ScoreCalculator | None = None
+    evaluate_every_n_epochs: int = 1
+    model_saver: Any = None
+    save_last_model: bool = False
+
+    def __post_init__(self) -> None:
+        self.epoch_termination_conditions = list(self.epoch_termination_conditions)
+        self.iteration_termination_conditions = list(self.iteration_termination_conditions)
+        if not self.epoch_termination_conditions and not self.iteration_termination_conditions:
+            raise ValueError(
+                "EarlyStoppingConfig: no termination condition; training would never stop. Add e.g. "
+                "MaxEpochsTerminationCondition(n) or ScoreImprovementEpochTerminationCondition(k)"
+            )
+        if self.score_calculator is None:
+            raise ValueError(
+                "EarlyStoppingConfig: no score_calculator; give DataSetLossCalculator(valid_iterator) "
+                "or ClassificationScoreCalculator('ACCURACY', valid_iterator)"
+            )
+        if not isinstance(self.evaluate_every_n_epochs, int) or self.evaluate_every_n_epochs < 1:
+            raise ValueError(f"EarlyStoppingConfig(evaluate_every_n_epochs={self.evaluate_every_n_epochs!r}): >= 1")
+        if self.model_saver is None:
+            self.model_saver = InMemoryModelSaver()
+
+
+class TerminationReason(enum.Enum):
+    ERROR = "Error"
+    ITERATION_TERMINATION_CONDITION = "IterationTerminationCondition"
+    EPOCH_TERMINATION_CONDITION = "EpochTerminationCondition"
+
+
+@dataclass
+class EarlyStoppingResult:
+    termination_reason: TerminationReason
+    termination_details: str
+    score_vs_epoch: dict[int, float]
+    best_model_epoch: int
+    best_model_score: float
+    total_epochs: int
+    saver: Any = None
+    error: BaseException | None = None
+
+    @property
+    def best_model(self) -> Network | None:
+        return self.saver.get_best_model() if self.saver is not None else None
+
+    def __str__(self) -> str:
+        return (
+            f"EarlyStoppingResult(terminationReason={self.termination_reason.value},details={self.termination_details},"
+            f"bestModelEpoch={self.best_model_epoch},bestModelScore={self.best_model_score},"
+            f"totalEpochs={self.total_epochs})"
+        )
+
+
+class EarlyStoppingListener:
+    def on_start(self, config: EarlyStoppingConfig, net: Network) -> None:
+        pass
+
+    def on_epoch(self, epoch: int, score: float, config: EarlyStoppingConfig, net: Network) -> None:
+        pass
+
+    def on_completion(self, result: EarlyStoppingResult) -> None:
+        pass
+
+
+class _StopTraining(Exception):  # noqa: N818 - a signal, not an error
+    def __init__(self, condition: Any) -> None:
+        self.condition = condition
+
+
+# ---------------------------------------------------------------------------------------
+# trainers
+
+
+class _BaseTrainer:
+    def __init__(
+        self,
+        config: EarlyStoppingConfig,
+        model: Network,
+        train_iterator: Iterable[DataSet],
+        listener: EarlyStoppingListener | None = None,
+        listeners: Iterable[Any] = (),
+    ) -> None:
+        if not isinstance(config, EarlyStoppingConfig):
+            raise TypeError(f"the first argument must be an EarlyStoppingConfig, got {type(config).__name__}")
+        self.config, self.model, self.train = config, model, train_iterator
+        self.listener = listener or EarlyStoppingListener()
+        self.listeners = list(listeners)
+
+    def _check_iteration(self, score: float) -> None:
+        for cond in self.config.iteration_termination_conditions:
+            if cond.terminate(score):
+                raise _StopTraining(cond)
+
+    def _train_epoch(self) -> None:
+        raise NotImplementedError
+
+    def _finish(self) -> None:
+        pass
+
+    def fit(self) -> EarlyStoppingResult:
+        cfg = self.config
+        minimize = cfg.score_calculator.minimize_score  # type: ignore[union-attr]
+        for cond in (*cfg.epoch_termination_conditions, *cfg.iteration_termination_conditions):
+            cond.initialize()
+        self.listener.on_start(cfg, self.model)
+        scores: dict[int, float] = {}
+        best_score = math.inf if minimize else -math.inf
+        best_epoch = -1
+        epoch = 0
+        reason, details, total, error = None, "", 0, None
+        try:
+            while True:
+                try:
+                    self._train_epoch()
+                except _StopTraining as stop:
+                    reason = TerminationReason.ITERATION_TERMINATION_CONDITION
+                    details, total = str(stop.condition), epoch
+                    break
+                n = cfg.evaluate_every_n_epochs
+                if (epoch == 0 and n == 1) or epoch % n == 0:
+                    score = float(cfg.score_calculator.calculate_score(self.model))  # type: ignore[union-attr]
+                    scores[epoch] = score
+                    better = score < best_score if minimize else score > best_score
+                    if best_epoch == -1 or better:  # the first score is always kept
+                        best_score, best_epoch = score, epoch
+                        cfg.model_saver.save_best_model(self.model, score)
+                    if cfg.save_last_model:
+                        cfg.model_saver.save_latest_model(self.model, score)
+                    self.listener.on_epoch(epoch, score, cfg, self.model)
+                    stop_now = [c for c in cfg.epoch_termination_conditions if c.terminate(epoch, score, minimize)]
+                    if stop_now:
+                        reason = TerminationReason.EPOCH_TERMINATION_CONDITION
+                        details, total = str(stop_now[0]), epoch + 1
+                        break
+                epoch += 1
+        except Exception as exc:  # an error ends training; what was saved so far is kept
+            reason, details, total, error = TerminationReason.ERROR, f"{type(exc).__name__}: {exc}", epoch, exc
+        finally:
+            self._finish()
+        result = EarlyStoppingResult(
+            termination_reason=reason,  # type: ignore[arg-type]
+            termination_details=details,
+            score_vs_epoch=scores,
+            best_model_epoch=best_epoch,
+            best_model_score=best_score,
+            total_epochs=total,
+            saver=cfg.model_saver,
+            error=error,
+        )
+        self.listener.on_completion(result)
+        return result
+
+
+class EarlyStoppingTrainer(_BaseTrainer):
+    """One device: `net.fit_batch` per minibatch, iteration conditions after each one."""
+
+    def _train_epoch(self) -> None:
+        net = self.model
+        for listener in self.listeners:
+            getattr(listener, "on_epoch_start", lambda m: None)(net)
+        t_etl = time.perf_counter()
+        for ds in self.train:
+            net.last_etl_ms = (time.perf_counter() - t_etl) * 1e3
+            score = net.fit_batch(ds)
+            for listener in self.listeners:
+                listener.iteration_done(net, net.iteration, net.epoch, score=score, batch_size=ds.num_examples)
+            self._check_iteration(score)
+            t_etl = time.perf_counter()
+        if hasattr(self.train, "reset"):
+            self.train.reset()
+        net.epoch += 1
+        for listener in self.listeners:
+            getattr(listener, "on_epoch_end", lambda m: None)(net)
+
+
+class EarlyStoppingParallelTrainer(_BaseTrainer):
+    """Several devices through one ParallelWrapper (AVERAGING), kept for the whole run; the
+    iteration conditions see every worker's minibatch score and stop the wrapper mid-epoch."""
+
+    def __init__(
+        self,
+        config: EarlyStoppingConfig,
+        model: Network,
+        train_iterator: Iterable[DataSet],
+        workers: int = 2,
+        prefetch_buffer: int = 16,
+        averaging_frequency: int = 1,
+        report_score_after_averaging: bool = False,
+        listener: EarlyStoppingListener | None = None,
+        devices: list[Any] | None = None,
+        listeners: Iterable[Any] = (),
+    ) -> None:
+        super().__init__(config, model, train_iterator, listener, listeners)
+        from kit.parallel.wrapper import ParallelWrapper
+
+        self._stopped: Any = None
+        trainer = self
+
+        class _IterationCheck:
+            def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+                if trainer._stopped is None:
+                    for cond in trainer.config.iteration_termination_conditions:
+                        if cond.terminate(float(info.get("score", math.nan))):
+                            trainer._stopped = cond
+                            trainer.wrapper.stop_fit()
+                            return
+
+        self.wrapper = ParallelWrapper(
+            model,
+            workers=workers,
+            devices=devices,
+            prefetch_buffer=prefetch_buffer,
+            averaging_frequency=averaging_frequency,
+            report_score_after_averaging=report_score_after_averaging,
+            listeners=[_IterationCheck(), *self.listeners],
+        )
+
+    def _train_epoch(self) -> None:
+        self.wrapper.fit(self.train, epochs=1)
+        if self._stopped is not None:
+            raise _StopTraining(self._stopped)
+
+    def _finish(self) -> None:
+        self.wrapper.shutdown()

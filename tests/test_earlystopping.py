@@ -1,0 +1,247 @@
+"""Early stopping: condition semantics on scripted scores, real runs on one and two workers."""
+
+import math
+
+import numpy as np
+import pytest
+
+from kit.data import ArrayIterator, DataSet, load_digits
+from kit.earlystopping import (
+    BestScoreEpochTerminationCondition,
+    ClassificationScoreCalculator,
+    DataSetLossCalculator,
+    EarlyStoppingConfig,
+    EarlyStoppingListener,
+    EarlyStoppingParallelTrainer,
+    EarlyStoppingTrainer,
+    InMemoryModelSaver,
+    InvalidScoreIterationTerminationCondition,
+    LocalFileModelSaver,
+    MaxEpochsTerminationCondition,
+    MaxScoreIterationTerminationCondition,
+    MaxTimeIterationTerminationCondition,
+    ROCScoreCalculator,
+    ScoreImprovementEpochTerminationCondition,
+    TerminationReason,
+)
+from kit.nn import Adam, Network, Sgd, mlp
+
+
+@pytest.fixture(scope="module")
+def digits():
+    train, test = load_digits()
+    small = DataSet(train.features.numpy()[:400], train.labels.numpy()[:400])
+    return small, test
+
+
+def first_stop(cond, scores, minimize=True):
+    """The epoch at which an epoch condition fires on a scripted score sequence (or None)."""
+    cond.initialize()
+    for epoch, score in enumerate(scores):
+        if cond.terminate(epoch, score, minimize):
+            return epoch
+    return None
+
+
+def test_max_epochs():
+    assert first_stop(MaxEpochsTerminationCondition(3), [5, 4, 3, 2, 1]) == 2
+    with pytest.raises(ValueError, match="positive number of epochs"):
+        MaxEpochsTerminationCondition(0)
+
+
+def test_score_improvement_minimize_and_maximize():
+    cond = ScoreImprovementEpochTerminationCondition(2)
+    assert first_stop(cond, [5, 4, 4.5, 4.2, 3, 3.1]) == 3  # best 4 at epoch 1; 2 epochs without
+    assert first_stop(cond, [5, 4, 3, 2, 1]) is None
+    assert first_stop(cond, [0.5, 0.6, 0.55, 0.58, 0.9], minimize=False) == 3
+    with_min = ScoreImprovementEpochTerminationCondition(1, min_improvement=0.1)
+    assert first_stop(with_min, [1.0, 0.95, 0.5]) == 1  # 0.05 is not an improvement
+
+
+def test_best_score_condition():
+    assert first_stop(BestScoreEpochTerminationCondition(0.2), [1, 0.5, 0.1]) == 2
+    assert first_stop(BestScoreEpochTerminationCondition(0.9), [0.5, 0.95], minimize=False) == 1
+
+
+def test_iteration_conditions():
+    assert InvalidScoreIterationTerminationCondition().terminate(math.nan)
+    assert InvalidScoreIterationTerminationCondition().terminate(math.inf)
+    assert not InvalidScoreIterationTerminationCondition().terminate(1e30)
+    cond = MaxScoreIterationTerminationCondition(10)
+    assert [cond.terminate(s) for s in (1, 10, 11, math.nan)] == [False, False, True, True]
+    now = [100.0]
+    timer = MaxTimeIterationTerminationCondition(5, clock=lambda: now[0])
+    timer.initialize()
+    now[0] = 104.9
+    assert not timer.terminate(0.1)
+    now[0] = 105.0
+    assert timer.terminate(0.1)
+
+
+def test_config_is_validated(digits):
+    train, _ = digits
+    calc = DataSetLossCalculator(ArrayIterator(train, 100))
+    with pytest.raises(ValueError, match="no termination condition"):
+        EarlyStoppingConfig(score_calculator=calc)
+    with pytest.raises(ValueError, match="no score_calculator"):
+        EarlyStoppingConfig(epoch_termination_conditions=[MaxEpochsTerminationCondition(2)])
+    with pytest.raises(ValueError, match="use one of ACCURACY"):
+        ClassificationScoreCalculator("AUC", ArrayIterator(train, 100))
+
+
+class Scripted:
+    """A score calculator that replays given scores (training still really happens)."""
+
+    def __init__(self, scores, minimize):
+        self.scores, self.minimize_score, self.calls = list(scores), minimize, 0
+
+    def calculate_score(self, net):
+        self.calls += 1
+        return self.scores[self.calls - 1]
+
+
+class Snapshots(EarlyStoppingListener):
+    def __init__(self):
+        self.params, self.started, self.completed = {}, 0, None
+
+    def on_start(self, config, net):
+        self.started += 1
+
+    def on_epoch(self, epoch, score, config, net):
+        self.params[epoch] = net.params().numpy().copy()
+
+    def on_completion(self, result):
+        self.completed = result
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_maximizing_calculator_keeps_the_best_model_not_the_worst(digits, parallel):
+    train, _ = digits
+    config = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(4)],
+        score_calculator=Scripted([0.5, 0.9, 0.7, 0.6], minimize=False),
+    )
+    net = mlp(64, hidden=(16,), n_out=10, updater=Sgd(0.1))
+    snaps = Snapshots()
+    it = ArrayIterator(train, 50)
+    trainer = (
+        EarlyStoppingParallelTrainer(config, net, it, workers=2, prefetch_buffer=0, listener=snaps)
+        if parallel
+        else EarlyStoppingTrainer(config, net, it, listener=snaps)
+    )
+    result = trainer.fit()
+    assert result.termination_reason is TerminationReason.EPOCH_TERMINATION_CONDITION
+    assert result.score_vs_epoch == {0: 0.5, 1: 0.9, 2: 0.7, 3: 0.6}  # keys are the right epochs
+    assert result.best_model_epoch == 1 and result.best_model_score == 0.9 and result.total_epochs == 4
+    np.testing.assert_array_equal(result.best_model.params().numpy(), snaps.params[1])
+    assert snaps.started == 1 and snaps.completed is result
+
+
+def test_a_nan_mid_epoch_stops_with_the_invalid_score_reason(digits):
+    train, test = digits
+
+    class Poison:
+        def iteration_done(self, model, iteration, epoch, **info):
+            if iteration == 12:  # epoch 1 (8 batches per epoch), mid-way
+                model.flat_params.numpy()[0] = np.nan
+
+    config = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(10)],
+        iteration_termination_conditions=[InvalidScoreIterationTerminationCondition()],
+        score_calculator=DataSetLossCalculator(ArrayIterator(test, 200)),
+    )
+    net = mlp(64, hidden=(16,), n_out=10)
+    result = EarlyStoppingTrainer(config, net, ArrayIterator(train, 50), listeners=[Poison()]).fit()
+    assert result.termination_reason is TerminationReason.ITERATION_TERMINATION_CONDITION
+    assert result.termination_details == "InvalidScoreIterationTerminationCondition()"
+    assert result.total_epochs == 1 and list(result.score_vs_epoch) == [0]
+    assert np.isfinite(result.best_model.params().numpy()).all()  # the saved best is from before
+
+
+def test_divergence_is_stopped_by_max_score(digits):
+    train, test = digits
+    config = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(5)],
+        iteration_termination_conditions=[MaxScoreIterationTerminationCondition(50.0)],
+        score_calculator=DataSetLossCalculator(ArrayIterator(test, 200)),
+    )
+    net = mlp(64, hidden=(64,), n_out=10, updater=Sgd(50.0))  # far too large a step: diverges
+    result = EarlyStoppingTrainer(config, net, ArrayIterator(train, 50)).fit()
+    assert result.termination_reason is TerminationReason.ITERATION_TERMINATION_CONDITION
+    assert "MaxScoreIterationTerminationCondition" in result.termination_details
+
+
+def test_errors_end_training_with_the_error_reason(digits):
+    _train, test = digits
+    bad = DataSet(np.zeros((10, 65)), np.zeros(10, dtype=int), num_classes=10)
+    config = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(3)],
+        score_calculator=DataSetLossCalculator(ArrayIterator(test, 200)),
+    )
+    result = EarlyStoppingTrainer(config, mlp(64, hidden=(8,), n_out=10), ArrayIterator(bad, 5)).fit()
+    assert result.termination_reason is TerminationReason.ERROR
+    assert "do not fit the first layer" in result.termination_details and result.total_epochs == 0
+
+
+def test_real_accuracy_and_auc_calculators(digits):
+    train, test = digits
+    for calc in (
+        ClassificationScoreCalculator("ACCURACY", ArrayIterator(test, 200)),
+        ROCScoreCalculator(ArrayIterator(test, 200)),
+    ):
+        config = EarlyStoppingConfig(
+            epoch_termination_conditions=[
+                MaxEpochsTerminationCondition(6),
+                ScoreImprovementEpochTerminationCondition(2),
+            ],
+            score_calculator=calc,
+        )
+        net = mlp(64, hidden=(32,), n_out=10, updater=Adam(1e-2))
+        result = EarlyStoppingTrainer(config, net, ArrayIterator(train, 50, shuffle=True)).fit()
+        assert result.best_model_score == max(result.score_vs_epoch.values())
+        assert calc.calculate_score(result.best_model) == pytest.approx(result.best_model_score)
+
+
+def test_local_file_saver_round_trips_and_survives_an_interrupted_write(tmp_path, monkeypatch):
+    saver = LocalFileModelSaver(tmp_path / "ckpt")
+    first = mlp(8, hidden=(4,), n_out=2, seed=1)
+    saver.save_best_model(first, 0.5)
+    np.testing.assert_array_equal(saver.get_best_model().params().numpy(), first.params().numpy())
+
+    def crash(f, **arrays):
+        f.write(b"PK\x03\x04 half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", crash)
+    with pytest.raises(OSError, match="disk full"):
+        saver.save_best_model(mlp(8, hidden=(4,), n_out=2, seed=2), 0.4)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(saver.get_best_model().params().numpy(), first.params().numpy())
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["best_model.npz"]
+    assert saver.get_latest_model() is None
+
+
+def test_single_and_parallel_trainers_reach_the_same_termination(digits):
+    train, test = digits
+
+    def config():
+        return EarlyStoppingConfig(
+            epoch_termination_conditions=[
+                MaxEpochsTerminationCondition(8),
+                ScoreImprovementEpochTerminationCondition(1),
+            ],
+            score_calculator=DataSetLossCalculator(ArrayIterator(test, 200)),
+            model_saver=InMemoryModelSaver(),
+        )
+
+    base = mlp(64, hidden=(16,), n_out=10, updater=Sgd(0.5), seed=3)
+    single = EarlyStoppingTrainer(config(), base.clone(), ArrayIterator(train, 100)).fit()
+    parallel = EarlyStoppingParallelTrainer(
+        config(), base.clone(), ArrayIterator(train, 50), workers=2, prefetch_buffer=0
+    ).fit()
+    assert single.termination_reason == parallel.termination_reason
+    assert single.termination_details == parallel.termination_details
+    assert single.best_model_epoch == parallel.best_model_epoch and single.total_epochs == parallel.total_epochs
+    assert list(single.score_vs_epoch) == list(parallel.score_vs_epoch)
+    np.testing.assert_allclose(list(single.score_vs_epoch.values()), list(parallel.score_vs_epoch.values()), rtol=1e-4)
+    assert isinstance(single.best_model, Network)
