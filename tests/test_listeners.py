@@ -36,3 +36,13 @@ def test_dashboard_outside_a_kernel_prints_throttled_lines(capsys):
     out = capsys.readouterr().out
     assert "training: 23/23" in out and "memory:" in out
     assert len(dash.scores) == 23
+
+
+def test_progress_bar_counts_iterations():
+    from kit.listeners import ProgressBarListener
+
+    train, _ = load_digits()
+    bar = ProgressBarListener(total=23, disable=False, file=io.StringIO())
+    mlp(64, hidden=(8,), n_out=10).fit(ArrayIterator(train, batch_size=64), epochs=1, listeners=[bar])
+    assert bar.bar.n == 23
+    bar.close()

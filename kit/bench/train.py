@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 import kit
-from kit.bench import _device_label, _time
+from kit.bench import _device_label, _side_by_side, _time
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
 from kit.nn import Network, Sgd, WorkspaceMode, lenet, mlp
 
@@ -83,16 +83,6 @@ def _torch_step(batch: int, sizes: tuple[int, ...], n_out: int, lr: float) -> Ca
     return step
 
 
-def _interleaved(fns: dict[str, Callable[[], Any]], number: int, repeats: int) -> dict[str, list[float]]:
-    for fn in fns.values():
-        _time(fn, max(2, number // 5))
-    out: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            out[name].append(_time(fn, number))
-    return out
-
-
 def bench_train(quick: bool = False) -> dict[str, Any]:
     repeats, number = (3, 5) if quick else (11, 20)
     batch, hidden, n_in, n_out, lr = 128, (512, 256), 784, 10, 0.01
@@ -114,15 +104,25 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
         f"kit MLP ({m.value})": (lambda n=n: n.fit_batch(data)) for m, n in nets.items()
     }
     fns["NumPy MLP (hand-written)"] = lambda: numpy_mlp_step(xs, ys, weights, lr)
-    torch_step = _torch_step(batch, (n_in, *hidden), n_out, lr)
-    if torch_step is not None:
-        fns["PyTorch MLP (CPU)"] = torch_step
-    times = _interleaved(fns, number, repeats)
+    times = _side_by_side(fns, number, repeats)
     base = times["NumPy MLP (hand-written)"]
     for name, ts in times.items():
         row = {"case": name, "ms_per_step": statistics.median(ts) * 1e3}
         row["ratio_to_numpy"] = statistics.median(t / b for t, b in zip(ts, base))
         rows.append(row)
+    torch_step = _torch_step(batch, (n_in, *hidden), n_out, lr)
+    if torch_step is not None:
+        # in blocks, not interleaved: PyTorch's OpenMP threads keep spinning for a while after
+        # each call and would slow whatever ran next (and be slowed by OpenBLAS's in turn)
+        t_torch = [_time(torch_step, number) for _ in range(repeats)]
+        t_numpy = [_time(fns["NumPy MLP (hand-written)"], number) for _ in range(repeats)]
+        rows.append(
+            {
+                "case": "PyTorch MLP (CPU; timed in its own block)",
+                "ms_per_step": statistics.median(t_torch) * 1e3,
+                "ratio_to_numpy": statistics.median(t_torch) / statistics.median(t_numpy),
+            }
+        )
     for mode, net in nets.items():
         before = kit.memory.heap_allocations(this_thread=True)
         net.fit_batch(data)
@@ -136,7 +136,7 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
     rng = np.random.default_rng(1)
     conv_data = DataSet(rng.random((32, 1, 28, 28)), rng.integers(0, 10, 32), num_classes=10)
     conv_nets = {mode: lenet(training_workspace_mode=mode, updater=Sgd(0.01)) for mode in WorkspaceMode}
-    conv_times = _interleaved(
+    conv_times = _side_by_side(
         {m.value: (lambda n=n: n.fit_batch(conv_data)) for m, n in conv_nets.items()}, max(2, number // 4), repeats
     )
     for mode, net in conv_nets.items():

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from kit._lifecycle import ShutsDownOnExit
 from kit.data.dataset import DataSet, DataSetIterator, _raw
 from kit.devices import as_device
 from kit.workspace import (
@@ -44,7 +45,7 @@ class _Failure:
         self.exc = exc
 
 
-class AsyncPrefetchIterator(DataSetIterator):
+class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
     async_supported = False  # never wrapped twice
 
     def __init__(
@@ -172,18 +173,6 @@ class AsyncPrefetchIterator(DataSetIterator):
                     pass
                 self._thread.join(timeout=0.05)
         self._closed = True
-
-    def __enter__(self) -> AsyncPrefetchIterator:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
-
-    def __del__(self) -> None:
-        try:
-            self.shutdown()
-        except Exception:  # interpreter shutdown
-            pass
 
 
 class AsyncShieldIterator(DataSetIterator):

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from kit._lifecycle import ShutsDownOnExit
 from kit.creation import asarray
 from kit.devices import AnyDevice, attach_thread_to_device, detach_thread
 from kit.ndarray import NDArray
@@ -53,7 +54,7 @@ class _Request:
 _STOP = object()
 
 
-class ParallelInference:
+class ParallelInference(ShutsDownOnExit):
     def __init__(
         self,
         model: Network,
@@ -244,15 +245,3 @@ class ParallelInference:
 
     def threads_alive(self) -> int:
         return sum(t.is_alive() for t in self._threads)
-
-    def __enter__(self) -> ParallelInference:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
-
-    def __del__(self) -> None:
-        try:
-            self.shutdown()
-        except Exception:  # interpreter shutdown
-            pass

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from kit._lifecycle import ShutsDownOnExit
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
 from kit.devices import (
@@ -191,7 +192,7 @@ class _Worker:
             self.thread.join(timeout=30)
 
 
-class ParallelWrapper:
+class ParallelWrapper(ShutsDownOnExit):
     def __init__(
         self,
         model: Network,
@@ -398,18 +399,6 @@ class ParallelWrapper:
 
     def threads_alive(self) -> int:
         return sum(w.thread.is_alive() for w in self._zoo)
-
-    def __enter__(self) -> ParallelWrapper:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
-
-    def __del__(self) -> None:
-        try:
-            self.shutdown()
-        except Exception:  # interpreter shutdown
-            pass
 
 
 def _call(listener: Any, name: str, *args: Any) -> None:
