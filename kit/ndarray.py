@@ -24,7 +24,7 @@ import numpy as np
 
 from kit import backend
 from kit.devices import AnyDevice, DeviceError, as_device
-from kit.memory import allocate
+from kit.memory import _Lease, allocate
 
 __all__ = ["DeviceMismatchError", "NDArray", "ShapeError", "concatenate", "maximum", "minimum", "stack", "where"]
 
@@ -162,7 +162,7 @@ class NDArray:
 
     def __del__(self) -> None:
         owner = self._owner
-        if owner is not None and owner.__class__.__name__ == "_Lease":
+        if owner is not None and owner.__class__ is _Lease:  # a cached block goes back to the cache
             owner.release(self._data)
 
     # ---- validity ------------------------------------------------------------------
@@ -682,7 +682,7 @@ def _describe_owner(arr: NDArray) -> str:
     o = arr._owner
     if o is None:
         return "heap"
-    if o.__class__.__name__ == "_Lease":
+    if o.__class__ is _Lease:
         return "heap (cached block)"
     return f"workspace {o.name!r} cycle {getattr(o, 'cycle_of', lambda g: g)(arr._gen)}"
 
