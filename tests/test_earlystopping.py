@@ -245,3 +245,18 @@ def test_single_and_parallel_trainers_reach_the_same_termination(digits):
     assert list(single.score_vs_epoch) == list(parallel.score_vs_epoch)
     np.testing.assert_allclose(list(single.score_vs_epoch.values()), list(parallel.score_vs_epoch.values()), rtol=1e-4)
     assert isinstance(single.best_model, Network)
+
+
+def test_parallel_trainer_stops_mid_epoch_on_an_iteration_condition(digits):
+    train, test = digits
+    config = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(5)],
+        iteration_termination_conditions=[MaxScoreIterationTerminationCondition(50.0)],
+        score_calculator=DataSetLossCalculator(ArrayIterator(test, 200)),
+    )
+    net = mlp(64, hidden=(64,), n_out=10, updater=Sgd(50.0))  # diverges within the first epoch
+    trainer = EarlyStoppingParallelTrainer(config, net, ArrayIterator(train, 25), workers=2, prefetch_buffer=0)
+    result = trainer.fit()
+    assert result.termination_reason is TerminationReason.ITERATION_TERMINATION_CONDITION
+    assert result.total_epochs == 0 and trainer.wrapper.iteration < 8  # stopped before the epoch's 8 rounds
+    assert trainer.wrapper.threads_alive() == 0
