@@ -42,7 +42,8 @@ from kit.devices import (
     logical_devices,
     seed,
 )
-from kit.ndarray import DeviceMismatchError, NDArray, ShapeError, concatenate, maximum, minimum, stack, where
+from kit.ndarray import DeviceMismatchError, NDArray, ShapeError
+from kit.ops import concatenate, maximum, minimum, stack, where
 from kit.workspace import (
     AllocationPolicy,
     DebugMode,

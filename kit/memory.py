@@ -98,7 +98,7 @@ def allocate(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) -> tupl
 
 def empty(shape: tuple[int, ...] | int, dtype: object = None, device: str | AnyDevice | None = None):
     """Public form of `allocate`: an uninitialised NDArray (same as kit.empty)."""
-    from kit.ndarray import empty as _empty
+    from kit.creation import empty as _empty
 
     return _empty(shape, dtype=dtype, device=device)
 

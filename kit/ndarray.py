@@ -16,7 +16,6 @@ Errors name the values: both shapes for a mismatch, both devices for a cross-dev
 
 from __future__ import annotations
 
-import math
 import operator
 from typing import Any
 
@@ -25,114 +24,30 @@ import numpy as np
 from kit import backend
 from kit.devices import AnyDevice, DeviceError, as_device
 from kit.memory import _Lease, allocate
+from kit.shapes import (
+    _BOOL,
+    _BOOL_RESULT,
+    _FLOAT_RESULT,
+    _HALF,
+    _SCALARS,
+    ShapeError,
+    _broadcast,
+    _check_take_bounds,
+    _is_basic_index,
+    _matmul_shape,
+    _norm_axis,
+    _plan_cache,
+    _reduced_shape,
+    _reduction_plan,
+    _resolve_reshape,
+    _result_dtype,
+)
 
-__all__ = ["DeviceMismatchError", "NDArray", "ShapeError", "concatenate", "maximum", "minimum", "stack", "where"]
-
-
-class ShapeError(ValueError):
-    """Shapes that do not fit together; the message names both."""
+__all__ = ["DeviceMismatchError", "NDArray", "ShapeError"]
 
 
 class DeviceMismatchError(DeviceError):
     """Arrays on different devices met in one op; the message names both devices."""
-
-
-# ---------------------------------------------------------------------------------------
-# small cached helpers: shape and dtype rules are computed once per distinct input
-
-_bcast_cache: dict[tuple, tuple] = {}
-_dtype_cache: dict[tuple, np.dtype] = {}
-_SCALARS = (int, float, bool)
-
-
-def _broadcast(s1: tuple, s2: tuple, op: str) -> tuple:
-    key = (s1, s2)
-    shape = _bcast_cache.get(key)
-    if shape is None:
-        try:
-            shape = np.broadcast_shapes(s1, s2)
-        except ValueError:
-            raise ShapeError(f"{op}: shapes {s1} and {s2} cannot be broadcast together") from None
-        if len(_bcast_cache) > 4096:
-            _bcast_cache.clear()
-        _bcast_cache[key] = shape
-    return shape
-
-
-def _result_dtype(ufunc: np.ufunc, d1: np.dtype, d2: Any) -> np.dtype:
-    key = (ufunc, d1, d2)
-    dt = _dtype_cache.get(key)
-    if dt is None:
-        other = np.dtype(bool) if d2 is bool else d2
-        try:
-            if ufunc.nin == 1:
-                dt = ufunc.resolve_dtypes((d1, None))[-1]
-            else:
-                dt = ufunc.resolve_dtypes((d1, other, None))[-1]
-        except TypeError as exc:
-            raise TypeError(f"{ufunc.__name__}: no loop for dtypes {d1} and {_dname(d2)} ({exc})") from None
-        _dtype_cache[key] = dt
-    return dt
-
-
-def _dname(d: Any) -> str:
-    return d.__name__ if isinstance(d, type) else str(d)
-
-
-def _norm_axis(axis: Any, ndim: int, op: str, shape: tuple) -> tuple[int, ...] | None:
-    if axis is None:
-        return None
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    out = []
-    for ax in axes:
-        if not isinstance(ax, (int, np.integer)) or not -ndim <= ax < ndim:
-            raise ShapeError(f"{op}: axis {ax!r} is out of bounds for an array of shape {shape}")
-        out.append(int(ax) % ndim)
-    if len(set(out)) != len(out):
-        raise ShapeError(f"{op}: repeated axis in {axis!r}")
-    return tuple(out)
-
-
-def _reduced_shape(shape: tuple, axes: tuple | None, keepdims: bool) -> tuple:
-    if axes is None:
-        return (1,) * len(shape) if keepdims else ()
-    if keepdims:
-        return tuple(1 if i in axes else n for i, n in enumerate(shape))
-    return tuple(n for i, n in enumerate(shape) if i not in axes)
-
-
-def _reduction_plan(op: str, a: Any, axis: Any, keepdims: bool) -> tuple:
-    """(axes, result shape, result dtype, elements per result) for one reduction."""
-    axes = _norm_axis(axis, a.ndim, op, a.shape)
-    if a.size == 0 and op in ("max", "min"):
-        raise ShapeError(f"{op}: an empty array of shape {a.shape} has no {op}")
-    shape = _reduced_shape(a.shape, axes, keepdims)
-    out_dtype = getattr(np, op)(np.zeros((1,), a.dtype)).dtype
-    count = math.prod(a.shape) if axes is None else math.prod(a.shape[i] for i in axes)
-    return axes, shape, out_dtype, count
-
-
-_plan_cache: dict[tuple, tuple] = {}
-_HALF = np.dtype(np.float16)
-
-
-def _matmul_shape(s1: tuple, s2: tuple) -> tuple:
-    if not s1 or not s2:
-        raise ShapeError(f"matmul: scalars are not allowed (shapes {s1} and {s2}); use *")
-    a = (1, *s1) if len(s1) == 1 else s1
-    b = (*s2, 1) if len(s2) == 1 else s2
-    if a[-1] != b[-2]:
-        raise ShapeError(
-            f"matmul: shapes {s1} and {s2} do not align: the last axis of the first ({a[-1]}) "
-            f"must equal the second-to-last axis of the second ({b[-2]})"
-        )
-    batch = _broadcast(a[:-2], b[:-2], "matmul")
-    out = (*batch, a[-2], b[-1])
-    if len(s1) == 1:
-        out = out[:-2] + out[-1:]
-    if len(s2) == 1:
-        out = out[:-1]
-    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -687,28 +602,6 @@ def _describe_owner(arr: NDArray) -> str:
     return f"workspace {o.name!r} cycle {getattr(o, 'cycle_of', lambda g: g)(arr._gen)}"
 
 
-_BOOL = np.dtype(bool)
-_BOOL_RESULT = frozenset(
-    {np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal, np.logical_and, np.logical_or}
-)
-_FLOAT_RESULT = frozenset({np.true_divide})
-
-
-def _resolve_reshape(shape: tuple, size: int, new: tuple) -> tuple:
-    new = tuple(int(n) for n in new)
-    unknown = [i for i, n in enumerate(new) if n == -1]
-    if len(unknown) > 1 or any(n < -1 for n in new):
-        raise ValueError("at most one -1 and no other negative sizes")
-    known = math.prod(n for n in new if n != -1)
-    if unknown:
-        if known == 0 or size % known:
-            raise ValueError(f"{size} is not a multiple of {known}")
-        new = tuple(size // known if n == -1 else n for n in new)
-    elif known != size:
-        raise ValueError(f"{known} elements != {size}")
-    return new
-
-
 def _unwrap_key(key: Any, arr: NDArray) -> Any:
     if key.__class__ is NDArray:
         if key._device is not arr._device:
@@ -719,110 +612,3 @@ def _unwrap_key(key: Any, arr: NDArray) -> Any:
     if isinstance(key, list):
         return arr._device.xp.asarray(key)
     return key
-
-
-def _is_basic_index(key: Any) -> bool:
-    if isinstance(key, tuple):
-        return all(k is None or k is Ellipsis or isinstance(k, (int, np.integer, slice)) for k in key)
-    return key is None or key is Ellipsis or isinstance(key, (int, np.integer, slice))
-
-
-def _check_take_bounds(idx: Any, shape: tuple, xp: Any) -> None:
-    if not shape:
-        raise IndexError("getitem: a 0-d array cannot be indexed with an integer array")
-    if idx.size and (int(idx.max()) >= shape[0] or int(idx.min()) < -shape[0]):
-        bad = int(idx.max()) if int(idx.max()) >= shape[0] else int(idx.min())
-        raise IndexError(f"getitem: index {bad} is out of bounds for axis 0 with size {shape[0]} (array shape {shape})")
-
-
-# ---------------------------------------------------------------------------------------
-# functions of several arrays
-
-
-def _same_device(op: str, arrays: list[NDArray]) -> AnyDevice:
-    first = arrays[0]
-    for other in arrays[1:]:
-        if other._device is not first._device:
-            _mismatch(op, first, other)
-    return first._device
-
-
-def _as_arrays(op: str, items: Any) -> list[NDArray]:
-    items = list(items)
-    if not items:
-        raise ValueError(f"{op}: needs at least one array")
-    if not all(x.__class__ is NDArray for x in items):
-        from kit.creation import asarray
-
-        dev = next((x._device for x in items if x.__class__ is NDArray), None)
-        items = [x if x.__class__ is NDArray else asarray(x, device=dev) for x in items]
-    return items
-
-
-def concatenate(arrays: Any, axis: int = 0) -> NDArray:
-    arrs = _as_arrays("concatenate", arrays)
-    dev = _same_device("concatenate", arrs)
-    datas = [a._check("concatenate") for a in arrs]
-    nd = datas[0].ndim
-    if any(d.ndim != nd for d in datas) or nd == 0:
-        raise ShapeError(
-            f"concatenate: arrays need the same number (>= 1) of dimensions, got shapes {[d.shape for d in datas]}"
-        )
-    (ax,) = _norm_axis(axis, nd, "concatenate", datas[0].shape)  # type: ignore[misc]
-    for d in datas[1:]:
-        if d.shape[:ax] + d.shape[ax + 1 :] != datas[0].shape[:ax] + datas[0].shape[ax + 1 :]:
-            raise ShapeError(f"concatenate: shapes {datas[0].shape} and {d.shape} differ off axis {ax}")
-    shape = (*datas[0].shape[:ax], sum(d.shape[ax] for d in datas), *datas[0].shape[ax + 1 :])
-    dtype = np.result_type(*[d.dtype for d in datas])
-    out, owner = allocate(shape, dtype, dev)
-    dev.xp.concatenate(datas, axis=ax, out=out)
-    return _wrap(out, dev, owner)
-
-
-def stack(arrays: Any, axis: int = 0) -> NDArray:
-    arrs = _as_arrays("stack", arrays)
-    dev = _same_device("stack", arrs)
-    datas = [a._check("stack") for a in arrs]
-    if any(d.shape != datas[0].shape for d in datas):
-        raise ShapeError(f"stack: all arrays need the same shape, got {[d.shape for d in datas]}")
-    nd = datas[0].ndim + 1
-    (ax,) = _norm_axis(axis, nd, "stack", datas[0].shape)  # type: ignore[misc]
-    shape = (*datas[0].shape[:ax], len(datas), *datas[0].shape[ax:])
-    out, owner = allocate(shape, np.result_type(*[d.dtype for d in datas]), dev)
-    dev.xp.stack(datas, axis=ax, out=out)
-    return _wrap(out, dev, owner)
-
-
-def where(cond: NDArray, a: Any, b: Any) -> NDArray:
-    """Elements of a where cond is true, else of b (broadcast)."""
-    if cond.__class__ is not NDArray:
-        raise TypeError(f"where: the condition must be an NDArray, got {type(cond).__name__}")
-    c = cond._check("where")
-    dev = cond._device
-    parts = []
-    for x in (a, b):
-        if x.__class__ is NDArray:
-            if x._device is not dev:
-                _mismatch("where", cond, x)
-            parts.append(x._check("where"))
-        elif x.__class__ in _SCALARS:
-            parts.append(x)
-        else:
-            parts.append(cond._coerce(x, "where")._data)
-    shapes = [c.shape] + [p.shape for p in parts if not isinstance(p, _SCALARS)]
-    shape = shapes[0]
-    for s in shapes[1:]:
-        shape = _broadcast(shape, s, "where")
-    dtype = np.result_type(*[p if isinstance(p, _SCALARS) else p.dtype for p in parts])
-    out, owner = allocate(shape, dtype, dev)
-    dev.xp.copyto(out, parts[1])
-    dev.xp.copyto(out, parts[0], where=c)
-    return _wrap(out, dev, owner)
-
-
-def maximum(a: NDArray, b: Any) -> NDArray:
-    return a.maximum(b) if a.__class__ is NDArray else b.maximum(a)
-
-
-def minimum(a: NDArray, b: Any) -> NDArray:
-    return a.minimum(b) if a.__class__ is NDArray else b.minimum(a)
