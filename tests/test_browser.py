@@ -79,7 +79,8 @@ def test_memory_panel_updates_live_in_jupyterlab(lab):
             )
             page.evaluate("window.jupyterapp.shell.currentWidget.sessionContext.restartKernel()")
             page.wait_for_timeout(2000)
-            page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")  # not awaited
+            # started, not awaited: the command's promise resolves only when every cell is done
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
             text = ""
             deadline = time.monotonic() + 240
             while time.monotonic() < deadline and "cycles 100" not in text:
