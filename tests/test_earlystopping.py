@@ -158,13 +158,17 @@ def test_a_nan_mid_epoch_stops_with_the_invalid_score_reason(digits):
     assert np.isfinite(result.best_model.params().numpy()).all()  # the saved best is from before
 
 
-def test_divergence_is_stopped_by_max_score(digits):
-    train, test = digits
-    config = EarlyStoppingConfig(
+def divergence_config(test):
+    return EarlyStoppingConfig(
         epoch_termination_conditions=[MaxEpochsTerminationCondition(5)],
         iteration_termination_conditions=[MaxScoreIterationTerminationCondition(50.0)],
         score_calculator=DataSetLossCalculator(ArrayIterator(test, 200)),
     )
+
+
+def test_divergence_is_stopped_by_max_score(digits):
+    train, test = digits
+    config = divergence_config(test)
     net = mlp(64, hidden=(64,), n_out=10, updater=Sgd(50.0))  # far too large a step: diverges
     result = EarlyStoppingTrainer(config, net, ArrayIterator(train, 50)).fit()
     assert result.termination_reason is TerminationReason.ITERATION_TERMINATION_CONDITION
@@ -249,11 +253,7 @@ def test_single_and_parallel_trainers_reach_the_same_termination(digits):
 
 def test_parallel_trainer_stops_mid_epoch_on_an_iteration_condition(digits):
     train, test = digits
-    config = EarlyStoppingConfig(
-        epoch_termination_conditions=[MaxEpochsTerminationCondition(5)],
-        iteration_termination_conditions=[MaxScoreIterationTerminationCondition(50.0)],
-        score_calculator=DataSetLossCalculator(ArrayIterator(test, 200)),
-    )
+    config = divergence_config(test)
     net = mlp(64, hidden=(64,), n_out=10, updater=Sgd(50.0))  # diverges within the first epoch
     trainer = EarlyStoppingParallelTrainer(config, net, ArrayIterator(train, 25), workers=2, prefetch_buffer=0)
     result = trainer.fit()

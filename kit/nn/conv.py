@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from kit.ndarray import NDArray
-from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ParamSpec, ReLU, call_backward, call_forward
+from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ParamSpec, ReLU, call_backward, call_forward, relu_grad_into
 from kit.nn.workspace_mgr import LayerWorkspaceMgr
 
 __all__ = ["AvgPool2D", "BatchNorm", "Conv2D", "GlobalAvgPool", "MaxPool2D", "Residual"]
@@ -412,9 +412,7 @@ class Residual(Layer):
         xp, dev = eps.device.xp, eps.device
         g = mgr.create(GRAD, eps.shape, eps.dtype, dev)  # eps through the final ReLU
         with mgr.layer_call():  # a composite's own working memory gets its own scope
-            mask = mgr.create(BP, eps.shape, np.bool_, dev).data
-            xp.greater(self._y.data, 0, out=mask)
-            xp.multiply(eps.data, mask, out=g.data)
+            relu_grad_into(eps, self._y, g, mgr)
         d = g
         for layer in reversed(self.main):
             d = call_backward(layer, d, mgr)

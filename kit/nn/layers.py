@@ -194,12 +194,24 @@ class ReLU(Layer):
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-        xp = eps.device.xp
-        mask = mgr.create(BP, eps.shape, np.bool_, eps.device)
-        xp.greater(self._y.data, 0, out=mask.data)
         dx = mgr.create(GRAD, eps.shape, eps.dtype, eps.device)
-        xp.multiply(eps.data, mask.data, out=dx.data)
+        relu_grad_into(eps, self._y, dx, mgr)
         return dx
+
+
+def relu_grad_into(eps: NDArray, y: NDArray, out: NDArray, mgr: LayerWorkspaceMgr) -> None:
+    """out = eps where the ReLU output y was positive, else 0 (the mask in BP working memory)."""
+    xp = eps.device.xp
+    mask = mgr.create(BP, eps.shape, np.bool_, eps.device).data
+    xp.greater(y.data, 0, out=mask)
+    xp.multiply(eps.data, mask, out=out.data)
+
+
+def _times_eps(eps: NDArray, derivative: Any, mgr: LayerWorkspaceMgr) -> NDArray:
+    """dx = eps * f'(x), with f'(x) already computed into BP working memory."""
+    dx = mgr.create(GRAD, eps.shape, eps.dtype, eps.device)
+    eps.device.xp.multiply(eps.data, derivative, out=dx.data)
+    return dx
 
 
 class Tanh(Layer):
@@ -215,9 +227,7 @@ class Tanh(Layer):
         t = mgr.create(BP, eps.shape, eps.dtype, eps.device).data
         xp.multiply(y, y, out=t)
         xp.subtract(1, t, out=t)  # 1 - y^2
-        dx = mgr.create(GRAD, eps.shape, eps.dtype, eps.device)
-        xp.multiply(eps.data, t, out=dx.data)
-        return dx
+        return _times_eps(eps, t, mgr)
 
 
 class Sigmoid(Layer):
@@ -238,9 +248,7 @@ class Sigmoid(Layer):
         t = mgr.create(BP, eps.shape, eps.dtype, eps.device).data
         xp.subtract(1, y, out=t)
         xp.multiply(t, y, out=t)  # y (1 - y)
-        dx = mgr.create(GRAD, eps.shape, eps.dtype, eps.device)
-        xp.multiply(eps.data, t, out=dx.data)
-        return dx
+        return _times_eps(eps, t, mgr)
 
 
 class Softmax(Layer):
