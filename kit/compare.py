@@ -8,6 +8,13 @@ Devices: N physical GPUs when the machine has them; otherwise N *logical* device
 device, and every row says so: logical devices share one physical device, so their "speedup"
 is what overlapping work on shared hardware gives, not what N GPUs would give.
 
+Timing (kit.measure): every configuration trains the same number of epochs per timed repeat,
+the configurations interleaved in every repeat; a row reports the median epoch time and its
+spread, and is flagged *unreliable* (in the table and the plot) when other processes loaded the
+machine, the spread is too wide, or its speedup exceeds its device count. Fair baselines: on a
+CPU, one device uses the same total BLAS thread budget as the N workers together (every core);
+the table also shows the speedup over one device limited to one worker's share of the cores.
+
 The scaling model predicts the N-device epoch time from one-device measurements:
     T(N) = batches * t_step(N) / N  +  (batches / (N * F)) * bytes_moved(N) / bandwidth
 where t_step(N) is one training step measured with the compute each worker would have (the
@@ -21,14 +28,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from kit import measure
 from kit.data.dataset import ArrayIterator, DataSet
 from kit.devices import as_device, blas_threads, default_device, gpu_count, logical_devices
 from kit.nn.network import Network
@@ -38,13 +44,33 @@ __all__ = ["Comparison", "Job", "compare_devices", "measure_bandwidth", "predict
 
 @dataclass
 class Job:
+    """What to train. `epochs`: timed repeats per configuration (each repeat trains whole epochs,
+    as many as `kit.measure.autorange` needs to last `min_time` seconds, the same for every
+    configuration)."""
+
     make_model: Callable[[], Network]
     train: DataSet
     test: DataSet | None = None
     batch_size: int = 64
-    epochs: int = 2
+    epochs: int = 5
     averaging_frequency: int = 1
     shuffle: bool = True
+    min_time: float = measure.MIN_TIME
+
+
+COLUMNS = [
+    "devices",
+    "kind",
+    "epoch_s",
+    "spread",
+    "samples_per_s",
+    "speedup",
+    "speedup_vs_share",
+    "efficiency",
+    "predicted_speedup",
+    "accuracy",
+    "reliable",
+]
 
 
 @dataclass
@@ -52,12 +78,27 @@ class Comparison:
     rows: list[dict[str, Any]] = field(default_factory=list)
     model: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def reliable(self) -> bool:
+        return all(r["reliable"] for r in self.rows)
+
     def table(self) -> str:
-        cols = ["devices", "kind", "epoch_s", "samples_per_s", "speedup", "efficiency", "predicted_speedup", "accuracy"]
-        cells = [[_fmt(r.get(c)) for c in cols] for r in self.rows]
-        widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+        cells = [[_fmt(c, r.get(c)) for c in COLUMNS] for r in self.rows]
+        widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(COLUMNS)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths))]
         lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+        base = self.model.get("baseline")
+        if base:
+            lines.append(
+                f"baseline: 1 device with {base['threads']} BLAS thread(s) (the same total as the workers): "
+                f"{base['epoch_s']:.3g} s/epoch; with {base['share_threads']} thread(s) (one worker's share): "
+                f"{base['share_epoch_s']:.3g} s/epoch"
+            )
+        for r in self.rows:
+            for w in r["warnings"]:
+                lines.append(f"UNRELIABLE {r['devices']} device(s): {w}")
+        if not self.reliable:
+            lines.append("-> do not read a speedup from the flagged rows: rerun on a quiet machine")
         if any("logical" in r["kind"] for r in self.rows):
             lines.append(
                 "note: logical devices share one physical device; their speedup is overlap on shared "
@@ -69,20 +110,37 @@ class Comparison:
         import matplotlib.pyplot as plt
 
         if ax is None:
-            _, ax = plt.subplots(figsize=(5, 3.5))
+            _, ax = plt.subplots(figsize=(5.5, 3.8))
         n = [r["devices"] for r in self.rows]
         ax.plot(n, n, ":", color="#999", label="ideal")
         ax.plot(n, [r["predicted_speedup"] for r in self.rows], "--", color="#c63", label="scaling model")
-        ax.plot(n, [r["speedup"] for r in self.rows], "o-", color="#36c", label="measured")
+        ax.plot(n, [r["speedup"] for r in self.rows], "o-", color="#36c", label="measured (median)")
+        bad = [r for r in self.rows if not r["reliable"]]
+        if bad:
+            ax.plot(
+                [r["devices"] for r in bad],
+                [r["speedup"] for r in bad],
+                "x",
+                color="#c00",
+                ms=12,
+                mew=2,
+                label="UNRELIABLE (see table)",
+            )
         kinds = sorted({r["kind"] for r in self.rows})
-        ax.set_xlabel("devices (" + ", ".join(kinds) + ")")
+        ax.set_xlabel("devices (" + ", ".join(kinds) + ")", fontsize=8)
         ax.set_ylabel("speedup over 1 device")
         ax.set_xticks(n)
         ax.legend(fontsize=8)
+        if bad:
+            ax.set_title("flagged: machine busy or noisy, no conclusion", fontsize=9, color="#c00")
         return ax
 
 
-def _fmt(v: Any) -> str:
+def _fmt(col: str, v: Any) -> str:
+    if col == "spread" and isinstance(v, float):
+        return f"±{v:.0%}"
+    if col == "reliable":
+        return "yes" if v else "NO"
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
     return "-" if v is None else str(v)
@@ -106,29 +164,17 @@ def measure_bandwidth(nbytes: int, device: Any = None, repeats: int = 7) -> floa
     with dev.activate():
         a = xp.ones(n, dtype=np.float32)
         b = xp.empty_like(a)
-        xp.copyto(b, a)
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            xp.copyto(b, a)
-            if dev.kind == "gpu":
-                xp.cuda.get_current_stream().synchronize()
-            times.append(time.perf_counter() - t0)
-    return n * 4 / statistics.median(times)
+        sync = xp.cuda.get_current_stream().synchronize if dev.kind == "gpu" else None
+        t = measure.measure(lambda: xp.copyto(b, a), repeats=repeats, min_time=0.02, sync=sync)
+    return n * 4 / t.median
 
 
-def _step_seconds(job: Job, threads: int | None, steps: int = 5) -> float:
+def _step_seconds(job: Job, threads: int | None) -> float:
     net = job.make_model()
     batch = next(iter(ArrayIterator(job.train, job.batch_size)))
     ctx = blas_threads(threads) if threads else contextlib.nullcontext()
     with ctx:
-        net.fit_batch(batch)
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            net.fit_batch(batch)
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        return measure.measure(lambda: net.fit_batch(batch), repeats=5, min_time=min(job.min_time, 0.1)).median
 
 
 def predict_epoch_seconds(
@@ -151,11 +197,22 @@ def predict_epoch_seconds(
     return compute + (batches / (n * frequency)) * moved / bandwidth
 
 
+def assess_row(row: dict[str, Any], timing_warnings: list[str], shared: bool, cores: int) -> dict[str, Any]:
+    """Attach the reasons a row cannot be trusted (kit.measure's rules) and the verdict."""
+    warnings = list(timing_warnings)
+    if row["devices"] > 1:
+        warnings += measure.speedup_warnings(row["speedup"], row["devices"], shared=shared, cores=cores)
+    row["warnings"] = warnings
+    row["reliable"] = not warnings
+    return row
+
+
 def compare_devices(job: Job, counts: list[int] | tuple[int, ...] = (1, 2)) -> Comparison:
     from kit.parallel.wrapper import ParallelWrapper
 
     if not counts or any(not isinstance(c, int) or c < 1 for c in counts):
         raise ValueError(f"compare_devices(counts={counts!r}): positive integers")
+    counts = sorted(set(counts) | {1})  # the baseline always runs
     result = Comparison()
     cores = os.cpu_count() or 1
     probe = job.make_model()
@@ -165,39 +222,72 @@ def compare_devices(job: Job, counts: list[int] | tuple[int, ...] = (1, 2)) -> C
     bandwidth = measure_bandwidth(params * width)
     on_cpu = default_device().kind == "cpu"
     step_full = _step_seconds(job, None)
+    share = max(1, cores // max(counts))
     result.model = {"params": params, "bandwidth_GBps": bandwidth / 1e9, "step_s_one_device": step_full}
-    base_time = None
-    for n in sorted(set(counts)):
-        devs, kind = _devices_for(n)
-        net = job.make_model()
-        it = ArrayIterator(job.train, job.batch_size, shuffle=job.shuffle, seed=0)
-        epoch_times = []
-        freq = job.averaging_frequency
-        with ParallelWrapper(net, workers=n, devices=devs, prefetch_buffer=0, averaging_frequency=freq) as pw:
-            for _ in range(job.epochs):
-                t0 = time.perf_counter()
-                pw.fit(it, epochs=1)
-                epoch_times.append(time.perf_counter() - t0)
-        epoch_s = statistics.median(epoch_times[1:] if len(epoch_times) > 1 else epoch_times)
-        base_time = base_time or epoch_s
+
+    nets, wrappers, kinds, fns = {}, {}, {}, {}
+    try:
+        for n in counts:
+            devs, kinds[n] = _devices_for(n)
+            nets[n] = job.make_model()
+            wrappers[n] = ParallelWrapper(
+                nets[n], workers=n, devices=devs, prefetch_buffer=0, averaging_frequency=job.averaging_frequency
+            )
+        if on_cpu and share < cores:  # one device with one worker's share of the cores
+            nets["share"] = job.make_model()
+            wrappers["share"] = ParallelWrapper(nets["share"], workers=1, devices=[default_device()], prefetch_buffer=0)
+        for key, pw in wrappers.items():
+            it = ArrayIterator(job.train, job.batch_size, shuffle=job.shuffle, seed=0)
+            fns[key] = _epoch_fn(pw, it, share if key == "share" else None)
+        timings = measure.compare(fns, min_time=job.min_time, repeats=job.epochs, same_number=True)
+    finally:
+        for pw in wrappers.values():
+            pw.shutdown()
+    base = timings[1].median
+    base_share = timings["share"].median if "share" in timings else base
+    result.model["baseline"] = {
+        "threads": cores if on_cpu else None,
+        "epoch_s": base,
+        "share_threads": share if "share" in timings else cores,
+        "share_epoch_s": base_share,
+    }
+    result.model["epochs_per_repeat"] = timings[1].number
+    result.model["repeats"] = job.epochs
+    result.model["load"] = timings[1].load
+    base_pred = predict_epoch_seconds(batches, 1, step_full, 1, params, width, buffers, bandwidth, True)
+    for n in counts:
+        kind = kinds[n]
         physical = "physical" in kind
-        # workers run side by side on physical devices, or on the CPU up to one per core
-        parallel = physical or (on_cpu and n <= cores)
+        parallel = physical or (on_cpu and n <= cores)  # side by side: own devices, or a core each
         step_n = step_full if n == 1 or not on_cpu else _step_seconds(job, max(1, cores // n))
+        freq = job.averaging_frequency
         predicted = predict_epoch_seconds(batches, n, step_n, freq, params, width, buffers, bandwidth, parallel)
-        base_pred = predict_epoch_seconds(batches, 1, step_full, 1, params, width, buffers, bandwidth, True)
-        accuracy = net.evaluate(ArrayIterator(job.test, 512)).accuracy() if job.test is not None else None
-        result.rows.append(
-            {
-                "devices": n,
-                "kind": kind,
-                "names": [str(d) for d in devs],
-                "epoch_s": epoch_s,
-                "samples_per_s": job.train.num_examples / epoch_s,
-                "speedup": base_time / epoch_s,
-                "efficiency": base_time / epoch_s / n,
-                "predicted_speedup": base_pred / predicted,
-                "accuracy": accuracy,
-            }
-        )
+        t = timings[n]
+        epoch_s = t.median
+        # per-repeat ratios against the baseline measured in the same repeat: drift cancels
+        speedup = float(np.median([b / x for b, x in zip(timings[1].seconds, t.seconds)]))
+        accuracy = nets[n].evaluate(ArrayIterator(job.test, 512)).accuracy() if job.test is not None else None
+        row = {
+            "devices": n,
+            "kind": kind,
+            "names": [str(d) for d in wrappers[n].devices],
+            "epoch_s": epoch_s,
+            "spread": t.spread,
+            "samples_per_s": job.train.num_examples / epoch_s,
+            "speedup": speedup,
+            "speedup_vs_share": base_share / epoch_s if n > 1 and "share" in timings else None,
+            "efficiency": speedup / n,
+            "predicted_speedup": base_pred / predicted,
+            "accuracy": accuracy,
+            "load": t.load,
+        }
+        result.rows.append(assess_row(row, t.warnings, shared=not physical and on_cpu, cores=cores))
     return result
+
+
+def _epoch_fn(pw: Any, it: ArrayIterator, threads: int | None) -> Callable[[], None]:
+    def run() -> None:
+        with blas_threads(threads) if threads else contextlib.nullcontext():
+            pw.fit(it, epochs=1)
+
+    return run

@@ -1,7 +1,12 @@
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
-from kit.compare import Job, compare_devices, measure_bandwidth, predict_epoch_seconds
+from kit import measure
+from kit.compare import Comparison, Job, assess_row, compare_devices, measure_bandwidth, predict_epoch_seconds
 from kit.data import DataSet
 from kit.nn import Sgd, mlp
 
@@ -19,7 +24,9 @@ def test_scaling_model_terms():
 def test_compare_devices_reports_and_labels_rows():
     rng = np.random.default_rng(0)
     data = DataSet(rng.random((256, 16)), rng.integers(0, 3, 256), num_classes=3)
-    job = Job(lambda: mlp(16, hidden=(8,), n_out=3, updater=Sgd(0.1)), data, data, batch_size=32, epochs=2)
+    job = Job(
+        lambda: mlp(16, hidden=(8,), n_out=3, updater=Sgd(0.1)), data, data, batch_size=32, epochs=3, min_time=0.05
+    )
     result = compare_devices(job, counts=[1, 2])
     assert [r["devices"] for r in result.rows] == [1, 2]
     assert result.rows[0]["speedup"] == 1.0 and result.rows[0]["predicted_speedup"] == pytest.approx(1.0)
@@ -36,3 +43,44 @@ def test_compare_devices_reports_and_labels_rows():
 
 def test_bandwidth_is_measured():
     assert measure_bandwidth(1 << 20) > 1e8  # any machine copies more than 100 MB/s
+
+
+def test_compare_devices_flags_a_result_measured_under_a_competing_load():
+    """One busy process spins while compare_devices measures. Whatever the timings come out as,
+    a row with efficiency above 1 or a speedup above its device count must be flagged, and the
+    competing load itself must be seen and flagged."""
+    rng = np.random.default_rng(0)
+    data = DataSet(rng.random((512, 64)), rng.integers(0, 4, 512), num_classes=4)
+    job = Job(lambda: mlp(64, hidden=(64,), n_out=4, updater=Sgd(0.1)), data, None, batch_size=32, epochs=3)
+    job.min_time = 0.1
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        result = compare_devices(job, counts=[1, 2])
+    finally:
+        spinner.kill()
+        spinner.wait()
+    for row in result.rows:
+        if row["efficiency"] > 1 + measure.SPEEDUP_TOLERANCE or row["speedup"] > row["devices"] * 1.05:
+            assert not row["reliable"] and row["warnings"]
+        if row["load"] > measure.LOAD_LIMIT:
+            assert not row["reliable"] and any("machine busy" in w for w in row["warnings"])
+        assert row["reliable"] == (not row["warnings"])
+    assert result.model["load"] * (os.cpu_count() or 1) > 0.3  # the spinner's CPU time was seen
+    text = result.table()
+    if not result.reliable:
+        assert "UNRELIABLE" in text and "do not read a speedup" in text
+
+
+def test_a_superlinear_speedup_row_is_flagged_in_table_and_plot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    rows = [
+        {"devices": 1, "kind": "physical cpu:0", "epoch_s": 1.0, "speedup": 1.0, "predicted_speedup": 1.0},
+        {"devices": 2, "kind": "logical (share cpu:0)", "epoch_s": 0.1, "speedup": 9.0, "predicted_speedup": 1.2},
+    ]
+    result = Comparison(rows=[assess_row(r, [], shared=True, cores=2) for r in rows])
+    assert result.rows[0]["reliable"] and not result.rows[1]["reliable"]
+    assert "UNRELIABLE 2 device(s): speedup 9.00x exceeds" in result.table()
+    ax = result.plot()
+    assert "UNRELIABLE (see table)" in [t.get_text() for t in ax.get_legend().get_texts()]

@@ -14,33 +14,28 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import time
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
 import kit
+from kit import measure
 
 __all__ = ["bench_arrays", "bench_workspaces", "format_result", "mlp_cycle", "run", "write_json"]
 
 
 def _time(fn: Callable[[], Any], number: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(number):
-        fn()
-    kit.backend.sync()
-    return (time.perf_counter() - t0) / number
+    """Seconds per call of `number` calls, device synchronised before the clock is read."""
+    return measure.measure(fn, number=number, repeats=1, warmup=False, sync=kit.backend.sync).median
 
 
-def _side_by_side(fns: dict[str, Callable[[], Any]], number: int, repeats: int) -> dict[str, list[float]]:
-    """Seconds per call for each variant, one list entry per repeat, variants interleaved."""
-    for fn in fns.values():  # warm-up: caches, lazy imports, first-touch page faults
-        _time(fn, max(1, number // 10))
-    out: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            out[name].append(_time(fn, number))
-    return out
+def _side_by_side(
+    fns: dict[str, Callable[[], Any]], number: int | None, repeats: int, min_time: float = measure.MIN_TIME
+) -> dict[str, list[float]]:
+    """Seconds per call for each variant, one list entry per repeat, variants interleaved
+    (kit.measure.compare; `number=None` lets autorange pick the calls per repeat)."""
+    timings = measure.compare(fns, min_time=min_time, repeats=repeats, number=number, sync=kit.backend.sync)
+    return {k: t.seconds for k, t in timings.items()}
 
 
 def _device_label() -> str:
@@ -51,7 +46,7 @@ def _device_label() -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def _array_rows(dev: Any, size: int, number: int, repeats: int) -> list[dict[str, Any]]:
+def _array_rows(dev: Any, size: int, min_time: float, repeats: int) -> list[dict[str, Any]]:
     a, b = kit.rand((size,)), kit.rand((size,))
     ra, rb = a.data, b.data
     xp = dev.xp
@@ -68,42 +63,55 @@ def _array_rows(dev: Any, size: int, number: int, repeats: int) -> list[dict[str
     }
     rows = []
     for op, (kit_fn, raw_fn) in cases.items():
-        t = _side_by_side({"kit": kit_fn, "raw": raw_fn}, number, repeats)
-        ratios = [k / r for k, r in zip(t["kit"], t["raw"])]
-        added = [(k - r) * 1e6 for k, r in zip(t["kit"], t["raw"])]
+        t = measure.compare({"kit": kit_fn, "raw": raw_fn}, min_time=min_time, repeats=repeats, sync=kit.backend.sync)
+        ratios = [k / r for k, r in zip(t["kit"].seconds, t["raw"].seconds)]
+        added = [(k - r) * 1e6 for k, r in zip(t["kit"].seconds, t["raw"].seconds)]
+        warnings = t["kit"].warnings + t["raw"].warnings
         rows.append(
             {
                 "op": op,
                 "elements": size,
-                "raw_us": statistics.median(t["raw"]) * 1e6,
-                "kit_us": statistics.median(t["kit"]) * 1e6,
+                "raw_us": t["raw"].median * 1e6,
+                "kit_us": t["kit"].median * 1e6,
                 "added_us": statistics.median(added),
                 "ratio": statistics.median(ratios),
+                "spread": max(t["kit"].spread, t["raw"].spread),
+                "reliable": "yes" if not warnings else "NO",
             }
         )
     return rows
 
 
 def bench_arrays(quick: bool = False) -> dict[str, Any]:
+    """Each variant is timed for at least `min_time` per repeat (0.2 s full, 0.01 s quick), kit and
+    raw interleaved; 100 elements (per-op overhead) and 1,000,000 elements (the op dominates)."""
     dev = kit.current_device()
-    repeats = 5 if quick else 15
-    rows = []
-    for size, number in ((100, 2000 if quick else 20000), (1_000_000, 20 if quick else 200)):
-        rows += _array_rows(dev, size, number, repeats)
+    repeats, min_time = (3, 0.01) if quick else (5, 0.2)
+    with measure.machine_load() as load:
+        rows = []
+        for size in (100, 1_000_000):
+            rows += _array_rows(dev, size, min_time, repeats)
     small = [r["added_us"] for r in rows if r["elements"] == 100]
     # a view costs the same at any size, so it has no place in a large-array overhead figure
     large = [r["ratio"] for r in rows if r["elements"] != 100 and r["op"] != "slice view"]
+    reliable = all(r["reliable"] == "yes" for r in rows)
+    large_pct = (statistics.median(large) - 1) * 100
     return {
         "benchmark": "arrays",
         "device": _device_label(),
         "repeats": repeats,
-        "columns": ["op", "elements", "raw_us", "kit_us", "added_us", "ratio"],
+        "min_time_s": min_time,
+        "columns": ["op", "elements", "raw_us", "kit_us", "added_us", "ratio", "spread", "reliable"],
         "rows": rows,
         "summary": {
             "small_added_us_median": statistics.median(small),
             "small_added_us_max": max(small),
-            "large_overhead_pct_median": (statistics.median(large) - 1) * 100,
-            "goal": "<= 2 us added per small op, <= 2% on large ones",
+            "large_overhead_pct_median": large_pct,
+            "machine_load_by_others": f"{load.others:.0%}",
+            "goal_small": measure.goal(
+                "added per small op (median)", statistics.median(small), "<=", 2, "us", reliable
+            ),
+            "goal_large": measure.goal("overhead on large ops (median)", large_pct, "<=", 2, "%", reliable),
         },
     }
 
@@ -161,20 +169,29 @@ def _set_regime(name: str) -> None:
 
 
 def bench_workspaces(quick: bool = False) -> dict[str, Any]:
-    repeats = 5 if quick else 15
-    number = 10 if quick else 50
+    """The same MLP step in three regimes, interleaved; each timed repeat lasts at least 0.3 s
+    (full) or 0.02 s (quick)."""
+    repeats, min_time = (3, 0.02) if quick else (7, 0.3)
     step = mlp_cycle()
     regimes = _regimes()
     runners = {name: wrap(step) for name, wrap in regimes.items()}
-    # time: regimes interleaved per repeat (the cache is switched per regime)
-    times: dict[str, list[float]] = {k: [] for k in runners}
-    for name, fn in runners.items():  # warm-up, and the workspace's learning cycle
-        _set_regime(name)
-        _time(fn, 3)
-    for _ in range(repeats):
-        for name, fn in runners.items():
+    block = 10  # steps per call: the regime is switched once per block, outside the steps' cost
+
+    def in_regime(name: str, fn: Callable[[], float]) -> Callable[[], None]:
+        def run() -> None:
             _set_regime(name)
-            times[name].append(_time(fn, number))
+            for _ in range(block):
+                fn()
+
+        return run
+
+    timed = measure.compare(
+        {name: in_regime(name, fn) for name, fn in runners.items()},
+        min_time=min_time,
+        repeats=repeats,
+        sync=kit.backend.sync,
+    )
+    times = {k: [x / block for x in t.seconds] for k, t in timed.items()}
     rows = []
     for name, fn in runners.items():
         _set_regime(name)
@@ -193,6 +210,7 @@ def bench_workspaces(quick: bool = False) -> dict[str, Any]:
             {
                 "regime": name,
                 "ms_per_iter": statistics.median(times[name]) * 1e3,
+                "spread": timed[name].spread,
                 "ratio_to_plain": statistics.median(t / p for t, p in zip(times[name], times["plain"])),
                 "kit_heap_allocs_per_iter": (kit.memory.heap_allocations(this_thread=True) - before_allocs) / 5,
                 "cache_hits_per_iter": (kit.memory.cache_stats()["hits"] - hits0) / 5,
@@ -201,14 +219,17 @@ def bench_workspaces(quick: bool = False) -> dict[str, Any]:
         )
     _set_regime("plain")
     ws_stats = kit.get_workspace_for_current_thread(name="BENCH_MLP").stats()
+    by = {r["regime"]: r for r in rows}
+    warnings = sorted({w for t in timed.values() for w in t.warnings})
     return {
         "benchmark": "workspaces",
         "device": _device_label(),
         "repeats": repeats,
-        "iterations_per_repeat": number,
+        "iterations_per_repeat": timed["plain"].number * block,
         "columns": [
             "regime",
             "ms_per_iter",
+            "spread",
             "ratio_to_plain",
             "kit_heap_allocs_per_iter",
             "cache_hits_per_iter",
@@ -218,7 +239,13 @@ def bench_workspaces(quick: bool = False) -> dict[str, Any]:
         "summary": {
             "workspace_capacity_bytes": ws_stats["capacity"],
             "workspace_peak_used_bytes": ws_stats["peak_used"],
-            "goal": "workspace time <= plain time, 0 allocations per iteration",
+            "goal_time": measure.goal(
+                "workspace time / plain time", by["workspace"]["ratio_to_plain"], "<=", 1.0, "", not warnings
+            ),
+            "goal_allocations": measure.goal(
+                "heap allocations per iteration in the workspace", by["workspace"]["kit_heap_allocs_per_iter"], "<=", 0
+            ),
+            "warnings": "; ".join(warnings) or "none",
         },
     }
 
@@ -245,7 +272,7 @@ def run(name: str, quick: bool = False) -> dict[str, Any]:
 def format_result(result: dict[str, Any]) -> str:
     cols = result["columns"]
     lines = [f"benchmark {result['benchmark']} on {result['device']} (median of {result['repeats']} repeats)"]
-    cells = [[_fmt(row[c]) for c in cols] for row in result["rows"]]
+    cells = [[f"±{row[c]:.0%}" if c == "spread" else _fmt(row[c]) for c in cols] for row in result["rows"]]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
     lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]

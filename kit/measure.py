@@ -1,0 +1,261 @@
+"""Measurements you can trust: repeated, interleaved, median and spread, flagged when unreliable.
+
+    >>> from kit import measure
+    >>> t = measure.compare({"kit": lambda: a + b, "raw": lambda: ra + rb})   # interleaved
+    >>> print(t["kit"])                     # 12.3 us per call ±4% (5 repeats x 20000 calls)
+    >>> t["kit"].reliable, t["kit"].warnings
+    >>> measure.goal("added time per small op", 1.3, "<=", 2.0, "us")   # '... 1.3 us: met (goal <= 2 us)'
+
+One module for every timing in kit (benchmarks, `compare_devices`, the chapters):
+
+- **Long enough to measure.** Like `timeit.autorange`, each variant is called 1, 2, 5, 10, 20,
+  ... times per timed repeat until one repeat takes at least `min_time` seconds: regions shorter
+  than about 0.3 s swing 2-10x on a shared machine.
+- **Interleaved.** Repeat r times variant A, then B, then C (the order rotated each repeat), so
+  drift and other processes' bursts hit every variant alike; ratios are taken per repeat.
+- **Median and spread.** The median of the repeats, and the spread as half the range relative
+  to the median (``±x%``).
+- **Flagged, not interpreted.** A result is *unreliable* when other processes used more than
+  `LOAD_LIMIT` of the machine's CPU while it was measured (psutil: the machine's busy time minus
+  this process's), when the spread is wider than `SPREAD_LIMIT`, or, for a device comparison,
+  when a "speedup" exceeds the device count (efficiency above 1: the baseline was slowed down,
+  typically by contention for shared cores). Tables and plots show the flag and its reason.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+__all__ = [
+    "LOAD_LIMIT",
+    "MIN_TIME",
+    "SPREAD_LIMIT",
+    "LoadReading",
+    "Timing",
+    "autorange",
+    "compare",
+    "format_seconds",
+    "goal",
+    "machine_load",
+    "measure",
+    "speedup_warnings",
+]
+
+MIN_TIME = 0.3  # seconds one timed repeat should last at least (full mode)
+LOAD_LIMIT = 0.2  # fraction of the machine's CPU time other processes may use before a result is flagged
+SPREAD_LIMIT = 0.25  # half-range / median above which a result is flagged
+SPEEDUP_TOLERANCE = 0.05  # a speedup may exceed the device count by this much (timer noise) before it is flagged
+
+
+def format_seconds(seconds: float) -> str:
+    """`1.23 s`, `45.6 ms`, `7.89 us` (ASCII `us`, so sanitizers and terminals agree)."""
+    if seconds != seconds:  # NaN
+        return "nan"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale or unit == "us":
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+# ---------------------------------------------------------------------------------------
+# machine load: how much of the CPU other processes took while we measured
+
+
+def _busy_seconds() -> float:
+    c = psutil.cpu_times()
+    # guest time is already inside user; steal is time the hypervisor gave to someone else
+    return sum(getattr(c, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+
+def _own_seconds(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+@dataclass
+class LoadReading:
+    """Other processes' CPU use during a block, as a fraction of the whole machine (0..1)."""
+
+    cores: int = field(default_factory=lambda: psutil.cpu_count() or 1)
+    wall: float = 0.0
+    others: float = 0.0  # fraction of cores x wall used by other processes
+    own: float = 0.0  # fraction used by this process (all its threads)
+
+    @property
+    def busy_cores(self) -> float:
+        """Cores' worth of other processes' work (0.5 = half a core busy on average)."""
+        return self.others * self.cores
+
+
+@contextmanager
+def machine_load() -> Iterator[LoadReading]:
+    """`with machine_load() as load: ...` then `load.others` (fraction of the machine other
+    processes used while the block ran)."""
+    reading = LoadReading()
+    proc = psutil.Process()
+    busy0, own0, t0 = _busy_seconds(), _own_seconds(proc), time.perf_counter()
+    try:
+        yield reading
+    finally:
+        wall = time.perf_counter() - t0
+        busy, own = _busy_seconds() - busy0, _own_seconds(proc) - own0
+        capacity = max(wall * reading.cores, 1e-9)
+        reading.wall = wall
+        reading.own = min(1.0, max(0.0, own / capacity))
+        # /proc/stat ticks at 10 ms: short blocks read coarsely, never below zero
+        reading.others = min(1.0, max(0.0, (busy - own) / capacity))
+
+
+# ---------------------------------------------------------------------------------------
+# one variant's timing
+
+
+@dataclass
+class Timing:
+    """Seconds per call of one variant: one entry per timed repeat of `number` calls."""
+
+    name: str
+    seconds: list[float]
+    number: int
+    load: float = 0.0  # other processes' share of the machine while measured (0..1)
+    extra_warnings: list[str] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds) if self.seconds else float("nan")
+
+    @property
+    def spread(self) -> float:
+        """Half the range of the repeats relative to the median (0.04 = ±4%)."""
+        if len(self.seconds) < 2 or not self.median:
+            return 0.0
+        return (max(self.seconds) - min(self.seconds)) / 2 / self.median
+
+    @property
+    def warnings(self) -> list[str]:
+        out = []
+        if self.load > LOAD_LIMIT:
+            out.append(f"machine busy: other processes used {self.load:.0%} of the CPU while this was measured")
+        if self.spread > SPREAD_LIMIT:
+            out.append(f"spread ±{self.spread:.0%} is wider than ±{SPREAD_LIMIT:.0%}")
+        return out + self.extra_warnings
+
+    @property
+    def reliable(self) -> bool:
+        return not self.warnings
+
+    def __str__(self) -> str:
+        text = (
+            f"{format_seconds(self.median)} per call ±{self.spread:.0%} "
+            f"({len(self.seconds)} repeats x {self.number} calls)"
+        )
+        return text if self.reliable else text + " UNRELIABLE: " + "; ".join(self.warnings)
+
+
+def _run(fn: Callable[[], Any], number: int, sync: Callable[[], Any] | None) -> float:
+    t0 = time.perf_counter()
+    for _ in range(number):
+        fn()
+    if sync is not None:
+        sync()
+    return time.perf_counter() - t0
+
+
+def autorange(
+    fn: Callable[[], Any], min_time: float = MIN_TIME, sync: Callable[[], Any] | None = None, max_number: int = 10**7
+) -> int:
+    """Calls per repeat so one repeat lasts at least `min_time` (1, 2, 5, 10, 20, 50, ...),
+    as `timeit.Timer.autorange` does."""
+    if min_time <= 0:
+        raise ValueError(f"autorange(min_time={min_time!r}): must be > 0 seconds")
+    i = 1
+    while True:
+        for m in (1, 2, 5):
+            number = i * m
+            if number >= max_number or _run(fn, number, sync) >= min_time:
+                return min(number, max_number)
+        i *= 10
+
+
+def compare(
+    fns: dict[str, Callable[[], Any]],
+    min_time: float = MIN_TIME,
+    repeats: int = 5,
+    number: int | dict[str, int] | None = None,
+    same_number: bool = False,
+    sync: Callable[[], Any] | None = None,
+    warmup: bool = True,
+) -> dict[str, Timing]:
+    """Time every variant, interleaved: each repeat runs all variants once, in an order rotated
+    per repeat. `number` fixes the calls per repeat (else `autorange` finds them per variant;
+    `same_number=True` gives every variant the largest, e.g. so each trains equally long)."""
+    if not fns:
+        raise ValueError("compare(fns={}): give at least one variant, e.g. {'kit': f, 'raw': g}")
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"compare(repeats={repeats!r}): must be a positive integer (5 or more for a spread)")
+    with machine_load() as load:
+        if warmup:  # caches, lazy imports, first-touch page faults, a workspace's learning cycle
+            for fn in fns.values():
+                _run(fn, 1, sync)
+        if isinstance(number, dict):
+            numbers = {k: int(number[k]) for k in fns}
+        elif number is not None:
+            numbers = dict.fromkeys(fns, int(number))
+        else:
+            numbers = {k: autorange(fn, min_time, sync) for k, fn in fns.items()}
+            if same_number:
+                numbers = dict.fromkeys(fns, max(numbers.values()))
+        names = list(fns)
+        out = {k: Timing(k, [], numbers[k]) for k in names}
+        for r in range(repeats):
+            for k in names[r % len(names) :] + names[: r % len(names)]:
+                out[k].seconds.append(_run(fns[k], numbers[k], sync) / numbers[k])
+    for t in out.values():
+        t.load = load.others
+    return out
+
+
+def measure(fn: Callable[[], Any], name: str = "", **kw: Any) -> Timing:
+    """One variant: `compare({name: fn}, **kw)[name]`."""
+    return compare({name: fn}, **kw)[name]
+
+
+# ---------------------------------------------------------------------------------------
+# verdicts
+
+
+def speedup_warnings(speedup: float, devices: int, shared: bool = False, cores: int | None = None) -> list[str]:
+    """Why a measured speedup of `devices` workers cannot be taken at face value.
+
+    N devices cannot be more than N times faster than one; on shared cores (logical devices of
+    one CPU) the workers cannot beat the cores they share either. A larger figure means the
+    baseline was slowed (contention, a busy machine), not that the workers were fast."""
+    out = []
+    limit = devices * (1 + SPEEDUP_TOLERANCE)
+    if speedup > limit:
+        out.append(
+            f"speedup {speedup:.2f}x exceeds the {devices} device(s): the baseline was slowed, not a real effect"
+        )
+        if shared:
+            out.append(f"efficiency {speedup / devices:.2f} > 1 on shared cores: impossible on one device's hardware")
+    elif shared and cores is not None and speedup > max(1, min(devices, cores)) * (1 + SPEEDUP_TOLERANCE):
+        out.append(f"speedup {speedup:.2f}x on {cores} shared core(s) exceeds what the cores allow")
+    return out
+
+
+def goal(what: str, value: float, op: str, limit: float, unit: str = "", reliable: bool = True) -> str:
+    """A printed goal that says met or not met, with the figure: `goal("added per op", 1.3, "<=", 2, "us")`."""
+    ops = {"<=": value <= limit, "<": value < limit, ">=": value >= limit, ">": value > limit}
+    if op not in ops:
+        raise ValueError(f"goal(op={op!r}): one of {sorted(ops)}")
+    u = f" {unit}" if unit else ""
+    verdict = "met" if ops[op] else "NOT met"
+    text = f"{what}: {value:.3g}{u} -> {verdict} (goal {op} {limit:g}{u})"
+    return text if reliable else text + " [unreliable measurement: see the warnings]"
