@@ -7,14 +7,17 @@
     ...     y = (x @ w).tanh().sum(axis=1).detach()    # arena memory; the result kept
     >>> python -m kit info                              # (shell) backend, devices, BLAS
 
-Modules: backend (NumPy/CuPy), devices, ndarray/creation (arrays), memory (allocation,
-counters, cache, GC window), workspace (arenas), widgets (live panels).
+Modules, lowest first: backend (NumPy/CuPy), devices (placement, the one transfer path),
+context (the current workspace), memory (allocation, counters, cache, GC window), workspace
+(arenas), shapes/ndarray/ops/creation (arrays), readings (RSS, GPU, one stats dictionary),
+widgets (live panels); above them kit.nn, kit.data, kit.parallel, kit.earlystopping.
 """
 
 from __future__ import annotations
 
-from kit import backend, memory, widgets, workspace
+from kit import backend, context, memory, readings, widgets, workspace
 from kit.backend import BackendError, get_default_dtype, set_default_dtype
+from kit.context import scope_out_of_workspaces
 from kit.creation import (
     arange,
     array,
@@ -55,7 +58,6 @@ from kit.workspace import (
     WorkspaceError,
     destroy_all_workspaces_for_current_thread,
     get_workspace_for_current_thread,
-    scope_out_of_workspaces,
     set_debug_mode,
 )
 
@@ -114,6 +116,7 @@ __all__ = [
     "backend",
     "clip",
     "concatenate",
+    "context",
     "current_device",
     "destroy_all_workspaces_for_current_thread",
     "device",
@@ -136,6 +139,7 @@ __all__ = [
     "ones_like",
     "rand",
     "randn",
+    "readings",
     "scope_out_of_workspaces",
     "seed",
     "set_debug_mode",

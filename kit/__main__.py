@@ -1,9 +1,11 @@
-"""Command line: `python -m kit info` and `python -m kit bench NAME`.
+"""Command line: `python -m kit info`, `python -m kit bench NAME`, `python -m kit lab`, `python -m kit book`.
 
 python -m kit info                 # backend, versions, devices, BLAS, memory
 python -m kit bench arrays         # wrapper overhead per op vs raw NumPy
 python -m kit bench workspaces     # plain vs caching allocator vs workspace
 python -m kit bench arrays --quick # fewer repeats (CI, smoke runs)
+python -m kit lab                  # JupyterLab on the chapters (adds --allow-root when run as root)
+python -m kit book                 # the chapters as a static HTML site, from their stored outputs
 """
 
 from __future__ import annotations
@@ -11,9 +13,16 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
 import sys
+from pathlib import Path
 
 import kit
+
+try:
+    from kit import readings
+except ImportError:  # kit before readings moved out of kit.memory
+    from kit import memory as readings  # type: ignore[no-redef]
 
 
 def info_lines() -> list[str]:
@@ -36,8 +45,8 @@ def info_lines() -> list[str]:
     lines += blas_lines()
     free, total = kit.Device("cpu:0").memory_info()
     lines.append(f"host memory: {total / 2**30:.1f} GiB total, {free / 2**30:.1f} GiB available")
-    lines.append(f"process RSS: {kit.memory.rss_bytes() / 2**20:.0f} MiB")
-    for g in kit.memory.gpu_memory():
+    lines.append(f"process RSS: {readings.rss_bytes() / 2**20:.0f} MiB")
+    for g in readings.gpu_memory():
         lines.append(f"  {g}")
     return lines
 
@@ -63,6 +72,22 @@ def blas_lines() -> list[str]:
     ]
 
 
+def notebooks_dir() -> Path:
+    """The chapters: `notebooks/` of the checkout this kit comes from, else the current directory's."""
+    here = Path(__file__).resolve().parents[1] / "notebooks"
+    return here if here.is_dir() else Path.cwd() / "notebooks"
+
+
+def lab_command(directory: Path, extra: list[str] | None = None, euid: int | None = None) -> list[str]:
+    """The JupyterLab command line. Jupyter refuses to start as root ("Running as root is not
+    recommended"), which containers and many cloud notebooks are: add --allow-root there."""
+    euid = os.geteuid() if euid is None and hasattr(os, "geteuid") else euid
+    cmd = [sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={directory}"]
+    if euid == 0:
+        cmd.append("--allow-root")
+    return cmd + list(extra or [])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -71,9 +96,28 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("name", choices=["arrays", "workspaces", "train", "parallel"])
     bench.add_argument("--quick", action="store_true", help="fewer repeats (smoke runs)")
     bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    args = parser.parse_args(argv)
+    lab = sub.add_parser("lab", help="JupyterLab on the chapters (works as root)")
+    lab.add_argument("--dir", default=None, help="directory to open (default: the chapters)")
+    lab.add_argument("--print", action="store_true", help="print the command instead of running it")
+    book = sub.add_parser("book", help="build the chapters into a static HTML site (offline)")
+    book.add_argument("--out", default="_build/book", help="output directory (default _build/book)")
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "lab":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "info":
         print("\n".join(info_lines()))
+        return 0
+    if args.command == "lab":
+        cmd = lab_command(Path(args.dir) if args.dir else notebooks_dir(), rest)
+        if args.print:
+            print(" ".join(cmd))
+            return 0
+        return subprocess.call(cmd)
+    if args.command == "book":
+        from kit.book import build_book
+
+        index = build_book(notebooks_dir(), Path(args.out))
+        print(f"book written: {index}")
         return 0
     from kit import bench as benchmarks
 

@@ -23,6 +23,7 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -30,9 +31,12 @@ __all__ = [
     "BackendChoice",
     "BackendError",
     "choose",
+    "cupy",
     "get_default_dtype",
     "gpu_status",
+    "is_cupy_array",
     "name",
+    "nvml",
     "resolve_dtype",
     "set_default_dtype",
     "supported_dtypes",
@@ -67,8 +71,6 @@ def gpu_status() -> tuple[bool, str]:
         _gpu_status = (False, f"CuPy is not importable ({type(exc).__name__}: {_first_line(exc)})")
         return _gpu_status
     try:
-        import cupy
-
         count = cupy.cuda.runtime.getDeviceCount()
         if count < 1:
             _gpu_status = (False, "CuPy found no CUDA device")
@@ -234,6 +236,42 @@ def set_default_dtype(dtype: object) -> np.dtype:
 def sync() -> None:
     """Wait for queued GPU work (no-op on the CPU): call before reading a host clock."""
     if name() == "cupy":
-        import cupy
+        cupy().cuda.get_current_stream().synchronize()
 
-        cupy.cuda.get_current_stream().synchronize()
+
+# ---------------------------------------------------------------------------------------
+# the optional GPU modules: imported here and nowhere else in kit
+
+
+def cupy() -> Any:
+    """The CuPy module. Raises BackendError (with the reason) where CuPy cannot be used."""
+    ok, why = gpu_status()
+    if not ok:
+        raise BackendError(f"CuPy is needed for this but {why}")
+    import cupy as _cupy
+
+    return _cupy
+
+
+def is_cupy_array(obj: Any) -> bool:
+    """True for a CuPy ndarray (without importing CuPy where it is unusable)."""
+    return type(obj).__module__.startswith("cupy") and hasattr(obj, "__cuda_array_interface__")
+
+
+_nvml: Any = None
+_nvml_tried = False
+
+
+def nvml() -> Any:
+    """NVIDIA's NVML module (nvidia-ml-py), initialised once; None where it is missing or fails."""
+    global _nvml, _nvml_tried
+    if not _nvml_tried:
+        _nvml_tried = True
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            _nvml = pynvml
+        except Exception:  # not installed, or no NVIDIA driver: readings fall back to CuPy's pool
+            _nvml = None
+    return _nvml

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from kit import backend
-from kit.devices import AnyDevice, as_device
+from kit.devices import AnyDevice, Device, as_device, transfer
 from kit.memory import allocate
 from kit.ndarray import NDArray, ShapeError, _wrap
 
@@ -120,11 +120,10 @@ def array(obj: Any, dtype: Any = None, device: str | AnyDevice | None = None) ->
     host = _to_host_or_device(obj, dev)
     dt = _infer_dtype(obj, host, dtype)
     out, owner = allocate(tuple(host.shape), dt, dev)
-    if dev.kind == "cpu" or not isinstance(host, np.ndarray):
+    if isinstance(host, np.ndarray):  # host values: onto a GPU through the transfer path
+        transfer(out, dev, np.asarray(host, dtype=dt), dev if dev.kind == "cpu" else Device("cpu:0"))
+    else:  # already on this device
         dev.xp.copyto(out, host, casting="unsafe")
-    else:
-        with dev.activate():
-            out.set(np.ascontiguousarray(host, dtype=dt))
     return _wrap(out, dev, owner)
 
 

@@ -10,17 +10,30 @@ A `Device` is interned: `Device("cpu:0") is Device("cpu:0")`, so arrays compare 
 identity. Logical devices split one physical device into n labelled workers; on a GPU each
 has its own CUDA stream, on the CPU each gets `cores // n` BLAS threads (threadpoolctl).
 They always print as logical, so nobody mistakes two slots of one device for two devices.
+
+Simulated host devices (JAX's --xla_force_host_platform_device_count): `KIT_HOST_DEVICES=N`,
+or `set_host_device_count(N)`, makes the CPU appear as cpu:0 .. cpu:N-1, each a separate
+placement domain exactly like separate GPUs: arrays know their device, ops never mix them,
+each has its own counters, cache, workspaces and generator, and copies between them go
+through the one transfer path, `Device.send(array)` / `array.to(device)`, which counts
+them (`transfer_stats()`). They always print as "simulated on the host".
+
+Placement rules live here too: `default_devices(n)` (worker i -> device i % n) and
+`cores_per_worker(n)` (the BLAS threads each of n concurrent workers gets on the CPU).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import threading
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
+import psutil
+from threadpoolctl import threadpool_limits
 
 from kit import backend
 
@@ -29,14 +42,21 @@ __all__ = [
     "DeviceError",
     "LogicalDevice",
     "attach_thread_to_device",
+    "cores_per_worker",
     "current_device",
     "default_device",
+    "default_devices",
     "device",
     "device_for_current_thread",
     "device_for_thread",
     "devices",
+    "host_device_count",
     "logical_devices",
+    "reset_transfer_stats",
     "seed",
+    "set_host_device_count",
+    "transfer",
+    "transfer_stats",
 ]
 
 
@@ -44,8 +64,45 @@ class DeviceError(ValueError):
     """A device spec that does not name a device of this machine, or a cross-device mix-up."""
 
 
-class Device:
-    """A physical device: 'cpu:0' or 'gpu:N'. Interned; use `Device(spec)` or `as_device`."""
+class _DeviceBase:
+    """What physical and logical devices share: a seeded generator, `send`, `activate`."""
+
+    __slots__ = ()
+
+    def rng(self) -> Any:
+        """This device's random generator (NumPy or CuPy Generator), seeded by `kit.seed`."""
+        if self._rng is None:
+            with self._rng_lock:
+                if self._rng is None:
+                    self._rng = _make_rng(self, _seed_for(self))
+        return self._rng
+
+    def send(self, array: Any) -> Any:
+        """A copy of a kit array on this device (the array itself when it is already here)."""
+        return array.to(self)
+
+    @contextlib.contextmanager
+    def activate(self) -> Iterator[None]:
+        """Make this device current for CuPy, on its own stream when it has one (no-op on the CPU)."""
+        if self.kind != "gpu":
+            yield
+            return
+        cupy = backend.cupy()
+        with cupy.cuda.Device(self.index):
+            stream = self._stream_for_activate()
+            if stream is None:
+                yield
+            else:
+                with stream:
+                    yield
+
+    def _stream_for_activate(self) -> Any:
+        return None
+
+
+class Device(_DeviceBase):
+    """A physical device: 'cpu:N' or 'gpu:N'. Interned; use `Device(spec)` or `as_device`.
+    cpu:1 and up exist only as simulated host devices (`set_host_device_count`)."""
 
     _registry: ClassVar[dict[str, Device]] = {}
     _registry_lock = threading.Lock()
@@ -56,17 +113,23 @@ class Device:
         if isinstance(spec, Device):
             return spec
         key = _normalise(spec)
-        found = cls._registry.get(key)
-        if found is not None:
-            return found
         kind, index = key.split(":")
         if kind == "gpu":
             count = gpu_count()
             if int(index) >= count:
                 have = f"this machine has {count} usable GPU(s)" if count else backend.gpu_status()[1]
                 raise DeviceError(f"device {spec!r} does not exist: {have}; kit.devices() lists what there is")
-        elif int(index) != 0:
-            raise DeviceError(f"device {spec!r} does not exist: the CPU is one device, 'cpu:0'")
+        elif int(index) >= _host["count"]:
+            if _host["count"] == 1:
+                raise DeviceError(
+                    f"device {spec!r} does not exist: the CPU is one device, 'cpu:0' (KIT_HOST_DEVICES=N or "
+                    "kit.devices.set_host_device_count(N) simulates N host devices)"
+                )
+            last = _host["count"] - 1
+            raise DeviceError(f"device {spec!r} does not exist: {last + 1} simulated host devices, cpu:0..cpu:{last}")
+        found = cls._registry.get(key)
+        if found is not None:
+            return found
         with cls._registry_lock:
             found = cls._registry.get(key)
             if found is None:
@@ -83,78 +146,64 @@ class Device:
     def xp(self) -> Any:
         """The array module for this device: numpy or cupy."""
         if self._xp is None:
-            if self.kind == "cpu":
-                self._xp = np
-            else:
-                import cupy
-
-                self._xp = cupy
+            self._xp = np if self.kind == "cpu" else backend.cupy()
         return self._xp
 
     @property
     def is_gpu(self) -> bool:
         return self.kind == "gpu"
 
-    def rng(self) -> Any:
-        """This device's random generator (NumPy or CuPy Generator), seeded by `kit.seed`."""
-        if self._rng is None:
-            with self._rng_lock:
-                if self._rng is None:
-                    self._rng = _make_rng(self, _seed_for(self))
-        return self._rng
+    @property
+    def simulated(self) -> bool:
+        """True for a CPU device while the host is split into several simulated devices."""
+        return self.kind == "cpu" and _host["count"] > 1
+
+    @property
+    def blas_threads(self) -> int:
+        """BLAS threads this device may use when every simulated host device works at once."""
+        return cores_per_worker(_host["count"]) if self.simulated else (os.cpu_count() or 1)
 
     def memory_info(self) -> tuple[int, int]:
-        """(free bytes, total bytes) of this device's memory."""
+        """(free bytes, total bytes) of this device's memory (a simulated host device: the host's)."""
         if self.kind == "gpu":
-            import cupy
-
+            cupy = backend.cupy()
             with cupy.cuda.Device(self.index):
                 free, total = cupy.cuda.runtime.memGetInfo()
             return int(free), int(total)
-        import psutil
-
         vm = psutil.virtual_memory()
         return int(vm.available), int(vm.total)
 
     def describe(self) -> str:
         if self.kind == "gpu":
-            import cupy
-
-            props = cupy.cuda.runtime.getDeviceProperties(self.index)
+            props = backend.cupy().cuda.runtime.getDeviceProperties(self.index)
             gpu_name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
             return f"{self.name}: {gpu_name}, {props['totalGlobalMem'] / 2**30:.1f} GiB (physical)"
-        import platform
-
+        cpu = platform.processor() or platform.machine()
         cores = os.cpu_count() or 1
-        return f"{self.name}: {platform.processor() or platform.machine()}, {cores} core(s) (physical)"
-
-    @contextlib.contextmanager
-    def activate(self) -> Iterator[None]:
-        """Make this device current for CuPy (no-op on the CPU)."""
-        if self.kind == "gpu":
-            import cupy
-
-            with cupy.cuda.Device(self.index):
-                yield
-        else:
-            yield
+        if self.simulated:
+            return (
+                f"{self.name}: simulated on the host ({cpu}, {cores} core(s) shared by {_host['count']} "
+                f"simulated devices, {self.blas_threads} BLAS thread(s) each); a separate placement domain"
+            )
+        return f"{self.name}: {cpu}, {cores} core(s) (physical)"
 
     def __repr__(self) -> str:
         return f"Device({self.name!r})"
 
     def __str__(self) -> str:
-        return self.name
+        return f"{self.name} (simulated on the host)" if self.simulated else self.name
 
     def __reduce__(self) -> tuple:
         return (Device, (self.name,))
 
 
-class LogicalDevice:
+class LogicalDevice(_DeviceBase):
     """Slot `slot` of `count` on one physical device. Arrays on it are not interchangeable
     with arrays on its siblings: each worker keeps its own replica, as on real devices."""
 
     __slots__ = ("__weakref__", "_rng", "_rng_lock", "_stream", "count", "name", "physical", "slot")
     logical = True
+    simulated = False
 
     def __init__(self, physical: Device, slot: int, count: int) -> None:
         self.physical = physical
@@ -172,14 +221,7 @@ class LogicalDevice:
     @property
     def blas_threads(self) -> int:
         """BLAS threads this slot may use on the CPU: the cores shared evenly, at least one."""
-        return max(1, (os.cpu_count() or 1) // self.count)
-
-    def rng(self) -> Any:
-        if self._rng is None:
-            with self._rng_lock:
-                if self._rng is None:
-                    self._rng = _make_rng(self, _seed_for(self))
-        return self._rng
+        return cores_per_worker(self.count)
 
     def memory_info(self) -> tuple[int, int]:
         return self.physical.memory_info()
@@ -191,18 +233,10 @@ class LogicalDevice:
             f"{self.physical.name} ({extra}); NOT a separate device"
         )
 
-    @contextlib.contextmanager
-    def activate(self) -> Iterator[None]:
-        if self.is_gpu:
-            import cupy
-
-            with cupy.cuda.Device(self.index):
-                if self._stream is None:
-                    self._stream = cupy.cuda.Stream(non_blocking=True)
-                with self._stream:
-                    yield
-        else:
-            yield
+    def _stream_for_activate(self) -> Any:
+        if self._stream is None:
+            self._stream = backend.cupy().cuda.Stream(non_blocking=True)
+        return self._stream
 
     def __repr__(self) -> str:
         return f"LogicalDevice({self.name!r})"
@@ -233,18 +267,41 @@ def gpu_count() -> int:
     global _gpu_count
     if _gpu_count is None:
         ok, _ = backend.gpu_status()
-        if not ok:
-            _gpu_count = 0
-        else:
-            import cupy
-
-            _gpu_count = int(cupy.cuda.runtime.getDeviceCount())
+        _gpu_count = int(backend.cupy().cuda.runtime.getDeviceCount()) if ok else 0
     return _gpu_count
 
 
+def _env_host_devices() -> int:
+    raw = os.environ.get("KIT_HOST_DEVICES", "").strip()
+    if not raw:
+        return 1
+    if not raw.isdigit() or int(raw) < 1:
+        raise DeviceError(f"KIT_HOST_DEVICES={raw!r}: give a whole number >= 1 of simulated host devices")
+    return int(raw)
+
+
+_host = {"count": _env_host_devices()}
+
+
+def set_host_device_count(n: int) -> int:
+    """Simulate `n` host devices cpu:0..cpu:n-1 (1: the CPU is one device). Returns the previous
+    count. Call it before making arrays on the devices it removes: those stay usable but can no
+    longer be looked up by name."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise DeviceError(f"set_host_device_count({n!r}): give a whole number >= 1")
+    previous, _host["count"] = _host["count"], n
+    return previous
+
+
+def host_device_count() -> int:
+    return _host["count"]
+
+
 def devices() -> list[Device]:
-    """The physical devices of this machine: cpu:0, then gpu:0..N-1 when CuPy can use them."""
-    return [Device("cpu:0")] + [Device(f"gpu:{i}") for i in range(gpu_count())]
+    """The devices of this machine: cpu:0 (cpu:0..N-1 when simulated), then gpu:0..N-1 when
+    CuPy can use them."""
+    cpus = [Device(f"cpu:{i}") for i in range(_host["count"])]
+    return cpus + [Device(f"gpu:{i}") for i in range(gpu_count())]
 
 
 def as_device(spec: str | AnyDevice | None) -> AnyDevice:
@@ -319,6 +376,30 @@ def device(dev: str | AnyDevice) -> Iterator[AnyDevice]:
         stack.pop()
 
 
+def default_devices(workers: int) -> list[AnyDevice]:
+    """The placement rule: worker i -> device i % n over the GPUs when there are any (logical GPU
+    slots when there are more workers than GPUs); else over the simulated host devices when
+    there are enough; else `workers` logical slots of cpu:0 (one worker: cpu:0 itself)."""
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise DeviceError(f"default_devices({workers!r}): give a whole number of workers >= 1")
+    n = gpu_count()
+    if n >= workers:
+        return [Device(f"gpu:{i}") for i in range(workers)]
+    if n:
+        per = -(-workers // n)
+        slots = {i: logical_devices(per, f"gpu:{i}") for i in range(n)}
+        return [slots[i % n][i // n] for i in range(workers)]
+    if _host["count"] > 1:
+        hosts = [Device(f"cpu:{i}") for i in range(_host["count"])]
+        return [hosts[i % len(hosts)] for i in range(workers)]
+    return list(logical_devices(workers, "cpu:0")) if workers > 1 else [Device("cpu:0")]
+
+
+def cores_per_worker(workers: int) -> int:
+    """BLAS threads for each of `workers` concurrent CPU workers: the cores shared evenly, >= 1."""
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
 def logical_devices(n: int, physical: str | Device | None = None) -> list[LogicalDevice]:
     """Split one physical device into n labelled logical devices (worker slots)."""
     if not isinstance(n, int) or n < 1:
@@ -332,10 +413,63 @@ def logical_devices(n: int, physical: str | Device | None = None) -> list[Logica
 @contextlib.contextmanager
 def blas_threads(n: int) -> Iterator[None]:
     """Limit BLAS threads process-wide for the duration (threadpoolctl)."""
-    from threadpoolctl import threadpool_limits
-
     with threadpool_limits(limits=max(1, int(n)), user_api="blas"):
         yield
+
+
+# ---------------------------------------------------------------------------------------
+# the one transfer path between devices
+
+
+_transfers: dict[tuple[str, str], list[int]] = {}
+_transfers_lock = threading.Lock()
+
+
+def transfer(dst: Any, dst_device: AnyDevice, src: Any, src_device: AnyDevice) -> None:
+    """Copy the raw array `src` (on src_device) into `dst` (on dst_device), same shape. Every
+    copy between two devices in kit comes through here and is counted per device pair."""
+    if src_device is not dst_device:
+        with _transfers_lock:
+            entry = _transfers.setdefault((src_device.name, dst_device.name), [0, 0])
+            entry[0] += 1
+            entry[1] += int(src.nbytes)
+    src_gpu, dst_gpu = src_device.kind == "gpu", dst_device.kind == "gpu"
+    if not src_gpu and not dst_gpu:
+        np.copyto(dst, src)
+    elif not dst_gpu:  # device -> host
+        if dst.flags.c_contiguous and src.flags.c_contiguous:
+            src.get(out=dst)
+        else:
+            np.copyto(dst, src.get())
+    elif not src_gpu:  # host -> device
+        with dst_device.activate():
+            if dst.flags.c_contiguous:
+                dst.set(np.ascontiguousarray(src))
+            else:
+                dst[...] = dst_device.xp.asarray(src)
+    elif dst_device.physical is src_device.physical:  # logical siblings: one memory space
+        with dst_device.activate():
+            dst_device.xp.copyto(dst, src)
+    else:  # peer copy between two GPUs
+        cupy = backend.cupy()
+        with src_device.activate():
+            contiguous = cupy.ascontiguousarray(src)
+        with dst_device.activate():
+            if dst.flags.c_contiguous:
+                dst.data.copy_from_device(contiguous.data, contiguous.nbytes)
+            else:
+                dst[...] = cupy.asarray(contiguous)
+
+
+def transfer_stats() -> dict[tuple[str, str], tuple[int, int]]:
+    """Copies between devices since the last reset: (source, target) -> (count, bytes)."""
+    with _transfers_lock:
+        return {pair: (n, b) for pair, (n, b) in _transfers.items()}
+
+
+def reset_transfer_stats() -> None:
+    with _transfers_lock:
+        _transfers.clear()
 
 
 # ---------------------------------------------------------------------------------------
@@ -354,8 +488,7 @@ def _seed_for(dev: AnyDevice) -> int:
 def _make_rng(dev: AnyDevice, s: int) -> Any:
     _known.append(dev)
     if dev.kind == "gpu":
-        import cupy
-
+        cupy = backend.cupy()
         with cupy.cuda.Device(dev.index):
             return cupy.random.default_rng(s)
     return np.random.default_rng(s)

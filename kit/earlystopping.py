@@ -17,17 +17,20 @@ off by one), and validate the configuration.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from kit.data.dataset import DataSet
 from kit.evaluation import ROC, Evaluation
+from kit.nn.loop import TrainingLoop
 from kit.nn.network import Network
+from kit.parallel.wrapper import ParallelWrapper
 
 __all__ = [
     "BestScoreEpochTerminationCondition",
@@ -364,13 +367,8 @@ class EarlyStoppingListener:
         pass
 
 
-class _StopTraining(Exception):  # noqa: N818 - a signal, not an error
-    def __init__(self, condition: Any) -> None:
-        self.condition = condition
-
-
 # ---------------------------------------------------------------------------------------
-# trainers
+# trainers: early stopping is conditions and an epoch-end hook on the one training loop
 
 
 class _BaseTrainer:
@@ -388,16 +386,16 @@ class _BaseTrainer:
         self.listener = listener or EarlyStoppingListener()
         self.listeners = list(listeners)
 
-    def _check_iteration(self, score: float) -> None:
-        for cond in self.config.iteration_termination_conditions:
-            if cond.terminate(score):
-                raise _StopTraining(cond)
-
-    def _train_epoch(self) -> None:
+    # what a subclass provides: the loop's step and its counters, and the run's conditions
+    def _loop(self, epoch_end: Callable[[int], bool]) -> TrainingLoop:
         raise NotImplementedError
 
-    def _finish(self) -> None:
-        pass
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Iterable[DataSet]]:
+        yield self.train
+
+    def _model_for_scoring(self) -> Network:
+        return self.model
 
     def fit(self) -> EarlyStoppingResult:
         cfg = self.config
@@ -405,79 +403,89 @@ class _BaseTrainer:
         for cond in (*cfg.epoch_termination_conditions, *cfg.iteration_termination_conditions):
             cond.initialize()
         self.listener.on_start(cfg, self.model)
-        scores: dict[int, float] = {}
-        best_score = math.inf if minimize else -math.inf
-        best_epoch = -1
-        epoch = 0
-        reason, details, total, error = None, "", 0, None
+        run = _Run(cfg, minimize, self.listener, self._model_for_scoring)
+        loop = self._loop(run.epoch_end)
+        reason, details, error = None, "", None
         try:
-            while True:
-                try:
-                    self._train_epoch()
-                except _StopTraining as stop:
-                    reason = TerminationReason.ITERATION_TERMINATION_CONDITION
-                    details, total = str(stop.condition), epoch
-                    break
-                n = cfg.evaluate_every_n_epochs
-                if (epoch == 0 and n == 1) or epoch % n == 0:
-                    score = float(cfg.score_calculator.calculate_score(self.model))  # type: ignore[union-attr]
-                    scores[epoch] = score
-                    better = score < best_score if minimize else score > best_score
-                    if best_epoch == -1 or better:  # the first score is always kept
-                        best_score, best_epoch = score, epoch
-                        cfg.model_saver.save_best_model(self.model, score)
-                    if cfg.save_last_model:
-                        cfg.model_saver.save_latest_model(self.model, score)
-                    self.listener.on_epoch(epoch, score, cfg, self.model)
-                    stop_now = [c for c in cfg.epoch_termination_conditions if c.terminate(epoch, score, minimize)]
-                    if stop_now:
-                        reason = TerminationReason.EPOCH_TERMINATION_CONDITION
-                        details, total = str(stop_now[0]), epoch + 1
-                        break
-                epoch += 1
+            with self._session() as data:
+                loop.run(data, epochs=None)
         except Exception as exc:  # an error ends training; what was saved so far is kept
-            reason, details, total, error = TerminationReason.ERROR, f"{type(exc).__name__}: {exc}", epoch, exc
+            reason, details, error = TerminationReason.ERROR, f"{type(exc).__name__}: {exc}", exc
+        else:
+            if loop.stopped_by is not None:
+                reason, details = TerminationReason.ITERATION_TERMINATION_CONDITION, str(loop.stopped_by)
+            else:
+                reason, details = TerminationReason.EPOCH_TERMINATION_CONDITION, str(run.stopped_by)
         finally:
             self._finish()
+        # DL4J: an epoch condition counts the epoch it stopped in; otherwise the completed ones
         result = EarlyStoppingResult(
-            termination_reason=reason,  # type: ignore[arg-type]
+            termination_reason=reason,
             termination_details=details,
-            score_vs_epoch=scores,
-            best_model_epoch=best_epoch,
-            best_model_score=best_score,
-            total_epochs=total,
+            score_vs_epoch=run.scores,
+            best_model_epoch=run.best_epoch,
+            best_model_score=run.best_score,
+            total_epochs=loop.epochs_run - (1 if loop.interrupted else 0),
             saver=cfg.model_saver,
             error=error,
         )
         self.listener.on_completion(result)
         return result
 
+    def _finish(self) -> None:
+        pass
+
+
+class _Run:
+    """One early-stopping run's epoch-end hook: score, keep the best, check the epoch conditions.
+    Epochs are numbered by the model's epoch counter, so the best model saved here carries the
+    same number as `best_model_epoch`."""
+
+    def __init__(self, cfg: EarlyStoppingConfig, minimize: bool, listener: Any, model: Callable[[], Network]) -> None:
+        self.cfg, self.minimize, self.listener, self.model = cfg, minimize, listener, model
+        self.scores: dict[int, float] = {}
+        self.best_score = math.inf if minimize else -math.inf
+        self.best_epoch = -1
+        self.stopped_by: Any = None
+        self._seen = 0
+
+    def epoch_end(self, epoch: int) -> bool:
+        n, self._seen = self.cfg.evaluate_every_n_epochs, self._seen + 1
+        if (self._seen - 1) % n:
+            return False
+        net = self.model()
+        score = float(self.cfg.score_calculator.calculate_score(net))  # type: ignore[union-attr]
+        self.scores[epoch] = score
+        better = score < self.best_score if self.minimize else score > self.best_score
+        if self.best_epoch == -1 or better:  # the first score is always kept
+            self.best_score, self.best_epoch = score, epoch
+            self.cfg.model_saver.save_best_model(net, score)
+        if self.cfg.save_last_model:
+            self.cfg.model_saver.save_latest_model(net, score)
+        self.listener.on_epoch(epoch, score, self.cfg, net)
+        stop_now = [c for c in self.cfg.epoch_termination_conditions if c.terminate(epoch, score, self.minimize)]
+        if stop_now:
+            self.stopped_by = stop_now[0]
+        return bool(stop_now)
+
 
 class EarlyStoppingTrainer(_BaseTrainer):
-    """One device: `net.fit_batch` per minibatch, iteration conditions after each one."""
+    """One device: the network's own step; iteration conditions after every mini-batch."""
 
-    def _train_epoch(self) -> None:
-        net = self.model
-        for listener in self.listeners:
-            getattr(listener, "on_epoch_start", lambda m: None)(net)
-        t_etl = time.perf_counter()
-        for ds in self.train:
-            net.last_etl_ms = (time.perf_counter() - t_etl) * 1e3
-            score = net.fit_batch(ds)
-            for listener in self.listeners:
-                listener.iteration_done(net, net.iteration, net.epoch, score=score, batch_size=ds.num_examples)
-            self._check_iteration(score)
-            t_etl = time.perf_counter()
-        if hasattr(self.train, "reset"):
-            self.train.reset()
-        net.epoch += 1
-        for listener in self.listeners:
-            getattr(listener, "on_epoch_end", lambda m: None)(net)
+    def _loop(self, epoch_end: Callable[[int], bool]) -> TrainingLoop:
+        return TrainingLoop(
+            self.model,
+            self.model.train_step,
+            listeners=self.listeners,
+            iteration_conditions=self.config.iteration_termination_conditions,
+            epoch_end=epoch_end,
+        )
 
 
 class EarlyStoppingParallelTrainer(_BaseTrainer):
-    """Several devices through one ParallelWrapper (AVERAGING), kept for the whole run; the
-    iteration conditions see every worker's minibatch score and stop the wrapper mid-epoch."""
+    """Several devices through one ParallelWrapper (AVERAGING), kept for the whole run: the same
+    loop with the wrapper's step; the iteration conditions see every worker's mini-batch score
+    and stop mid-epoch; each epoch ends on the average, which is what gets scored and saved."""
 
     def __init__(
         self,
@@ -493,20 +501,6 @@ class EarlyStoppingParallelTrainer(_BaseTrainer):
         listeners: Iterable[Any] = (),
     ) -> None:
         super().__init__(config, model, train_iterator, listener, listeners)
-        from kit.parallel.wrapper import ParallelWrapper
-
-        self._stopped: Any = None
-        trainer = self
-
-        class _IterationCheck:
-            def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
-                if trainer._stopped is None:
-                    for cond in trainer.config.iteration_termination_conditions:
-                        if cond.terminate(float(info.get("score", math.nan))):
-                            trainer._stopped = cond
-                            trainer.wrapper.stop_fit()
-                            return
-
         self.wrapper = ParallelWrapper(
             model,
             workers=workers,
@@ -514,13 +508,36 @@ class EarlyStoppingParallelTrainer(_BaseTrainer):
             prefetch_buffer=prefetch_buffer,
             averaging_frequency=averaging_frequency,
             report_score_after_averaging=report_score_after_averaging,
-            listeners=[_IterationCheck(), *self.listeners],
+            listeners=self.listeners,
         )
 
-    def _train_epoch(self) -> None:
-        self.wrapper.fit(self.train, epochs=1)
-        if self._stopped is not None:
-            raise _StopTraining(self._stopped)
+    def _loop(self, epoch_end: Callable[[int], bool]) -> TrainingLoop:
+        w = self.wrapper
+        if w._closed:
+            raise RuntimeError(
+                "EarlyStoppingParallelTrainer.fit() runs once: its ParallelWrapper was shut down when the first "
+                "run ended (as in DL4J); make a new trainer to train again"
+            )
+        w._begin()
+        w.loop = TrainingLoop(
+            self.model,
+            w.train_step,
+            listeners=self.listeners,
+            counters=w,
+            batches_per_step=w.workers,
+            iteration_conditions=self.config.iteration_termination_conditions,
+            epoch_end=epoch_end,
+        )
+        return w.loop
+
+    def _session(self) -> contextlib.AbstractContextManager[Iterable[DataSet]]:
+        return self.wrapper.session(self.train)
+
+    def _model_for_scoring(self) -> Network:
+        self.wrapper.sync()  # the average, in the user's model
+        return self.model
 
     def _finish(self) -> None:
+        if not self.wrapper._closed:
+            self.wrapper.sync()
         self.wrapper.shutdown()

@@ -7,7 +7,9 @@ notebook dashboard and a tqdm progress bar.
     >>> records = StatsRecorder.read("run.jsonl")        # plot later (seed 003: collect, then look)
 
 A listener implements `iteration_done(model, iteration, epoch, score=..., batch_size=...)`
-and optionally `on_fit_start`, `on_epoch_start`, `on_epoch_end`. `worker` names the replica
+and optionally `on_fit_start(model)`, `on_epoch_start(model, epoch)`, `on_epoch_end(model,
+epoch)`, called by the one training loop (kit.nn.loop) with DL4J's numbering on every path:
+Network.fit, ParallelWrapper.fit, both early-stopping trainers. `worker` names the replica
 that reports when several train at once (ParallelWrapper).
 """
 
@@ -20,7 +22,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from kit import memory
+from kit import memory, readings
 
 __all__ = [
     "PerformanceListener",
@@ -40,10 +42,10 @@ class TrainingListener:
     def on_fit_start(self, model: Any) -> None:
         pass
 
-    def on_epoch_start(self, model: Any) -> None:
+    def on_epoch_start(self, model: Any, epoch: int) -> None:
         pass
 
-    def on_epoch_end(self, model: Any) -> None:
+    def on_epoch_end(self, model: Any, epoch: int) -> None:
         pass
 
 
@@ -201,13 +203,13 @@ class StatsRecorder(TrainingListener):
             record["worker"] = info["worker"]
         if iteration % self.memory_every == 0:
             record["heap_allocations"] = memory.heap_allocations()
-            record["rss_bytes"] = memory.rss_bytes()
+            record["rss_bytes"] = readings.rss_bytes()
         if self._file is None:
             self._file = open(self.path, "a", encoding="utf-8")
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
 
-    def on_epoch_end(self, model: Any) -> None:
+    def on_epoch_end(self, model: Any, epoch: int) -> None:
         self.close()
 
     def close(self) -> None:
@@ -249,7 +251,7 @@ class TrainingDashboard(TrainingListener):
             recent = self.scores[-20:]
             self._loss.value = f"loss: last {score:.4f}, mean of last {len(recent)} {sum(recent) / len(recent):.4f}"
 
-    def on_epoch_end(self, model: Any) -> None:
+    def on_epoch_end(self, model: Any, epoch: int) -> None:
         self.close()
 
     def close(self) -> None:

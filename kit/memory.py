@@ -9,7 +9,7 @@ the caching allocator when that is switched on, and counts what it did:
     >>> y = kit.ones((100,)) + 1
     >>> kit.memory.heap_allocations() - before      # 2: ones() and the sum
     >>> kit.memory.set_max_host_cache(64 << 20)     # keep freed host blocks for reuse
-    >>> kit.memory.stats()                          # counters, cache, workspaces, RSS, GPU
+    >>> kit.readings.stats()                        # counters, cache, workspaces, RSS, GPU
 
 ND4J's MemoryManager GC window: `toggle_periodic_gc(True)` and `set_auto_gc_window(ms)`
 make kit's loops call `gc.collect()` at most once per window (`maybe_gc()`), and count the
@@ -28,29 +28,29 @@ from typing import Any
 
 import numpy as np
 
-from kit.devices import AnyDevice, Device
+from kit import backend
+from kit.context import _tls as _context
+from kit.devices import AnyDevice, Device, gpu_count
 
 __all__ = [
     "allocate",
     "cache_stats",
+    "count_external",
     "counters",
-    "empty",
     "gc_stats",
     "heap_allocations",
     "heap_bytes",
     "maybe_gc",
     "purge_cache",
     "reset_counters",
-    "rss_bytes",
     "set_auto_gc_window",
     "set_max_cacheable_length",
     "set_max_device_cache",
     "set_max_host_cache",
-    "stats",
     "toggle_periodic_gc",
 ]
 
-# Thread state: the current workspace (set by kit.workspace) and this thread's counters.
+# This thread's counters (the current workspace lives in kit.context).
 _tls = threading.local()
 _all_counters: list[dict] = []
 _all_counters_lock = threading.Lock()
@@ -66,21 +66,10 @@ def _thread_counters() -> dict:
     return counts
 
 
-def current_workspace() -> Any:
-    """The workspace new arrays go to on this thread, or None (heap)."""
-    return getattr(_tls, "ws", None)
-
-
-def _set_current_workspace(ws: Any) -> Any:
-    previous = getattr(_tls, "ws", None)
-    _tls.ws = ws
-    return previous
-
-
 def allocate(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) -> tuple[Any, Any]:
     """Allocate an uninitialised array: (xp array, owner). The owner is the workspace the
     memory was carved from, a cache lease, or None for a plain heap allocation."""
-    ws = getattr(_tls, "ws", None)
+    ws = getattr(_context, "ws", None)
     if ws is not None and ws.physical is device.physical:
         return ws.alloc(shape, dtype)
     nbytes = math.prod(shape) * dtype.itemsize
@@ -94,13 +83,6 @@ def allocate(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) -> tupl
         return np.empty(shape, dtype), None
     with device.physical.activate():
         return device.xp.empty(shape, dtype), None
-
-
-def empty(shape: tuple[int, ...] | int, dtype: object = None, device: str | AnyDevice | None = None):
-    """Public form of `allocate`: an uninitialised NDArray (same as kit.empty)."""
-    from kit.creation import empty as _empty
-
-    return _empty(shape, dtype=dtype, device=device)
 
 
 def count_external(device: AnyDevice, nbytes: int) -> None:
@@ -249,12 +231,8 @@ def set_max_device_cache(nbytes: int) -> None:
     _cache.max_device_cache = _check_bytes("set_max_device_cache", nbytes)
     _cache.max_device_cache_kit = nbytes
     _cache.on = _cache.max_host_cache > 0 or _cache.max_device_cache_kit > 0
-    from kit.devices import gpu_count
-
     if gpu_count():
-        import cupy
-
-        cupy.get_default_memory_pool().set_limit(size=nbytes)
+        backend.cupy().get_default_memory_pool().set_limit(size=nbytes)
 
 
 def set_max_cacheable_length(nbytes: int) -> None:
@@ -309,57 +287,3 @@ def gc_stats() -> dict[str, Any]:
 
 def reset_gc_stats() -> None:
     _gc.update(calls=0, seconds=0.0, last=0.0)
-
-
-# ---------------------------------------------------------------------------------------
-# readings
-
-
-def rss_bytes() -> int:
-    """Resident set size of this process (psutil)."""
-    import psutil
-
-    return int(psutil.Process().memory_info().rss)
-
-
-_workspace_stats_provider: Any = None  # set by kit.workspace
-
-
-def gpu_memory() -> list[dict[str, Any]]:
-    """Per GPU: CuPy pool used/total bytes and, with nvidia-ml-py, the device's used/total."""
-    from kit.devices import gpu_count
-
-    out = []
-    for i in range(gpu_count()):
-        import cupy
-
-        entry: dict[str, Any] = {"device": f"gpu:{i}"}
-        with cupy.cuda.Device(i):
-            pool = cupy.get_default_memory_pool()
-            entry["pool_used_bytes"] = int(pool.used_bytes())
-            entry["pool_total_bytes"] = int(pool.total_bytes())
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i))
-            entry["device_used_bytes"], entry["device_total_bytes"] = int(info.used), int(info.total)
-        except Exception:  # nvidia-ml-py missing or NVML unavailable: pool numbers only
-            pass
-        out.append(entry)
-    return out
-
-
-def stats() -> dict[str, Any]:
-    """One dictionary a panel or a test can read: heap counters, cache, workspaces, RSS, GPUs."""
-    heap = counters()
-    return {
-        "heap_allocations": sum(n for n, _ in heap.values()),
-        "heap_bytes": sum(b for _, b in heap.values()),
-        "heap_by_device": heap,
-        "cache": cache_stats(),
-        "workspaces": _workspace_stats_provider() if _workspace_stats_provider else [],
-        "rss_bytes": rss_bytes(),
-        "gpus": gpu_memory(),
-        "gc": gc_stats(),
-    }

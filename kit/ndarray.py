@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from kit import backend
-from kit.devices import AnyDevice, DeviceError, as_device
+from kit.context import current_workspace, scope_out_of_workspaces
+from kit.devices import AnyDevice, Device, DeviceError, as_device, transfer
 from kit.memory import _Lease, allocate
 from kit.shapes import (
     _BOOL,
@@ -42,8 +43,9 @@ from kit.shapes import (
     _resolve_reshape,
     _result_dtype,
 )
+from kit.workspace import Workspace, leverage_target, parent_of_current_workspace
 
-__all__ = ["DeviceMismatchError", "NDArray", "ShapeError"]
+__all__ = ["DeviceMismatchError", "NDArray", "ShapeError", "from_raw"]
 
 
 class DeviceMismatchError(DeviceError):
@@ -181,9 +183,7 @@ class NDArray:
                 f"{op}: a NumPy array (host memory) met an array on {self._device.name}; kit never copies "
                 f"silently: wrap it with kit.asarray(x, device={self._device.name!r})"
             )
-        from kit.creation import asarray
-
-        return asarray(other, device=self._device)
+        return from_raw(other, self._device)
 
     def _inplace(self, other: Any, ufunc: np.ufunc, op: str) -> NDArray:
         a = self._check(op)
@@ -285,7 +285,9 @@ class NDArray:
                 np.minimum.reduce(a, axis=axes, out=out, keepdims=keepdims)
             else:
                 np.var(a, axis=axes, out=out, keepdims=keepdims)
-        else:  # CuPy, and float16 (numpy accumulates its mean/var in float32)
+        elif a.dtype == _HALF and op in ("mean", "var"):  # accumulate in float32, as NumPy does
+            out[...] = getattr(xp, op)(a, axis=axes, dtype=np.float32, keepdims=keepdims)
+        else:  # CuPy, and float16 sum/max/min (NumPy's own float16 loops)
             getattr(xp, op)(a, axis=axes, out=out, keepdims=keepdims)
         return _wrap(out, self._device, owner)
 
@@ -424,39 +426,46 @@ class NDArray:
         return _wrap(out, self._device, owner)
 
     def to(self, device: Any) -> NDArray:
-        """Copy to another device (a no-op when already there)."""
+        """A copy on another device (this array when already there): the one transfer path,
+        counted by kit.devices.transfer_stats(). The copy goes to the current allocation
+        context of this thread (its workspace when that workspace is on the target device)."""
         a = self._check("to")
         dev = as_device(device)
         if dev is self._device:
             return self
         out, owner = allocate(a.shape, a.dtype, dev)
-        if dev.kind == "cpu" and self._device.kind == "cpu":
-            np.copyto(out, a)
-        elif dev.kind == "cpu":
-            a.get(out=out)
-        elif self._device.kind == "cpu":
-            with dev.activate():
-                out.set(np.ascontiguousarray(a))
-        elif dev.physical is self._device.physical:  # logical sibling: same memory space
-            with dev.activate():
-                dev.xp.copyto(out, a)
-        else:
-            src = self._device.xp.ascontiguousarray(a)
-            with dev.activate():
-                out.data.copy_from_device(src.data, src.nbytes)
+        transfer(out, dev, a, self._device)
         return _wrap(out, dev, owner)
 
+    def assign(self, source: Any) -> NDArray:
+        """Copy `source` (a kit array on any device, or a host array) into this array in place."""
+        a = self._check("assign")
+        if source.__class__ is NDArray:
+            src, src_dev = source._check("assign"), source._device
+        else:  # host memory: a copy on the host is no transfer; onto a GPU it is one
+            src = np.asarray(source)
+            src_dev = self._device if self._device.kind == "cpu" else _HOST
+        if tuple(src.shape) != a.shape:
+            raise ShapeError(f"assign: a source of shape {tuple(src.shape)} does not fit this array of shape {a.shape}")
+        if src.dtype != a.dtype:
+            src = src.astype(a.dtype)
+        transfer(a, self._device, src, src_dev)
+        return self
+
     def numpy(self) -> np.ndarray:
-        """The data as a NumPy array: the memory itself on the CPU, a host copy from a GPU.
-        On the CPU it shares memory: from a workspace, detach() first to keep it."""
+        """The data as a NumPy array. Heap memory on the CPU is shared (no copy); an array that
+        lives in a workspace is copied, because the arena will hold other data after its cycle;
+        GPU memory is copied to the host. (`.data` is the raw view, for kernels: unsafe to keep.)"""
         a = self._check("numpy")
-        return a if self._device.kind == "cpu" else a.get()
+        if self._device.kind != "cpu":
+            return a.get()
+        return a.copy() if self._owner.__class__ is Workspace else a
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         a = self.numpy()
         if dtype is not None and a.dtype != dtype:
             return a.astype(dtype)
-        return a.copy() if copy else a
+        return a.copy() if copy and a is self._data else a
 
     def item(self) -> Any:
         return self._check("item").item()
@@ -488,36 +497,28 @@ class NDArray:
     @property
     def is_attached(self) -> bool:
         """True when the memory lives in a workspace (ND4J isAttached)."""
-        return self._owner is not None and self._owner.__class__.__name__ == "Workspace"
+        return self._owner.__class__ is Workspace
 
     @property
-    def workspace(self) -> Any:
-        return self._owner if self.is_attached else None
+    def workspace(self) -> Workspace | None:
+        return self._owner if self._owner.__class__ is Workspace else None
 
     def detach(self) -> NDArray:
         """A copy on the heap that outlives every workspace; `self` when not attached."""
         if not self.is_attached:
             return self
         a = self._check("detach")
-        from kit.workspace import scope_out_of_workspaces
-
         with scope_out_of_workspaces():
             out, owner = allocate(a.shape, a.dtype, self._device)
         self._device.xp.copyto(out, a)
         return _wrap(out, self._device, owner)
 
     def leverage_to(self, name: str, enforce_existence: bool = False) -> NDArray:
-        """Copy into the open workspace `name` of this thread (ND4J leverageTo)."""
-        from kit import workspace as wsp
-
+        """Copy into the open workspace `name` of this thread (ND4J leverageTo). A detached
+        array, or one already there, is returned unchanged, as in ND4J."""
         a = self._check("leverage_to")
-        target = wsp.get_manager().get(name)
-        if target is None or not target.is_scope_active:
-            if enforce_existence:
-                state = "does not exist" if target is None else "is not open"
-                raise wsp.NoSuchWorkspaceError(f"leverage_to({name!r}): workspace {name!r} {state} on this thread")
-            return self
-        if self._owner is target:
+        target = leverage_target(name, enforce_existence)
+        if target is None or self._owner is target or not self.is_attached:
             return self
         out, owner = target.alloc(a.shape, a.dtype)
         self._device.xp.copyto(out, a)
@@ -525,22 +526,35 @@ class NDArray:
 
     def leverage(self) -> NDArray:
         """Copy into the parent of the current workspace; detach() when there is none."""
-        from kit import workspace as wsp
-
-        current = wsp.current_workspace()
-        parent = current.parent if current is not None else None
-        if parent is None:
-            return self.detach()
-        return self.leverage_to(parent.name)
+        parent = parent_of_current_workspace()
+        return self.detach() if parent is None else self.leverage_to(parent.name)
 
     def migrate(self, detach_on_no_ws: bool = False) -> NDArray:
-        """Copy into the current workspace (ND4J migrate)."""
-        from kit import workspace as wsp
-
-        current = wsp.current_workspace()
+        """Copy into the current workspace (ND4J migrate); a heap array is copied there too."""
+        current = current_workspace()
         if current is None:
             return self.detach() if detach_on_no_ws else self
-        return self.leverage_to(current.name)
+        if self._owner is current:
+            return self
+        a = self._check("migrate")
+        out, owner = current.alloc(a.shape, a.dtype)
+        self._device.xp.copyto(out, a)
+        return _wrap(out, self._device, owner)
+
+
+def from_raw(obj: Any, device: AnyDevice) -> NDArray:
+    """Wrap a host value (NumPy array, list, scalar) as a kit array on a CPU device without a
+    copy where possible; copies to a GPU through the transfer path."""
+    host = np.asarray(obj)
+    backend.resolve_dtype(host.dtype)  # refuse complex, object, ... with kit's message
+    if device.kind == "cpu":
+        return _wrap(host, device, None)
+    out, owner = allocate(host.shape, host.dtype, device)
+    transfer(out, device, host, _HOST)
+    return _wrap(out, device, owner)
+
+
+_HOST = Device("cpu:0")  # where host (NumPy) values come from
 
 
 # Operators: (dunder, ufunc, op name for messages). Each becomes a two-line method calling
@@ -599,7 +613,7 @@ def _describe_owner(arr: NDArray) -> str:
         return "heap"
     if o.__class__ is _Lease:
         return "heap (cached block)"
-    return f"workspace {o.name!r} cycle {getattr(o, 'cycle_of', lambda g: g)(arr._gen)}"
+    return f"workspace {o.name!r} cycle {o.cycle_of(arr._gen)}"
 
 
 def _unwrap_key(key: Any, arr: NDArray) -> Any:

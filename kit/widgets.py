@@ -20,7 +20,7 @@ import time
 from collections import deque
 from typing import Any
 
-from kit import memory
+from kit import readings
 
 __all__ = ["MemoryPanel", "TimingPanel", "format_bytes", "in_notebook"]
 
@@ -82,7 +82,7 @@ class MemoryPanel:
         self.update(force=True)
 
     def snapshot(self) -> dict[str, Any]:
-        s = memory.stats()
+        s = readings.stats()
         s["cache_hits"] = s["cache"]["hits"]
         return s
 

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from kit import memory
+from kit.context import current_workspace, scope_out_of_workspaces, set_current_workspace
 from kit.devices import AnyDevice, as_device
 
 __all__ = [
@@ -61,6 +62,8 @@ __all__ = [
     "destroy_all_workspaces_for_current_thread",
     "get_debug_mode",
     "get_workspace_for_current_thread",
+    "leverage_target",
+    "parent_of_current_workspace",
     "scope_out_of_workspaces",
     "set_debug_mode",
     "track_allocation_sites",
@@ -406,10 +409,10 @@ class Workspace:
             )
         if _debug["mode"] is DebugMode.BYPASS_EVERYTHING:
             self._bypassed.append(True)
-            self._saved_current = memory._set_current_workspace(None)
+            self._saved_current = set_current_workspace(None)
             return self
         self._bypassed.append(False)
-        if self._open and memory.current_workspace() is self:
+        if self._open and current_workspace() is self:
             self._tag += 1  # re-entrant: same cycle
             return self
         if self._open:
@@ -417,7 +420,7 @@ class Workspace:
                 f"workspace {self.name!r} is already open further out; a workspace cannot be opened "
                 f"inside its own scope with another workspace in between"
             )
-        self.parent = memory._set_current_workspace(self)
+        self.parent = set_current_workspace(self)
         self._open = True
         self._entered += 1
         if not self.config.circular:
@@ -432,18 +435,18 @@ class Workspace:
     def __exit__(self, *exc: Any) -> None:
         bypassed = self._bypassed.pop() if self._bypassed else False
         if bypassed:
-            memory._set_current_workspace(self._saved_current)
+            set_current_workspace(self._saved_current)
             return
         if self._tag:
             self._tag -= 1
             return
-        if memory.current_workspace() is not self:
-            current = memory.current_workspace()
+        if current_workspace() is not self:
+            current = current_workspace()
             raise WorkspaceScopeError(
                 f"workspace {self.name!r} closed while {getattr(current, 'name', None)!r} is current: "
                 f"close nested workspaces in reverse order"
             )
-        memory._set_current_workspace(self.parent)
+        set_current_workspace(self.parent)
         self._open = False
         self.cycles += 1
         self.last_cycle_bytes = self._cycle_bytes
@@ -665,28 +668,25 @@ def destroy_all_workspaces_for_current_thread() -> int:
     return len(victims)
 
 
-def current_workspace() -> Workspace | None:
-    return memory.current_workspace()
+def leverage_target(name: str, enforce_existence: bool = False) -> Workspace | None:
+    """The open workspace `name` of this thread that leverage_to copies into, or None (ND4J: the
+    array stays where it is) unless `enforce_existence` asks for an error."""
+    target = get_manager().get(name)
+    if target is None or not target.is_scope_active:
+        if enforce_existence:
+            state = "does not exist" if target is None else "is not open"
+            raise NoSuchWorkspaceError(f"leverage_to({name!r}): workspace {name!r} {state} on this thread")
+        return None
+    return target
 
 
-class scope_out_of_workspaces:  # noqa: N801 - used like a function: with kit.scope_out_of_workspaces():
-    """Inside the block, new arrays go to the heap even while a workspace is open."""
-
-    def __enter__(self) -> None:
-        self._saved = memory._set_current_workspace(None)
-
-    def __exit__(self, *exc: Any) -> None:
-        memory._set_current_workspace(self._saved)
+def parent_of_current_workspace() -> Workspace | None:
+    """The workspace that was current when the current one was opened (leverage's target)."""
+    current = current_workspace()
+    return current.parent if current is not None else None
 
 
 def all_workspaces() -> list[Workspace]:
     """Every live workspace of every thread (for panels and stats)."""
     with _all_lock:
         return [ws for ws in list(_all) if not ws.destroyed]
-
-
-def _stats_of_all() -> list[dict[str, Any]]:
-    return [ws.stats() for ws in all_workspaces()]
-
-
-memory._workspace_stats_provider = _stats_of_all

@@ -29,7 +29,7 @@ def _clean_kit_state():
     kit.workspace.set_debug_mode("DISABLED")
     kit.workspace.track_allocation_sites(False)
     kit.memory.toggle_periodic_gc(False)
-    kit.memory._set_current_workspace(None)
+    kit.context.set_current_workspace(None)
     for ws in list(kit.workspace.get_manager().workspaces.values()):
         ws._open = False
     kit.destroy_all_workspaces_for_current_thread()

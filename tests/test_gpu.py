@@ -22,7 +22,7 @@ def test_workspace_on_a_gpu_makes_no_allocations_after_learning():
             y = (x @ w).tanh().sum()
     assert kit.memory.heap_allocations(this_thread=True) == before
     assert not y.is_valid
-    stats = kit.memory.stats()
+    stats = kit.readings.stats()
     assert stats["gpus"] and stats["gpus"][0]["pool_total_bytes"] > 0
 
 

@@ -98,12 +98,14 @@ def test_stats_has_every_reading():
     ws = kit.get_workspace_for_current_thread(name="STATS")
     with ws:
         kit.ones((4,))
-    s = memory.stats()
+    s = kit.readings.stats()
     assert s["rss_bytes"] > 10 << 20 and s["heap_allocations"] >= 0
     assert any(w["name"] == "STATS" and w["cycles"] == 1 for w in s["workspaces"])
     assert set(s) >= {"cache", "gpus", "gc", "heap_by_device"}
 
 
-def test_memory_empty_is_the_public_allocation():
-    x = memory.empty((2, 3), dtype="float64")
+def test_empty_goes_through_the_one_allocation_function():
+    before = memory.heap_allocations(this_thread=True)
+    x = kit.empty((2, 3), dtype="float64")
     assert isinstance(x, kit.NDArray) and x.shape == (2, 3) and x.dtype == np.float64
+    assert memory.heap_allocations(this_thread=True) == before + 1

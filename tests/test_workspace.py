@@ -377,12 +377,12 @@ def test_ten_thousand_cycles_keep_rss_flat():
         with ws:
             (x @ x).tanh().sum()
     gc.collect()
-    start = kit.memory.rss_bytes()
+    start = kit.readings.rss_bytes()
     for _ in range(10_000):
         with ws:
             (x @ x).tanh().sum()
     gc.collect()
-    grown = kit.memory.rss_bytes() - start
+    grown = kit.readings.rss_bytes() - start
     assert grown < 4 << 20, f"RSS grew by {grown} bytes over 10,000 cycles"
     assert ws.cycles == 10_200 and ws.arena_allocations == 1
 

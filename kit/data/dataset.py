@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from kit import backend
+from kit.context import scope_out_of_workspaces
 from kit.creation import asarray
 from kit.devices import as_device
 from kit.ndarray import NDArray
-from kit.workspace import scope_out_of_workspaces
 
 __all__ = ["ArrayIterator", "DataSet", "DataSetIterator"]
 
@@ -50,6 +50,17 @@ class DataSet:
 
     def migrate(self) -> DataSet:
         return _raw(self.features.migrate(), self.labels.migrate())
+
+    @property
+    def device(self) -> Any:
+        return self.features.device
+
+    def to(self, device: Any) -> DataSet:
+        """This batch on `device` (itself when already there), through the one transfer path."""
+        dev = as_device(device)
+        if self.features.device is dev and self.labels.device is dev:
+            return self
+        return _raw(self.features.to(dev), self.labels.to(dev))
 
     def split(self, fraction: float, seed: int = 0) -> tuple[DataSet, DataSet]:
         """A seeded random split into (first, rest), `fraction` of the examples first."""

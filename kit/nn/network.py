@@ -15,37 +15,35 @@ operations on one vector. Training runs each iteration inside the workspaces of
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 import os
 import threading
-import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from kit import backend, memory
 from kit.creation import asarray, empty, zeros
+from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
 from kit.devices import as_device
+from kit.evaluation import Evaluation
 from kit.ndarray import NDArray
+from kit.nn.config import NetworkConfig
+from kit.nn.init import initial_values
 from kit.nn.layers import Layer, Sequential, call_backward, call_forward, layer_from_config
+from kit.nn.loop import StepResult, TrainingLoop
 from kit.nn.losses import Loss, SoftmaxCrossEntropy, loss_from_config
+from kit.nn.persistence import ModelFileError, read_model, write_model
 from kit.nn.updaters import Adam, Updater, updater_from_config
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
 from kit.workspace import scope_out_of_workspaces
 
 __all__ = ["ModelFileError", "Network"]
 
-FORMAT = "kit.Network/1"
 _ids = itertools.count()
-
-
-class ModelFileError(ValueError):
-    """A saved model file that is corrupted, tampered with, or does not match."""
 
 
 def _leaves(layer: Layer) -> list[Layer]:
@@ -88,7 +86,7 @@ class Network:
         self.last_score = float("nan")
         self.last_etl_ms = 0.0
         self._lock = threading.RLock()
-        self._stop = False
+        self._loop: TrainingLoop | None = None
         self._name = f"net{next(_ids)}"
         self._allocate_buffers()
         calls = len(self.layers) + 1  # each leaf layer, and the loss
@@ -120,14 +118,7 @@ class Network:
 
     def _initialise(self) -> None:
         """Initial values drawn on the host from `seed`, so every device gets the same net."""
-        rng = np.random.default_rng(self.seed)
-        host = np.empty(self.flat_params.shape, dtype=np.float64)
-        offset = 0
-        for _, spec in self._specs:
-            size = math.prod(spec.shape)
-            host[offset : offset + size] = _init_values(spec, rng, size)
-            offset += size
-        self.set_params(host)
+        self.set_params(initial_values([spec for _, spec in self._specs], self.seed))
 
     @property
     def num_params(self) -> int:
@@ -245,16 +236,26 @@ class Network:
 
     def fit_batch(self, ds: DataSet) -> float:
         """One iteration on one mini-batch: gradients, L2, updater. Returns the score."""
+        score = self._train_one(ds)
+        self.iteration += 1
+        return score
+
+    def _train_one(self, ds: DataSet) -> float:
+        """fit_batch without moving the iteration counter (the training loop moves it)."""
         with self._lock:
             mgr = self._train_mgr
             with mgr.iteration():
                 score = self._gradient_step(ds, mgr)
                 with mgr.updater():
                     self.updater.apply(self.flat_params, self.flat_grads, self.updater_state, self.iteration + 1, mgr)
-            self.iteration += 1
             self.last_score = score
         memory.maybe_gc()
         return score
+
+    def train_step(self, batches: Sequence[DataSet]) -> list[StepResult]:
+        """The step of this network's TrainingLoop: one mini-batch, one iteration."""
+        (ds,) = batches
+        return [StepResult(self._train_one(ds), ds.num_examples)]
 
     def fit(
         self, data: DataSet | Iterable[DataSet], epochs: int = 1, listeners: Iterable[Any] = (), prefetch: int = 0
@@ -262,47 +263,25 @@ class Network:
         """Train on a DataSet (one iteration, as DL4J's fit(DataSet)) or an iterator (epochs).
         `prefetch=N` wraps an iterator that allows it in an AsyncPrefetchIterator with a queue
         of N (DL4J always wraps, with a queue of 2; kit asks you to choose)."""
-        listeners = list(listeners)
-        if isinstance(data, DataSet):
-            self._iteration_with_listeners(data, listeners, etl_ms=0.0)
+        self._loop = TrainingLoop(self, self.train_step, listeners=listeners)
+        if isinstance(data, DataSet):  # one iteration, no epoch (DL4J's fit(DataSet))
+            self._loop.run_step([data])
             return self
-        if not isinstance(epochs, int) or epochs < 1:
-            raise ValueError(f"fit(epochs={epochs!r}): must be a positive integer")
+        if isinstance(data, tuple):
+            raise TypeError(
+                "fit: got a tuple; wrap features and labels in a DataSet: net.fit(DataSet(features, labels))"
+            )
         if prefetch and getattr(data, "async_supported", False):
-            from kit.data.async_iter import AsyncPrefetchIterator
-
             with AsyncPrefetchIterator(data, prefetch=prefetch, device=self.device) as wrapped:
                 return self.fit(wrapped, epochs, listeners)
-        self._stop = False
-        for listener in listeners:
-            _call(listener, "on_fit_start", self)
-        for _ in range(epochs):
-            for listener in listeners:
-                _call(listener, "on_epoch_start", self)
-            t_etl = time.perf_counter()
-            for ds in data:
-                self._iteration_with_listeners(ds, listeners, (time.perf_counter() - t_etl) * 1e3)
-                if self._stop:
-                    break
-                t_etl = time.perf_counter()
-            if hasattr(data, "reset"):
-                data.reset()
-            self.epoch += 1
-            for listener in listeners:
-                _call(listener, "on_epoch_end", self)
-            if self._stop:
-                break
+        self._loop.run(data, epochs)
         return self
-
-    def _iteration_with_listeners(self, ds: DataSet, listeners: list[Any], etl_ms: float) -> None:
-        self.last_etl_ms = etl_ms
-        score = self.fit_batch(ds)
-        for listener in listeners:
-            listener.iteration_done(self, self.iteration, self.epoch, score=score, batch_size=ds.num_examples)
 
     def stop_fit(self) -> None:
         """Ask a running fit() to stop after the current iteration."""
-        self._stop = True
+        loop = getattr(self, "_loop", None)
+        if loop is not None:
+            loop.stop()
 
     # ---- inference -----------------------------------------------------------------
     def output(self, x: Any, train: bool = False) -> NDArray:
@@ -340,8 +319,6 @@ class Network:
         return total / count
 
     def evaluate(self, data: Iterable[DataSet]) -> Any:
-        from kit.evaluation import Evaluation
-
         return self.do_evaluation(data, Evaluation(self.output_shape[0]))[0]
 
     def do_evaluation(self, data: DataSet | Iterable[DataSet], *evaluations: Any) -> tuple[Any, ...]:
@@ -355,112 +332,102 @@ class Network:
                 ev.eval(ds.labels, probs)
         return evaluations
 
-    # ---- copies, files -------------------------------------------------------------
+    # ---- configuration, copies, files ----------------------------------------------
+    @property
+    def configuration(self) -> NetworkConfig:
+        """The whole configuration as one validated value (JSON round-trip: `to_json()`)."""
+        return NetworkConfig(
+            layers=tuple(layer.config() for layer in self.body.layers),
+            input_shape=self.input_shape,
+            loss=self.loss.config(),
+            updater=self.updater.config(),
+            l2=self.l2,
+            seed=self.seed,
+            dtype=self.dtype.name,
+            training_workspace_mode=self.training_workspace_mode.value,
+            inference_workspace_mode=self.inference_workspace_mode.value,
+        )
+
     def config(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "layers": [layer.config() for layer in self.body.layers],
-            "input_shape": list(self.input_shape),
-            "loss": self.loss.config(),
-            "updater": self.updater.config(),
-            "l2": self.l2,
-            "seed": self.seed,
-            "dtype": self.dtype.name,
-            "training_workspace_mode": self.training_workspace_mode.value,
-            "inference_workspace_mode": self.inference_workspace_mode.value,
-        }
+        """`configuration` as plain JSON types."""
+        return self.configuration.to_dict()
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any], device: Any = None) -> Network:
+    def from_config(cls, cfg: NetworkConfig | dict[str, Any], device: Any = None) -> Network:
+        cfg = NetworkConfig.from_dict(cfg)
         return cls(
-            [layer_from_config(c) for c in cfg["layers"]],
-            tuple(cfg["input_shape"]),
-            loss=loss_from_config(cfg["loss"]),
-            updater=updater_from_config(cfg["updater"]),
-            l2=cfg["l2"],
-            seed=cfg["seed"],
-            dtype=cfg["dtype"],
+            [layer_from_config(c) for c in cfg.layers],
+            cfg.input_shape,
+            loss=loss_from_config(cfg.loss),
+            updater=updater_from_config(cfg.updater),
+            l2=cfg.l2,
+            seed=cfg.seed,
+            dtype=cfg.dtype,
             device=device,
-            training_workspace_mode=cfg["training_workspace_mode"],
-            inference_workspace_mode=cfg["inference_workspace_mode"],
+            training_workspace_mode=cfg.training_workspace_mode,
+            inference_workspace_mode=cfg.inference_workspace_mode,
         )
 
     def clone(self, device: Any = None) -> Network:
         """An independent copy (parameters, updater state, counters), optionally on another device."""
-        twin = Network.from_config(self.config(), device=device or self.device)
+        twin = Network.from_config(self.configuration, device=device or self.device)
         twin.copy_state_from(self)
         return twin
 
+    def state_arrays(self) -> dict[str, NDArray]:
+        """The arrays that make up the trained state: flat parameters and updater state."""
+        return {"params": self.flat_params, **{f"updater_{k}": v for k, v in self.updater_state.items()}}
+
     def copy_state_from(self, other: Network) -> None:
-        """Copy parameters, updater state and counters from a network of the same shape."""
-        for dst, src in [(self.flat_params, other.flat_params)] + [
-            (self.updater_state[k], other.updater_state[k]) for k in self.updater_state
-        ]:
-            host = src.numpy()
-            if self.device.kind == "cpu":
-                np.copyto(dst.data, host)
-            else:
-                with self.device.activate():
-                    dst.data.set(np.ascontiguousarray(host))
-        self.iteration, self.epoch = other.iteration, other.epoch
+        """Copy parameters, updater state and counters from a network of the same configuration."""
+        if other is self:
+            return
+        mine, theirs = self.configuration, other.configuration
+        if (mine.layers, mine.input_shape) != (theirs.layers, theirs.input_shape):
+            raise ValueError(
+                f"copy_state_from: the architectures differ ({_architecture(theirs)} into {_architecture(mine)}); "
+                "copy state only between networks built from the same layers"
+            )
+        ours, source = self.state_arrays(), other.state_arrays()
+        if sorted(ours) != sorted(source):
+            raise ValueError(
+                f"copy_state_from: updater {type(other.updater).__name__} keeps state {sorted(source)} but "
+                f"{type(self.updater).__name__} needs {sorted(ours)}; use the same updater, or set_params() "
+                "to copy parameters only"
+            )
+        with other._lock:
+            for key, dst in ours.items():
+                dst.assign(source[key])
+            self.iteration, self.epoch = other.iteration, other.epoch
 
     def save(self, path: str | os.PathLike) -> None:
-        """NumPy .npz (no pickle) + JSON config with a SHA-256 of every array; atomic."""
-        arrays = {"params": self.flat_params.numpy()}
-        arrays.update({f"updater_{k}": v.numpy() for k, v in self.updater_state.items()})
-        meta = {
-            "config": self.config(),
-            "iteration": self.iteration,
-            "epoch": self.epoch,
-            "sha256": {k: hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest() for k, v in arrays.items()},
-        }
-        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-        path = os.fspath(path)
-        tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-        try:
-            with open(tmp, "wb") as f:
-                np.savez(f, **arrays)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        """NumPy .npz (no pickle) + JSON header with SHA-256 checks; atomic. Safe while another
+        thread trains: the arrays are copied between two iterations."""
+        with self._lock:  # fit_batch holds it for a whole iteration: the snapshot is consistent
+            arrays = {k: v.numpy().copy() for k, v in self.state_arrays().items()}
+            counters = {"iteration": self.iteration, "epoch": self.epoch}
+            config = self.config()
+        write_model(path, config, arrays, counters)
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: Any = None) -> Network:
         path = os.fspath(path)
+        config, arrays, counters = read_model(path)
         try:
-            with np.load(path, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-        except FileNotFoundError:
-            raise
-        except Exception as exc:
-            raise ModelFileError(f"{path}: not a readable kit model file ({type(exc).__name__}: {exc})") from None
-        if "meta" not in arrays or "params" not in arrays:
-            raise ModelFileError(f"{path}: missing 'meta' or 'params'; not a kit model file")
+            net = cls.from_config(config, device=device)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ModelFileError(f"{path}: the configuration does not build a network ({exc})") from None
+        expected = {k: v.shape for k, v in net.state_arrays().items()}
+        stored = {k: v.shape for k, v in arrays.items()}
+        if expected != stored:
+            raise ModelFileError(f"{path}: stored arrays {stored} but the configuration needs {expected}")
         try:
-            meta = json.loads(arrays.pop("meta").tobytes().decode())
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ModelFileError(f"{path}: the configuration is corrupted ({exc})") from None
-        if meta.get("config", {}).get("format") != FORMAT:
-            raise ModelFileError(f"{path}: format {meta.get('config', {}).get('format')!r}, expected {FORMAT!r}")
+            net.set_params(arrays.pop("params"))
+        except ValueError as exc:
+            raise ModelFileError(f"{path}: {exc}") from None
         for key, value in arrays.items():
-            digest = hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
-            if meta["sha256"].get(key) != digest:
-                raise ModelFileError(
-                    f"{path}: array {key!r} does not match its SHA-256: the file was modified or corrupted"
-                )
-        net = cls.from_config(meta["config"], device=device)
-        if arrays["params"].shape != net.flat_params.shape:
-            raise ModelFileError(
-                f"{path}: {arrays['params'].shape[0]} parameters stored but the configuration needs {net.num_params}"
-            )
-        net.set_params(arrays["params"])
-        for k, v in net.updater_state.items():
-            with scope_out_of_workspaces():
-                v[...] = asarray(arrays[f"updater_{k}"], device=net.device)
-        net.iteration, net.epoch = meta["iteration"], meta["epoch"]
+            net.state_arrays()[key].assign(value)
+        net.iteration, net.epoch = counters["iteration"], counters["epoch"]
         return net
 
     def summary(self) -> str:
@@ -480,22 +447,5 @@ class Network:
         return {"training": self._train_mgr.stats(), "inference": self._infer_mgr.stats()}
 
 
-def _call(listener: Any, name: str, *args: Any) -> None:
-    fn = getattr(listener, name, None)
-    if fn is not None:
-        fn(*args)
-
-
-def _init_values(spec: Any, rng: np.random.Generator, size: int) -> np.ndarray:
-    init = spec.init
-    if init == "zeros":
-        return np.zeros(size)
-    if init == "ones":
-        return np.ones(size)
-    if init == "xavier":  # DL4J XAVIER: N(0, 2 / (fan_in + fan_out))
-        return rng.standard_normal(size) * math.sqrt(2.0 / (spec.fan_in + spec.fan_out))
-    if init in ("he", "relu"):  # DL4J RELU (He): N(0, 2 / fan_in)
-        return rng.standard_normal(size) * math.sqrt(2.0 / spec.fan_in)
-    if init.startswith("normal:"):
-        return rng.standard_normal(size) * float(init.split(":", 1)[1])
-    raise ValueError(f"unknown weight initialisation {init!r}: use 'xavier', 'he', 'normal:<std>', 'zeros' or 'ones'")
+def _architecture(cfg: NetworkConfig) -> str:
+    return f"input {cfg.input_shape}, layers " + ", ".join(c["type"] for c in cfg.layers)

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import os
+import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from kit._lifecycle import ShutsDownOnExit
+from kit.context import scope_out_of_workspaces
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
 from kit.devices import (
@@ -43,10 +44,12 @@ from kit.devices import (
     as_device,
     attach_thread_to_device,
     blas_threads,
+    cores_per_worker,
+    default_devices,
     detach_thread,
     gpu_count,
-    logical_devices,
 )
+from kit.nn.loop import StepResult, TrainingLoop
 from kit.nn.network import Network
 from kit.nn.workspace_mgr import WorkspaceMode
 from kit.parallel.threshold import (
@@ -57,9 +60,11 @@ from kit.parallel.threshold import (
     threshold_decode,
     threshold_encode,
 )
-from kit.workspace import destroy_all_workspaces_for_current_thread, scope_out_of_workspaces
+from kit.workspace import destroy_all_workspaces_for_current_thread
 
 __all__ = ["ParallelWrapper", "TrainingMode", "WorkerError", "default_devices"]
+
+log = logging.getLogger(__name__)
 
 
 class TrainingMode(enum.Enum):
@@ -71,29 +76,20 @@ class WorkerError(RuntimeError):
     """A worker failed; the message names it and its device; the cause is chained."""
 
 
-def default_devices(workers: int) -> list[AnyDevice]:
-    """Worker i -> physical GPU i % n when there are GPUs (logical GPU slots when there are
-    more workers than GPUs); on a CPU-only machine, `workers` logical slots of cpu:0."""
-    n = gpu_count()
-    if n >= workers:
-        return [as_device(f"gpu:{i}") for i in range(workers)]
-    if n:
-        per = -(-workers // n)
-        slots = {i: logical_devices(per, f"gpu:{i}") for i in range(n)}
-        return [slots[i % n][i // n] for i in range(workers)]
-    return list(logical_devices(workers, "cpu:0")) if workers > 1 else [as_device("cpu:0")]
-
-
 _STOP = object()
+Task = Callable[["_Worker"], Any]
 
 
 class _Worker:
+    """One thread pinned to one device with one replica; runs tasks (callables) in order."""
+
     def __init__(self, index: int, replica: Network, device: AnyDevice, wrapper: ParallelWrapper) -> None:
-        self.index, self.replica, self.device, self.wrapper = index, replica, device, wrapper
+        self.index, self.replica, self.device = index, replica, device
+        self.residual_post_processor = wrapper.residual_post_processor
         self.tasks: queue.Queue = queue.Queue(maxsize=1)
         self.results: queue.Queue = queue.Queue()
         self.residual: Any = None
-        self.threshold_algorithm: ThresholdAlgorithm | None = None
+        self.threshold_algorithm: ThresholdAlgorithm = wrapper.threshold_algorithm.clone()
         self.tau: float | None = None
         self.last_dense: bool | None = None
         self.last_sparsity: float | None = None
@@ -107,60 +103,55 @@ class _Worker:
                 task = self.tasks.get()
                 if task is _STOP:
                     return
-                kind, payload = task
                 try:
-                    if kind == "fit":
-                        result = self.replica.fit_batch(payload)
-                    elif kind == "encode":
-                        result = self._encode(*payload)
-                    elif kind == "apply":
-                        result = self._apply(payload)
-                    else:  # "call": run a function on this worker's thread (tests, fault injection)
-                        result = payload(self)
-                    self.results.put((True, result))
+                    self.results.put((True, task(self)))
                 except BaseException as exc:  # reported to fit(), which stops everything
                     self.results.put((False, exc))
         finally:
             destroy_all_workspaces_for_current_thread()
             detach_thread()
 
-    # ---- SHARED_GRADIENTS ------------------------------------------------------------
-    def _encode(self, ds: DataSet, iteration: int, epoch: int) -> tuple[float, np.ndarray | None, dict]:
-        net, xp = self.replica, self.replica.device.xp
+    # ---- tasks (run on this worker's thread) ----------------------------------------
+    def fit(self, ds: DataSet) -> float:
+        """One iteration on a batch sent to this worker's device (the one transfer path)."""
+        return self.replica.fit_batch(ds.to(self.device))
+
+    def encode(self, ds: DataSet, iteration: int, epoch: int) -> tuple[float, np.ndarray | None, dict]:
+        """SHARED_GRADIENTS: train, take the step back, add it to the residual, encode it."""
+        net = self.replica
+        xp = net.device.xp
         with scope_out_of_workspaces():
             before = net.flat_params.dup()  # the updater writes into params: take its step back
-        score = net.fit_batch(ds)  # gradient, L2, updater -> params moved by -update
+        score = net.fit_batch(ds.to(self.device))  # gradient, L2, updater -> params moved by -update
         params, old = net.flat_params.data, before.data
         if self.residual is None:
             self.residual = xp.zeros_like(params)
         update = old - params  # what this worker would have applied alone
         params[...] = old
         self.residual += update
-        self.tau = self.threshold_algorithm.calculate_threshold(  # type: ignore[union-attr]
+        self.tau = self.threshold_algorithm.calculate_threshold(
             iteration, epoch, self.tau, self.last_dense, self.last_sparsity
         )
         message = threshold_encode(self.residual, self.tau)
-        self.wrapper.residual_post_processor.process_residual(iteration, epoch, self.tau, self.residual)
+        self.residual_post_processor.process_residual(iteration, epoch, self.tau, self.residual)
         count = encoded_count(message)
         self.last_dense = message is not None and int(message[3]) == 1
         self.last_sparsity = count / params.size
-        return (
-            score,
-            message,
-            {"worker": self.index, "tau": self.tau, "sparsity": self.last_sparsity, "dense": self.last_dense},
-        )
+        stats = {"worker": self.index, "tau": self.tau, "sparsity": self.last_sparsity, "dense": self.last_dense}
+        return score, message, stats
 
-    def _apply(self, messages: list[np.ndarray | None]) -> None:
+    def apply(self, messages: list[np.ndarray | None]) -> None:
+        """SHARED_GRADIENTS: apply the sum of every worker's decoded message (worker order)."""
         net = self.replica
-        xp = net.device.xp
-        total = xp.zeros_like(net.flat_params.data)
+        total = net.device.xp.zeros_like(net.flat_params.data)
         for message in messages:  # worker order: identical sums on every replica
             if message is not None:
                 threshold_decode(message, total)
         net.flat_params.data[...] -= total
 
-    def submit(self, kind: str, payload: Any) -> None:
-        self.tasks.put((kind, payload))
+    # ---- the caller's side ------------------------------------------------------------
+    def submit(self, task: Task) -> None:
+        self.tasks.put(task)
 
     def result(self, deadline: float | None = None) -> Any:
         while True:
@@ -243,21 +234,19 @@ class ParallelWrapper(ShutsDownOnExit):
         self.encoding_stats: list[dict[str, Any]] = []  # SHARED_GRADIENTS: tau and sparsity per worker, per round
         self.round_seconds: list[float] = []
         self._dirty: set[int] = set()  # workers that trained since the last averaging
-        self._stop = False
+        self.loop: TrainingLoop | None = None
         self._closed = False
         self._zoo: list[_Worker] = []
         self._build()
 
     # ---- replicas -------------------------------------------------------------------
     def _build(self) -> None:
-        cfg = self.model.config()
-        cfg["training_workspace_mode"] = self.workspace_mode.value
+        config = self.model.configuration.replace(training_workspace_mode=self.workspace_mode.value)
         for i, dev in enumerate(self.devices):
-            replica = Network.from_config(cfg, device=dev)
+            replica = Network.from_config(config, device=dev)
             replica.copy_state_from(self.model)
-            worker = _Worker(i, replica, dev, self)
-            worker.threshold_algorithm = self.threshold_algorithm.clone()
-            self._zoo.append(worker)
+            self._zoo.append(_Worker(i, replica, dev, self))
+        self._published = self._fingerprint()
 
     @property
     def replicas(self) -> list[Network]:
@@ -265,131 +254,133 @@ class ParallelWrapper(ShutsDownOnExit):
 
     def describe(self) -> str:
         kinds = {("logical" if getattr(d, "logical", False) else "physical") for d in self.devices}
+        if any(getattr(d, "simulated", False) for d in self.devices):
+            kinds = {"simulated on the host"}
         return (
             f"ParallelWrapper: {self.workers} worker(s) on "
-            + ", ".join(str(d) for d in self.devices)
+            + ", ".join(d.name for d in self.devices)
             + (f" ({'/'.join(sorted(kinds))})")
         )
 
+    def _fingerprint(self) -> tuple:
+        """What the user's model held when this wrapper last wrote it (or built from it)."""
+        m = self.model
+        return (m.iteration, m.epoch, m.params().numpy().tobytes())
+
+    def _begin(self) -> None:
+        """Start of a fit: see every change the user made to the model since the last one."""
+        if self._closed:
+            raise RuntimeError(
+                "ParallelWrapper was shut down (by shutdown(), a `with` block, or a worker's failure); make a new one"
+            )
+        if self._fingerprint() != self._published:
+            for w in self._zoo:
+                w.replica.copy_state_from(self.model)
+            self.iteration, self.epoch = self.model.iteration, self.model.epoch
+            self._dirty.clear()
+
     # ---- training -------------------------------------------------------------------
     def fit(self, data: Iterable[DataSet], epochs: int = 1) -> ParallelWrapper:
-        if self._closed:
-            raise RuntimeError("ParallelWrapper was shut down; make a new one")
-        if not isinstance(epochs, int) or epochs < 1:
-            raise ValueError(f"fit(epochs={epochs!r}): must be a positive integer")
-        self._stop = False
-        cpu_slots = all(d.kind == "cpu" for d in self.devices)
-        per_worker = max(1, (os.cpu_count() or 1) // self.workers)
-        source = data
+        """Train `epochs` epochs on the wrapper's workers; the user's model ends with the average."""
+        self._begin()
+        self.loop = TrainingLoop(
+            self.model, self.train_step, listeners=self.listeners, counters=self, batches_per_step=self.workers
+        )
+        with self.session(data) as source:
+            self.loop.run(source, epochs)
+        self.sync()
+        return self
+
+    @contextlib.contextmanager
+    def session(self, data: Iterable[DataSet]) -> Iterator[Iterable[DataSet]]:
+        """The conditions a run of the loop needs: BLAS threads shared out among CPU workers, the
+        data behind a prefetch queue when it allows it; any failure shuts the wrapper down."""
+        cpu = all(d.kind == "cpu" for d in self.devices) and self.workers > 1
         wrapped = None
         if self.prefetch_buffer > 0 and getattr(data, "async_supported", False):
-            wrapped = source = AsyncPrefetchIterator(data, prefetch=self.prefetch_buffer, device=self.model.device)
+            wrapped = data = AsyncPrefetchIterator(data, prefetch=self.prefetch_buffer, device=self.model.device)
         try:
-            with blas_threads(per_worker) if cpu_slots and self.workers > 1 else contextlib.nullcontext():
-                for _ in range(epochs):
-                    for listener in self.listeners:
-                        _call(listener, "on_epoch_start", self.model)
-                    self._epoch(source)
-                    self.epoch += 1
-                    for r in self.replicas:
-                        r.epoch = self.epoch
-                    for listener in self.listeners:
-                        _call(listener, "on_epoch_end", self.model)
-                    if self._stop:
-                        break
-                if self.training_mode is TrainingMode.AVERAGING and self._dirty and self.workers > 1:
-                    self._average()  # end on the average, so the user's model holds it
+            with blas_threads(cores_per_worker(self.workers)) if cpu else contextlib.nullcontext():
+                yield data
         except BaseException:
             self.shutdown()
             raise
         finally:
             if wrapped is not None:
                 wrapped.shutdown()
-        self._publish()
-        return self
 
-    def _epoch(self, source: Iterable[DataSet]) -> None:
-        batch: list[DataSet] = []
-        for ds in source:
-            batch.append(ds.detach() if ds.features.is_attached else ds)
-            if len(batch) == self.workers:
-                self._round(batch)
-                batch = []
-                if self._stop:
-                    return
-        if batch:
-            self._round(batch)
-
-    def _round(self, batches: list[DataSet]) -> None:
+    def train_step(self, batches: Sequence[DataSet]) -> list[StepResult]:
+        """The loop's step: one round, one batch per worker (fewer in an epoch's last round)."""
         t0 = time.perf_counter()
+        batches = [ds.detach() if ds.features.is_attached else ds for ds in batches]
         zoo = self._zoo[: len(batches)]
+        iteration = self.iteration + 1
         if self.training_mode is TrainingMode.AVERAGING:
             for w, ds in zip(zoo, batches):
-                w.submit("fit", ds)
+                w.submit(lambda worker, ds=ds: worker.fit(ds))
             scores = self._collect(zoo)
             self._dirty.update(w.index for w in zoo)
-            self.iteration += 1
-            if self.iteration % self.averaging_frequency == 0 and self.workers > 1:
+            if iteration % self.averaging_frequency == 0 and self.workers > 1:
                 self._average()
         else:
             for w, ds in zip(zoo, batches):
-                w.submit("encode", (ds, self.iteration, self.epoch))
+                w.submit(lambda worker, ds=ds: worker.encode(ds, self.iteration, self.epoch))
             results = self._collect(zoo)
             scores = [r[0] for r in results]
             messages = [r[1] for r in results]
             self.encoding_stats.append({"iteration": self.iteration, "workers": [r[2] for r in results]})
             for w in self._zoo:  # every replica, including idle ones, applies the same sum
-                w.submit("apply", messages)
+                w.submit(lambda worker: worker.apply(messages))
             self._collect(self._zoo)
-            self.iteration += 1
         self.last_score = float(np.mean(scores))
         self.round_seconds.append(time.perf_counter() - t0)
         for w in self._zoo:  # idle workers of a short last round keep the same step count
-            w.replica.iteration = self.iteration
-        for w, ds, score in zip(zoo, batches, scores):
-            for listener in self.listeners:
-                listener.iteration_done(
-                    w.replica, self.iteration, self.epoch, score=score, batch_size=ds.num_examples, worker=w.index
-                )
+            w.replica.iteration = iteration
+        return [StepResult(score, ds.num_examples, w.replica, w.index) for w, ds, score in zip(zoo, batches, scores)]
 
     def _collect(self, zoo: list[_Worker]) -> list[Any]:
-        out = []
-        for w in zoo:  # the first failure stops everything; the others finish their task first
-            out.append(w.result())
-        return out
+        # the first failure stops everything; the others finish their task first
+        return [w.result() for w in zoo]
 
     def _average(self) -> None:
-        """Mean of every replica's parameters (and updater state), written back into each."""
+        """Mean of the replicas that trained (parameters, and updater state when asked), computed
+        on the first one's device and written into every replica, through the transfer path."""
         t0 = time.perf_counter()
         trained = [self._zoo[i].replica for i in sorted(self._dirty)] or self.replicas
         self._dirty.clear()
-        groups = [([r.flat_params for r in trained], [r.flat_params for r in self.replicas])]
-        if self.average_updaters:
-            groups += [
-                ([r.updater_state[k] for r in trained], [r.updater_state[k] for r in self.replicas])
-                for k in self.model.updater_state
-            ]
-        for sources, targets in groups:  # the mean of those that trained, written into every replica
-            mean = _mean_on(sources, sources[0].device)
-            for arr in targets:
-                _assign(arr, mean)
+        keys = ["params"] + ([f"updater_{k}" for k in self.model.updater_state] if self.average_updaters else [])
+        with scope_out_of_workspaces():
+            for key in keys:
+                sources = [r.state_arrays()[key] for r in trained]
+                home = sources[0].device
+                mean = sources[0].dup()
+                for arr in sources[1:]:  # a fixed order: the same sum whatever the thread timing
+                    mean += arr.to(home)
+                mean /= len(sources)
+                for r in self.replicas:
+                    r.state_arrays()[key].assign(mean)
         self.averagings += 1
         self.averaging_seconds += time.perf_counter() - t0
         if self.report_score_after_averaging:
-            print(f"Averaged score: {self.last_score}")
+            log.info("Averaged score: %s", self.last_score)
 
-    def _publish(self) -> None:
-        """Leave the (averaged) parameters and updater state in the user's model."""
+    def sync(self) -> None:
+        """End on the average (AVERAGING) and leave the state in the user's model."""
+        if self.training_mode is TrainingMode.AVERAGING and self._dirty and self.workers > 1:
+            self._average()
         self.model.copy_state_from(self.replicas[0])
         self.model.iteration, self.model.epoch = self.iteration, self.epoch
         self.model.last_score = self.last_score
+        self._published = self._fingerprint()
 
     def stop_fit(self) -> None:
-        self._stop = True
+        loop = self.loop
+        if loop is not None:
+            loop.stop()
 
-    def run_on_worker(self, index: int, fn: Any) -> Any:
+    def run_on_worker(self, index: int, fn: Task) -> Any:
         """Run fn(worker) on worker `index`'s thread and return its result (tests, inspection)."""
-        self._zoo[index].submit("call", fn)
+        self._zoo[index].submit(fn)
         return self._zoo[index].result()
 
     def shutdown(self) -> None:
@@ -399,41 +390,3 @@ class ParallelWrapper(ShutsDownOnExit):
 
     def threads_alive(self) -> int:
         return sum(w.thread.is_alive() for w in self._zoo)
-
-
-def _call(listener: Any, name: str, *args: Any) -> None:
-    fn = getattr(listener, name, None)
-    if fn is not None:
-        fn(*args)
-
-
-def _mean_on(arrays: list[Any], device: AnyDevice) -> Any:
-    """Mean of NDArrays (possibly on several devices), computed on `device` in a fixed order."""
-    xp = device.xp
-    acc = xp.array(_raw_on(arrays[0], device), copy=True)
-    for arr in arrays[1:]:
-        acc += _raw_on(arr, device)
-    acc /= len(arrays)
-    return acc
-
-
-def _raw_on(arr: Any, device: AnyDevice) -> Any:
-    if arr.device.physical is device.physical:
-        return arr.data
-    if device.kind == "cpu":
-        return arr.numpy()
-    import cupy
-
-    with device.activate():
-        return cupy.asarray(arr.numpy()) if arr.device.kind == "cpu" else cupy.array(arr.data, copy=True)
-
-
-def _assign(arr: Any, mean: Any) -> None:
-    target = arr.data
-    if arr.device.kind == "cpu":
-        target[...] = mean if isinstance(mean, np.ndarray) else mean.get()
-    else:
-        import cupy
-
-        with arr.device.activate():
-            target[...] = cupy.asarray(mean) if isinstance(mean, np.ndarray) else cupy.array(mean, copy=True)

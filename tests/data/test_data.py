@@ -73,7 +73,7 @@ def test_a_batch_kept_past_its_turn_raises_instead_of_changing():
         for _ in range(3):
             next(batches)  # past the learning cycle, into the ring
         kept = next(batches)
-        raw_view = kept.features.numpy()  # what ND4J users effectively hold: the memory itself
+        raw_view = kept.features.data  # the raw view (what ND4J users hold): the memory itself
         snapshot = raw_view.copy()
         for _ in range(12):
             next(batches)

@@ -147,11 +147,11 @@ def test_replicas_are_built_once_and_fit_50_times_keeps_rss_flat(digits):
         for _ in range(10):
             pw.fit(ArrayIterator(data, 16))
         gc.collect()
-        start = kit.memory.rss_bytes()
+        start = kit.readings.rss_bytes()
         for _ in range(50):
             pw.fit(ArrayIterator(data, 16))
         gc.collect()
-        grown = kit.memory.rss_bytes() - start
+        grown = kit.readings.rss_bytes() - start
         assert [id(r) for r in pw.replicas] == first
     assert grown < 8 << 20, f"RSS grew {grown} bytes over 50 fit() calls"
     assert not kit_threads()

@@ -1,0 +1,41 @@
+"""The allocation context: which workspace new arrays go to on this thread.
+
+    >>> kit.context.current_workspace()          # None: the heap
+    >>> with kit.scope_out_of_workspaces():      # heap allocations inside an open workspace
+    ...     keep = kit.zeros((10,))
+
+One thread-local slot, read by `kit.memory.allocate` on every allocation and written only by
+workspaces entering and leaving their scopes (kit.workspace) and by `scope_out_of_workspaces`.
+It sits below both, so neither has to reach into the other's module state.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+__all__ = ["current_workspace", "scope_out_of_workspaces", "set_current_workspace"]
+
+_tls = threading.local()
+
+
+def current_workspace() -> Any:
+    """The workspace new arrays go to on this thread, or None (heap)."""
+    return getattr(_tls, "ws", None)
+
+
+def set_current_workspace(ws: Any) -> Any:
+    """Make `ws` (or None) current on this thread; returns the previous one."""
+    previous = getattr(_tls, "ws", None)
+    _tls.ws = ws
+    return previous
+
+
+class scope_out_of_workspaces:  # noqa: N801 - used like a function: with kit.scope_out_of_workspaces():
+    """Inside the block, new arrays go to the heap even while a workspace is open."""
+
+    def __enter__(self) -> None:
+        self._saved = set_current_workspace(None)
+
+    def __exit__(self, *exc: Any) -> None:
+        set_current_workspace(self._saved)

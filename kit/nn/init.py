@@ -1,0 +1,44 @@
+"""Weight initialisation (DL4J's WeightInit names), drawn on the host from one seed.
+
+    >>> values = initial_values(specs, seed=0)      # one float64 vector for the flat buffer
+
+Drawing on the host from the network's seed gives every device, and every replica, the same
+initial network.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["initial_values"]
+
+
+def initial_values(specs: Sequence[Any], seed: int) -> np.ndarray:
+    """The initial flat parameter vector for ParamSpecs in buffer order."""
+    rng = np.random.default_rng(seed)
+    sizes = [math.prod(spec.shape) for spec in specs]
+    host = np.empty(sum(sizes), dtype=np.float64)
+    offset = 0
+    for spec, size in zip(specs, sizes):
+        host[offset : offset + size] = _values(spec, rng, size)
+        offset += size
+    return host
+
+
+def _values(spec: Any, rng: np.random.Generator, size: int) -> np.ndarray:
+    init = spec.init
+    if init == "zeros":
+        return np.zeros(size)
+    if init == "ones":
+        return np.ones(size)
+    if init == "xavier":  # DL4J XAVIER: N(0, 2 / (fan_in + fan_out))
+        return rng.standard_normal(size) * math.sqrt(2.0 / (spec.fan_in + spec.fan_out))
+    if init in ("he", "relu"):  # DL4J RELU (He): N(0, 2 / fan_in)
+        return rng.standard_normal(size) * math.sqrt(2.0 / spec.fan_in)
+    if init.startswith("normal:"):
+        return rng.standard_normal(size) * float(init.split(":", 1)[1])
+    raise ValueError(f"unknown weight initialisation {init!r}: use 'xavier', 'he', 'normal:<std>', 'zeros' or 'ones'")

@@ -1,0 +1,193 @@
+"""The one training loop: batches, epoch and iteration counters, listeners, stop conditions.
+
+    >>> loop = TrainingLoop(net, net.train_step, listeners=[ScoreIterationListener(10)])
+    >>> loop.run(ArrayIterator(train, 64), epochs=3)      # what Network.fit(it, epochs=3) does
+
+`Network.fit`, `ParallelWrapper.fit`, both early-stopping trainers and the Spark training
+masters run this loop (in the spirit of Chainer's Trainer with extensions); they differ only in
+the *step*: a function that trains on a group of `batches_per_step` mini-batches (one for a
+network, one per worker for a wrapper) and returns one `StepResult` per mini-batch.
+
+The listener protocol and its numbering are DL4J's, the same on every path:
+
+    on_fit_start(model)
+    on_epoch_start(model, epoch)                 epoch: index of the epoch that starts (0, 1, ...)
+    iteration_done(model, iteration, epoch, score=, batch_size=[, worker=], etl_ms=)
+                                                 iteration: iterations done, this one included
+    on_epoch_end(model, epoch)                   epoch: index of the epoch that just ended
+
+The epoch counter (`counters.epoch`) moves on after `on_epoch_end` and the `epoch_end` hook, so a
+model saved by that hook (early stopping's best model) carries the index of its own epoch.
+An epoch cut short (a stop condition, `stop()`) still ends with `on_epoch_end`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["EmptyDataError", "StepResult", "TrainingLoop", "call_listener"]
+
+
+class EmptyDataError(ValueError):
+    """An epoch produced no mini-batches (an empty data set, or a generator already used up)."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one mini-batch of a step gave: its score, its size, and who trained on it."""
+
+    score: float
+    batch_size: int
+    model: Any = None  # the model listeners see for this result (a replica, in a wrapper)
+    worker: int | None = None
+
+
+Step = Callable[[Sequence[Any]], Sequence[StepResult]]
+
+
+def call_listener(listener: Any, name: str, *args: Any) -> None:
+    """Call an optional listener method (listeners implement only what they need)."""
+    fn = getattr(listener, name, None)
+    if fn is not None:
+        fn(*args)
+
+
+class TrainingLoop:
+    """Runs `step` over the mini-batches of `data`, epoch after epoch, and tells listeners.
+
+    model:            what listeners receive in epoch callbacks (and in iteration callbacks
+                      unless a StepResult names another model)
+    counters:         the object holding `iteration` and `epoch` (default: model)
+    batches_per_step: mini-batches handed to one step (the number of workers of a wrapper;
+                      the last group of an epoch may be shorter)
+    iteration_conditions: objects with `terminate(score) -> bool` (or callables score -> bool),
+                      checked on every result; True stops the loop after that step (early
+                      stopping's iteration termination conditions); `stopped_by` names it
+    epoch_end:        callable epoch -> bool, after `on_epoch_end` of a complete epoch; True stops
+                      the loop (early stopping scores, saves and checks its epoch conditions here)
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        step: Step,
+        *,
+        listeners: Iterable[Any] = (),
+        counters: Any = None,
+        batches_per_step: int = 1,
+        iteration_conditions: Iterable[Any] = (),
+        epoch_end: Callable[[int], bool] | None = None,
+    ) -> None:
+        if not isinstance(batches_per_step, int) or batches_per_step < 1:
+            raise ValueError(f"TrainingLoop(batches_per_step={batches_per_step!r}): must be an integer >= 1")
+        self.model = model
+        self.step = step
+        self.listeners = list(listeners)
+        self.counters = counters if counters is not None else model
+        self.batches_per_step = batches_per_step
+        self.iteration_conditions = list(iteration_conditions)
+        self.epoch_end = epoch_end
+        self.stopped_by: Any = None  # the iteration condition that fired, if one did
+        self.interrupted = False  # the last epoch was cut short
+        self.epochs_run = 0
+        self._stop = False
+
+    def stop(self) -> None:
+        """Stop after the current step (from a listener, another thread, a condition)."""
+        self._stop = True
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop
+
+    def run_step(self, batches: Sequence[Any]) -> None:
+        """One step outside any epoch (DL4J's fit(DataSet)): listeners see the current epoch."""
+        self._step(list(batches), self.counters.epoch, 0.0)
+
+    # ---- the loop --------------------------------------------------------------------
+    def run(self, data: Iterable[Any], epochs: int | None = 1) -> int:
+        """Train for `epochs` epochs (None: until `stop()`, a condition or `epoch_end` ends it).
+        Returns the number of epochs run (an interrupted one included)."""
+        if epochs is not None and (not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1):
+            raise ValueError(f"fit(epochs={epochs!r}): must be a positive integer")
+        if epochs is None and self.epoch_end is None and not self.iteration_conditions:
+            raise ValueError("TrainingLoop.run(epochs=None) needs a stop condition or an epoch_end hook")
+        self._stop, self.stopped_by, self.interrupted, self.epochs_run = False, None, False, 0
+        for listener in self.listeners:
+            call_listener(listener, "on_fit_start", self.model)
+        while epochs is None or self.epochs_run < epochs:
+            epoch = self.counters.epoch
+            for listener in self.listeners:
+                call_listener(listener, "on_epoch_start", self.model, epoch)
+            batches = self._epoch(data, epoch)
+            if hasattr(data, "reset"):
+                data.reset()
+            self.epochs_run += 1
+            if batches == 0:
+                self.counters.epoch = epoch + 1
+                raise EmptyDataError(_empty_message(data, epoch))
+            self.interrupted = self._stop
+            for listener in self.listeners:
+                call_listener(listener, "on_epoch_end", self.model, epoch)
+            stop = self.epoch_end(epoch) if self.epoch_end is not None and not self._stop else False
+            self.counters.epoch = epoch + 1
+            if self._stop or stop:
+                break
+        return self.epochs_run
+
+    def _epoch(self, data: Iterable[Any], epoch: int) -> int:
+        group: list[Any] = []
+        seen = 0
+        t_etl = time.perf_counter()
+        etl_ms = 0.0
+        for ds in data:
+            group.append(ds)
+            seen += 1
+            if len(group) < self.batches_per_step:
+                continue
+            etl_ms = (time.perf_counter() - t_etl) * 1e3
+            self._step(group, epoch, etl_ms)
+            group = []
+            if self._stop:
+                return seen
+            t_etl = time.perf_counter()
+        if group:
+            self._step(group, epoch, (time.perf_counter() - t_etl) * 1e3)
+        return seen
+
+    def _step(self, group: list[Any], epoch: int, etl_ms: float) -> None:
+        model = self.model
+        if hasattr(model, "last_etl_ms"):
+            model.last_etl_ms = etl_ms
+        results = self.step(group)
+        self.counters.iteration += 1
+        iteration = self.counters.iteration
+        for r in results:
+            info: dict[str, Any] = {"score": r.score, "batch_size": r.batch_size, "etl_ms": etl_ms}
+            if r.worker is not None:
+                info["worker"] = r.worker
+            target = r.model if r.model is not None else model
+            for listener in self.listeners:
+                listener.iteration_done(target, iteration, epoch, **info)
+        for r in results:
+            for condition in self.iteration_conditions:
+                if getattr(condition, "terminate", condition)(r.score):
+                    self.stopped_by = condition
+                    self._stop = True
+                    return
+
+
+def _empty_message(data: Any, epoch: int) -> str:
+    if epoch == 0:
+        return (
+            f"fit: the training data ({type(data).__name__}) produced no mini-batches; give a non-empty DataSet "
+            "or iterator"
+        )
+    return (
+        f"fit: the training data ({type(data).__name__}) produced no mini-batches in epoch {epoch} after "
+        "producing some before: a generator can be iterated only once; pass a list of DataSets or an "
+        "iterator with reset() (ArrayIterator) to train several epochs"
+    )
