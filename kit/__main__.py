@@ -55,9 +55,7 @@ def _cupy_version() -> str:
     ok, _ = kit.backend.gpu_status()
     if not ok:
         return ", CuPy not usable"
-    import cupy
-
-    return f", CuPy {cupy.__version__}"
+    return f", CuPy {kit.backend.cupy().__version__}"
 
 
 def blas_lines() -> list[str]:

@@ -1,5 +1,10 @@
+import os
+
+import nbformat
+import pytest
+
 import kit
-from kit.widgets import MemoryPanel, TimingPanel, format_bytes, in_notebook
+from kit.widgets import MemoryPanel, TimingPanel, TrainingPanel, WorkerPanel, format_bytes, in_notebook
 
 
 def test_plain_text_outside_a_kernel_is_throttled_and_ends_with_the_final_state(capsys):
@@ -17,7 +22,7 @@ def test_plain_text_outside_a_kernel_is_throttled_and_ends_with_the_final_state(
 
 
 def test_widgets_show_workspace_rows_and_final_values():
-    ws = kit.get_workspace_for_current_thread(name="WIDGET")
+    ws = kit.get_workspace_for_current_thread(name="A_LONG_WORKSPACE_NAME_THAT_MUST_NOT_BE_CUT")
     panel = MemoryPanel(widgets=True, display=False, interval=3600)
     for _ in range(5):
         with ws:
@@ -25,23 +30,84 @@ def test_widgets_show_workspace_rows_and_final_values():
         panel.update()
     assert panel._throttle.updates == 1  # only the first draw got through the throttle
     panel.close()
-    _label, bar, info = next(row for key, row in panel._rows.items() if key.endswith("/WIDGET"))
+    label, bar, info = next(row for key, row in panel._rows.items() if key.endswith("/" + ws.name))
+    assert ws.name in label.value  # the whole name, not "A_LONG_WORKSP..."
     assert bar.value > 0 and bar.value <= bar.max
     assert "cycles 5" in info.value
     assert "heap allocations through kit" in panel._footer.value
+    static = panel.static()
+    assert ws.name in static.html and "cycles 5" in static.html and "(final)" in static.html
+    assert "cycles 5" in repr(static)  # plain viewers get the text, not a widget repr
 
 
-def test_timing_panel_counts_and_reports_rate():
-    timer = TimingPanel(total=30, widgets=True, display=False, interval=3600)
+def test_timing_panel_counts_and_reports_rate_without_repeating_its_label():
+    timer = TimingPanel(total=30, label="workspace loop", widgets=True, display=False, interval=3600)
     for _ in range(30):
         timer.tick()
     timer.close()
     assert timer.count == 30 and timer._bar.value == 30
     assert "30/30" in timer._info.value and "/s" in timer._info.value
+    assert "workspace loop" not in timer._info.value  # the label sits beside the bar once
     assert timer.median_seconds >= 0
+    assert "workspace loop" in timer.static().html and "30/30" in timer.static().html
+
+
+def test_worker_panel_has_one_row_per_worker_and_never_counts_past_its_total():
+    panel = WorkerPanel(2, total_iterations=10, widgets=True, display=False, interval=3600)
+    for it in range(10):
+        panel.iteration_done(None, it, 0, worker=it % 2)
+    panel.close()
+    assert panel.counts == [5, 5] and panel._bar.value == 10
+    assert [r.value.split(":")[0] for r in panel._rows] == ["worker 0", "worker 1"]
+    assert "10 of 10 iterations" in panel.static().html
+    with pytest.raises(ValueError, match="worker 2 reported"):
+        panel.iteration_done(None, 11, 0, worker=2)
+
+
+def test_training_panel_accepts_both_listener_forms(capsys):
+    panel = TrainingPanel(total_iterations=4, widgets=False, memory=False)
+    panel.on_epoch_start(None)
+    panel.on_epoch_start(None, 0)
+    for i in range(4):
+        panel.iteration_done(None, i, 0, score=1.0 / (i + 1))
+    panel.on_epoch_end(None, 0)
+    panel.close()
+    assert "loss: last 0.2500" in capsys.readouterr().out
+    assert "epochs done 1" in panel.static().html
 
 
 def test_format_bytes():
     assert format_bytes(512) == "512 B"
     assert format_bytes(2048) == "2.0 KiB"
     assert format_bytes(3 * 2**30) == "3.0 GiB"
+
+
+def test_a_closed_panel_leaves_static_html_in_the_saved_notebook(tmp_path, monkeypatch):
+    """In a real kernel: the live widget is replaced, through its display id, by the final state
+    as HTML, so the stored notebook holds no widget output and no raw widget repr."""
+    from nbclient import NotebookClient
+
+    code = (
+        "import kit\n"
+        "ws = kit.get_workspace_for_current_thread(name='SAVED')\n"
+        "panel = kit.widgets.MemoryPanel()\n"
+        "timer = kit.widgets.TimingPanel(total=20, label='loop')\n"
+        "for _ in range(20):\n"
+        "    with ws:\n"
+        "        kit.ones((100,))\n"
+        "    panel.update(); timer.tick()\n"
+        "panel.close(); timer.close()"
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    # the kernel imports the same kit as this test (a checkout, or a snapshot of one)
+    here = os.path.dirname(os.path.dirname(kit.__file__))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = nb.cells[0].outputs
+    kinds = [k for o in outputs for k in o.get("data", {})]
+    assert "application/vnd.jupyter.widget-view+json" not in kinds, outputs
+    htmls = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
+    assert any("kit memory (final)" in h and "SAVED" in h and "cycles 20" in h for h in htmls), htmls
+    assert any("20/20" in h for h in htmls)
+    plain = " ".join(o["data"].get("text/plain", "") for o in outputs if "data" in o)
+    assert "VBox(" not in plain and "HTML(value=" not in plain

@@ -1,11 +1,16 @@
 """Data sets: the embedded UCI digits (offline, the default), and Fashion-MNIST from real files.
 
-    >>> train, test = load_digits()                 # 1,797 8x8 digits shipped in data/, 80/20 split
+    >>> train, test = load_digits()                 # 1,797 8x8 digits shipped inside kit, 80/20 split
     >>> train, test = load_fashion_mnist()          # 60,000 + 10,000 28x28 images, if found
 
-Fashion-MNIST is read where its four IDX files already are: `data/`, the directory named by
-`KIT_DATA`, or `/usr/share/datasets/fashion-mnist/` (Debian's `dataset-fashion-mnist`).
-Elsewhere `load_fashion_mnist(download=True)` fetches them with pooch into `data/`. Either
+The digits are package data (`kit/data/digits.csv.gz`, read through `importlib.resources`), so
+they are in every install: editable, wheel, Colab's `pip install`. Source and licence:
+`kit/data/README.md`.
+
+Fashion-MNIST is read where its four IDX files already are: the repository's `data/` (in a
+checkout; `~/.cache/kit` in an installed copy), the directory named by `KIT_DATA`, or
+`/usr/share/datasets/fashion-mnist/` (Debian's `dataset-fashion-mnist`). Elsewhere
+`load_fashion_mnist(download=True)` fetches them with pooch into that data directory. Either
 way every file is checked against the SHA-256 of its *decompressed* IDX content, which is
 the same whoever compressed it.
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +29,15 @@ from kit.data.dataset import DataSet
 
 __all__ = ["FASHION_MNIST_FILES", "DataNotFoundError", "load_digits", "load_fashion_mnist", "read_idx"]
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+_CHECKOUT_DATA = Path(__file__).resolve().parents[2] / "data"
+# a checkout keeps downloads in its data/ (with the README that says what is there); an installed
+# copy (wheel, Colab) must not write into site-packages' parent: it uses the user's cache
+DATA_DIR = (
+    _CHECKOUT_DATA
+    if (_CHECKOUT_DATA / "README.md").is_file()
+    else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kit"
+)
+DIGITS_RESOURCE = "digits.csv.gz"
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 FASHION_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
 
@@ -55,8 +69,8 @@ class DataNotFoundError(FileNotFoundError):
 def load_digits(test_fraction: float = 0.2, seed: int = 0) -> tuple[DataSet, DataSet]:
     """UCI optical digits (E. Alpaydin, C. Kaynak; CC BY 4.0): 1,797 8x8 images, 10 classes,
     pixel counts 0..16 scaled to [0, 1]. A seeded split into (train, test)."""
-    path = DATA_DIR / "digits.csv.gz"
-    raw = np.loadtxt(path, delimiter=",", dtype=np.float64)
+    with resources.files("kit.data").joinpath(DIGITS_RESOURCE).open("rb") as f, gzip.open(f, "rt") as text:
+        raw = np.loadtxt(text, delimiter=",", dtype=np.float64)
     features, labels = raw[:, :64] / 16.0, raw[:, 64].astype(np.int64)
     full = DataSet(features, labels, num_classes=10)
     test, train = full.split(test_fraction, seed=seed)
