@@ -2,10 +2,16 @@
 
     >>> import kit
     >>> kit.devices()                                   # what this machine has
+    [Device('cpu:0')...]
     >>> x = kit.randn((64, 32)); w = kit.randn((32, 10))
     >>> with kit.get_workspace_for_current_thread(name="LOOP") as ws:
     ...     y = (x @ w).tanh().sum(axis=1).detach()    # arena memory; the result kept
-    >>> python -m kit info                              # (shell) backend, devices, BLAS
+    >>> y                                               # detached: a heap copy that outlives the cycle
+    NDArray(shape=(64,), dtype=float32, device=..., heap)
+      [...]
+    >>> ws.destroy()                                    # give the arena back
+
+From a shell, `python -m kit info` prints the backend, devices and BLAS.
 
 Modules, lowest first: backend (NumPy/CuPy), devices (placement, the one transfer path),
 context (the current workspace), memory (allocation, counters, cache, GC window), workspace
