@@ -13,8 +13,12 @@ The default floating dtype is float32; `KIT_DEFAULT_DTYPE` or `set_default_dtype
 change it (float16 is ND4J's HALF; bfloat16 where the backend has it).
 
     >>> import kit
-    >>> kit.backend.name()            # 'numpy' on a machine without a usable GPU
-    >>> kit.set_default_dtype("float16")
+    >>> kit.backend.name()                           # 'numpy' on a machine without a usable GPU, else 'cupy'
+    '...'
+    >>> previous = kit.set_default_dtype("float16")  # returns the default it replaces
+    >>> kit.zeros((2,)).dtype
+    dtype('float16')
+    >>> _ = kit.set_default_dtype(previous)          # back to float32
 """
 
 from __future__ import annotations
