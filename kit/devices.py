@@ -1,10 +1,18 @@
 """Devices: where arrays live and which thread works on which device.
 
     >>> import kit
-    >>> kit.devices()                      # [Device('cpu:0')] or [..., Device('gpu:0'), ...]
-    >>> with kit.device("cpu:0"): x = kit.zeros((2, 3))
-    >>> kit.attach_thread_to_device("gpu:1")   # ND4J AffinityManager: this thread -> gpu:1
-    >>> workers = kit.logical_devices(2)       # two labelled worker slots on one physical device
+    >>> kit.devices()                      # [Device('cpu:0')], or [Device('cpu:0'), Device('gpu:0'), ...]
+    [Device('cpu:0')...]
+    >>> with kit.device("cpu:0"):
+    ...     x = kit.zeros((2, 3))
+    >>> x.device
+    Device('cpu:0')
+    >>> kit.attach_thread_to_device("cpu:0")   # ND4J AffinityManager: this thread -> cpu:0 (or "gpu:1")
+    Device('cpu:0')
+    >>> from kit.devices import detach_thread
+    >>> detach_thread()                        # back to the default device
+    >>> kit.logical_devices(2)                 # two labelled worker slots on one physical device
+    [LogicalDevice('...:0/logical0of2'), LogicalDevice('...:0/logical1of2')]
 
 A `Device` is interned: `Device("cpu:0") is Device("cpu:0")`, so arrays compare devices by
 identity. Logical devices split one physical device into n labelled workers; on a GPU each
