@@ -1,8 +1,16 @@
 """The allocation context: which workspace new arrays go to on this thread.
 
-    >>> kit.context.current_workspace()          # None: the heap
-    >>> with kit.scope_out_of_workspaces():      # heap allocations inside an open workspace
-    ...     keep = kit.zeros((10,))
+    >>> import kit
+    >>> kit.context.current_workspace() is None  # None: the heap
+    True
+    >>> ws = kit.get_workspace_for_current_thread(name="CONTEXT")
+    >>> with ws:
+    ...     inside = kit.context.current_workspace()
+    ...     with kit.scope_out_of_workspaces():  # heap allocations inside an open workspace
+    ...         keep = kit.zeros((10,))
+    >>> inside is ws, keep.is_attached
+    (True, False)
+    >>> ws.destroy()
 
 One thread-local slot, read by `kit.memory.allocate` on every allocation and written only by
 workspaces entering and leaving their scopes (kit.workspace) and by `scope_out_of_workspaces`.
