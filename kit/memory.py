@@ -7,9 +7,15 @@ the caching allocator when that is switched on, and counts what it did:
     >>> import kit
     >>> before = kit.memory.heap_allocations()
     >>> y = kit.ones((100,)) + 1
-    >>> kit.memory.heap_allocations() - before      # 2: ones() and the sum
+    >>> kit.memory.heap_allocations() - before      # ones() and the sum
+    2
     >>> kit.memory.set_max_host_cache(64 << 20)     # keep freed host blocks for reuse
-    >>> kit.readings.stats()                        # counters, cache, workspaces, RSS, GPU
+    >>> stats = kit.readings.stats()                # counters, cache, workspaces, RSS, GPU
+    >>> sorted(stats)
+    ['cache', 'gc', 'gpus', 'heap_allocations', 'heap_by_device', 'heap_bytes', 'rss_bytes', 'workspaces']
+    >>> stats["cache"]["max_host_cache"]
+    67108864
+    >>> kit.memory.set_max_host_cache(0)            # off again (the default)
 
 ND4J's MemoryManager GC window: `toggle_periodic_gc(True)` and `set_auto_gc_window(ms)`
 make kit's loops call `gc.collect()` at most once per window (`maybe_gc()`), and count the
