@@ -1,8 +1,14 @@
 """Readings: one dictionary with everything a panel or a test asks "how much?" about.
 
-    >>> kit.readings.stats()      # heap counters, caching allocator, workspaces, RSS, GPU pools, GC
-    >>> kit.readings.rss_bytes()  # this process's resident set (psutil)
-    >>> kit.readings.gpu_memory() # per GPU: CuPy pool used/total, and NVML's used/total when present
+    >>> import kit
+    >>> before = kit.readings.stats()  # heap counters, caching allocator, workspaces, RSS, GPU pools, GC
+    >>> x = kit.zeros((1000,), dtype="float32")
+    >>> kit.readings.stats()["heap_bytes"] - before["heap_bytes"]
+    4000
+    >>> kit.readings.rss_bytes() > 0   # this process's resident set (psutil), in bytes
+    True
+    >>> kit.readings.gpu_memory()      # per GPU: CuPy pool used/total, and NVML's used/total when present
+    [...]
 
 It sits above the workspace layer: it reads kit.memory's counters and kit.workspace's arenas;
 nothing below imports it.
