@@ -1,14 +1,20 @@
 """Memory workspaces: arenas for cyclic workloads, re-created from ND4J, with loud misuse.
 
     >>> import kit
+    >>> x = kit.randn((64, 32)); w = kit.randn((32, 10))
     >>> cfg = kit.WorkspaceConfig(policy_learning=kit.LearningPolicy.FIRST_LOOP)
     >>> ws = kit.get_workspace_for_current_thread(cfg, "LOOP")
     >>> for step in range(100):
     ...     with ws:                          # a cycle: bump-pointer allocation in one arena
     ...         h = (x @ w).tanh()            # views into the arena, written with out=
     ...         keep = h.sum().detach()       # a heap copy that outlives the cycle
-    >>> h + 1                                 # StaleArrayError: cycle 100 ended ...
-    >>> ws.stats()                            # capacity, used, peak, spills, cycles
+    >>> h + 1                                 # a StaleArrayError: cycle 100 ended
+    Traceback (most recent call last):
+    kit.workspace.ArrayFromClosedScopeError: add: this array (shape (64, 10), float32) lives in workspace 'LOOP' ...
+    >>> stats = ws.stats()                    # capacity, used, peak, spills, cycles, allocations
+    >>> stats["cycles"], stats["allocations"]
+    (100, 300)
+    >>> ws.destroy()                          # give the arena back
 
 Semantics (ND4J's Nd4jWorkspace, see shared/reference/dl4j-api.md section 1):
 - Entering the scope starts a cycle: offsets reset (BLOCK_LEFT), last cycle's spills freed.
