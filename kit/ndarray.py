@@ -3,7 +3,11 @@
     >>> import kit
     >>> x = kit.randn((4, 3))          # (4, 3) float32 on the current device
     >>> y = (x @ x.T).sum(axis=1)      # every result comes from kit.memory.allocate(...)
+    >>> y
+    NDArray(shape=(4,), dtype=float32, device=..., heap)
+      [...]
     >>> y.numpy()                      # a plain NumPy array (host copy on a GPU)
+    array([...], dtype=float32)
 
 Why a wrapper: every result is allocated through `kit.memory.allocate` and computed into it
 with `out=`, so an open workspace (kit.workspace) receives *every* array an op makes, and
