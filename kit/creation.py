@@ -1,9 +1,24 @@
 """Array creation: every function allocates through kit.memory.allocate.
 
->>> import kit
->>> kit.zeros((2, 3)); kit.full((2,), 7.0, dtype="float64"); kit.arange(5)
+>>> import numpy as np, kit
+>>> kit.zeros((2, 3))
+NDArray(shape=(2, 3), dtype=float32, device=..., heap)
+  [[0., 0., 0.],
+   [0., 0., 0.]]
+>>> kit.full((2,), 7.0, dtype="float64")
+NDArray(shape=(2,), dtype=float64, device=..., heap)
+  [7., 7.]
+>>> kit.arange(5)
+NDArray(shape=(5,), dtype=int64, device=..., heap)
+  [0, 1, 2, 3, 4]
 >>> kit.seed(42); kit.randn((3, 3))         # one seeded generator per device
->>> kit.asarray(np_array)                  # zero-copy on the CPU when possible
+NDArray(shape=(3, 3), dtype=float32, device=..., heap)
+  [[...]]
+>>> np_array = np.arange(6.0).reshape(2, 3)
+>>> kit.asarray(np_array)                   # zero-copy on the CPU when possible
+NDArray(shape=(2, 3), dtype=float64, device=..., heap)
+  [[0., 1., 2.],
+   [3., 4., 5.]]
 """
 
 from __future__ import annotations
