@@ -2,6 +2,13 @@
 
 >>> from kit.nn import Network, Dense, ReLU, Adam, mlp, resnet18, WorkspaceMode
 >>> net = mlp(64, hidden=(128,), n_out=10, updater=Adam(1e-3))
+>>> print(net.summary())
+Network on ...: input (64,) -> output (10,)
+  Dense: (64,) -> (128,), 8,320 params
+  ReLU: (128,) -> (128,), 0 params
+  Dense: (128,) -> (10,), 1,290 params
+  9,610 parameters (0.04 MiB, one flat buffer)
+  loss SoftmaxCrossEntropy, updater {'type': 'Adam', ...}, l2 0.0, workspaces: training SEPARATE, inference SINGLE
 """
 
 from kit.nn.conv import AvgPool2D, BatchNorm, Conv2D, GlobalAvgPool, MaxPool2D, Residual
