@@ -1,7 +1,11 @@
 """Layers: each forward has its backward right beside it (micrograd's habit).
 
-    >>> from kit.nn import Dense, ReLU, Sequential
+    >>> import numpy as np
+    >>> from kit.nn import Dense, Network, ReLU, Sequential
     >>> block = Sequential([Dense(64), ReLU(), Dense(10)])
+    >>> net = Network(block, input_shape=(32,))     # builds each layer: (32,) -> (64,) -> (10,)
+    >>> net.output(np.ones((5, 32), dtype="float32")).shape
+    (5, 10)
 
 The contract (DL4J's, for layer authors): `forward(x, mgr, training)` returns an array made
 with `mgr.create(ArrayType.ACTIVATIONS, ...)`; `backward(eps, mgr)` writes parameter
