@@ -1,9 +1,18 @@
 """NetworkConfig: a network's whole configuration as one validated, JSON-round-tripping value.
 
-    >>> cfg = net.configuration                      # NetworkConfig(layers=(...), input_shape=(64,), ...)
-    >>> cfg.to_json()                                # what a model file and a Spark executor receive
-    >>> Network.from_config(NetworkConfig.from_json(text))
+    >>> from kit.nn import Network, mlp
+    >>> from kit.nn.config import NetworkConfig
+    >>> net = mlp(64, hidden=(128,), n_out=10)
+    >>> cfg = net.configuration
+    >>> cfg
+    NetworkConfig(layers=({'type': 'Dense', 'n_out': 128, 'weight_init': 'he'}, ...), input_shape=(64,), ...)
+    >>> text = cfg.to_json()                         # what a model file and a Spark executor receive
+    >>> text
+    '{"dtype": "float32", "format": "kit.Network/1", ..., "training_workspace_mode": "SEPARATE", ...}'
+    >>> Network.from_config(NetworkConfig.from_json(text)).configuration == cfg
+    True
     >>> cfg.replace(training_workspace_mode="NONE")  # a variant (ParallelWrapper's replicas)
+    NetworkConfig(..., training_workspace_mode='NONE', inference_workspace_mode='SINGLE', ...)
 
 Layers, loss and updater are kept as their JSON dictionaries (each layer's `config()`), so a
 configuration never holds live objects and travels as text: no pickle anywhere.
