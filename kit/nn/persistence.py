@@ -1,7 +1,13 @@
 """Model files: NumPy .npz (never pickle) + a JSON header, checked end to end, written atomically.
 
+    >>> import numpy as np
+    >>> from kit.nn.persistence import read_model, write_model
+    >>> config = {"layers": [{"type": "Dense", "n_out": 3}]}  # Network.save writes its whole configuration
+    >>> p, m = np.arange(6, dtype=np.float32), np.zeros(6, dtype=np.float32)
     >>> write_model("net.npz", config, {"params": p, "updater_m": m}, {"iteration": 10, "epoch": 1})
     >>> config, arrays, counters = read_model("net.npz")     # ModelFileError on any mismatch
+    >>> arrays["params"], counters
+    (array([0., 1., 2., 3., 4., 5.], dtype=float32), {'iteration': 10, 'epoch': 1})
 
 The header holds the configuration, the counters and a SHA-256 per array, and one more SHA-256
 over all of that (`integrity`): editing the configuration inside a file (an activation, `l2`, the
