@@ -1,8 +1,18 @@
 """DataSet and ArrayIterator: features and one-hot labels, in mini-batches.
 
-    >>> ds = DataSet(features, labels, num_classes=10)   # int labels become one-hot, checked
-    >>> it = ArrayIterator(ds, batch_size=64, shuffle=True, seed=0)
-    >>> for batch in it: ...                              # an epoch; it resets itself
+    >>> import numpy as np
+    >>> from kit.data import ArrayIterator, DataSet
+    >>> rng = np.random.default_rng(0)
+    >>> features, labels = rng.normal(size=(100, 8)).astype(np.float32), rng.integers(0, 3, size=100)
+    >>> ds = DataSet(features, labels, num_classes=3)    # int labels become one-hot, checked
+    >>> ds, ds.labels.shape
+    (DataSet(100 examples, features (8,), 3 classes), (100, 3))
+    >>> it = ArrayIterator(ds, batch_size=32, shuffle=True, seed=0)
+    >>> [batch.num_examples for batch in it]              # an epoch; it resets itself
+    [32, 32, 32, 4]
+    >>> DataSet(features[:3], [0, 1, 5], num_classes=3)
+    Traceback (most recent call last):
+    ValueError: label 5 at index 2 is out of range for 3 classes (valid: 0..2); 1 label(s) out of range in all
 
 Batches are views into one contiguous (per-epoch shuffled) copy, so iterating allocates one
 array per epoch, not one per batch.
