@@ -1,7 +1,13 @@
 """Data sets: the embedded UCI digits (offline, the default), and Fashion-MNIST from real files.
 
+    >>> from kit.data import load_digits
     >>> train, test = load_digits()                 # 1,797 8x8 digits shipped inside kit, 80/20 split
-    >>> train, test = load_fashion_mnist()          # 60,000 + 10,000 28x28 images, if found
+    >>> train, test
+    (DataSet(1438 examples, features (64,), 10 classes), DataSet(359 examples, features (64,), 10 classes))
+
+and Fashion-MNIST where its files are found (30 MB, not shipped with kit, so not run here):
+
+    train, test = load_fashion_mnist()              # 60,000 + 10,000 28x28 images
 
 The digits are package data (`kit/data/digits.csv.gz`, read through `importlib.resources`), so
 they are in every install: editable, wheel, Colab's `pip install`. Source and licence:
