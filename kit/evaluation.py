@@ -1,7 +1,28 @@
 """Evaluation (accuracy, precision, recall, F1, confusion matrix) and ROC (exact AUC).
 
-    >>> ev = Evaluation(10); ev.eval(labels, probabilities); print(ev.stats())
-    >>> roc = ROC(); roc.eval(labels, probabilities); roc.calculate_auc()
+    >>> import numpy as np
+    >>> from kit.evaluation import ROC, Evaluation
+    >>> labels = np.array([0, 1, 2, 2, 1, 0])                  # class indices, or one-hot rows
+    >>> probabilities = np.array([[.8, .1, .1], [.2, .7, .1], [.1, .2, .7], [.3, .4, .3], [.1, .8, .1], [.6, .3, .1]])
+    >>> ev = Evaluation(3); ev.eval(labels, probabilities); print(ev.stats())
+    ========================Evaluation Metrics========================
+     # of classes:    3
+     Accuracy:        0.8333
+     Precision:       0.8889
+     Recall:          0.8333
+     F1 Score:        0.8222
+    Precision, recall & F1: macro-averaged (equally weighted avg. of 3 classes)
+    =========================Confusion Matrix=========================
+       0  1  2
+    -----------
+       2  0  0 | 0 = 0
+       0  2  0 | 1 = 1
+       0  1  1 | 2 = 2
+    <BLANKLINE>
+    Confusion matrix format: Actual (rowClass) predicted as (columnClass) N times
+    ==================================================================
+    >>> roc = ROC(); roc.eval(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8])); roc.calculate_auc()
+    0.75
 
 DL4J's rules: with two classes precision/recall/F1 are reported for the positive class (1);
 otherwise they are macro averages over classes, excluding classes where the metric is 0/0
