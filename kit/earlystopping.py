@@ -1,5 +1,13 @@
 """Early stopping (DL4J's earlystopping package): conditions, score calculators, savers, trainers.
 
+    >>> from kit.data import ArrayIterator, load_digits
+    >>> from kit.earlystopping import (ClassificationScoreCalculator, EarlyStoppingConfig, EarlyStoppingTrainer,
+    ...     InvalidScoreIterationTerminationCondition, LocalFileModelSaver, MaxEpochsTerminationCondition,
+    ...     ScoreImprovementEpochTerminationCondition)
+    >>> from kit.nn import Adam, mlp
+    >>> data, test = load_digits()
+    >>> train, valid = data.split(0.8)
+    >>> net = mlp(64, hidden=(32,), n_out=10, updater=Adam(1e-2))
     >>> config = EarlyStoppingConfig(
     ...     epoch_termination_conditions=[MaxEpochsTerminationCondition(30),
     ...                                   ScoreImprovementEpochTerminationCondition(5)],
@@ -7,7 +15,12 @@
     ...     score_calculator=ClassificationScoreCalculator("ACCURACY", ArrayIterator(valid, 256)),
     ...     model_saver=LocalFileModelSaver("checkpoints"))
     >>> result = EarlyStoppingTrainer(config, net, ArrayIterator(train, 64, shuffle=True)).fit()
-    >>> result.termination_reason, result.best_model_epoch, result.best_model
+    >>> print(result)                        # DL4J's line: why it stopped, the best epoch and its score
+    EarlyStoppingResult(terminationReason=EpochTerminationCondition,details=...,bestModelEpoch=...,totalEpochs=...)
+    >>> result.termination_reason, result.best_model_epoch < result.total_epochs <= 30
+    (<TerminationReason.EPOCH_TERMINATION_CONDITION: 'EpochTerminationCondition'>, True)
+    >>> result.best_model.evaluate(ArrayIterator(test, 256)).accuracy()   # read from checkpoints/best_model.npz
+    0.9...
 
 Semantics are DL4J's, with its parallel trainer's bugs fixed: both trainers honour a score
 calculator that maximizes (dl4j#5760: the parallel one always minimized and kept the worst model
