@@ -1,8 +1,22 @@
 """Run the same training job on 1..N devices and compare, with a scaling model beside it.
 
-    >>> job = Job(lambda: mlp(784, (512, 256), 10, updater=Sgd(0.05)), train, test, batch_size=64)
-    >>> result = compare_devices(job, counts=[1, 2])
-    >>> print(result.table()); result.plot()
+    >>> import numpy as np
+    >>> from kit.compare import Job, compare_devices
+    >>> from kit.data import DataSet
+    >>> from kit.nn import Sgd, mlp
+    >>> rng = np.random.default_rng(0)
+    >>> x, y = rng.normal(size=(256, 8)).astype(np.float32), rng.integers(0, 3, size=256)
+    >>> train, test = DataSet(x[:192], y[:192], num_classes=3), DataSet(x[192:], y[192:], num_classes=3)
+    >>> job = Job(lambda: mlp(8, (16,), 3, updater=Sgd(0.05)), train, test, batch_size=32, epochs=3, min_time=0.01)
+    >>> result = compare_devices(job, counts=[1, 2])  # about a second: it measures
+    >>> print(result.table())
+    devices kind epoch_s spread samples_per_s speedup speedup_vs_share efficiency predicted_speedup accuracy reliable
+    1 physical ...
+    2 logical ...
+    >>> ax = result.plot()                            # measured vs predicted speedup, beside the ideal line
+
+A real job is bigger and measured longer (the defaults: 5 timed repeats of at least 0.3 s each), e.g.
+`Job(lambda: mlp(784, (512, 256), 10, updater=Sgd(0.05)), train, test, batch_size=64)` on Fashion-MNIST.
 
 Devices: N physical GPUs when the machine has them; otherwise N *logical* devices of one
 device, and every row says so: logical devices share one physical device, so their "speedup"
