@@ -1,10 +1,22 @@
 """Training listeners: DL4J's score and performance lines, a JSON-lines stats recorder, a live
 notebook dashboard and a tqdm progress bar.
 
-    >>> net.fit(it, epochs=5, listeners=[ScoreIterationListener(50),
-    ...                                  PerformanceListener(10, report_score=True),
+    >>> from kit.data import ArrayIterator, load_digits
+    >>> from kit.listeners import PerformanceListener, ScoreIterationListener, StatsRecorder
+    >>> from kit.nn import mlp
+    >>> train, test = load_digits()
+    >>> net, it = mlp(64, hidden=(32,), n_out=10), ArrayIterator(train, 64)   # 23 iterations an epoch
+    >>> net.fit(it, epochs=2, listeners=[ScoreIterationListener(20),
+    ...                                  PerformanceListener(20, report_score=True),
     ...                                  StatsRecorder("run.jsonl")])
+    Score at iteration 20 is ...
+    ETL: ... ms; iteration 20; iteration time: ... ms; samples/sec: ...; batches/sec: ...; score: ...; GC: ...
+    Score at iteration 40 is ...
+    ETL: ... ms; iteration 40; iteration time: ... ms; samples/sec: ...; batches/sec: ...; score: ...; GC: ...
+    <kit.nn.network.Network object at 0x...>
     >>> records = StatsRecorder.read("run.jsonl")        # plot later (seed 003: collect, then look)
+    >>> len(records), sorted(records[0])
+    (46, ['batch_size', 'epoch', 'etl_ms', 'iteration', 'iteration_ms', 'score', 'time'])
 
 A listener implements `iteration_done(model, iteration, epoch, score=..., batch_size=...)`
 and optionally `on_fit_start(model)`, `on_epoch_start(model, epoch)`, `on_epoch_end(model,
@@ -22,7 +34,10 @@ import sys
 import time
 from typing import Any, TextIO
 
+from tqdm.auto import tqdm
+
 from kit import memory, readings
+from kit.widgets import MemoryPanel, TimingPanel, _Throttle, in_notebook
 
 __all__ = [
     "PerformanceListener",
@@ -62,7 +77,7 @@ class ScoreIterationListener(TrainingListener):
             worker = f"[{info['worker']}] " if info.get("worker") is not None else ""
             line = f"{worker}Score at iteration {iteration} is {info.get('score', model.last_score)}"
             self.lines.append(line)
-            print(line, file=self.stream or sys.stdout, flush=True)
+            _write_line(self.stream, line)
 
 
 class _GcCounter:
@@ -153,7 +168,7 @@ class PerformanceListener(TrainingListener):
             parts.append(f" GC: [python gc: {record['gc_collections']} ({record['gc_ms']:.0f}ms)];")
         line = "".join(parts).rstrip()
         self.lines.append(line)
-        print(line, file=self.stream or sys.stdout, flush=True)
+        _write_line(self.stream, line)
 
     def close(self) -> None:
         if self._gc_installed:
@@ -227,8 +242,6 @@ class TrainingDashboard(TrainingListener):
     """A live panel for notebooks: loss, timing and memory, throttled (kit.widgets)."""
 
     def __init__(self, total_iterations: int | None = None, interval: float = 0.3, widgets: bool | None = None) -> None:
-        from kit.widgets import MemoryPanel, TimingPanel, _Throttle, in_notebook
-
         self._throttle = _Throttle(interval)
         self.use_widgets = in_notebook() if widgets is None else widgets
         self.timing = TimingPanel(total=total_iterations, label="training", interval=interval, widgets=widgets)
@@ -265,8 +278,6 @@ class WorkerTimingPanel(TrainingListener):
     """One live timing row per worker of a ParallelWrapper (kit.widgets.TimingPanel each)."""
 
     def __init__(self, workers: int, total_iterations: int | None = None, widgets: bool | None = None) -> None:
-        from kit.widgets import TimingPanel
-
         self.panels = [
             TimingPanel(total=total_iterations, label=f"worker {i}", widgets=widgets) for i in range(workers)
         ]
@@ -283,8 +294,6 @@ class ProgressBarListener(TrainingListener):
     """A tqdm bar over iterations (tqdm.auto: a widget in notebooks, text elsewhere)."""
 
     def __init__(self, total: int | None = None, **tqdm_kw: Any) -> None:
-        from tqdm.auto import tqdm
-
         self.bar = tqdm(total=total, unit="it", **tqdm_kw)
 
     def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
@@ -293,3 +302,10 @@ class ProgressBarListener(TrainingListener):
 
     def close(self) -> None:
         self.bar.close()
+
+
+def _write_line(stream: TextIO | None, line: str) -> None:
+    """A listener's report line, on its stream (stdout by default), flushed at once."""
+    out = stream or sys.stdout
+    out.write(line + "\n")
+    out.flush()

@@ -1,6 +1,15 @@
 """Functions of several arrays: concatenate, stack, where, maximum, minimum.
 
->>> kit.concatenate([a, b], axis=1); kit.where(x > 0, x, 0.0)
+>>> import kit
+>>> a = kit.ones((2, 2)); b = kit.zeros((2, 1))
+>>> kit.concatenate([a, b], axis=1)
+NDArray(shape=(2, 3), dtype=float32, device=..., heap)
+  [[1., 1., 0.],
+   [1., 1., 0.]]
+>>> x = kit.asarray([-2.0, -1.0, 0.0, 1.0, 2.0])
+>>> kit.where(x > 0, x, 0.0)
+NDArray(shape=(5,), dtype=float32, device=..., heap)
+  [0., 0., 0., 1., 2.]
 """
 
 from __future__ import annotations
@@ -9,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.creation import asarray
 from kit.devices import AnyDevice
 from kit.memory import allocate
 from kit.ndarray import NDArray, _mismatch, _wrap
@@ -30,8 +40,6 @@ def _as_arrays(op: str, items: Any) -> list[NDArray]:
     if not items:
         raise ValueError(f"{op}: needs at least one array")
     if not all(x.__class__ is NDArray for x in items):
-        from kit.creation import asarray
-
         dev = next((x._device for x in items if x.__class__ is NDArray), None)
         items = [x if x.__class__ is NDArray else asarray(x, device=dev) for x in items]
     return items

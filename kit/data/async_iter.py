@@ -1,7 +1,14 @@
 """Asynchronous prefetch (ND4J's AsyncDataSetIterator) and its shield.
 
+    >>> from kit.data import ArrayIterator, AsyncPrefetchIterator, load_digits
+    >>> from kit.nn import mlp
+    >>> train, test = load_digits()
+    >>> net = mlp(64, hidden=(32,), n_out=10)
     >>> it = AsyncPrefetchIterator(ArrayIterator(train, 64), prefetch=4)
-    >>> for batch in it: net.fit(batch)          # batches made ahead on a background thread
+    >>> for batch in it:                         # batches made ahead on a background thread
+    ...     score = net.fit_batch(batch)
+    >>> net.iteration                            # 1,438 examples: 23 batches of 64
+    23
     >>> it.shutdown()                            # or: with AsyncPrefetchIterator(...) as it:
 
 A background thread copies each batch into a *circular* workspace (ND4J's configuration:
@@ -24,7 +31,7 @@ from typing import Any
 
 from kit._lifecycle import ShutsDownOnExit
 from kit.data.dataset import DataSet, DataSetIterator, _raw
-from kit.devices import as_device
+from kit.devices import as_device, attach_thread_to_device
 from kit.workspace import (
     AllocationPolicy,
     LearningPolicy,
@@ -81,8 +88,6 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
 
     # ---- the producer --------------------------------------------------------------
     def _run(self) -> None:
-        from kit.devices import attach_thread_to_device
-
         attach_thread_to_device(self.device)
         ws = get_workspace_for_current_thread(self.config, f"ADSI_ITER-{next(_serial)}", self.device)
         self.workspace = ws

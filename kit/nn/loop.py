@@ -1,7 +1,18 @@
 """The one training loop: batches, epoch and iteration counters, listeners, stop conditions.
 
-    >>> loop = TrainingLoop(net, net.train_step, listeners=[ScoreIterationListener(10)])
+    >>> from kit.data import ArrayIterator, load_digits
+    >>> from kit.listeners import ScoreIterationListener
+    >>> from kit.nn import mlp
+    >>> from kit.nn.loop import TrainingLoop
+    >>> train, test = load_digits()                       # 1,438 training examples: 23 batches of 64
+    >>> net = mlp(64, hidden=(32,), n_out=10)
+    >>> loop = TrainingLoop(net, net.train_step, listeners=[ScoreIterationListener(30)])
     >>> loop.run(ArrayIterator(train, 64), epochs=3)      # what Network.fit(it, epochs=3) does
+    Score at iteration 30 is ...
+    Score at iteration 60 is ...
+    3
+    >>> net.iteration, net.epoch                          # the counters live on the model
+    (69, 3)
 
 `Network.fit`, `ParallelWrapper.fit`, both early-stopping trainers and the Spark training
 masters run this loop (in the spirit of Chainer's Trainer with extensions); they differ only in
@@ -126,9 +137,8 @@ class TrainingLoop:
             if hasattr(data, "reset"):
                 data.reset()
             self.epochs_run += 1
-            if batches == 0:
-                self.counters.epoch = epoch + 1
-                raise EmptyDataError(_empty_message(data, epoch))
+            if batches == 0:  # nothing trained: the epoch counter stays
+                raise EmptyDataError(_empty_message(data, epoch, first=self.epochs_run == 1))
             self.interrupted = self._stop
             for listener in self.listeners:
                 call_listener(listener, "on_epoch_end", self.model, epoch)
@@ -180,8 +190,8 @@ class TrainingLoop:
                     return
 
 
-def _empty_message(data: Any, epoch: int) -> str:
-    if epoch == 0:
+def _empty_message(data: Any, epoch: int, first: bool) -> str:
+    if first:
         return (
             f"fit: the training data ({type(data).__name__}) produced no mini-batches; give a non-empty DataSet "
             "or iterator"

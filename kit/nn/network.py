@@ -1,11 +1,23 @@
 """Network: layers over one flat parameter buffer and one flat gradient buffer.
 
+    >>> from kit.data import ArrayIterator, load_digits
+    >>> from kit.listeners import ScoreIterationListener
+    >>> from kit.nn import Adam, Dense, Network, ReLU
+    >>> train, test = load_digits()                # 1,797 8x8 digits shipped inside kit, 80/20 split
     >>> net = Network([Dense(128), ReLU(), Dense(10)], input_shape=(64,), updater=Adam(1e-3))
     >>> net.fit(ArrayIterator(train, batch_size=64, shuffle=True), epochs=5,
     ...         listeners=[ScoreIterationListener(50)])
+    Score at iteration 50 is ...
+    Score at iteration 100 is ...
+    <kit.nn.network.Network object at 0x...>
     >>> net.evaluate(ArrayIterator(test, 256)).accuracy()
+    0.9...
     >>> probs = net.output(test.features)          # always detached (heap) memory
-    >>> net.save("digits.npz"); Network.load("digits.npz")
+    >>> probs.shape, probs.is_attached
+    ((359, 10), False)
+    >>> net.save("digits.npz")                     # .npz + a checked JSON header, never pickle
+    >>> Network.load("digits.npz").configuration == net.configuration
+    True
 
 Every layer's parameters are views into `net.flat_params` (and gradients into
 `net.flat_grads`), so averaging replicas, broadcasting, encoding updates or saving are
@@ -67,7 +79,13 @@ class Network:
         input_gradient: bool = False,
     ) -> None:
         self.body = layers if isinstance(layers, Sequential) else Sequential(list(layers))
-        self.input_shape = tuple(int(n) for n in input_shape)
+        shape = tuple(input_shape) if isinstance(input_shape, (tuple, list)) else (input_shape,)
+        if not shape or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > 0 for n in shape):
+            raise ValueError(
+                f"Network(input_shape={shape!r}): every dimension must be a positive integer (one example's "
+                "shape, without the batch axis)"
+            )
+        self.input_shape = tuple(int(n) for n in shape)
         self.loss = loss or SoftmaxCrossEntropy()
         self.updater = updater or Adam()
         if not isinstance(l2, (int, float)) or not math.isfinite(l2) or l2 < 0:

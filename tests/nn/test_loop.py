@@ -1,0 +1,187 @@
+"""The one training loop: the same listener calls and numbering on every path that trains
+(Network.fit, ParallelWrapper.fit, EarlyStoppingTrainer, EarlyStoppingParallelTrainer), the
+saved best model's epoch counter, stop conditions, empty and used-up data."""
+
+import numpy as np
+import pytest
+
+from kit.data import ArrayIterator, DataSet
+from kit.earlystopping import (
+    DataSetLossCalculator,
+    EarlyStoppingConfig,
+    EarlyStoppingParallelTrainer,
+    EarlyStoppingTrainer,
+    InMemoryModelSaver,
+    LocalFileModelSaver,
+    MaxEpochsTerminationCondition,
+    MaxScoreIterationTerminationCondition,
+    TerminationReason,
+)
+from kit.nn import Network, Sgd, mlp
+from kit.nn.loop import EmptyDataError, StepResult, TrainingLoop
+from kit.parallel import ParallelWrapper
+
+
+def data(n=48, seed=0):
+    rng = np.random.default_rng(seed)
+    return DataSet(rng.random((n, 8)), rng.integers(0, 3, n), num_classes=3)
+
+
+class Recorder:
+    """Every call a listener receives, with the numbers it was given."""
+
+    def __init__(self):
+        self.calls = []
+
+    def on_fit_start(self, model):
+        self.calls.append(("fit_start",))
+
+    def on_epoch_start(self, model, epoch):
+        self.calls.append(("epoch_start", epoch))
+
+    def iteration_done(self, model, iteration, epoch, **info):
+        self.calls.append(("iteration", iteration, epoch))
+
+    def on_epoch_end(self, model, epoch):
+        self.calls.append(("epoch_end", epoch))
+
+
+def net():
+    return mlp(8, hidden=(8,), n_out=3, updater=Sgd(0.05), seed=1)
+
+
+def run_network(epochs):
+    rec = Recorder()
+    net().fit(ArrayIterator(data(), 16), epochs=epochs, listeners=[rec])
+    return rec.calls
+
+
+def run_wrapper(epochs):
+    rec = Recorder()
+    # one worker: the same batches, one per round, so the same number of iterations
+    with ParallelWrapper(net(), workers=1, prefetch_buffer=0, listeners=[rec]) as pw:
+        pw.fit(ArrayIterator(data(), 16), epochs=epochs)
+    return rec.calls
+
+
+def es_config(epochs, saver=None):
+    return EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(epochs)],
+        score_calculator=DataSetLossCalculator(data(24, seed=5)),
+        model_saver=saver or InMemoryModelSaver(),
+    )
+
+
+def run_es(epochs):
+    rec = Recorder()
+    EarlyStoppingTrainer(es_config(epochs), net(), ArrayIterator(data(), 16), listeners=[rec]).fit()
+    return rec.calls
+
+
+def run_es_parallel(epochs):
+    rec = Recorder()
+    trainer = EarlyStoppingParallelTrainer(
+        es_config(epochs), net(), ArrayIterator(data(), 16), workers=1, prefetch_buffer=0, listeners=[rec]
+    )
+    trainer.fit()
+    return rec.calls
+
+
+def test_listener_numbering_is_the_same_on_every_training_path():
+    expected = [("fit_start",)]
+    iteration = 0
+    for epoch in range(3):  # DL4J: epoch callbacks get the index of the epoch starting / just ended
+        expected.append(("epoch_start", epoch))
+        for _ in range(3):  # 48 examples in batches of 16
+            iteration += 1
+            expected.append(("iteration", iteration, epoch))
+        expected.append(("epoch_end", epoch))
+    seen = {
+        "Network.fit": run_network(3),
+        "ParallelWrapper.fit": run_wrapper(3),
+        "EarlyStoppingTrainer": run_es(3),
+        "EarlyStoppingParallelTrainer": run_es_parallel(3),
+    }
+    for path, calls in seen.items():
+        assert calls == expected, f"{path} numbered its listener calls differently"
+
+
+def test_two_workers_number_rounds_like_one_network_numbers_iterations():
+    rec = Recorder()
+    with ParallelWrapper(net(), workers=2, prefetch_buffer=0, listeners=[rec]) as pw:
+        pw.fit(ArrayIterator(data(), 8), epochs=2)  # 6 batches: 3 rounds of 2 per epoch
+    iterations = [c for c in rec.calls if c[0] == "iteration"]
+    assert iterations == [
+        ("iteration", i, e) for e, rounds in ((0, (1, 2, 3)), (1, (4, 5, 6))) for i in rounds for _ in (0, 1)
+    ]
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_saved_best_model_carries_the_best_epoch(tmp_path, parallel):
+    saver = LocalFileModelSaver(tmp_path)
+    cfg = es_config(4, saver)
+    if parallel:
+        trainer = EarlyStoppingParallelTrainer(cfg, net(), ArrayIterator(data(), 16), workers=2, prefetch_buffer=0)
+    else:
+        trainer = EarlyStoppingTrainer(cfg, net(), ArrayIterator(data(), 16))
+    result = trainer.fit()
+    assert result.termination_reason is TerminationReason.EPOCH_TERMINATION_CONDITION
+    assert result.total_epochs == 4 and sorted(result.score_vs_epoch) == [0, 1, 2, 3]
+    best = Network.load(tmp_path / "best_model.npz")
+    assert best.epoch == result.best_model_epoch
+    assert result.best_model.epoch == result.best_model_epoch
+
+
+def test_an_iteration_condition_stops_mid_epoch_and_the_epoch_still_ends():
+    rec = Recorder()
+    model = net()
+    loop = TrainingLoop(
+        model,
+        model.train_step,
+        listeners=[rec],
+        iteration_conditions=[MaxScoreIterationTerminationCondition(-1.0)],  # any score is above -1
+    )
+    assert loop.run(ArrayIterator(data(), 16), epochs=5) == 1
+    assert loop.interrupted and isinstance(loop.stopped_by, MaxScoreIterationTerminationCondition)
+    assert rec.calls == [("fit_start",), ("epoch_start", 0), ("iteration", 1, 0), ("epoch_end", 0)]
+    assert model.iteration == 1 and model.epoch == 1
+
+
+def test_a_step_reports_one_result_per_batch_to_every_listener():
+    rec = Recorder()
+
+    class Counters:
+        iteration = 0
+        epoch = 0
+
+    seen = []
+
+    def step(batches):
+        seen.append(len(batches))
+        return [StepResult(1.0, b.num_examples, worker=i) for i, b in enumerate(batches)]
+
+    loop = TrainingLoop(object(), step, listeners=[rec], counters=Counters, batches_per_step=2)
+    loop.run(ArrayIterator(data(40), 8), epochs=1)  # 5 batches: rounds of 2, 2, 1
+    assert seen == [2, 2, 1] and Counters.iteration == 3 and Counters.epoch == 1
+    assert [c[1] for c in rec.calls if c[0] == "iteration"] == [1, 1, 2, 2, 3]
+
+
+def test_empty_data_and_a_used_up_generator_are_errors_not_silent_epochs():
+    model = net()
+    with pytest.raises(EmptyDataError, match="produced no mini-batches"):
+        model.fit([], epochs=1)
+    batches = (b for b in ArrayIterator(data(), 16))  # a generator: one pass only
+    with pytest.raises(EmptyDataError, match="in epoch 1 after producing some before: a generator"):
+        model.fit(batches, epochs=3)
+    assert model.epoch == 1  # the first epoch trained; the second found nothing and does not count
+
+
+def test_a_tuple_instead_of_a_dataset_gets_a_clear_error():
+    x, y = np.zeros((4, 8)), np.zeros(4, dtype=int)
+    with pytest.raises(TypeError, match=r"wrap features and labels in a DataSet"):
+        net().fit((x, y))
+
+
+def test_bad_epochs_are_rejected_with_the_value():
+    with pytest.raises(ValueError, match=r"epochs=0"):
+        net().fit(ArrayIterator(data(), 16), epochs=0)

@@ -1,0 +1,162 @@
+"""NetworkConfig (validated, JSON round-trip) and model files (integrity of the whole header,
+consistent snapshots under concurrent training, clear errors for tampered files)."""
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from kit.data import ArrayIterator, DataSet
+from kit.nn import Adam, Network, Sgd, mlp
+from kit.nn.config import NetworkConfig, NetworkConfigError
+from kit.nn.persistence import ModelFileError, read_model, write_model
+
+
+def small_net(**kw):
+    return mlp(6, hidden=(5,), n_out=3, seed=2, **kw)
+
+
+def test_config_round_trips_through_json_and_rebuilds_the_same_network():
+    net = small_net(updater=Adam(1e-3), l2=1e-4)
+    text = net.configuration.to_json()
+    cfg = NetworkConfig.from_json(text)
+    assert cfg == net.configuration and cfg.to_json() == text
+    twin = Network.from_config(cfg)
+    np.testing.assert_array_equal(twin.params().numpy(), net.params().numpy())  # same seed, same init
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"input_shape": [-4]}, r"input_shape=\(-4,\)"),
+        ({"l2": float("nan")}, r"l2=nan"),
+        ({"dtype": "int32"}, r"dtype='int32'"),
+        ({"training_workspace_mode": "SOMETIMES"}, r"SOMETIMES"),
+        ({"layers": []}, r"at least one layer"),
+        ({"colour": "red"}, r"unknown field\(s\) \['colour'\]"),
+    ],
+)
+def test_config_rejects_bad_values_naming_them(change, message):
+    data = small_net().config()
+    data.update(change)
+    with pytest.raises(NetworkConfigError, match=message):
+        NetworkConfig.from_dict(data)
+
+
+def test_network_rejects_a_negative_input_shape_naming_it():
+    with pytest.raises(ValueError, match=r"\(-4,\)"):
+        Network.from_config({**small_net().config(), "input_shape": [-4]})
+
+
+def saved(tmp_path, net=None):
+    net = net or small_net()
+    path = tmp_path / "m.npz"
+    net.save(path)
+    return net, path
+
+
+def rewrite_header(path, edit):
+    """Edit the JSON header inside a saved file (what a careless or malicious user does)."""
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(arrays["meta"].tobytes().decode())
+    edit(meta)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m["config"]["layers"][1].update(type="Tanh"),
+        lambda m: m["config"].update(l2=1e6),
+        lambda m: m["config"].update(updater={"type": "Sgd", "lr": 0.1}),
+        lambda m: m["config"].update(dtype="float64"),
+        lambda m: m.update(iteration=5),
+    ],
+)
+def test_an_edited_header_is_detected(tmp_path, edit):
+    _, path = saved(tmp_path)
+    rewrite_header(path, edit)
+    with pytest.raises(ModelFileError, match="does not match its SHA-256"):
+        Network.load(path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda m: m.pop("sha256"), "no field 'sha256'"),
+        (lambda m: m.update(sha256="abc"), "field 'sha256' is str"),
+        (lambda m: m.update(config="Dense"), "field 'config' is str"),
+        (lambda m: m.update(iteration="lots"), "field 'iteration' is str"),
+        (lambda m: m.pop("integrity"), "no field 'integrity'"),
+    ],
+)
+def test_a_damaged_header_is_a_model_file_error_naming_the_field(tmp_path, edit, message):
+    _, path = saved(tmp_path)
+    rewrite_header(path, edit)
+    with pytest.raises(ModelFileError, match=message):
+        Network.load(path)
+
+
+def test_a_consistent_file_with_a_bad_configuration_is_a_model_file_error(tmp_path):
+    net = small_net()
+    config = net.config()
+    config["layers"][0]["colour"] = "red"  # an unknown constructor argument
+    arrays = {k: v.numpy() for k, v in net.state_arrays().items()}
+    path = tmp_path / "bad.npz"
+    write_model(path, config, arrays, {"iteration": 0, "epoch": 0})
+    with pytest.raises(ModelFileError, match="does not build a network"):
+        Network.load(path)
+    config = net.config()
+    write_model(
+        path,
+        config,
+        {"params": arrays["params"][:-1], **{k: v for k, v in arrays.items() if k != "params"}},
+        {"iteration": 0, "epoch": 0},
+    )
+    with pytest.raises(ModelFileError, match="stored arrays"):
+        Network.load(path)
+
+
+def test_save_into_a_missing_directory_names_the_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist; create it first") as info:
+        small_net().save(tmp_path / "no" / "such" / "m.npz")
+    assert ".tmp-" not in str(info.value)
+
+
+def test_every_file_saved_during_training_loads(tmp_path):
+    rng = np.random.default_rng(0)
+    ds = DataSet(rng.random((256, 6)), rng.integers(0, 3, 256), num_classes=3)
+    net = small_net(updater=Adam(1e-2))
+    enough = threading.Event()
+
+    class StopWhenEnough:  # training goes on until the saver has made all its files
+        def iteration_done(self, model, iteration, epoch, **info):
+            if enough.is_set():
+                model.stop_fit()
+
+    t = threading.Thread(target=lambda: net.fit(ArrayIterator(ds, 8), epochs=10_000, listeners=[StopWhenEnough()]))
+    t.start()
+    paths = []
+    while len(paths) < 25:
+        path = tmp_path / f"snap{len(paths)}.npz"
+        net.save(path)
+        paths.append(path)
+    enough.set()
+    t.join()
+    iterations = []
+    for path in paths:  # every file save() returned for is whole and self-consistent
+        loaded = Network.load(path)
+        _config, _arrays, counters = read_model(path)
+        assert counters["iteration"] == loaded.iteration
+        iterations.append(loaded.iteration)
+    assert iterations == sorted(iterations)  # snapshots in training order
+
+
+def test_copy_state_between_architectures_or_updaters_is_refused():
+    with pytest.raises(ValueError, match="architectures differ"):
+        mlp(6, hidden=(5,), n_out=3).copy_state_from(mlp(6, hidden=(4,), n_out=3))
+    with pytest.raises(ValueError, match=r"updater Sgd keeps state \[.*\] but Adam needs"):
+        small_net(updater=Adam()).copy_state_from(small_net(updater=Sgd()))
