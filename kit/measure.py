@@ -1,10 +1,19 @@
 """Measurements you can trust: repeated, interleaved, median and spread, flagged when unreliable.
 
+    >>> import kit
     >>> from kit import measure
-    >>> t = measure.compare({"kit": lambda: a + b, "raw": lambda: ra + rb})   # interleaved
-    >>> print(t["kit"])                     # 12.3 us per call ±4% (5 repeats x 20000 calls)
-    >>> t["kit"].reliable, t["kit"].warnings
-    >>> measure.goal("added time per small op", 1.3, "<=", 2.0, "us")   # '... 1.3 us: met (goal <= 2 us)'
+    >>> a, b = kit.ones((100,)), kit.ones((100,))
+    >>> ra, rb = a.numpy(), b.numpy()                   # the same numbers as plain NumPy arrays
+    >>> t = measure.compare({"kit": lambda: a + b, "raw": lambda: ra + rb}, min_time=0.02)  # interleaved
+    >>> for name, timing in t.items():
+    ...     print(name, timing)                         # e.g. kit 12.3 us per call ±4% (5 repeats x 20000 calls)
+    kit ... per call ±...% (5 repeats x ... calls)...
+    raw ... per call ±...% (5 repeats x ... calls)...
+    >>> noisy = measure.Timing("noisy", [1.0, 2.0, 1.0], number=10)   # one repeat twice as slow
+    >>> noisy.reliable, noisy.warnings
+    (False, ['spread ±50% is wider than ±25%'])
+    >>> measure.goal("added time per small op", 1.3, "<=", 2.0, "us")
+    'added time per small op: 1.3 us -> met (goal <= 2 us)'
 
 One module for every timing in kit (benchmarks, `compare_devices`, the chapters):
 
