@@ -1,14 +1,44 @@
 """Live panels: memory (workspaces, heap, cache, RSS, GPU), timing, training and per-worker rows.
 
-    >>> panel = kit.widgets.MemoryPanel()          # shows itself in a notebook
+    >>> import kit
+    >>> x = kit.randn((64, 32)); w = kit.randn((32, 10))
+    >>> ws = kit.get_workspace_for_current_thread(name="PANEL")
+    >>> panel = kit.widgets.MemoryPanel()          # shows itself in a notebook; plain-text lines elsewhere
+    memory: ...PANEL 0 B/0 B (peak 0 B, spills 0, cycles 0)...heap allocs ...
     >>> timer = kit.widgets.TimingPanel(total=100, label="workspace loop")
     >>> for i in range(100):
-    ...     with ws: step()
-    ...     panel.update(); timer.tick()           # throttled: a few redraws per second
+    ...     with ws:
+    ...         h = (x @ w).tanh()
+    ...     redrawn = panel.update()               # throttled: True a few times per second at most
+    ...     timer.tick()
+    workspace loop: 1/100, ...
     >>> panel.close(); timer.close()               # the final state, always
+    memory: ...PANEL 0 B/... cycles 100)...
+    workspace loop: 100/100, ...
+    >>> ws.destroy()
 
-    >>> net.fit(it, epochs=5, listeners=[kit.widgets.TrainingPanel(total_iterations=5 * len(it))])
-    >>> pw = ParallelWrapper(net, workers=2, listeners=[kit.widgets.WorkerPanel(2, total_iterations=n)])
+Training panels are listeners:
+
+    >>> from kit.data import ArrayIterator, load_digits
+    >>> from kit.nn import mlp
+    >>> from kit.parallel import ParallelWrapper
+    >>> train, test = load_digits()
+    >>> net, it = mlp(64, hidden=(32,), n_out=10), ArrayIterator(train, 64)
+    >>> training = kit.widgets.TrainingPanel(total_iterations=2 * len(it))
+    memory: ...
+    >>> net.fit(it, epochs=2, listeners=[training])
+    training: 1/46, ...
+    <kit.nn.network.Network object at 0x...>
+    >>> training.close()
+    training: 46/46, ...
+    memory: ...
+    loss: last ..., mean of last 20 ..., epochs done 2
+    >>> workers = kit.widgets.WorkerPanel(2, total_iterations=len(it))
+    >>> with ParallelWrapper(net, workers=2, listeners=[workers]) as pw:
+    ...     _ = pw.fit(it, epochs=1)
+    1 of 23 iterations in ... s; worker 0: ...
+    >>> workers.close()
+    23 of 23 iterations in ... s; worker 0: ... iterations, ...; worker 1: ... iterations, ...
 
 In a kernel they are core ipywidgets (FloatProgress, HTML, HBox, VBox) displayed once and then
 updated through `.value` (ipywidgets 7.7 on Colab and 8 in JupyterLab 4). When a panel closes it
