@@ -1,8 +1,15 @@
 """ParallelWrapper: data-parallel training of one network on several devices (DL4J's).
 
+    >>> from kit.data import ArrayIterator, load_digits
+    >>> from kit.nn import Adam, mlp
+    >>> from kit.parallel import ParallelWrapper
+    >>> train, test = load_digits()
+    >>> net = mlp(64, hidden=(32,), n_out=10, updater=Adam(1e-2))
     >>> with ParallelWrapper(net, workers=2, averaging_frequency=5) as pw:
     ...     pw.fit(ArrayIterator(train, 64, shuffle=True), epochs=3)
-    >>> net.evaluate(...)            # the wrapper leaves the averaged parameters in `net`
+    <kit.parallel.wrapper.ParallelWrapper object at 0x...>
+    >>> net.evaluate(ArrayIterator(test, 256)).accuracy()   # the wrapper leaves the averaged parameters in `net`
+    0.9...
 
 One worker thread per replica, pinned to its device (worker i -> device i % n: real GPUs, or
 logical devices of one GPU, or of the CPU with the cores shared among them). Replicas are
