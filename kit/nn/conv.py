@@ -15,47 +15,37 @@ alive at a time.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from kit.ndarray import NDArray
+from kit.nn.im2col import (
+    col2im_add,
+    im2col_into,
+    out_size,
+    pad_into,
+    pool_max_into,
+    pool_scatter,
+    pool_sum_into,
+    tiles_exactly,
+)
 from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ParamSpec, ReLU, call_backward, call_forward, relu_grad_into
 from kit.nn.workspace_mgr import LayerWorkspaceMgr
 
 __all__ = ["AvgPool2D", "BatchNorm", "Conv2D", "GlobalAvgPool", "MaxPool2D", "Residual"]
 
 
-def _as_strided(xp: Any, a: Any, shape: tuple, strides: tuple) -> Any:
-    return xp.lib.stride_tricks.as_strided(a, shape=shape, strides=strides)
-
-
-def _out_size(n: int, k: int, s: int, p: int, what: str) -> int:
-    out = (n + 2 * p - k) // s + 1
-    if out < 1:
-        raise ValueError(f"{what}: kernel {k} with stride {s} and padding {p} does not fit an input of size {n}")
-    return out
-
-
-def _padded(x: Any, p: int, fill: float, mgr: LayerWorkspaceMgr, kind: Any, device: Any) -> Any:
-    """x (B, C, H, W) with p pixels of `fill` around it, in working memory (x itself if p == 0)."""
-    if p == 0:
-        return x
-    b, c, h, w = x.shape
-    out = mgr.create(kind, (b, c, h + 2 * p, w + 2 * p), x.dtype, device).data
-    out.fill(fill)
-    out[:, :, p : p + h, p : p + w] = x
-    return out
-
-
-def _windows(xpad: Any, xp: Any, k: int, s: int, oh: int, ow: int) -> Any:
-    """(B, OH, OW, C, k, k) view of every window of xpad (B, C, Hp, Wp)."""
-    sb, sc, sh, sw = xpad.strides
-    b, c = xpad.shape[:2]
-    return _as_strided(xp, xpad, (b, oh, ow, c, k, k), (sb, sh * s, sw * s, sc, sh, sw))
-
-
 class Conv2D(Layer):
+    """Cross-correlation of (B, C, H, W) with OC filters of C x k x k, plus a bias per filter.
+
+    keep_columns (class-wide, default True): in training, the im2col matrix built in forward is
+    made as ACTIVATIONS and kept for backward instead of being rebuilt there. It then survives
+    SEPARATE's per-layer reset of working memory, at the cost of its bytes (`kept_bytes`) for
+    the rest of the iteration. False restores the recompute-in-backward behaviour."""
+
+    keep_columns: ClassVar[bool] = True
+
     def __init__(self, out_channels: int, kernel: int, stride: int = 1, padding: int = 0, weight_init: str = "he"):
         super().__init__()
         for name, v, low in (("out_channels", out_channels, 1), ("kernel", kernel, 1), ("stride", stride, 1)):
@@ -65,6 +55,8 @@ class Conv2D(Layer):
             raise ValueError(f"Conv2D(padding={padding!r}): must be an integer >= 0")
         self.out_channels, self.kernel, self.stride, self.padding = out_channels, kernel, stride, padding
         self.weight_init = weight_init
+        self.kept_bytes = 0  # bytes of columns kept from the last training forward
+        self._cols: NDArray | None = None
 
     def config(self) -> dict[str, Any]:
         return {
@@ -83,7 +75,7 @@ class Conv2D(Layer):
             )
         _c, h, w = input_shape
         k, s, p = self.kernel, self.stride, self.padding
-        return (self.out_channels, _out_size(h, k, s, p, "Conv2D"), _out_size(w, k, s, p, "Conv2D"))
+        return (self.out_channels, out_size(h, k, s, p, "Conv2D"), out_size(w, k, s, p, "Conv2D"))
 
     def param_specs(self) -> list[ParamSpec]:
         c = self.input_shape[0]  # type: ignore[index]
@@ -93,14 +85,16 @@ class Conv2D(Layer):
             ParamSpec("b", (oc,), "zeros"),
         ]
 
-    def _columns(self, x: Any, xp: Any, mgr: LayerWorkspaceMgr, kind: Any, device: Any) -> Any:
+    def _columns(self, x: Any, xp: Any, mgr: LayerWorkspaceMgr, kind: Any, device: Any) -> NDArray:
+        """The (C*k*k, B*OH*OW) im2col matrix of x (B, C, H, W), made as `kind`."""
         b = x.shape[0]
-        c, oh, ow = self.input_shape[0], self.output_shape[1], self.output_shape[2]  # type: ignore[index]
-        k = self.kernel
-        xpad = _padded(x, self.padding, 0.0, mgr, kind, device)
-        cols = mgr.create(kind, (b, oh, ow, c, k, k), x.dtype, device).data
-        xp.copyto(cols, _windows(xpad, xp, k, self.stride, oh, ow))
-        return cols.reshape(b * oh * ow, c * k * k)
+        c, h, w = self.input_shape  # type: ignore[misc]
+        _, oh, ow = self.output_shape  # type: ignore[misc]
+        k, p = self.kernel, self.padding
+        xpad = pad_into(x, p, 0.0, mgr.create(FF, (b, c, h + 2 * p, w + 2 * p), x.dtype, device).data) if p else x
+        cols = mgr.create(kind, (c, k, k, b, oh, ow), x.dtype, device)
+        im2col_into(xp, xpad, k, self.stride, oh, ow, cols.data)
+        return cols.reshape(c * k * k, b * oh * ow)
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
@@ -108,42 +102,71 @@ class Conv2D(Layer):
         self._x = x
         b = x.shape[0]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
-        cols = self._columns(x.data, xp, mgr, FF, dev)  # (B*OH*OW, C*k*k)
-        w = self.params["W"].data.reshape(oc, -1)  # (OC, C*k*k)
-        out = mgr.create(FF, (b * oh * ow, oc), x.dtype, dev).data
-        xp.matmul(cols, w.T, out=out)
+        keep = training and self.keep_columns
+        cols = self._columns(x.data, xp, mgr, ACT if keep else FF, dev)  # (C*k*k, B*OH*OW)
+        self._cols, self.kept_bytes = (cols, cols.data.nbytes) if keep else (None, 0)
+        yt = mgr.create(FF, (oc, b * oh * ow), x.dtype, dev).data
+        xp.matmul(self.params["W"].data.reshape(oc, -1), cols.data, out=yt)  # one product for the batch
         y = mgr.create(ACT, (b, oc, oh, ow), x.dtype, dev)
-        xp.copyto(y.data, out.reshape(b, oh, ow, oc).transpose(0, 3, 1, 2))
-        y.data += self.params["b"].data.reshape(1, oc, 1, 1)
+        bias = self.params["b"].data.reshape(1, oc, 1, 1)
+        xp.add(yt.reshape(oc, b, oh, ow).transpose(1, 0, 2, 3), bias, out=y.data)  # back to NCHW, + bias
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray | None:
         xp, dev = eps.device.xp, eps.device
         x = self._x.data
-        b, c, h, w_in = x.shape
+        b = x.shape[0]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
-        k, s, p = self.kernel, self.stride, self.padding
-        e = mgr.create(BP, (b, oh, ow, oc), eps.dtype, dev).data
-        xp.copyto(e, eps.data.transpose(0, 2, 3, 1))
-        e2 = e.reshape(b * oh * ow, oc)
-        cols = self._columns(x, xp, mgr, BP, dev)
-        xp.matmul(e2.T, cols, out=self.grads["W"].data.reshape(oc, -1))
-        xp.sum(eps.data, axis=(0, 2, 3), out=self.grads["b"].data)
+        et = mgr.create(BP, (oc, b, oh, ow), eps.dtype, dev).data  # eps channel-major, like the columns
+        xp.copyto(et, eps.data.transpose(1, 0, 2, 3))
+        e2 = et.reshape(oc, -1)  # (OC, B*OH*OW)
+        xp.sum(e2, axis=1, out=self.grads["b"].data)
+        cols = self._cols if self._cols is not None else self._columns(x, xp, mgr, BP, dev)
+        xp.matmul(e2, cols.data.T, out=self.grads["W"].data.reshape(oc, -1))
+        self._cols = None
         if self.skip_input_grad:
             return None
-        dcols = mgr.create(BP, (b * oh * ow, c * k * k), eps.dtype, dev).data
-        xp.matmul(e2, self.params["W"].data.reshape(oc, -1), out=dcols)
-        dc = dcols.reshape(b, oh, ow, c, k, k)
-        dxpad = mgr.create(BP, (b, c, h + 2 * p, w_in + 2 * p), eps.dtype, dev).data if p else None
         dx = mgr.create(GRAD, x.shape, eps.dtype, dev)
-        target = dxpad if p else dx.data
-        target.fill(0)
-        for i in range(k):  # col2im: each kernel offset adds its slice back
-            for j in range(k):
-                target[:, :, i : i + s * oh : s, j : j + s * ow : s] += dc[:, :, :, :, i, j].transpose(0, 3, 1, 2)
-        if p:
-            xp.copyto(dx.data, dxpad[:, :, p : p + h, p : p + w_in])
+        _c, h, w = self.input_shape  # type: ignore[misc]
+        if self.stride == 1 and (h, w) == (oh, ow):
+            self._input_grad_by_convolution(et, dx.data, mgr)
+        else:
+            self._input_grad_by_col2im(e2, dx.data, mgr)
         return dx
+
+    def _input_grad_by_convolution(self, et: Any, dx: Any, mgr: LayerWorkspaceMgr) -> None:
+        """Stride 1, 'same' size: dx is eps (padded by k-1-p) convolved with the filters turned
+        180 degrees and with in/out channels swapped -- one more im2col and one product, with no
+        k*k read-modify-write passes over dx."""
+        xp, dev, dt = self._x.device.xp, self._x.device, et.dtype
+        oc, b, oh, ow = et.shape
+        c, h, w = self.input_shape  # type: ignore[misc]
+        k, q = self.kernel, self.kernel - 1 - self.padding
+        if k == 1:  # a 1x1 convolution's columns of eps are eps itself
+            ecols = et.reshape(oc, -1)
+        else:
+            epad = pad_into(et, q, 0.0, mgr.create(BP, (oc, b, oh + 2 * q, ow + 2 * q), dt, dev).data) if q else et
+            buf = mgr.create(BP, (oc, k, k, b, h, w), dt, dev).data
+            ecols = im2col_into(xp, epad, k, 1, h, w, buf, batch_axis=1)  # (OC*k*k, B*H*W)
+        flipped = mgr.create(BP, (c, oc, k, k), dt, dev).data
+        xp.copyto(flipped, self.params["W"].data.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        dxt = mgr.create(BP, (c, b * h * w), dt, dev).data
+        xp.matmul(flipped.reshape(c, -1), ecols, out=dxt)
+        xp.copyto(dx, dxt.reshape(c, b, h, w).transpose(1, 0, 2, 3))
+
+    def _input_grad_by_col2im(self, e2: Any, dx: Any, mgr: LayerWorkspaceMgr) -> None:
+        """dcols = W^T eps, then each window's column added back to its pixels (col2im)."""
+        xp, dev, dt = self._x.device.xp, self._x.device, e2.dtype
+        b = dx.shape[0]
+        c, h, w = self.input_shape  # type: ignore[misc]
+        oc, oh, ow = self.output_shape  # type: ignore[misc]
+        k, s, p = self.kernel, self.stride, self.padding
+        dcols = mgr.create(BP, (c, k, k, b, oh, ow), dt, dev).data
+        xp.matmul(self.params["W"].data.reshape(oc, -1).T, e2, out=dcols.reshape(c * k * k, -1))
+        target = mgr.create(BP, (c, b, h + 2 * p, w + 2 * p), dt, dev).data  # channel-major like dcols
+        target.fill(0)
+        col2im_add(dcols, s, target)
+        xp.copyto(dx, target[:, :, p : p + h, p : p + w].transpose(1, 0, 2, 3))
 
 
 class _Pool2D(Layer):
@@ -165,59 +188,73 @@ class _Pool2D(Layer):
         c, h, w = input_shape
         k, s, p = self.kernel, self.stride, self.padding
         name = type(self).__name__
-        return (c, _out_size(h, k, s, p, name), _out_size(w, k, s, p, name))
+        return (c, out_size(h, k, s, p, name), out_size(w, k, s, p, name))
 
-    def _window_matrix(self, x: NDArray, mgr: LayerWorkspaceMgr, fill: float) -> Any:
-        """(B, C, OH, OW, k*k) copy of every window, in FF working memory."""
-        xp, dev = x.device.xp, x.device
-        b = x.shape[0]
-        c, oh, ow = self.output_shape  # type: ignore[misc]
-        k = self.kernel
-        xpad = _padded(x.data, self.padding, fill, mgr, FF, dev)
-        flat = mgr.create(FF, (b, oh, ow, c, k, k), x.dtype, dev).data
-        xp.copyto(flat, _windows(xpad, xp, k, self.stride, oh, ow))
-        return flat.transpose(0, 3, 1, 2, 4, 5).reshape(b, c, oh, ow, k * k)
+    @property
+    def _tiles(self) -> bool:
+        _c, h, w = self.input_shape  # type: ignore[misc]
+        return tiles_exactly(h, w, self.kernel, self.stride, self.padding)
 
-    def _scatter(self, eps: NDArray, mgr: LayerWorkspaceMgr, weight: Any) -> NDArray:
-        """dx = sum over kernel offsets (i, j) of eps * weight(i, j), placed at each window's pixel."""
+    def _padded_input(self, x: NDArray, mgr: LayerWorkspaceMgr, fill: float, kind: Any = FF) -> Any:
+        if not self.padding:
+            return x.data
+        b, c, h, w = x.shape
+        p = self.padding
+        return pad_into(x.data, p, fill, mgr.create(kind, (b, c, h + 2 * p, w + 2 * p), x.dtype, x.device).data)
+
+    def _scatter(self, eps: NDArray, mgr: LayerWorkspaceMgr, piece: Any) -> NDArray:
+        """dx from each offset's share (see im2col.pool_scatter), through a padded frame if any."""
         xp, dev = eps.device.xp, eps.device
         b = eps.shape[0]
         c, h, w = self.input_shape  # type: ignore[misc]
-        _, oh, ow = self.output_shape  # type: ignore[misc]
-        k, s, p = self.kernel, self.stride, self.padding
+        p = self.padding
         dx = mgr.create(GRAD, (b, c, h, w), eps.dtype, dev)
         target = mgr.create(BP, (b, c, h + 2 * p, w + 2 * p), eps.dtype, dev).data if p else dx.data
-        target.fill(0)
         tmp = mgr.create(BP, eps.shape, eps.dtype, dev).data
-        for i in range(k):
-            for j in range(k):
-                weight(i * k + j, tmp)
-                target[:, :, i : i + s * oh : s, j : j + s * ow : s] += tmp
+        pool_scatter(xp, piece, self.kernel, self.stride, target, self._tiles, tmp)
         if p:
             xp.copyto(dx.data, target[:, :, p : p + h, p : p + w])
         return dx
 
 
 class MaxPool2D(_Pool2D):
+    """Maximum of each window. Backward sends each window's gradient to its first maximum (the
+    pixel argmax picks), whose offset a training forward keeps as one byte per output."""
+
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
-        xp, dev = x.device.xp, x.device
-        flat = self._window_matrix(x, mgr, -np.inf)  # (B, C, OH, OW, k*k)
-        self._arg = mgr.create(ACT, flat.shape[:-1], np.intp, dev)  # which pixel won: kept for backward
-        xp.argmax(flat, axis=-1, out=self._arg.data)
-        y = mgr.create(ACT, flat.shape[:-1], x.dtype, dev)
-        xp.max(flat, axis=-1, out=y.data)
+        self._x = x
+        y = mgr.create(ACT, (x.shape[0], *self.output_shape), x.dtype, x.device)  # type: ignore[misc]
+        self._idx = self._winners(x, y.data, mgr, ACT, FF) if training else None  # kept for backward
+        if not training:
+            pool_max_into(
+                x.device.xp, self._padded_input(x, mgr, -np.inf), self.kernel, self.stride, y.data, None, None
+            )
         return y
 
+    def _winners(self, x: NDArray, y: Any, mgr: LayerWorkspaceMgr, kind: Any, scratch_kind: Any) -> NDArray:
+        """y = the window maxima; returns the offset of each window's first maximum, made as `kind`."""
+        idx_type = np.uint8 if self.kernel * self.kernel <= 256 else np.int32
+        idx = mgr.create(kind, y.shape, idx_type, x.device)
+        scratch = mgr.create(scratch_kind, y.shape, idx_type, x.device).data
+        xpad = self._padded_input(x, mgr, -np.inf, scratch_kind)
+        pool_max_into(x.device.xp, xpad, self.kernel, self.stride, y, idx.data, scratch)
+        return idx
+
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-        xp = eps.device.xp
-        arg, e = self._arg.data, eps.data
+        xp, e = eps.device.xp, eps.data
+        if self._idx is None:  # forward ran in inference mode: find the winners now
+            maxima = mgr.create(BP, eps.shape, eps.dtype, eps.device).data
+            self._idx = self._winners(self._x, maxima, mgr, BP, BP)
+        idx = self._idx.data
+        won = mgr.create(BP, eps.shape, np.bool_, eps.device).data
+        self._idx = None
 
-        def weight(offset: int, out: Any) -> None:
-            xp.equal(arg, offset, out=out, casting="unsafe")  # 1.0 where this offset won
-            xp.multiply(out, e, out=out)
+        def piece(offset: int, out: Any) -> None:
+            xp.equal(idx, offset, out=won)  # where this offset won its window
+            xp.multiply(e, won, out=out)
 
-        return self._scatter(eps, mgr, weight)
+        return self._scatter(eps, mgr, piece)
 
 
 class AvgPool2D(_Pool2D):
@@ -225,18 +262,20 @@ class AvgPool2D(_Pool2D):
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
-        flat = self._window_matrix(x, mgr, 0.0)
-        y = mgr.create(ACT, flat.shape[:-1], x.dtype, x.device)
-        x.device.xp.mean(flat, axis=-1, out=y.data)
+        y = mgr.create(ACT, (x.shape[0], *self.output_shape), x.dtype, x.device)  # type: ignore[misc]
+        pool_sum_into(x.device.xp, self._padded_input(x, mgr, 0.0), self.kernel, self.stride, y.data)
+        y.data *= 1.0 / (self.kernel * self.kernel)
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-        xp, e, scale = eps.device.xp, eps.data, 1.0 / (self.kernel * self.kernel)
+        xp, dev = eps.device.xp, eps.device
+        share = mgr.create(BP, eps.shape, eps.dtype, dev).data
+        xp.multiply(eps.data, 1.0 / (self.kernel * self.kernel), out=share)  # the same for every pixel
 
-        def weight(offset: int, out: Any) -> None:
-            xp.multiply(e, scale, out=out)
+        def piece(offset: int, out: Any) -> None:
+            xp.copyto(out, share)
 
-        return self._scatter(eps, mgr, weight)
+        return self._scatter(eps, mgr, piece)
 
 
 class GlobalAvgPool(Layer):

@@ -139,6 +139,36 @@ def test_layer_gradients_match_finite_differences(name, layers, shape):
     check(layers, shape)
 
 
+@pytest.mark.parametrize(
+    ("name", "layers", "shape"),
+    [
+        ("conv same size: eps convolved", [Conv2D(3, 5, padding=2)], (2, 6, 5)),
+        ("conv 1x1 stride 1", [Conv2D(2, 1)], (3, 3, 4)),
+        ("conv stride 2 rectangular", [Conv2D(2, 3, stride=2)], (2, 7, 6)),
+        ("conv even kernel padded", [Conv2D(2, 2, padding=1)], (1, 4, 5)),
+        ("conv windows side by side", [Conv2D(2, 2, stride=2)], (2, 4, 6)),
+        ("maxpool leftover rows", [MaxPool2D(2)], (2, 5, 7)),
+        ("maxpool gaps", [MaxPool2D(2, stride=3)], (1, 8, 7)),
+        ("maxpool overlap rectangular", [MaxPool2D(3, stride=1, padding=1)], (2, 4, 5)),
+        ("avgpool overlap padded stride 2", [AvgPool2D(3, stride=2, padding=1)], (2, 5, 6)),
+        ("avgpool leftover rows", [AvgPool2D(2)], (1, 5, 4)),
+    ],
+)
+def test_kernel_paths_match_finite_differences(name, layers, shape):
+    """Each path of the convolution and pooling kernels (issue 15) on its own."""
+    check(layers, shape)
+
+
+@pytest.mark.parametrize("mode", list(WorkspaceMode))
+def test_conv_gradients_with_recomputed_columns(mode, monkeypatch):
+    monkeypatch.setattr(Conv2D, "keep_columns", False)
+    check([Conv2D(2, 3, padding=1), ReLU(), Conv2D(2, 3, stride=2)], (2, 5, 5), mode=mode)
+
+
+def test_maxpool_gradient_after_an_inference_forward():
+    check([MaxPool2D(3, stride=2, padding=1)], (2, 5, 5), training=False)
+
+
 def test_batchnorm_in_eval_mode():
     check([BatchNorm()], (2, 3, 3), training=False)
 
