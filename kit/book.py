@@ -3,8 +3,18 @@
     python -m kit book                      # -> _build/book/index.html
     python -m kit book --out site/          # elsewhere
 
-    >>> from kit.book import build_book
-    >>> index = build_book(Path("notebooks"), Path("_build/book"))
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import nbformat
+    >>> from kit.book import build_book, chapter_title
+    >>> src = Path(tempfile.mkdtemp())             # one tiny chapter, so the example runs anywhere
+    >>> cells = [nbformat.v4.new_markdown_cell("# Arrays and backends"), nbformat.v4.new_code_cell("1 + 1")]
+    >>> nbformat.write(nbformat.v4.new_notebook(cells=cells), src / "01_arrays.ipynb")
+    >>> index = build_book(src, src / "_build" / "book")   # python -m kit book: notebooks/ -> _build/book
+    >>> sorted(p.name for p in index.parent.iterdir())
+    ['01_arrays.html', 'index.html']
+    >>> chapter_title(nbformat.read(src / "01_arrays.ipynb", as_version=4))    # the index lists chapters by it
+    'Arrays and backends'
 
 Each chapter becomes one page (nbconvert's HTML exporter, "lab" template) showing the outputs
 stored in the notebook, nothing re-executed; figures are written beside the pages as PNG files
