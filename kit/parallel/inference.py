@@ -1,30 +1,53 @@
 """ParallelInference: thread-safe, batched model serving (DL4J's).
 
+    >>> import numpy as np
+    >>> from concurrent.futures import ThreadPoolExecutor
+    >>> from kit.nn import mlp
+    >>> from kit.parallel import InferenceMode, ParallelInference
+    >>> net = mlp(8, hidden=(16,), n_out=3)
+    >>> x = np.random.default_rng(0).normal(size=(6, 8)).astype(np.float32)
+    >>> requests = [x[0:2], x[2:4], x[4:6]]
     >>> with ParallelInference(net, workers=2, inference_mode=InferenceMode.BATCHED) as pi:
-    ...     probs = pi.output(x)                # from any number of client threads
+    ...     with ThreadPoolExecutor(3) as clients:  # from any number of client threads
+    ...         probs = list(clients.map(pi.output, requests))
+    >>> probs[0]
+    NDArray(shape=(2, 3), dtype=float32, device=..., heap)
+      [...]
+    >>> bool(np.allclose(np.concatenate([p.numpy() for p in probs]), net.output(x).numpy()))
+    True
 
 - SEQUENTIAL: each request is one job; idle workers take jobs first come, first served.
-- BATCHED: a worker that takes a request also takes every request already waiting with the
+- BATCHED: a worker takes, under one lock acquisition, every request already waiting with the
   same per-example shape, up to `batch_limit` requests, runs them as one batch and splits the
   results back: under light load requests run alone, under heavy load they are batched.
 - INPLACE: no worker threads; the calling thread borrows a replica from a pool (FIFO).
 
-`output` blocks until its result is ready; a worker's exception is raised in the caller (DL4J
-hung here before a fix, dl4j#4813); a full request queue (`queue_limit`) makes callers wait
-(back-pressure); `shutdown()` joins every thread, and a request still waiting then fails with a
-clear error instead of hanging.
+`output` blocks until its result is ready. Every request is answered: with its result, or with
+an error that belongs to it alone -- bad input (NaN, a wrong shape or dtype) is refused in the
+caller's thread, and a batch that fails is re-run request by request so that only the request
+that caused it fails (DL4J hung callers here before a fix, dl4j#4813, and fails whole batches).
+A full request queue (`queue_limit`) makes callers wait (back-pressure); `shutdown()` answers
+every waiting request with a clear error and joins every thread; dropping the last reference
+does the same (the worker threads hold only the engine, never the ParallelInference).
+
+The hot path has no per-request thread or Future: one lock guards the queue, a worker drains a
+whole batch per acquisition and wakes only its own callers, each through a plain lock.
 """
 
 from __future__ import annotations
 
+import collections
 import enum
+import logging
+import math
 import os
 import queue
 import threading
-from concurrent.futures import Future
+import time
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from kit._lifecycle import ShutsDownOnExit
 from kit.creation import asarray
@@ -36,6 +59,10 @@ from kit.workspace import destroy_all_workspaces_for_current_thread
 
 __all__ = ["InferenceMode", "ParallelInference"]
 
+log = logging.getLogger(__name__)
+
+SHUT_DOWN = "ParallelInference was shut down"
+
 
 class InferenceMode(enum.Enum):
     SEQUENTIAL = "SEQUENTIAL"
@@ -44,14 +71,245 @@ class InferenceMode(enum.Enum):
 
 
 class _Request:
-    __slots__ = ("features", "future", "single")
+    """One caller's features and the slot its answer goes into. `_done` is held from creation
+    until the answer is in: the caller blocks on acquiring it, the worker releases it once."""
+
+    __slots__ = ("_done", "error", "features", "result", "single")
 
     def __init__(self, features: np.ndarray, single: bool) -> None:
         self.features, self.single = features, single
-        self.future: Future = Future()
+        self.result: np.ndarray | None = None
+        self.error: BaseException | None = None
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def answer(self, result: np.ndarray | None = None, error: BaseException | None = None) -> None:
+        self.result, self.error = result, error
+        self._done.release()
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._done.acquire(timeout=-1 if timeout is None else max(0.0, timeout))
 
 
-_STOP = object()
+# ---------------------------------------------------------------------------------------
+# the process-wide BLAS limit, shared by every live ParallelInference: the first one sets it,
+# the last one to go restores what was there before (nested objects do not restore each other's)
+
+_blas_lock = threading.Lock()
+_blas_holders: dict[int, int] = {}  # token -> BLAS threads it asked for
+_blas_original: Any = None  # the first holder's limiter: it remembers the original limits
+_blas_tokens = iter(range(1, 1 << 62))
+
+
+def _blas_acquire(limit: int) -> int:
+    global _blas_original
+    with _blas_lock:
+        token = next(_blas_tokens)
+        before = min(_blas_holders.values(), default=None)
+        _blas_holders[token] = limit
+        if _blas_original is None:
+            _blas_original = threadpool_limits(limits=limit, user_api="blas")
+        elif before is None or limit < before:
+            threadpool_limits(limits=limit, user_api="blas")
+        return token
+
+
+def _blas_release(token: int) -> None:
+    global _blas_original
+    with _blas_lock:
+        if _blas_holders.pop(token, None) is None:
+            return
+        if not _blas_holders:
+            if _blas_original is not None:
+                _blas_original.restore_original_limits()
+            _blas_original = None
+        else:
+            threadpool_limits(limits=min(_blas_holders.values()), user_api="blas")
+
+
+# ---------------------------------------------------------------------------------------
+# the engine: queue, replicas and worker threads. Workers reference only this, so the
+# ParallelInference that owns it can be garbage collected (and then shuts the engine down).
+
+
+class _Engine:
+    def __init__(
+        self, replicas: list[Network], devices: list[AnyDevice], batched: bool, batch_limit: int, queue_limit: int
+    ) -> None:
+        self.replicas, self.devices = replicas, devices
+        self.locks = [threading.Lock() for _ in replicas]  # update_model vs a running batch
+        self.batch_limit = batch_limit if batched else 1
+        self.queue_limit = queue_limit
+        self.lock = threading.Lock()
+        self.has_work = threading.Condition(self.lock)
+        self.has_room = threading.Condition(self.lock)
+        self.pending: collections.deque[_Request] = collections.deque()
+        self.closed = False
+        self.idle = 0  # workers waiting for work: a request wakes one only if there is one
+        self.blocked = 0  # callers waiting for room in the queue
+        self.live = 0  # workers that have not exited
+        self.batches_run = 0
+        self.requests_served = 0
+        self.batch_sizes: list[int] = []  # requests merged per batch, for the chapter
+        self.threads: list[threading.Thread] = []
+
+    def start(self, names: list[str]) -> None:
+        self.live = len(names)
+        self.threads = [
+            threading.Thread(target=self._work, args=(i,), name=name, daemon=True) for i, name in enumerate(names)
+        ]
+        for t in self.threads:
+            t.start()
+
+    # ---- client side -----------------------------------------------------------------
+    def submit(self, request: _Request, deadline: float | None) -> None:
+        with self.lock:
+            while not self.closed and len(self.pending) >= self.queue_limit:  # back-pressure
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"ParallelInference: the request queue stayed full ({self.queue_limit})")
+                self.blocked += 1
+                try:
+                    self.has_room.wait(left)
+                finally:
+                    self.blocked -= 1
+            if self.closed:
+                raise RuntimeError(SHUT_DOWN)
+            self.pending.append(request)
+            if self.idle:
+                self.has_work.notify()
+
+    def withdraw(self, request: _Request) -> bool:
+        """Take a request that timed out back out of the queue; False if a worker has it."""
+        with self.lock:
+            try:
+                self.pending.remove(request)
+            except ValueError:
+                return False
+            if self.blocked:
+                self.has_room.notify()
+            return True
+
+    # ---- worker side -----------------------------------------------------------------
+    def _work(self, index: int) -> None:
+        attach_thread_to_device(self.devices[index])
+        try:
+            while True:
+                group = self._take()
+                if group is None:
+                    return
+                self._serve(index, group)
+        finally:
+            with self.lock:
+                self.live -= 1
+                orphans = self._close_locked() if self.live == 0 else []
+            _refuse(orphans)
+            destroy_all_workspaces_for_current_thread()
+            detach_thread()
+
+    def _take(self) -> list[_Request] | None:
+        """The next batch: the oldest request and every waiting one of its shape, up to the
+        batch limit, all under one acquisition of the lock. None once shut down."""
+        with self.lock:
+            while not self.pending:
+                if self.closed:
+                    return None
+                self.idle += 1
+                try:
+                    self.has_work.wait()
+                finally:
+                    self.idle -= 1
+            if self.closed:
+                return None
+            pending = self.pending
+            first = pending.popleft()
+            group = [first]
+            if self.batch_limit > 1 and pending:
+                shape = first.features.shape[1:]
+                skipped = []
+                while pending and len(group) < self.batch_limit:
+                    r = pending.popleft()
+                    (group if r.features.shape[1:] == shape else skipped).append(r)
+                if skipped:  # other shapes keep their place at the head of the queue
+                    pending.extendleft(reversed(skipped))
+                    if self.idle:
+                        self.has_work.notify()
+            if self.blocked:
+                self.has_room.notify(len(group))
+            return group
+
+    def _serve(self, index: int, group: list[_Request]) -> None:
+        try:
+            try:
+                out = self._run(index, group)
+            except Exception as exc:
+                if len(group) == 1:
+                    group[0].answer(error=exc)
+                    return
+                # one bad request must not fail the others: run each alone, so every error is
+                # the failing request's own (with indices into its own rows)
+                for r in group:
+                    self._serve(index, [r])
+                return
+            start = 0
+            for r in group:
+                n = r.features.shape[0]
+                part = out[start : start + n]
+                start += n
+                r.answer(result=part[0] if r.single else part)
+            with self.lock:
+                self.batches_run += 1
+                self.requests_served += len(group)
+                self.batch_sizes.append(len(group))
+        except BaseException as exc:  # never leave a caller waiting, whatever happened
+            for r in group:
+                if r.result is None and r.error is None:  # not answered yet
+                    r.answer(error=exc)
+            raise
+
+    def _run(self, index: int, group: list[_Request]) -> np.ndarray:
+        feats = group[0].features if len(group) == 1 else np.concatenate([r.features for r in group])
+        with self.locks[index]:
+            out = self.replicas[index].output(feats)
+            # one copy the callers own: their views must not share memory kit may reuse
+            return np.array(out.numpy(), copy=True)
+
+    # ---- shutdown ----------------------------------------------------------------------
+    def _close_locked(self) -> list[_Request]:
+        self.closed = True
+        orphans = list(self.pending)
+        self.pending.clear()
+        self.has_work.notify_all()
+        self.has_room.notify_all()
+        return orphans
+
+    def close(self, timeout: float | None) -> list[str]:
+        """Refuse new requests, answer the waiting ones with an error, join the workers (the
+        batches they are running finish first). Returns the names of threads still alive."""
+        with self.lock:
+            orphans = self._close_locked()
+        _refuse(orphans)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        me = threading.current_thread()
+        for t in self.threads:
+            if t is not me:
+                t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return [t.name for t in self.threads if t.is_alive() and t is not me]
+
+
+def _refuse(requests: list[_Request]) -> None:
+    for r in requests:
+        r.answer(error=RuntimeError(f"{SHUT_DOWN} before this request ran"))
+
+
+def _check_finite(arr: np.ndarray) -> None:
+    """Network.output's check, done on this request alone: the index is into its own rows."""
+    if arr.dtype.kind != "f" or math.isfinite(float(arr.sum())):
+        return
+    bad = np.argwhere(~np.isfinite(arr))
+    if bad.size:
+        where = ", ".join(str(int(i)) for i in bad[0])
+        raise ValueError(f"features contain NaN or infinity ({len(bad)} values; first at index [{where}])")
 
 
 class ParallelInference(ShutsDownOnExit):
@@ -64,6 +322,8 @@ class ParallelInference(ShutsDownOnExit):
         queue_limit: int = 64,
         devices: list[Any] | None = None,
     ) -> None:
+        self._closed = True  # until fully built: a failed __init__ leaves nothing to shut down
+        self._blas_token: int | None = None
         if not isinstance(model, Network):
             raise TypeError(f"ParallelInference needs a kit.nn.Network, got {type(model).__name__}")
         self.mode = InferenceMode(inference_mode)
@@ -74,40 +334,51 @@ class ParallelInference(ShutsDownOnExit):
         self.model, self.workers, self.batch_limit, self.queue_limit = model, workers, batch_limit, queue_limit
         self.devices: list[AnyDevice] = devices if devices else default_devices(workers)
         self.devices = [self.devices[i % len(self.devices)] for i in range(workers)]
-        self.replicas = [model.clone(device=d) for d in self.devices]
-        self._locks = [threading.Lock() for _ in self.replicas]  # update_model vs a running batch
+        replicas = [model.clone(device=d) for d in self.devices]
+        self._engine = _Engine(replicas, self.devices, self.mode is InferenceMode.BATCHED, batch_limit, queue_limit)
         self._closed = False
-        self.batches_run = 0
-        self.requests_served = 0
-        self.batch_sizes: list[int] = []  # requests merged per batch (BATCHED), for the chapter
-        self._stats_lock = threading.Lock()
-        self._blas = None
         if all(d.kind == "cpu" for d in self.devices) and workers > 1:
             # concurrent BLAS calls from several workers, each with all cores, fight each other:
             # share the cores out while this object lives (process-wide, restored by shutdown)
-            from threadpoolctl import threadpool_limits
-
-            self._blas = threadpool_limits(limits=max(1, (os.cpu_count() or 1) // workers), user_api="blas")
+            self._blas_token = _blas_acquire(max(1, (os.cpu_count() or 1) // workers))
         if self.mode is InferenceMode.INPLACE:
             self._pool: queue.Queue = queue.Queue()
             for i in range(workers):
                 self._pool.put(i)
-            self._threads: list[threading.Thread] = []
         else:
-            self._queue: queue.Queue = queue.Queue(maxsize=queue_limit)
-            self._threads = [
-                threading.Thread(target=self._run, args=(i,), name=f"InferenceThread-{i}", daemon=True)
-                for i in range(workers)
-            ]
-            for t in self._threads:
-                t.start()
+            self._engine.start([f"InferenceThread-{i}" for i in range(workers)])
+
+    # ---- what the engine counts --------------------------------------------------------
+    @property
+    def replicas(self) -> list[Network]:
+        return self._engine.replicas
+
+    @property
+    def batches_run(self) -> int:
+        return self._engine.batches_run
+
+    @property
+    def requests_served(self) -> int:
+        return self._engine.requests_served
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        """Requests merged per batch run (1 in SEQUENTIAL and INPLACE)."""
+        return self._engine.batch_sizes
+
+    def queued(self) -> int:
+        """Requests waiting for a worker (not counting the batches running)."""
+        return len(self._engine.pending)
 
     # ---- the client side ----------------------------------------------------------------
     def output(self, x: Any, timeout: float | None = None) -> NDArray:
-        """Predictions for one example (the model's input shape) or a batch of them."""
+        """Predictions for one example (the model's input shape) or a batch of them. Waits at
+        most `timeout` seconds (for room in the queue and for the result) when given."""
         if self._closed:
-            raise RuntimeError("ParallelInference was shut down")
+            raise RuntimeError(SHUT_DOWN)
         arr = x.numpy() if isinstance(x, NDArray) else np.asarray(x)
+        if arr.dtype.kind not in "fiu":  # as Network.output: complex, bool, text are refused
+            raise TypeError(f"features must be numbers, got dtype {arr.dtype}")
         shape = self.model.input_shape
         single = arr.shape == shape
         if single:
@@ -116,132 +387,64 @@ class ParallelInference(ShutsDownOnExit):
             dims = ", ".join(map(str, shape))
             raise ValueError(f"output: expected one example of shape {shape} or a batch (n, {dims}), got {arr.shape}")
         arr = np.ascontiguousarray(arr, dtype=self.model.dtype)
+        _check_finite(arr)
+        if arr.shape[0] == 0:  # nothing to run: the empty answer, shaped like a real one
+            return asarray(np.zeros((0, *self.model.output_shape), dtype=self.model.dtype))
         if self.mode is InferenceMode.INPLACE:
             return self._inplace(arr, single)
+        deadline = None if timeout is None else time.monotonic() + timeout
         request = _Request(arr, single)
-        while True:  # back-pressure: wait for room, but notice a shutdown
-            try:
-                self._queue.put(request, timeout=0.5)
-                break
-            except queue.Full:
-                if self._closed:
-                    raise RuntimeError("ParallelInference was shut down") from None
-        if self._closed:  # raced with shutdown(): make sure the request is answered
-            self._fail_queued()
-        return self._wait(request, timeout)
-
-    def _wait(self, request: _Request, timeout: float | None) -> NDArray:
-        # Every path that drops a request (a worker's exception, shutdown, a worker's exit)
-        # completes its future, so a plain blocking wait cannot hang.
-        try:
-            return asarray(request.future.result(timeout=timeout))
-        except TimeoutError:
-            raise TimeoutError(f"ParallelInference: no result within {timeout} s") from None
+        self._engine.submit(request, deadline)
+        if not request.wait(None if deadline is None else deadline - time.monotonic()):
+            if self._engine.withdraw(request) or not request.wait(0):
+                raise TimeoutError(f"ParallelInference: no result within {timeout} s")
+        if request.error is not None:
+            raise request.error
+        return asarray(request.result)
 
     def _inplace(self, arr: np.ndarray, single: bool) -> NDArray:
+        engine = self._engine
         i = self._pool.get()  # FIFO: exclusive use of one replica
         try:
-            with self._locks[i]:
-                out = self.replicas[i].output(arr).numpy()
+            with engine.locks[i]:
+                out = np.array(engine.replicas[i].output(arr).numpy(), copy=True)
         finally:
             self._pool.put(i)
-        self._count(1)
+        with engine.lock:
+            engine.batches_run += 1
+            engine.requests_served += 1
+            engine.batch_sizes.append(1)
         return asarray(out[0] if single else out)
-
-    # ---- the worker side -------------------------------------------------------------
-    def _run(self, index: int) -> None:
-        attach_thread_to_device(self.devices[index])
-        held: list[_Request] = []  # requests of another shape, taken while batching: served next
-        try:
-            while True:
-                first = held.pop(0) if held else self._queue.get()
-                if first is _STOP:
-                    return
-                group = [first]
-                if self.mode is InferenceMode.BATCHED:
-                    while len(group) < self.batch_limit:
-                        try:
-                            nxt = self._queue.get_nowait()
-                        except queue.Empty:
-                            break
-                        if nxt is _STOP:
-                            self._queue.put(_STOP)  # leave it for after this batch
-                            break
-                        if nxt.features.shape[1:] == first.features.shape[1:]:
-                            group.append(nxt)
-                        else:
-                            held.append(nxt)
-                self._serve(index, group)
-        finally:
-            for r in held:
-                r.future.set_exception(RuntimeError("ParallelInference was shut down before this request ran"))
-            destroy_all_workspaces_for_current_thread()
-            detach_thread()
-
-    def _serve(self, index: int, group: list[_Request]) -> None:
-        try:
-            feats = group[0].features if len(group) == 1 else np.concatenate([r.features for r in group])
-            with self._locks[index]:
-                out = self.replicas[index].output(feats).numpy()
-        except BaseException as exc:  # the callers get it, the worker lives on
-            for r in group:
-                r.future.set_exception(exc)
-            return
-        start = 0
-        for r in group:
-            n = r.features.shape[0]
-            part = out[start : start + n].copy()
-            start += n
-            r.future.set_result(part[0] if r.single else part)
-        self._count(len(group))
-
-    def _count(self, n: int) -> None:
-        with self._stats_lock:
-            self.batches_run += 1
-            self.requests_served += n
-            self.batch_sizes.append(n)
 
     # ---- control -----------------------------------------------------------------------
     def update_model(self, model: Network) -> None:
         """Swap in new parameters (same architecture) or a new model, without a restart."""
         same = model.config()["layers"] == self.model.config()["layers"] and model.input_shape == self.model.input_shape
-        for i, replica in enumerate(self.replicas):
-            with self._locks[i]:
+        engine = self._engine
+        for i, replica in enumerate(engine.replicas):
+            with engine.locks[i]:
                 if same:
                     replica.copy_state_from(model)
                 else:
-                    self.replicas[i] = model.clone(device=self.devices[i])
+                    engine.replicas[i] = model.clone(device=self.devices[i])
         self.model = model
 
-    def shutdown(self) -> None:
-        """Stop and join every worker; requests still queued fail with a clear error."""
+    def shutdown(self, timeout: float | None = 30.0) -> None:
+        """Refuse new requests, answer every waiting one with a clear error, restore the BLAS
+        limit and join every worker (a batch already running finishes first; a worker still
+        running after `timeout` seconds is named in a warning and left to finish)."""
         if self._closed:
             return
         self._closed = True
-        if self._blas is not None:
-            self._blas.restore_original_limits()
-            self._blas = None
-        if self.mode is InferenceMode.INPLACE:
-            return
-        for _ in self._threads:
-            while any(t.is_alive() for t in self._threads):
-                try:
-                    self._queue.put(_STOP, timeout=0.05)
-                    break
-                except queue.Full:
-                    continue
-        for t in self._threads:
-            t.join(timeout=30)
-        self._fail_queued()
-
-    def _fail_queued(self) -> None:
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if item is not _STOP and not item.future.done():
-                item.future.set_exception(RuntimeError("ParallelInference was shut down before this request ran"))
+        try:
+            if self.mode is not InferenceMode.INPLACE:
+                alive = self._engine.close(timeout)
+                if alive:
+                    log.warning("ParallelInference.shutdown: %s still running after %s s", alive, timeout)
+        finally:
+            token, self._blas_token = self._blas_token, None
+            if token is not None:
+                _blas_release(token)
 
     def threads_alive(self) -> int:
-        return sum(t.is_alive() for t in self._threads)
+        return sum(t.is_alive() for t in self._engine.threads) if hasattr(self, "_engine") else 0

@@ -1,9 +1,14 @@
 """ParallelInference: load with many clients, errors reach callers, back-pressure, shutdown."""
 
+import gc
+import os
 import threading
+import time
+import weakref
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_info
 
 from kit.nn import Dense, Layer, Network, mlp
 from kit.parallel import InferenceMode, ParallelInference
@@ -94,10 +99,10 @@ def test_a_full_queue_makes_callers_wait_and_shutdown_answers_everyone():
     for t in clients:
         t.start()
     for _ in range(200):  # one request is running, two wait in the queue, one waits for room
-        if pi._queue.full():
+        if pi.queued() == 2:
             break
         threading.Event().wait(0.01)
-    assert pi._queue.full() and len(results) == 0
+    assert pi.queued() == 2 and len(results) == 0
     Gate.event.set()
     for t in clients:
         t.join(timeout=30)
@@ -132,3 +137,235 @@ def test_invalid_settings():
     with pytest.raises(ValueError, match="'FAST' is not a valid InferenceMode"):
         ParallelInference(net, inference_mode="FAST")
     assert not inference_threads()
+
+
+# ---- reliability (issue 13): every caller answered, only the bad one fails, nothing left behind
+
+
+def blas_thread_counts():
+    return [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
+
+
+@pytest.mark.parametrize("mode", list(InferenceMode))
+def test_complex_and_non_numeric_input_is_refused_as_network_output_refuses_it(mode):
+    net = mlp(4, hidden=(4,), n_out=2)
+    with ParallelInference(net, workers=2, inference_mode=mode) as pi:
+        for bad in (np.array([1 + 2j, 0, 0, 0]), np.ones((2, 4), dtype=bool), np.array(["a", "b", "c", "d"])):
+            with pytest.raises(TypeError) as direct:
+                net.output(bad[None] if bad.ndim == 1 else bad)
+            with pytest.raises(TypeError, match=f"features must be numbers, got dtype {bad.dtype}") as served:
+                pi.output(bad)
+            assert str(served.value) == str(direct.value)
+        assert pi.requests_served == 0  # nothing reached a worker
+
+
+@pytest.mark.parametrize("mode", list(InferenceMode))
+def test_an_empty_batch_gets_an_empty_answer(mode):
+    net = mlp(16, hidden=(8,), n_out=5)
+    with ParallelInference(net, workers=2, inference_mode=mode) as pi:
+        out = pi.output(np.zeros((0, 16)))
+        assert out.shape == (0, 5) and out.dtype == net.dtype
+        assert pi.output(np.ones(16, np.float32)).shape == (5,)  # and the next request is served
+
+
+class Poison(Layer):
+    """An identity layer that fails on any row containing 7.0, naming that row of its batch."""
+
+    def forward(self, x, mgr, training):
+        rows = np.flatnonzero((x.numpy() == 7.0).any(axis=1))
+        if rows.size:
+            raise ValueError(f"poisoned row {int(rows[0])} of {x.shape[0]}")
+        y = mgr.create(mgr_type(), x.shape, x.dtype, x.device)
+        y.data[...] = x.data
+        return y
+
+
+def run_held_batch(pi, inputs, queued=None):
+    """Hold the only worker in Gate, queue one request per input, release: they run as one batch.
+    `queued`: how many requests must be waiting first (default: all but the one running)."""
+    queued = len(inputs) - 1 if queued is None else queued
+    Gate.event.clear()
+    answers = [None] * len(inputs)
+
+    def client(i):
+        try:
+            answers[i] = pi.output(inputs[i]).numpy()
+        except Exception as exc:
+            answers[i] = exc
+
+    blocker = threading.Thread(target=client, args=(0,))
+    blocker.start()
+    for _ in range(500):  # the first request is running (in Gate), the queue is empty
+        if pi.queued() == 0 and pi.requests_served == 0 and blocker.is_alive():
+            break
+        threading.Event().wait(0.01)
+    threading.Event().wait(0.1)
+    rest = [threading.Thread(target=client, args=(i,)) for i in range(1, len(inputs))]
+    for t in rest:
+        t.start()
+    for _ in range(500):
+        if pi.queued() == queued:
+            break
+        threading.Event().wait(0.01)
+    assert pi.queued() == queued
+    Gate.event.set()
+    for t in [blocker, *rest]:
+        t.join(timeout=30)
+    return answers
+
+
+def test_one_bad_request_in_a_merged_batch_fails_only_its_caller_with_its_own_row():
+    net = Network([Gate(), Poison(), Dense(3)], (4,))
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((3, 4)).astype(np.float32) for _ in range(12)]
+    inputs[9][2, 1] = 7.0  # row 2 of its own request; row 29 of the merged batch
+    with ParallelInference(net, workers=1, inference_mode="BATCHED", batch_limit=32) as pi:
+        answers = run_held_batch(pi, inputs)
+        assert isinstance(answers[9], ValueError) and str(answers[9]) == "poisoned row 2 of 3"
+        for i, got in enumerate(answers):
+            if i != 9:
+                np.testing.assert_allclose(got, net.output(inputs[i]).numpy(), rtol=1e-5, atol=1e-6)
+        answers = run_held_batch(pi, inputs[:9])  # without the bad one: merged, as before
+        assert max(pi.batch_sizes) == 8
+    Gate.event.set()
+
+
+def test_a_nan_request_among_merged_ones_fails_alone_with_its_own_index():
+    net = Network([Gate(), Dense(3)], (4,))
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal((3, 4)).astype(np.float32) for _ in range(12)]
+    inputs[7][2, 1] = np.nan  # row 2 of its own request; row 20 of the merged batch
+    with ParallelInference(net, workers=1, inference_mode="BATCHED", batch_limit=32) as pi:
+        answers = run_held_batch(pi, inputs, queued=10)  # refused in its caller's thread, never queued
+    Gate.event.set()
+    assert isinstance(answers[7], ValueError)
+    assert str(answers[7]) == "features contain NaN or infinity (1 values; first at index [2, 1])"
+    for i, got in enumerate(answers):
+        if i != 7:
+            np.testing.assert_allclose(got, net.output(inputs[i]).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", [InferenceMode.BATCHED, InferenceMode.SEQUENTIAL])
+def test_a_nan_request_fails_alone_with_the_index_into_its_own_rows(mode):
+    net = mlp(4, hidden=(8,), n_out=3, seed=1)
+    rng = np.random.default_rng(1)
+    errors, results = [], []
+    lock = threading.Lock()
+    with ParallelInference(net, workers=2, inference_mode=mode) as pi:
+
+        def client(c):
+            for k in range(20):
+                x = rng.standard_normal((4, 4)).astype(np.float32)
+                if c == 5 and k == 10:
+                    x[2, 1] = np.nan
+                try:
+                    got = pi.output(x).numpy()
+                    with lock:
+                        results.append(np.allclose(got, net.output(x).numpy(), rtol=1e-5, atol=1e-6))
+                except ValueError as exc:
+                    with lock:
+                        errors.append((c, k, str(exc)))
+
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    assert errors == [(5, 10, "features contain NaN or infinity (1 values; first at index [2, 1])")]
+    assert len(results) == 32 * 20 - 1 and all(results)
+
+
+def shutdown_with_clients_in_flight(net, mode, clients):
+    pi = ParallelInference(net, workers=2, inference_mode=mode, queue_limit=8)
+    started, answered, wrong = [0] * clients, [0] * clients, []
+    going = threading.Barrier(clients + 1)
+
+    def client(c):
+        rng = np.random.default_rng(c)
+        going.wait()
+        while True:
+            started[c] += 1
+            try:
+                pi.output(rng.standard_normal(32).astype(np.float32))
+            except RuntimeError as exc:
+                answered[c] += 1
+                if "shut down" not in str(exc):
+                    wrong.append(str(exc))
+                return
+            answered[c] += 1
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    going.wait()
+    while pi.requests_served < 2 * clients:
+        threading.Event().wait(0.005)
+    t0 = time.monotonic()
+    pi.shutdown()
+    for t in threads:
+        t.join(timeout=10)
+    elapsed = time.monotonic() - t0
+    assert not any(t.is_alive() for t in threads), "a caller never got an answer"
+    assert elapsed < 10  # a bound on a hang, not a speed claim
+    assert started == answered and not wrong
+    assert pi.threads_alive() == 0 and not inference_threads()
+    with pytest.raises(RuntimeError, match="shut down"):
+        pi.output(np.zeros(32, np.float32))
+
+
+@pytest.mark.parametrize("mode", [InferenceMode.SEQUENTIAL, InferenceMode.BATCHED])
+@pytest.mark.parametrize("clients", [32, 64])
+def test_shutdown_with_clients_in_flight_answers_everyone_and_leaves_no_thread(mode, clients):
+    """Load test: clients keep calling (a small queue, so many wait for room) while shutdown()
+    runs. Every call returns or raises the shut-down error; no thread is left; no hang."""
+    net = mlp(32, hidden=(64,), n_out=4, seed=0)
+    for _ in range(3):  # several rounds: the race lands at different moments
+        shutdown_with_clients_in_flight(net, mode, clients)
+
+
+def test_output_timeout_takes_the_request_back():
+    Gate.event.clear()
+    net = Network([Gate(), Dense(2)], (3,))
+    with ParallelInference(net, workers=1, inference_mode="SEQUENTIAL") as pi:
+        first = threading.Thread(target=lambda: pi.output(np.zeros(3, np.float32)))
+        first.start()
+        for _ in range(500):
+            if pi.queued() == 0 and first.is_alive():
+                break
+            threading.Event().wait(0.01)
+        threading.Event().wait(0.1)
+        with pytest.raises(TimeoutError, match=r"no result within 0\.2 s"):
+            pi.output(np.ones(3, np.float32), timeout=0.2)
+        assert pi.queued() == 0  # withdrawn: no worker will run it
+        Gate.event.set()
+        first.join(timeout=30)
+        assert pi.requests_served == 1
+
+
+@pytest.mark.parametrize("mode", [InferenceMode.BATCHED, InferenceMode.INPLACE])
+def test_dropping_the_last_reference_shuts_down_and_restores_the_blas_limit(mode):
+    before = blas_thread_counts()
+    net = mlp(8, hidden=(8,), n_out=2)
+    pi = ParallelInference(net, workers=2, inference_mode=mode)
+    pi.output(np.ones(8, np.float32))
+    share = max(1, (os.cpu_count() or 1) // 2)
+    assert blas_thread_counts() == [share] * len(before)
+    ref = weakref.ref(pi)
+    del pi
+    gc.collect()
+    assert ref() is None and not inference_threads()
+    assert blas_thread_counts() == before
+
+
+def test_the_blas_limit_lasts_while_any_instance_lives():
+    before = blas_thread_counts()
+    net = mlp(8, hidden=(8,), n_out=2)
+    share = max(1, (os.cpu_count() or 1) // 2)
+    a = ParallelInference(net, workers=2)
+    b = ParallelInference(net, workers=2, inference_mode="SEQUENTIAL")
+    a.shutdown()
+    assert blas_thread_counts() == [share] * len(before)  # b still runs on its share
+    assert b.output(np.ones(8, np.float32)).shape == (2,)
+    del b
+    gc.collect()
+    assert blas_thread_counts() == before and not inference_threads()
