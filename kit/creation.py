@@ -151,7 +151,7 @@ def asarray(obj: Any, dtype: Any = None, device: str | AnyDevice | None = None) 
         return out if dtype is None or out.dtype == backend.resolve_dtype(dtype) else out.astype(dtype)
     dev = as_device(device)
     xp = dev.xp
-    if isinstance(obj, xp.ndarray) and _device_of_raw(obj) == dev.index:
+    if isinstance(obj, xp.ndarray) and (dev.kind == "cpu" or _device_of_raw(obj) == dev.index):
         dt = backend.resolve_dtype(dtype) if dtype is not None else obj.dtype
         if dt == obj.dtype:
             backend.resolve_dtype(obj.dtype)  # refuse unsupported dtypes (complex, object, ...)

@@ -16,7 +16,7 @@
     (100, 300)
     >>> ws.destroy()                          # give the arena back
 
-Semantics (ND4J's Nd4jWorkspace, see shared/reference/dl4j-api.md section 1):
+Semantics (ND4J's Nd4jWorkspace, as its documentation and source describe them):
 - Entering the scope starts a cycle: offsets reset (BLOCK_LEFT), last cycle's spills freed.
 - Leaving it ends the cycle: every array of that cycle becomes invalid. Learning runs here
   (FIRST_LOOP: size the arena from the first cycle; OVER_TIME: after N cycles; REALLOCATE:

@@ -7,6 +7,7 @@ os.environ.setdefault("KIT_QUICK", "1")
 import pytest
 
 from kit import backend
+from kit.devices import set_host_device_count
 
 
 def pytest_collection_modifyitems(config, items):
@@ -33,3 +34,12 @@ def _clean_kit_state():
     for ws in list(kit.workspace.get_manager().workspaces.values()):
         ws._open = False
     kit.destroy_all_workspaces_for_current_thread()
+
+
+@pytest.fixture(params=[1, 2, 3], ids=["1-host-device", "2-host-devices", "3-host-devices"])
+def host_devices(request):
+    """Run a multi-device test on the CPU as one device (logical slots), then as 2 and 3
+    simulated host devices: separate placement domains, like separate GPUs (JAX's trick)."""
+    previous = set_host_device_count(request.param)
+    yield request.param
+    set_host_device_count(previous)

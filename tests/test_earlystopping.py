@@ -114,6 +114,7 @@ class Snapshots(EarlyStoppingListener):
         self.completed = result
 
 
+@pytest.mark.usefixtures("host_devices")
 @pytest.mark.parametrize("parallel", [False, True])
 def test_a_maximizing_calculator_keeps_the_best_model_not_the_worst(digits, parallel):
     train, _ = digits
@@ -225,6 +226,7 @@ def test_local_file_saver_round_trips_and_survives_an_interrupted_write(tmp_path
     assert saver.get_latest_model() is None
 
 
+@pytest.mark.usefixtures("host_devices")
 def test_single_and_parallel_trainers_reach_the_same_termination(digits):
     train, test = digits
 
@@ -251,6 +253,7 @@ def test_single_and_parallel_trainers_reach_the_same_termination(digits):
     assert isinstance(single.best_model, Network)
 
 
+@pytest.mark.usefixtures("host_devices")
 def test_parallel_trainer_stops_mid_epoch_on_an_iteration_condition(digits):
     train, test = digits
     config = divergence_config(test)

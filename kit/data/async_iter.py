@@ -101,10 +101,10 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
                         if self._abort.is_set():
                             break
                         if self.use_workspace:
-                            with ws:
-                                batch = _raw(ds.features.dup(), ds.labels.dup())
+                            with ws:  # a copy in the ring, on this iterator's device
+                                batch = _raw(_copy_to(ds.features, self.device), _copy_to(ds.labels, self.device))
                         else:
-                            batch = ds.detach() if ds.features.is_attached else ds
+                            batch = (ds.detach() if ds.features.is_attached else ds).to(self.device)
                         if not self._put(batch):
                             break
                     if hasattr(self.base, "reset"):
@@ -178,6 +178,12 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
                     pass
                 self._thread.join(timeout=0.05)
         self._closed = True
+
+
+def _copy_to(array: Any, device: Any) -> Any:
+    """A copy of `array` on `device` in the current allocation context (the transfer path when
+    the devices differ)."""
+    return array.dup() if array.device is device else array.to(device)
 
 
 class AsyncShieldIterator(DataSetIterator):

@@ -53,6 +53,7 @@ def test_unshuffled_batches_are_views_no_allocation():
     assert kit.memory.heap_allocations(this_thread=True) == before and len(batches) == 4
 
 
+@pytest.mark.usefixtures("host_devices")
 def test_async_prefetch_yields_the_same_batches_in_order():
     data = small(200)
     plain = [b.features.numpy().copy() for b in ArrayIterator(data, 16)]
@@ -86,6 +87,7 @@ def test_a_batch_kept_past_its_turn_raises_instead_of_changing():
         assert safe.features.is_valid
 
 
+@pytest.mark.usefixtures("host_devices")
 def test_async_prefetch_reports_producer_errors():
     class Exploding:
         batch_size = 4

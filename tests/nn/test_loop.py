@@ -87,6 +87,7 @@ def run_es_parallel(epochs):
     return rec.calls
 
 
+@pytest.mark.usefixtures("host_devices")
 def test_listener_numbering_is_the_same_on_every_training_path():
     expected = [("fit_start",)]
     iteration = 0
@@ -106,6 +107,7 @@ def test_listener_numbering_is_the_same_on_every_training_path():
         assert calls == expected, f"{path} numbered its listener calls differently"
 
 
+@pytest.mark.usefixtures("host_devices")
 def test_two_workers_number_rounds_like_one_network_numbers_iterations():
     rec = Recorder()
     with ParallelWrapper(net(), workers=2, prefetch_buffer=0, listeners=[rec]) as pw:
@@ -116,6 +118,7 @@ def test_two_workers_number_rounds_like_one_network_numbers_iterations():
     ]
 
 
+@pytest.mark.usefixtures("host_devices")
 @pytest.mark.parametrize("parallel", [False, True])
 def test_saved_best_model_carries_the_best_epoch(tmp_path, parallel):
     saver = LocalFileModelSaver(tmp_path)

@@ -1,6 +1,7 @@
 """ParallelWrapper: exact equivalences, determinism, shared gradients, faults, no leaks."""
 
 import gc
+import re
 import threading
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 
 import kit
 from kit.data import ArrayIterator, DataSet, load_digits
+from kit.devices import gpu_count, host_device_count
 from kit.nn import Adam, Sgd, mlp
 from kit.parallel import (
     AdaptiveThresholdAlgorithm,
@@ -128,8 +130,12 @@ def test_a_failing_worker_stops_fit_names_itself_and_leaves_no_threads(digits):
     data = DataSet(x, train.labels.numpy()[:400])
     net = mlp(64, hidden=(16,), n_out=10)
     pw = ParallelWrapper(net, workers=3, prefetch_buffer=2)
+    where = str(pw.devices[2])  # placement: worker i -> device i % n
+    assert where == {1: "cpu:0/logical2of3", 2: "cpu:0 (simulated on the host)"}.get(
+        host_device_count(), "cpu:2 (simulated on the host)"
+    )
     with pytest.raises(
-        WorkerError, match=r"worker 2 on cpu:0/logical2of3 failed: ValueError: features contain NaN"
+        WorkerError, match=rf"worker 2 on {re.escape(where)} failed: ValueError: features contain NaN"
     ) as info:
         pw.fit(ArrayIterator(data, 20), epochs=1)
     assert isinstance(info.value.__cause__, ValueError)
@@ -189,5 +195,6 @@ def test_devices_are_labelled_logical_or_physical():
     net = mlp(4, hidden=(2,), n_out=2)
     with ParallelWrapper(net, workers=2) as pw:
         text = pw.describe()
-    gpus = kit.backend.gpu_status()[0] and len(kit.devices()) > 2
-    assert text.endswith("(physical)" if gpus else "(logical)"), text
+    gpus = gpu_count() >= 2
+    expected = "(physical)" if gpus else "(simulated on the host)" if host_device_count() >= 2 else "(logical)"
+    assert text.endswith(expected), text
