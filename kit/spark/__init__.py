@@ -1,0 +1,58 @@
+"""kit.spark: distributed training and evaluation on Apache Spark (PySpark), DL4J's way.
+
+Usage (it starts a local Spark, a JVM that takes seconds to come up, so it is not run as a doctest):
+
+    from kit.data import load_digits
+    from kit.nn import mlp
+    from kit.spark import SparkNetwork, ParameterAveragingTrainingMaster, local_spark_context, to_rdd
+    from kit.spark import export_stats_html
+    train, test = load_digits()
+    net = mlp(64, hidden=(32,), n_out=10)
+    sc = local_spark_context("local[2]")             # clear error if PySpark or Java is missing
+    tm = ParameterAveragingTrainingMaster(batch_size_per_worker=32, averaging_frequency=5,
+                                          collect_training_stats=True)
+    spark_net = SparkNetwork(sc, net, tm)
+    spark_net.fit(to_rdd(sc, train), epochs=2)
+    spark_net.evaluate(to_rdd(sc, test)).accuracy()
+    export_stats_html(spark_net.get_training_stats(), "stats.html")
+
+DL4J names: SparkNetwork = SparkDl4jMultiLayer, ParameterAveragingTrainingMaster and
+SharedTrainingMaster keep theirs, get_training_stats = getSparkTrainingStats,
+export_stats_html = StatsUtils.exportStatsAsHtml. Needs the `spark` extra (PySpark) and Java 17.
+Importing this package does not import PySpark; starting a context does.
+"""
+
+from kit.spark.masters import (
+    ParameterAveragingTrainingMaster,
+    RDDTrainingApproach,
+    Repartition,
+    SharedTrainingMaster,
+    TrainingMaster,
+)
+from kit.spark.network import (
+    SparkNetwork,
+    SparkTrainingError,
+    SparkUnavailableError,
+    local_spark_context,
+    merge_evaluations,
+    spark_missing,
+    to_rdd,
+)
+from kit.spark.stats import SparkTrainingStats, export_stats_html
+
+__all__ = [
+    "ParameterAveragingTrainingMaster",
+    "RDDTrainingApproach",
+    "Repartition",
+    "SharedTrainingMaster",
+    "SparkNetwork",
+    "SparkTrainingError",
+    "SparkTrainingStats",
+    "SparkUnavailableError",
+    "TrainingMaster",
+    "export_stats_html",
+    "local_spark_context",
+    "merge_evaluations",
+    "spark_missing",
+    "to_rdd",
+]

@@ -1,0 +1,455 @@
+"""What runs on Spark executors: rebuild a network from its JSON config, train a round, evaluate.
+
+How the driver uses it (kit.spark.masters, with a live Spark context, so not run as a doctest):
+
+    fn = round_task(RoundSpec(...), broadcast)        # the driver builds a task ...
+    rdd.mapPartitionsWithIndex(fn).collect()          # ... Spark runs it on every partition
+
+A task is a plain function of (partition index, iterator of elements), so it also runs without Spark:
+
+    >>> import numpy as np
+    >>> from kit.spark._executor import count_task
+    >>> pair = (np.zeros((1, 4), np.float32), np.array([1]))   # one element: (features, labels)
+    >>> list(count_task(3, iter([pair, pair])))
+    [(3, 2)]
+    >>> list(count_task(3, iter([(np.zeros((1, 4)), np.array([1, 2]))])))
+    Traceback (most recent call last):
+    kit.spark._executor.PartitionError: [kit.spark] partition 3 (count): ValueError: partition 3: features of shape ...
+
+Only plain data crosses the wire: the JSON configuration (a string), flat float arrays (the
+parameters and updater state, through a Spark broadcast), NumPy data, and plain dictionaries
+of numbers coming back. No kit object is ever pickled: each executor process builds its own
+Network with `Network.from_config` (once per configuration, then reused) and sets the flat
+buffer. Every failure is re-raised as `PartitionError`, whose message starts with
+`[kit.spark] partition N`, so the driver can name the partition.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kit import memory
+from kit.data.dataset import DataSet
+from kit.evaluation import ROC, Evaluation
+from kit.nn.network import Network
+from kit.parallel.threshold import (
+    AdaptiveThresholdAlgorithm,
+    encoded_count,
+    threshold_decode,
+    threshold_encode,
+)
+
+__all__ = [
+    "PartitionError",
+    "RoundSpec",
+    "batches_of",
+    "check_element",
+    "count_task",
+    "eval_task",
+    "export_task",
+    "round_task",
+    "row_to_pair",
+]
+
+MARK = "[kit.spark] partition"
+
+_NETS: dict[str, Network] = {}  # config JSON -> this executor process's network
+_SHARED: dict[tuple[str, int], dict[str, Any]] = {}  # (fit token, worker) -> residual, updater, tau
+
+
+class PartitionError(RuntimeError):
+    """A task failed on one partition; the message names it (and the round)."""
+
+
+@dataclass(frozen=True)
+class RoundSpec:
+    """Everything a round's task needs, as plain values (pickled by Spark with the closure)."""
+
+    config_json: str
+    keys: tuple[str, ...]  # state arrays in the flat buffer, in order ("params", "updater_m", ...)
+    sizes: tuple[int, ...]
+    round: int
+    elements_per_batch: int
+    batches_per_round: int
+    base_iteration: int  # updater steps done before this round (Adam's bias correction)
+    num_classes: int
+    send_updater: bool
+    mode: str = "averaging"  # or "shared"
+    workspace_mode: str | None = None
+    periodic_gc: bool = True
+    gc_window_ms: int = 5000
+    token: str = ""
+    state_dir: str = ""
+    threshold: dict[str, float] = field(default_factory=dict)
+
+
+def network_for(config_json: str, workspace_mode: str | None) -> Network:
+    """This process's network for a configuration (built once, reused by later tasks)."""
+    key = f"{config_json}|{workspace_mode}"
+    net = _NETS.get(key)
+    if net is None:
+        from kit.nn.config import NetworkConfig
+
+        cfg = NetworkConfig.from_json(config_json)
+        if workspace_mode:
+            cfg = cfg.replace(training_workspace_mode=workspace_mode)
+        if len(_NETS) >= 2:
+            _NETS.clear()
+        net = _NETS[key] = Network.from_config(cfg)
+    return net
+
+
+def load_state(net: Network, flat: np.ndarray, keys: Iterable[str], sizes: Iterable[int]) -> None:
+    arrays = net.state_arrays()
+    offset = 0
+    for key, size in zip(keys, sizes):
+        part = flat[offset : offset + size]
+        if key == "params":
+            net.set_params(part)
+        else:
+            arrays[key].assign(part)
+        offset += size
+
+
+def pack_state(net: Network, keys: Iterable[str]) -> np.ndarray:
+    arrays = net.state_arrays()
+    return np.concatenate([arrays[k].numpy().reshape(-1) for k in keys]).astype(np.float32, copy=False)
+
+
+def check_element(element: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """One RDD element: a (features, labels) pair of arrays with the same leading length."""
+    if not isinstance(element, (tuple, list)) or len(element) != 2:
+        raise ValueError(
+            f"{where}: an element is a {type(element).__name__}; kit.spark needs (features, labels) pairs of "
+            "NumPy arrays (see kit.spark.to_rdd)"
+        )
+    x, y = np.asarray(element[0]), np.asarray(element[1])
+    if x.ndim == 0 or y.ndim == 0 or x.shape[0] != y.shape[0]:
+        raise ValueError(f"{where}: features of shape {x.shape} and labels of shape {y.shape} differ in length")
+    return x, y
+
+
+def batches_of(elements: list[Any], per_batch: int, num_classes: int, where: str) -> list[DataSet]:
+    """Stack groups of `per_batch` elements into DataSets; features must be finite."""
+    out = []
+    for start in range(0, len(elements), per_batch):
+        pairs = [check_element(e, where) for e in elements[start : start + per_batch]]
+        x = np.concatenate([p[0] for p in pairs]).astype(np.float32, copy=False)
+        y = np.concatenate([p[1] for p in pairs])
+        if not np.all(np.isfinite(x)):
+            row = int(np.argwhere(~np.isfinite(x.reshape(x.shape[0], -1)))[0][0])
+            raise ValueError(f"{where}: features contain NaN or infinity (mini-batch row {row})")
+        out.append(DataSet(x, y, num_classes=num_classes))
+    return out
+
+
+def _fail(partition: int, what: str, exc: BaseException) -> PartitionError:
+    return PartitionError(f"{MARK} {partition} ({what}): {type(exc).__name__}: {exc}")
+
+
+# ---- training --------------------------------------------------------------------------
+
+
+def round_task(spec: RoundSpec, state_bc: Any) -> Any:
+    """The function Spark runs on each partition for one round (DIRECT: the cached elements;
+    EXPORT: one (worker, path) record per partition)."""
+
+    def run(partition: int, it: Iterator[Any]) -> Iterator[dict[str, Any]]:
+        try:
+            yield _train_round(spec, state_bc, partition, it)
+        except PartitionError:
+            raise
+        except BaseException as exc:
+            raise _fail(partition, f"round {spec.round}", exc) from exc
+
+    return run
+
+
+def _round_elements(spec: RoundSpec, partition: int, it: Iterator[Any]) -> tuple[int, list[Any], str]:
+    per_round = spec.elements_per_batch * spec.batches_per_round
+    first = next(it, None)
+    if isinstance(first, tuple) and len(first) == 2 and isinstance(first[1], str) and first[1].endswith(".npz"):
+        worker, path = first  # EXPORT: this round's mini-batches were written to a file
+        collections.deque(it, maxlen=0)  # drained: PySpark reuses a worker only after a whole input
+        with np.load(path, allow_pickle=False) as f:
+            n = int(f["count"])
+            return worker, [(f[f"x{i}"], f[f"y{i}"]) for i in range(n)], "export"
+    start = spec.round * per_round
+    elements = [] if first is None else list(itertools.islice(itertools.chain([first], it), start, start + per_round))
+    collections.deque(it, maxlen=0)  # read to the end, or PySpark starts a new Python worker per task
+    return partition, elements, "direct"
+
+
+def _train_round(spec: RoundSpec, state_bc: Any, partition: int, it: Iterator[Any]) -> dict[str, Any]:
+    t_start = time.time()
+    t0 = time.perf_counter()
+    worker, elements, source = _round_elements(spec, partition, it)
+    where = f"worker {worker}, round {spec.round}"
+    if source == "export":
+        batches = [DataSet(np.asarray(x, np.float32), y, num_classes=spec.num_classes) for x, y in elements]
+        for ds in batches:
+            if not np.all(np.isfinite(ds.features.numpy())):
+                raise ValueError(f"{where}: features contain NaN or infinity")
+    else:
+        batches = batches_of(elements, spec.elements_per_batch, spec.num_classes, where)
+    t1 = time.perf_counter()
+    memory.toggle_periodic_gc(spec.periodic_gc)
+    memory.set_auto_gc_window(spec.gc_window_ms)
+    gc0 = memory.gc_stats()
+    result: dict[str, Any] = {"worker": worker, "round": spec.round, "state": None, "scores": [], "sizes": []}
+    if not batches:
+        result["stats"] = {"worker": worker, "round": spec.round, "pid": os.getpid(), "examples": 0}
+        return result
+    net = network_for(spec.config_json, spec.workspace_mode)
+    flat = state_bc.value
+    load_state(net, flat, spec.keys, spec.sizes)
+    if not spec.send_updater:  # DL4J's saveUpdater(false): each round's updater starts fresh
+        for key, arr in net.state_arrays().items():
+            if key not in spec.keys:
+                arr.assign(np.zeros(arr.shape, np.float32))
+    net.iteration = spec.base_iteration
+    t2 = time.perf_counter()
+    allocs0 = memory.heap_allocations()
+    extra: dict[str, Any] = {}
+    if spec.mode == "shared":
+        result["messages"], extra = _shared_steps(spec, net, worker, batches, result["scores"])
+    else:
+        for ds in batches:
+            result["scores"].append(float(net.fit_batch(ds)))
+    result["sizes"] = [ds.num_examples for ds in batches]
+    t3 = time.perf_counter()
+    if spec.mode != "shared":
+        keys = spec.keys if spec.send_updater else spec.keys[:1]
+        result["state"] = pack_state(net, keys)
+    t4 = time.perf_counter()
+    gc1 = memory.gc_stats()
+    result["stats"] = {
+        "worker": worker,
+        "round": spec.round,
+        "pid": os.getpid(),
+        "start": t_start,
+        "end": time.time(),
+        "load_ms": (t1 - t0) * 1e3,
+        "get_model_ms": (t2 - t1) * 1e3,
+        "fit_ms": (t3 - t2) * 1e3,
+        "export_ms": (t4 - t3) * 1e3,
+        "examples": sum(result["sizes"]),
+        "batches": len(batches),
+        "heap_allocations": memory.heap_allocations() - allocs0,
+        "peak_workspace_bytes": net._train_mgr.peak_bytes(),
+        "gc_calls": gc1["calls"] - gc0["calls"],
+        "gc_ms": (gc1["seconds"] - gc0["seconds"]) * 1e3,
+        **extra,
+    }
+    return result
+
+
+def _shared_steps(
+    spec: RoundSpec, net: Network, worker: int, batches: list[DataSet], scores: list[float]
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """SharedTrainingMaster: each step's update goes into the residual, is threshold-encoded,
+    applied locally and sent; the residual and updater state stay with the worker."""
+    state, restored = _worker_state(spec, net, worker)
+    arrays = net.state_arrays()
+    for key, value in state["updater"].items():
+        arrays[key].assign(value)
+    algo = AdaptiveThresholdAlgorithm(**spec.threshold)
+    messages, counts = [], []
+    for ds in batches:
+        old = net.flat_params.numpy().copy()
+        scores.append(float(net.fit_batch(ds)))
+        update = old - net.flat_params.numpy()
+        state["residual"] += update
+        state["tau"] = algo.calculate_threshold(
+            net.iteration, 0, state["tau"], state["last_dense"], state["last_sparsity"]
+        )
+        message = threshold_encode(state["residual"], state["tau"])
+        applied = np.zeros_like(old)
+        if message is not None:
+            threshold_decode(message, applied)
+            messages.append(message)
+        net.set_params(old - applied)
+        count = encoded_count(message)
+        counts.append(count)
+        state["last_dense"] = message is not None and int(message[3]) == 1
+        state["last_sparsity"] = count / old.size
+    state["updater"] = {k: arrays[k].numpy().copy() for k in spec.keys[1:]}
+    state["version"] = spec.round
+    _save_worker_state(spec, worker, state)
+    extra = {
+        "tau": float(state["tau"]),
+        "encoded": int(sum(counts)),
+        "sparsity": float(np.mean(counts) / net.num_params),
+        "state_from": restored,
+    }
+    return messages, extra
+
+
+def _state_path(spec: RoundSpec, worker: int) -> str:
+    return os.path.join(spec.state_dir, f"worker{worker}.npz")
+
+
+def _worker_state(spec: RoundSpec, net: Network, worker: int) -> tuple[dict[str, Any], str]:
+    key = (spec.token, worker)
+    state = _SHARED.get(key)
+    if state is not None and state["version"] == spec.round - 1:
+        return state, "process"
+    path = _state_path(spec, worker)
+    if spec.round > 0 and os.path.exists(path):
+        with np.load(path, allow_pickle=False) as f:
+            state = {
+                "residual": f["residual"].copy(),
+                "updater": {k: f[k].copy() for k in spec.keys[1:]},
+                "tau": float(f["tau"]) if float(f["tau"]) > 0 else None,
+                "last_dense": bool(f["last_dense"]),
+                "last_sparsity": float(f["last_sparsity"]),
+                "version": int(f["version"]),
+            }
+        if state["version"] == spec.round - 1:
+            _SHARED.clear()
+            _SHARED[key] = state
+            return state, "disk"
+    arrays = net.state_arrays()  # a fresh start: the broadcast updater state, an empty residual
+    state = {
+        "residual": np.zeros(net.num_params, np.float32),
+        "updater": {k: arrays[k].numpy().copy() for k in spec.keys[1:]},
+        "tau": None,
+        "last_dense": None,
+        "last_sparsity": None,
+        "version": -1,
+    }
+    if len(_SHARED) > 8:
+        _SHARED.clear()
+    _SHARED[key] = state
+    return state, "new"
+
+
+def _save_worker_state(spec: RoundSpec, worker: int, state: dict[str, Any]) -> None:
+    path = _state_path(spec, worker)
+    tmp = f"{path}.{os.getpid()}.tmp.npz"
+    np.savez(
+        tmp,
+        residual=state["residual"],
+        tau=np.float64(state["tau"] or 0.0),
+        last_dense=np.bool_(bool(state["last_dense"])),
+        last_sparsity=np.float64(state["last_sparsity"] or 0.0),
+        version=np.int64(state["version"]),
+        **state["updater"],
+    )
+    os.replace(tmp, path)
+
+
+def count_task(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int]]:
+    """Elements in a partition (and the first one checked): materialises the cache."""
+    try:
+        n = 0
+        for e in it:
+            if n == 0:
+                check_element(e, f"partition {partition}")
+            n += 1
+        yield partition, n
+    except BaseException as exc:
+        raise _fail(partition, "count", exc) from exc
+
+
+def row_to_pair(row: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A DataFrame row (features: array or ml Vector, label: number) as a one-example pair."""
+    x, y = row[0], row[1]
+    x = np.asarray(x.toArray() if hasattr(x, "toArray") else x, dtype=np.float32)
+    return x[None], np.asarray([y]).astype(np.int64)
+
+
+def export_task(directory: str, per_round: int, per_batch: int) -> Any:
+    """EXPORT: write each round's mini-batches of a partition to one .npz file (no pickle)."""
+
+    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int, str]]:
+        try:
+            buffer: list[Any] = []
+            k = 0
+            for e in it:
+                buffer.append(e)
+                if len(buffer) == per_round:
+                    yield _write_round(directory, partition, k, buffer, per_batch)
+                    buffer, k = [], k + 1
+            if buffer:
+                yield _write_round(directory, partition, k, buffer, per_batch)
+        except BaseException as exc:
+            raise _fail(partition, "export", exc) from exc
+
+    return run
+
+
+def _write_round(directory: str, worker: int, k: int, elements: list[Any], per_batch: int) -> tuple[int, int, str]:
+    where = f"worker {worker}, round {k}"
+    arrays: dict[str, np.ndarray] = {}
+    n = 0
+    for start in range(0, len(elements), per_batch):
+        pairs = [check_element(e, where) for e in elements[start : start + per_batch]]
+        arrays[f"x{n}"] = np.concatenate([p[0] for p in pairs])
+        arrays[f"y{n}"] = np.concatenate([p[1] for p in pairs])
+        n += 1
+    path = os.path.join(directory, f"w{worker}_r{k}.npz")
+    np.savez(path, count=np.int64(n), **arrays)
+    return worker, k, path
+
+
+# ---- evaluation ------------------------------------------------------------------------
+
+
+def eval_task(config_json: str, params_bc: Any, kinds: tuple[str, ...], batch_size: int, num_classes: int) -> Any:
+    """Per partition: the raw sums of each evaluation ("evaluation": confusion matrix; "roc": the
+    labels and scores; "score": (loss sum, count)), merged on the driver by treeAggregate."""
+
+    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
+        try:
+            yield _evaluate(config_json, params_bc, kinds, batch_size, num_classes, partition, it)
+        except BaseException as exc:
+            raise _fail(partition, "evaluation", exc) from exc
+
+    return run
+
+
+def _evaluate(
+    config_json: str,
+    params_bc: Any,
+    kinds: tuple[str, ...],
+    batch_size: int,
+    num_classes: int,
+    partition: int,
+    it: Iterator[Any],
+) -> tuple[Any, ...]:
+    net = network_for(config_json, None)
+    net.set_params(params_bc.value)
+    evs: list[Any] = [Evaluation(num_classes) if k == "evaluation" else ROC() if k == "roc" else None for k in kinds]
+    loss, count = 0.0, 0
+    pairs = [check_element(e, f"partition {partition}") for e in it]
+    if pairs:
+        x = np.concatenate([p[0] for p in pairs]).astype(np.float32, copy=False)
+        y = np.concatenate([p[1] for p in pairs])
+        for start in range(0, x.shape[0], batch_size):
+            ds = DataSet(x[start : start + batch_size], y[start : start + batch_size], num_classes=num_classes)
+            if "score" in kinds:
+                loss += net.score(ds) * ds.num_examples
+                count += ds.num_examples
+            if any(ev is not None for ev in evs):
+                probs = net.output(ds.features)
+                for ev in evs:
+                    if ev is not None:
+                        ev.eval(ds.labels, probs)
+    out: list[Any] = []
+    for kind, ev in zip(kinds, evs):
+        if kind == "evaluation":
+            out.append(ev.confusion)
+        elif kind == "roc":
+            out.append((list(ev._labels), list(ev._scores)))
+        else:
+            out.append((loss, count))
+    return tuple(out)

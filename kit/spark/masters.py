@@ -1,0 +1,383 @@
+"""Training masters: how a SparkNetwork spreads a fit over Spark's executors (DL4J's names).
+
+    >>> from kit.spark import ParameterAveragingTrainingMaster, SharedTrainingMaster
+    >>> tm = ParameterAveragingTrainingMaster(batch_size_per_worker=32, averaging_frequency=5)
+    >>> tm.repartition, tm.rdd_training_approach         # DL4J's defaults
+    (<Repartition.ALWAYS: 'ALWAYS'>, <RDDTrainingApproach.EXPORT: 'EXPORT'>)
+    >>> tm = SharedTrainingMaster(batch_size_per_worker=32, batches_per_round=5)
+    >>> tm.threshold["initial_threshold"], tm.worker_prefetch_num_batches
+    (0.0001, 2)
+
+Both prepare the data once per fit (repartition into one partition per worker, cache or export
+to files), then run rounds. A round is one step of kit's TrainingLoop on the driver:
+
+ParameterAveragingTrainingMaster (DL4J 0.x's default): broadcast the flat parameters (and the
+updater state when `save_updater`) as one float array; each worker sets them into the network
+it built from the JSON config, fits `averaging_frequency` mini-batches of
+`batch_size_per_worker` examples, and sends its flat state back; the driver averages
+(workers that had data in the round, in worker order) and starts the next round from the mean.
+
+SharedTrainingMaster (DL4J 1.0's default, gradient sharing): each worker adds every step's
+update to its residual, threshold-encodes it (kit.parallel.threshold, adaptive threshold) and
+applies what it encoded; the messages go back through Spark (collect) and the driver applies
+their sum in worker order, then broadcasts the parameters for the next round. The residual,
+the updater state and the threshold stay with each worker between rounds (in the executor
+process, and in `state_dir` files when Spark runs a worker's task in another process).
+
+Assignment of data (both masters, `repartition` ALWAYS): element i of the RDD goes to
+mini-batch i // elements_per_batch, and mini-batch b to worker b % num_workers, in order; so
+round r of worker w trains on the same mini-batches as ParallelWrapper's worker w between its
+averagings. With NEVER each existing partition is one worker and keeps its order.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kit.nn.loop import StepResult
+from kit.parallel.threshold import threshold_decode
+from kit.spark import _executor as ex
+
+__all__ = [
+    "ParameterAveragingTrainingMaster",
+    "RDDTrainingApproach",
+    "Repartition",
+    "SharedTrainingMaster",
+    "TrainingMaster",
+]
+
+
+class Repartition(enum.Enum):
+    ALWAYS = "ALWAYS"
+    NEVER = "NEVER"
+    NUM_PARTITIONS_WORKERS_DIFFERS = "NUM_PARTITIONS_WORKERS_DIFFERS"
+
+
+class RDDTrainingApproach(enum.Enum):
+    EXPORT = "EXPORT"  # each round's mini-batches written to .npz files, executors load them
+    DIRECT = "DIRECT"  # executors slice their cached partition
+
+
+@dataclass
+class Prepared:
+    """The data of one fit, ready for rounds."""
+
+    rdd: Any  # cached RDD: one partition per worker (DIRECT), or None (EXPORT)
+    workers: int
+    rounds: int
+    elements_per_batch: int
+    paths: dict[tuple[int, int], str] = field(default_factory=dict)  # EXPORT: (worker, round) -> file
+    export_dir: str | None = None
+    state_dir: str | None = None
+    token: str = ""
+    setup: dict[str, Any] = field(default_factory=dict)
+
+
+def _check_int(owner: str, name: str, value: Any, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{owner}({name}={value!r}): must be an integer >= {minimum}")
+    return value
+
+
+class TrainingMaster:
+    """What both masters share: the data knobs, preparation, the job runner."""
+
+    mode = "averaging"
+
+    def __init__(
+        self,
+        batch_size_per_worker: int,
+        batches_per_round: int,
+        num_workers: int | None,
+        rdd_data_set_num_examples: int,
+        worker_prefetch_num_batches: int,
+        repartition: Repartition | str,
+        rdd_training_approach: RDDTrainingApproach | str,
+        export_directory: str | None,
+        collect_training_stats: bool,
+        worker_workspace_mode: str | None,
+        worker_periodic_gc: bool,
+        worker_gc_window_ms: int,
+    ) -> None:
+        name = type(self).__name__
+        self.batch_size_per_worker = _check_int(name, "batch_size_per_worker", batch_size_per_worker, 1)
+        self._batches_per_round = _check_int(name, "batches per round", batches_per_round, 1)
+        if num_workers is not None:
+            _check_int(name, "num_workers", num_workers, 1)
+        self.num_workers = num_workers
+        self.rdd_data_set_num_examples = _check_int(name, "rdd_data_set_num_examples", rdd_data_set_num_examples, 1)
+        self.worker_prefetch_num_batches = _check_int(
+            name, "worker_prefetch_num_batches", worker_prefetch_num_batches, 0
+        )
+        self.repartition = Repartition(repartition)
+        self.rdd_training_approach = RDDTrainingApproach(rdd_training_approach)
+        self.export_directory = export_directory
+        self.collect_training_stats = bool(collect_training_stats)
+        self.worker_workspace_mode = worker_workspace_mode
+        self.worker_periodic_gc = bool(worker_periodic_gc)
+        self.worker_gc_window_ms = _check_int(name, "worker_gc_window_ms", worker_gc_window_ms, 0)
+
+    # ---- preparation -------------------------------------------------------------------
+    def prepare(self, sc: Any, rdd: Any, runner: Any) -> Prepared:
+        """Repartition (one partition per worker), cache, count; EXPORT writes the files."""
+        t0 = time.perf_counter()
+        workers = self.num_workers or sc.defaultParallelism
+        per_batch = max(1, math.ceil(self.batch_size_per_worker / self.rdd_data_set_num_examples))
+        per_round = per_batch * self._batches_per_round
+        partitions = rdd.getNumPartitions()
+        shuffle = self.repartition is Repartition.ALWAYS or (
+            self.repartition is Repartition.NUM_PARTITIONS_WORKERS_DIFFERS and partitions != workers
+        )
+        if shuffle:
+            w = workers
+
+            def keyed(pair: tuple[Any, int]) -> tuple[int, tuple[int, Any]]:
+                element, i = pair
+                return (i // per_batch) % w, (i, element)
+
+            prepared = (
+                rdd.zipWithIndex()
+                .map(keyed)
+                .partitionBy(w, lambda key: key)
+                .mapPartitions(lambda it: (e for _, (_, e) in sorted(it, key=lambda kv: kv[1][0])), True)
+            )
+        else:
+            workers, prepared = partitions, rdd
+        setup: dict[str, Any] = {
+            "workers": workers,
+            "repartitioned": shuffle,
+            "approach": self.rdd_training_approach.value,
+        }
+        if self.rdd_training_approach is RDDTrainingApproach.EXPORT:
+            export_dir = tempfile.mkdtemp(prefix="kit-spark-export-", dir=self.export_directory)
+            try:
+                written = runner(
+                    prepared.mapPartitionsWithIndex(ex.export_task(export_dir, per_round, per_batch)), "export"
+                )
+            except BaseException:
+                shutil.rmtree(export_dir, ignore_errors=True)
+                raise
+            paths = {(worker, k): path for worker, k, path in written}
+            rounds = 1 + max((k for _, k in paths), default=-1)
+            data = Prepared(None, workers, rounds, per_batch, paths, export_dir)
+        else:
+            prepared = prepared.cache()
+            sizes = runner(prepared.mapPartitionsWithIndex(ex.count_task), "count")
+            rounds = max((math.ceil(n / per_round) for _, n in sizes), default=0)
+            data = Prepared(prepared, workers, rounds, per_batch)
+            setup["elements_per_worker"] = [n for _, n in sorted(sizes)]
+        data.token = uuid.uuid4().hex
+        if self.mode == "shared":
+            data.state_dir = tempfile.mkdtemp(prefix="kit-spark-shared-")
+        setup["rounds"] = data.rounds
+        setup["prepare_ms"] = (time.perf_counter() - t0) * 1e3
+        data.setup = setup
+        return data
+
+    def release(self, data: Prepared) -> None:
+        if data.rdd is not None:
+            data.rdd.unpersist()
+        for d in (data.export_dir, data.state_dir):
+            if d:
+                shutil.rmtree(d, ignore_errors=True)
+
+    # ---- one round -----------------------------------------------------------------------
+    def _spec(self, owner: Any, data: Prepared, k: int, keys: tuple[str, ...], sizes: tuple[int, ...]) -> ex.RoundSpec:
+        return ex.RoundSpec(
+            config_json=owner.config_json,
+            keys=keys,
+            sizes=sizes,
+            round=k,
+            elements_per_batch=data.elements_per_batch,
+            batches_per_round=self._batches_per_round,
+            base_iteration=owner.worker_iteration,
+            num_classes=owner.network.output_shape[0],
+            send_updater=len(keys) > 1,
+            mode=self.mode,
+            workspace_mode=self.worker_workspace_mode,
+            periodic_gc=self.worker_periodic_gc,
+            gc_window_ms=self.worker_gc_window_ms,
+            token=data.token,
+            state_dir=data.state_dir or "",
+            threshold=getattr(self, "threshold", {}),
+        )
+
+    def _submit(self, owner: Any, data: Prepared, k: int, keys: tuple[str, ...]) -> tuple[list[dict], dict]:
+        """Broadcast the state, run the round's job; returns the workers' results and timings."""
+        sc, net = owner.sc, owner.network
+        arrays = net.state_arrays()
+        sizes = tuple(arrays[key].shape[0] for key in keys)
+        start = time.time()
+        t0 = time.perf_counter()
+        flat = np.concatenate([arrays[key].numpy().reshape(-1) for key in keys]).astype(np.float32, copy=False)
+        bc = sc.broadcast(flat)
+        t1 = time.perf_counter()
+        try:
+            fn = ex.round_task(self._spec(owner, data, k, keys, sizes), bc)
+            if data.rdd is not None:
+                job = data.rdd.mapPartitionsWithIndex(fn, True)
+            else:
+                records = [(w, data.paths[(w, k)]) for w in range(data.workers) if (w, k) in data.paths]
+                job = sc.parallelize(records, max(len(records), 1)).mapPartitionsWithIndex(fn, True)
+            results = owner.run_job(job, f"round {k}")
+        finally:
+            bc.destroy()
+        t2 = time.perf_counter()
+        timing = {"start": start, "broadcast_ms": (t1 - t0) * 1e3, "job_ms": (t2 - t1) * 1e3}
+        return sorted(results, key=lambda r: r["worker"]), timing
+
+    def _results(self, owner: Any, results: list[dict]) -> list[StepResult]:
+        out = []
+        for r in results:
+            if r["scores"]:
+                out.append(StepResult(float(np.mean(r["scores"])), int(sum(r["sizes"])), owner.network, r["worker"]))
+        return out
+
+    def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
+        raise NotImplementedError
+
+
+class ParameterAveragingTrainingMaster(TrainingMaster):
+    """DL4J's ParameterAveragingTrainingMaster with its defaults: batch_size_per_worker 16,
+    averaging_frequency 5, worker_prefetch_num_batches 0, num_workers = the context's
+    defaultParallelism, repartition ALWAYS, rdd_training_approach EXPORT, save_updater False
+    (DL4J's builder field; its Javadoc says otherwise), collect_training_stats False.
+    `worker_prefetch_num_batches` is accepted for DL4J compatibility: a kit worker stacks its
+    round's mini-batches before fitting, so there is nothing to prefetch."""
+
+    mode = "averaging"
+
+    def __init__(
+        self,
+        batch_size_per_worker: int = 16,
+        averaging_frequency: int = 5,
+        *,
+        num_workers: int | None = None,
+        rdd_data_set_num_examples: int = 1,
+        worker_prefetch_num_batches: int = 0,
+        repartition: Repartition | str = Repartition.ALWAYS,
+        rdd_training_approach: RDDTrainingApproach | str = RDDTrainingApproach.EXPORT,
+        export_directory: str | None = None,
+        save_updater: bool = False,
+        collect_training_stats: bool = False,
+        worker_workspace_mode: str | None = None,
+        worker_periodic_gc: bool = True,
+        worker_gc_window_ms: int = 5000,
+    ) -> None:
+        if not isinstance(averaging_frequency, int) or averaging_frequency < 1:
+            raise ValueError(
+                f"ParameterAveragingTrainingMaster(averaging_frequency={averaging_frequency!r}): must be >= 1"
+            )
+        super().__init__(
+            batch_size_per_worker,
+            averaging_frequency,
+            num_workers,
+            rdd_data_set_num_examples,
+            worker_prefetch_num_batches,
+            repartition,
+            rdd_training_approach,
+            export_directory,
+            collect_training_stats,
+            worker_workspace_mode,
+            worker_periodic_gc,
+            worker_gc_window_ms,
+        )
+        self.averaging_frequency = averaging_frequency
+        self.save_updater = bool(save_updater)
+
+    def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
+        net = owner.network
+        keys = tuple(net.state_arrays()) if self.save_updater else ("params",)
+        results, timing = self._submit(owner, data, k, keys)
+        t0 = time.perf_counter()
+        trained = [r for r in results if r["state"] is not None]
+        if trained:
+            mean = trained[0]["state"].astype(np.float64)
+            for r in trained[1:]:  # worker order: the same sum on every run
+                mean += r["state"]
+            mean /= len(trained)
+            ex.load_state(net, mean.astype(np.float32), keys, timing_sizes(net, keys))
+            owner.worker_iteration += max(len(r["scores"]) for r in trained)
+        timing["aggregate_ms"] = (time.perf_counter() - t0) * 1e3
+        return self._results(owner, results), timing, [r["stats"] for r in results]
+
+
+class SharedTrainingMaster(TrainingMaster):
+    """DL4J 1.0's SharedTrainingMaster (gradient sharing), its exchange done through Spark:
+    threshold-encoded updates with residuals, AdaptiveThresholdAlgorithm (initial threshold
+    1e-4, target sparsity 1e-4..1e-2), worker_prefetch_num_batches 2, periodic GC on executors
+    with a 5000 ms window (DL4J's workerTogglePeriodicGC / workerPeriodicGCFrequency).
+    `batches_per_round`: mini-batches each worker fits between two exchanges (one Spark job)."""
+
+    mode = "shared"
+
+    def __init__(
+        self,
+        batch_size_per_worker: int = 16,
+        batches_per_round: int = 5,
+        *,
+        num_workers: int | None = None,
+        rdd_data_set_num_examples: int = 1,
+        worker_prefetch_num_batches: int = 2,
+        repartition: Repartition | str = Repartition.ALWAYS,
+        rdd_training_approach: RDDTrainingApproach | str = RDDTrainingApproach.EXPORT,
+        export_directory: str | None = None,
+        initial_threshold: float = 1e-4,
+        min_target_sparsity: float = 1e-4,
+        max_target_sparsity: float = 1e-2,
+        decay_rate: float = 0.5 ** (1 / 20),
+        collect_training_stats: bool = False,
+        worker_workspace_mode: str | None = None,
+        worker_periodic_gc: bool = True,
+        worker_gc_window_ms: int = 5000,
+    ) -> None:
+        super().__init__(
+            batch_size_per_worker,
+            batches_per_round,
+            num_workers,
+            rdd_data_set_num_examples,
+            worker_prefetch_num_batches,
+            repartition,
+            rdd_training_approach,
+            export_directory,
+            collect_training_stats,
+            worker_workspace_mode,
+            worker_periodic_gc,
+            worker_gc_window_ms,
+        )
+        self.batches_per_round = batches_per_round
+        self.threshold = {
+            "initial_threshold": float(initial_threshold),
+            "min_target_sparsity": float(min_target_sparsity),
+            "max_target_sparsity": float(max_target_sparsity),
+            "decay_rate": float(decay_rate),
+        }
+
+    def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
+        net = owner.network
+        keys = tuple(net.state_arrays())  # updater state: the start of a worker that has none yet
+        results, timing = self._submit(owner, data, k, keys)
+        t0 = time.perf_counter()
+        total = np.zeros(net.num_params, np.float32)
+        for r in results:  # worker order
+            for message in r.get("messages") or []:
+                threshold_decode(message, total)
+        if results:
+            net.set_params(net.params().numpy() - total)
+            owner.worker_iteration += max((len(r["scores"]) for r in results), default=0)
+        timing["aggregate_ms"] = (time.perf_counter() - t0) * 1e3
+        return self._results(owner, results), timing, [r["stats"] for r in results]
+
+
+def timing_sizes(net: Any, keys: tuple[str, ...]) -> tuple[int, ...]:
+    arrays = net.state_arrays()
+    return tuple(arrays[key].shape[0] for key in keys)

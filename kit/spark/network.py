@@ -1,0 +1,320 @@
+"""SparkNetwork: train and evaluate a kit Network on Apache Spark (DL4J's SparkDl4jMultiLayer).
+
+Usage (it starts a local Spark, a JVM that takes seconds to come up, so it is not run as a doctest;
+`train`, `test` and `net` as in kit.spark's example):
+
+    sc = local_spark_context("local[2]")
+    rdd = to_rdd(sc, train)                      # RDD of (features, labels) NumPy pairs
+    tm = ParameterAveragingTrainingMaster(batch_size_per_worker=32, averaging_frequency=5)
+    spark_net = SparkNetwork(sc, net, tm)
+    spark_net.fit(rdd, epochs=2, listeners=[ScoreIterationListener(10)])
+    spark_net.evaluate(to_rdd(sc, test)).accuracy()  # merged across partitions (treeAggregate)
+    spark_net.network                            # the trained model, on the driver
+
+The data: an RDD whose elements are `(features, labels)` pairs of NumPy arrays with a leading
+examples axis: features (n, *input_shape), labels (n,) class indices or (n, C) one-hot rows;
+each element holds `rdd_data_set_num_examples` examples (the master's knob, default 1, as in
+DL4J). A DataFrame works too: its first two columns are taken as features (array or
+pyspark.ml Vector) and label (class index), one example per row. `to_rdd` makes an RDD from a
+kit DataSet.
+
+Training drives kit's TrainingLoop on the driver: one loop step is one round of the training
+master (one Spark job), so listeners see DL4J's numbering, one `iteration_done` per worker
+per round (with `worker=`), as with ParallelWrapper. With one worker and averaging frequency
+1, fit() equals Network.fit on the same mini-batches. After fit, `network.iteration` counts
+the updater steps each worker took (what Adam's bias correction needs to continue).
+
+A task that fails (bad labels, NaN features, a crash) stops fit() with SparkTrainingError
+naming the partition, and the job group is cancelled so no Spark job is left running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from kit.data.dataset import DataSet
+from kit.evaluation import ROC, Evaluation
+from kit.nn.loop import StepResult, TrainingLoop
+from kit.nn.network import Network
+from kit.spark import _executor as ex
+from kit.spark.masters import TrainingMaster
+from kit.spark.stats import SparkTrainingStats
+
+__all__ = [
+    "SparkNetwork",
+    "SparkTrainingError",
+    "SparkUnavailableError",
+    "local_spark_context",
+    "merge_evaluations",
+    "spark_missing",
+    "to_rdd",
+]
+
+DEFAULT_EVAL_BATCH_SIZE = 64  # DL4J's DEFAULT_EVAL_SCORE_BATCH_SIZE
+
+
+class SparkUnavailableError(RuntimeError):
+    """Spark cannot start here: the message names what is missing (PySpark, Java) and the fix."""
+
+
+class SparkTrainingError(RuntimeError):
+    """A Spark task failed; the message names the partition (and round), the cause is chained."""
+
+
+def spark_missing() -> str | None:
+    """Why Spark cannot start here (None when PySpark and Java are both present)."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return 'PySpark is not installed: pip install "kit[spark]" (or pip install "pyspark>=3.5")'
+    java_home = os.environ.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        where = f"JAVA_HOME={java_home} has no bin/java" if java_home else "no `java` on PATH"
+        return (
+            f"Spark needs Java 17 and finds none ({where}): on Debian/Ubuntu "
+            "`apt-get install -y openjdk-17-jre-headless`, elsewhere install a JRE 17 and set JAVA_HOME"
+        )
+    return None
+
+
+def local_spark_context(
+    master: str = "local[2]", app_name: str = "kit", driver_memory: str = "1g", conf: dict[str, str] | None = None
+) -> Any:
+    """A SparkContext for this machine: UI off, executors running this Python; clear errors."""
+    why = spark_missing()
+    if why:
+        raise SparkUnavailableError(why)
+    from pyspark import SparkConf, SparkContext
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    settings = {"spark.ui.enabled": "false", "spark.driver.memory": driver_memory, **(conf or {})}
+    spark_conf = SparkConf().setMaster(master).setAppName(app_name)
+    for key, value in settings.items():
+        spark_conf = spark_conf.set(key, value)
+    try:
+        sc = SparkContext.getOrCreate(spark_conf)
+    except Exception as exc:
+        raise SparkUnavailableError(
+            f"Spark could not start with master {master!r}: {type(exc).__name__}: {str(exc)[:400]}; "
+            "check `java -version` (Spark needs Java 17) and that nothing else holds the driver port"
+        ) from exc
+    sc.setLogLevel("ERROR")
+    return sc
+
+
+def to_rdd(
+    sc: Any, data: DataSet | tuple[Any, Any], examples_per_element: int = 1, num_slices: int | None = None
+) -> Any:
+    """An RDD of (features, labels) NumPy pairs from a DataSet or a (features, labels) pair;
+    labels become class indices; `examples_per_element` examples per element (the master's
+    rdd_data_set_num_examples)."""
+    if isinstance(data, DataSet):
+        x, y = data.features.numpy(), data.labels.numpy().argmax(axis=1)
+    else:
+        x, y = np.asarray(data[0]), np.asarray(data[1])
+        if y.ndim == 2:
+            y = y.argmax(axis=1)
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"to_rdd: {x.shape[0]} feature rows but {y.shape[0]} labels")
+    x = x.astype(np.float32, copy=False)
+    n = examples_per_element
+    pairs = [(x[i : i + n], y[i : i + n]) for i in range(0, x.shape[0], n)]
+    return sc.parallelize(pairs, num_slices or sc.defaultParallelism)
+
+
+def as_rdd(data: Any) -> Any:
+    """An RDD of pairs from an RDD (as is) or a DataFrame (first two columns: features, label)."""
+    if hasattr(data, "mapPartitionsWithIndex"):
+        return data
+    if hasattr(data, "rdd") and hasattr(data, "columns"):
+        if len(data.columns) < 2:
+            raise ValueError(f"a DataFrame for kit.spark needs features and label columns, got {data.columns}")
+        return data.select(data.columns[0], data.columns[1]).rdd.map(ex.row_to_pair)
+    raise TypeError(
+        f"SparkNetwork needs an RDD of (features, labels) pairs or a DataFrame, got {type(data).__name__}; "
+        "make one with kit.spark.to_rdd(sc, dataset)"
+    )
+
+
+def merge_evaluations(target: Any, raw: Any) -> None:
+    """Merge a partition's raw sums into an Evaluation (confusion matrix) or ROC (labels, scores)."""
+    if isinstance(target, Evaluation):
+        target.confusion += raw
+    elif isinstance(target, ROC):
+        labels, scores = raw
+        target._labels.extend(labels)
+        target._scores.extend(scores)
+    else:
+        raise TypeError(f"do_evaluation: kit.spark merges Evaluation and ROC, got {type(target).__name__}")
+
+
+def _combine(a: tuple[Any, ...] | None, b: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    out = []
+    for x, y in zip(a, b):
+        if isinstance(x, np.ndarray):
+            out.append(x + y)
+        elif isinstance(x[0], list):
+            out.append((x[0] + y[0], x[1] + y[1]))
+        else:
+            out.append((x[0] + y[0], x[1] + y[1]))
+    return tuple(out)
+
+
+_MARK = re.compile(r"\[kit\.spark\] partition (\d+)[^\n]*")
+
+
+class SparkNetwork:
+    """A Network trained by a training master on a SparkContext (DL4J's SparkDl4jMultiLayer)."""
+
+    def __init__(self, spark_context: Any, network: Network, training_master: TrainingMaster) -> None:
+        if not isinstance(network, Network):
+            raise TypeError(f"SparkNetwork needs a kit.nn.Network, got {type(network).__name__}")
+        if not isinstance(training_master, TrainingMaster):
+            raise TypeError(
+                "SparkNetwork needs a ParameterAveragingTrainingMaster or SharedTrainingMaster, got "
+                f"{type(training_master).__name__}"
+            )
+        self.sc = spark_context
+        self.network = network
+        self.training_master = training_master
+        self.iteration = network.iteration  # loop steps (rounds): what listeners number
+        self.epoch = network.epoch
+        self.worker_iteration = network.iteration  # updater steps per worker
+        self.last_score = float("nan")
+        self.loop: TrainingLoop | None = None
+        self._stats: SparkTrainingStats | None = None
+
+    @property
+    def config_json(self) -> str:
+        return self.network.configuration.to_json()
+
+    # ---- jobs ----------------------------------------------------------------------------
+    def run_job(self, rdd: Any, what: str) -> list[Any]:
+        """Collect `rdd` in its own job group; a failure cancels the group and names the partition."""
+        group = f"kit-{uuid.uuid4().hex[:12]}"
+        self.sc.setJobGroup(group, f"kit.spark {what}", interruptOnCancel=True)
+        try:
+            return rdd.collect()
+        except Exception as exc:
+            self.sc.cancelJobGroup(group)
+            text = str(exc)
+            found = _MARK.search(text)
+            if found:
+                raise SparkTrainingError(f"Spark {what} failed in {found.group(0)[len('[kit.spark] ') :]}") from exc
+            raise SparkTrainingError(f"Spark {what} failed: {type(exc).__name__}: {text[:600]}") from exc
+        finally:
+            self.sc.setLocalProperty("spark.jobGroup.id", None)
+
+    # ---- training ------------------------------------------------------------------------
+    def fit(self, data: Any, epochs: int = 1, listeners: Iterable[Any] = ()) -> Network:
+        """Train on an RDD of (features, labels) pairs or a DataFrame; returns the network."""
+        master = self.training_master
+        rdd = as_rdd(data)
+        prepared = master.prepare(self.sc, rdd, self.run_job)
+        if prepared.rounds == 0:
+            master.release(prepared)
+            raise ValueError("SparkNetwork.fit: the RDD holds no elements")
+        stats = SparkTrainingStats(type(master).__name__, dict(prepared.setup))
+        keep = master.collect_training_stats
+
+        def step(group: list[int]) -> list[StepResult]:
+            (k,) = group
+            results, timing, worker_stats = master.run_round(self, prepared, k)
+            if keep:
+                n = len([w for w in worker_stats if w.get("examples")])
+                stats.rounds.append({"round": k, "epoch": self.epoch, "workers": n, **timing})
+                stats.workers.extend({**w, "epoch": self.epoch} for w in worker_stats)
+            if results:
+                self.last_score = float(np.mean([r.score for r in results]))
+            return results
+
+        self.loop = TrainingLoop(self.network, step, listeners=listeners, counters=self)
+        try:
+            self.loop.run(list(range(prepared.rounds)), epochs)
+        finally:
+            master.release(prepared)
+            self.network.iteration, self.network.epoch = self.worker_iteration, self.epoch
+            self.network.last_score = self.last_score
+        self._stats = stats if keep else None
+        return self.network
+
+    def stop_fit(self) -> None:
+        if self.loop is not None:
+            self.loop.stop()
+
+    def get_training_stats(self) -> SparkTrainingStats | None:
+        """The last fit's stats (None unless the master has collect_training_stats=True)."""
+        return self._stats
+
+    def get_score(self) -> float:
+        return self.last_score
+
+    # ---- evaluation ----------------------------------------------------------------------
+    def _aggregate(self, data: Any, kinds: tuple[str, ...], batch_size: int, depth: int = 2) -> tuple[Any, ...]:
+        rdd = as_rdd(data)
+        net = self.network
+        bc = self.sc.broadcast(net.params().numpy())
+        group = f"kit-{uuid.uuid4().hex[:12]}"
+        self.sc.setJobGroup(group, "kit.spark evaluation", interruptOnCancel=True)
+        try:
+            fn = ex.eval_task(self.config_json, bc, kinds, batch_size, net.output_shape[0])
+            result = rdd.mapPartitionsWithIndex(fn).treeAggregate(None, _combine, _combine, depth)
+        except Exception as exc:
+            self.sc.cancelJobGroup(group)
+            found = _MARK.search(str(exc))
+            where = found.group(0)[len("[kit.spark] ") :] if found else f"{type(exc).__name__}: {str(exc)[:600]}"
+            raise SparkTrainingError(f"Spark evaluation failed in {where}") from exc
+        finally:
+            self.sc.setLocalProperty("spark.jobGroup.id", None)
+            bc.destroy()
+        if result is None:
+            raise ValueError("SparkNetwork evaluation: the RDD holds no elements")
+        return result
+
+    def do_evaluation(self, data: Any, *evaluations: Any, batch_size: int = DEFAULT_EVAL_BATCH_SIZE) -> tuple:
+        """Evaluate on every partition and merge (treeAggregate) into the given Evaluation/ROC
+        objects: the same numbers as a local `network.do_evaluation` on the same data."""
+        if not evaluations:
+            raise ValueError("do_evaluation needs at least one evaluation object (Evaluation, ROC)")
+        kinds = []
+        for ev in evaluations:
+            if isinstance(ev, Evaluation):
+                if ev.num_classes != self.network.output_shape[0]:
+                    raise ValueError(
+                        f"Evaluation({ev.num_classes}) for a network with {self.network.output_shape[0]} outputs"
+                    )
+                kinds.append("evaluation")
+            elif isinstance(ev, ROC):
+                kinds.append("roc")
+            else:
+                raise TypeError(f"do_evaluation: kit.spark merges Evaluation and ROC, got {type(ev).__name__}")
+        raw = self._aggregate(data, tuple(kinds), batch_size)
+        for ev, part in zip(evaluations, raw):
+            merge_evaluations(ev, part)
+        return evaluations
+
+    def evaluate(self, data: Any, batch_size: int = DEFAULT_EVAL_BATCH_SIZE) -> Evaluation:
+        return self.do_evaluation(data, Evaluation(self.network.output_shape[0]), batch_size=batch_size)[0]
+
+    def score(self, data: Any, batch_size: int = DEFAULT_EVAL_BATCH_SIZE) -> float:
+        """Mean loss over the RDD (DL4J's calculateScore(rdd, average=true))."""
+        ((total, count),) = self._aggregate(data, ("score",), batch_size)
+        if count == 0:
+            raise ValueError("SparkNetwork.score: no examples")
+        return total / count
+
+    calculate_score = score
