@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import kit
+from kit.devices import host_device_count
 
 try:
     from kit import readings
@@ -36,7 +37,9 @@ def info_lines() -> list[str]:
         f"GPU: {choice.gpu_reason}",
         f"NumPy {np.__version__}" + _cupy_version(),
         f"default dtype: {kit.get_default_dtype().name}",
-        "physical devices:",
+        f"devices ({host_device_count()} simulated on the host, KIT_HOST_DEVICES):"
+        if host_device_count() > 1
+        else "physical devices:",
     ]
     lines += [f"  {d.describe()}" for d in kit.devices()]
     workers = kit.logical_devices(2)
