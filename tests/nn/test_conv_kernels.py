@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import kit
-from kit.nn import AvgPool2D, Conv2D, MaxPool2D, Network, WorkspaceMode
+from kit.data import DataSet
+from kit.nn import AvgPool2D, BatchNorm, Conv2D, Dense, Flatten, MaxPool2D, Network, ReLU, WorkspaceMode
 from kit.nn.workspace_mgr import ArrayType
 
 # ---- the old kernels (kit before issue 15), on plain NumPy arrays -------------------------
@@ -82,6 +83,27 @@ def old_avgpool(x, eps, k, s, p):
     oh, ow = eps.shape[2:]
     y = np.mean(_old_window_matrix(x, k, s, p, 0.0, oh, ow), axis=-1)
     return y, _old_scatter(eps, x.shape, k, s, p, lambda o: eps * (1.0 / (k * k)))
+
+
+def old_batchnorm(x, gamma, beta, running_mean, running_var, eps, training, decay=0.9, epsilon=1e-5):
+    """(y, d gamma, d beta, dx, new running mean, new running var), reductions by np.mean/np.sum."""
+    axes, view = ((0,), (1, -1)) if x.ndim == 2 else ((0, 2, 3), (1, -1, 1, 1))
+    if training:
+        mean, var = x.mean(axis=axes), ((x - x.mean(axis=axes).reshape(view)) ** 2).mean(axis=axes)
+        running_mean = running_mean * decay + mean * (1 - decay)
+        running_var = running_var * decay + var * (1 - decay)
+    else:
+        mean, var = running_mean, running_var
+    inv_std = 1.0 / np.sqrt(var + epsilon)
+    xhat = (x - mean.reshape(view)) * inv_std.reshape(view)
+    y = xhat * gamma.reshape(view) + beta.reshape(view)
+    d_gamma, d_beta = (eps * xhat).sum(axis=axes), eps.sum(axis=axes)
+    scale = (gamma * inv_std).reshape(view)
+    if not training:
+        return y, d_gamma, d_beta, eps * scale, running_mean, running_var
+    n = x.size // x.shape[1]
+    dx = scale * (eps - d_beta.reshape(view) / n - xhat * d_gamma.reshape(view) / n)
+    return y, d_gamma, d_beta, dx, running_mean, running_var
 
 
 # ---- running the new layers ---------------------------------------------------------------
@@ -165,6 +187,25 @@ def test_pooling_matches_the_old_kernels(cls, old, case, mode):
     assert y.shape == ry.shape and dx.shape == rdx.shape
 
 
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("shape", [(5,), (3, 4, 4), (6, 7, 5)])
+@pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
+def test_batchnorm_matches_the_old_kernels(shape, training, mode):
+    rng = np.random.default_rng(sum(shape))
+    c = shape[0]
+    x = (rng.standard_normal((6, *shape)) * 3 + 1).astype(np.float32)
+    eps = rng.standard_normal(x.shape).astype(np.float32)
+    gamma, beta = rng.standard_normal(c), rng.standard_normal(c)
+    r_mean, r_var = rng.standard_normal(c), rng.random(c) + 0.5
+    params = np.concatenate([gamma, beta, r_mean, r_var]).astype(np.float32)
+    layer = BatchNorm()
+    y, grads, dx = run_layer(layer, x, eps, mode, training=training, params=params)
+    ref = old_batchnorm(x.astype(np.float64), gamma, beta, r_mean, r_var, eps.astype(np.float64), training)
+    new = (y, grads["gamma"], grads["beta"], dx, layer.params["mean"].numpy(), layer.params["var"].numpy())
+    for got, want in zip(new, ref):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+
+
 @pytest.mark.parametrize("case", [((2, 8, 6), 2, 2, 0), ((2, 7, 5), 3, 2, 1)])
 def test_maxpool_backward_after_an_inference_forward_finds_the_same_winners(case):
     (c, h, w), k, s, p = case
@@ -186,14 +227,10 @@ def _act_bytes(net, ds):
 def test_kept_columns_live_in_the_activations_workspace_and_are_counted(monkeypatch):
     """SEPARATE resets working memory after each layer, so kept columns must be ACTIVATIONS:
     the activations workspace grows by (at least) their bytes, and kept_bytes reports them."""
-    from kit.data import DataSet
-
     rng = np.random.default_rng(0)
     ds = DataSet(rng.random((8, 2, 10, 10)), rng.integers(0, 3, 8), num_classes=3)
 
     def build():
-        from kit.nn import Dense, Flatten, ReLU
-
         return Network(
             [Conv2D(4, 3, padding=1), ReLU(), Conv2D(5, 3, stride=2), Flatten(), Dense(3)],
             (2, 10, 10),
