@@ -53,3 +53,82 @@ def test_parallel_wrapper_on_logical_gpu_devices_says_logical():
             pw.fit(ArrayIterator(tr, 32))
             assert pw.describe().endswith("(logical)")
         assert np.isfinite(net.params().numpy()).all()
+
+
+def test_copies_between_host_and_gpu_go_through_the_transfer_path():
+    from kit.devices import reset_transfer_stats, transfer_stats
+
+    reset_transfer_stats()
+    host = kit.arange(12, dtype="float32", device="cpu:0").reshape(3, 4)
+    on_gpu = kit.Device("gpu:0").send(host)
+    back = on_gpu.to("cpu:0")
+    np.testing.assert_array_equal(back.numpy(), host.numpy())
+    assert transfer_stats() == {("cpu:0", "gpu:0"): (1, 48), ("gpu:0", "cpu:0"): (1, 48)}
+    with pytest.raises(kit.DeviceMismatchError):
+        host + on_gpu
+
+
+def test_float16_reductions_on_the_gpu_match_numpy():
+    x = np.ones(100_000, np.float16)
+    g = kit.asarray(x, device="gpu:0")
+    assert float(g.mean()) == float(np.mean(x)) == 1.0
+    np.testing.assert_allclose(float(g.var()), float(np.var(x)))
+
+
+def test_a_host_copy_of_a_gpu_workspace_array_does_not_change_later():
+    g = kit.Device("gpu:0")
+    ws = kit.get_workspace_for_current_thread(name="GPU_COPY", device=g)
+    with ws:
+        kept = kit.full((8,), 3.0, device=g).numpy()
+    with ws:
+        kit.full((8,), 7.0, device=g)
+    assert kept.tolist() == [3.0] * 8
+
+
+def test_averaging_across_a_gpu_and_the_cpu_equals_one_model():
+    from kit.nn import Sgd, mlp
+    from kit.parallel import ParallelWrapper
+
+    train, _ = load_digits()
+    n = 20 * 2 * 5
+    data = DataSet(train.features.numpy()[:n], train.labels.numpy()[:n])
+    net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), seed=0)
+    ref = net.clone()
+    with ParallelWrapper(net, devices=["cpu:0", "gpu:0"], prefetch_buffer=0) as pw:
+        pw.fit(ArrayIterator(data, 20), epochs=2)
+    ref.fit(ArrayIterator(data, 40), epochs=2)
+    np.testing.assert_allclose(net.params().numpy(), ref.params().numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_parallel_inference_on_the_gpu_answers_like_the_model():
+    from kit.nn import mlp
+    from kit.parallel import InferenceMode, ParallelInference
+
+    train, _ = load_digits()
+    x = train.features.numpy()[:64]
+    net = mlp(64, hidden=(32,), n_out=10, device="gpu:0")
+    expected = net.output(kit.asarray(x.astype(np.float32), device="gpu:0")).numpy()
+    with ParallelInference(net, workers=2, inference_mode=InferenceMode.BATCHED) as pi:
+        got = pi.output(x).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_early_stopping_on_the_gpu_keeps_the_best_model():
+    from kit.earlystopping import (
+        DataSetLossCalculator,
+        EarlyStoppingConfig,
+        EarlyStoppingTrainer,
+        MaxEpochsTerminationCondition,
+    )
+    from kit.nn import Sgd, mlp
+
+    train, test = load_digits()
+    tr = DataSet(train.features.numpy(), train.labels.numpy(), device="gpu:0")
+    va = DataSet(test.features.numpy(), test.labels.numpy(), device="gpu:0")
+    net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), device="gpu:0")
+    cfg = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(3)], score_calculator=DataSetLossCalculator(va)
+    )
+    result = EarlyStoppingTrainer(cfg, net, ArrayIterator(tr, 64)).fit()
+    assert result.total_epochs == 3 and result.best_model.device.kind == "gpu"
+    assert result.best_model.epoch == result.best_model_epoch

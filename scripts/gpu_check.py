@@ -1,0 +1,244 @@
+"""gpu-check: run kit's GPU path on a machine with a GPU and write one JSON report.
+
+    python scripts/gpu_check.py --out report.json            # on a GPU machine, from the repo root
+    python scripts/gpu_check.py --allow-cpu --quick --out r.json   # a dry run on the CPU (CI does this)
+
+Needs only what a bare GPU machine has: Python with NumPy and CuPy (pytest for the test part,
+matplotlib for the chapters' plots). Nothing is installed or downloaded; kit is imported from this
+checkout. What it does, each part recorded with its outcome and timings:
+
+1. the machine: GPU name, memory, driver and CUDA runtime versions, CuPy/NumPy versions, commit;
+2. the GPU tests (`pytest -m gpu`, with KIT_BACKEND=cupy), and optionally the whole unit suite
+   on the CuPy backend (`--full-suite`), as pass/fail counts and the failures' first lines;
+3. the chapters' code cells (chapters 1-5, quick mode, KIT_BACKEND=cupy), cell by cell;
+4. the benchmarks (`kit bench arrays | workspaces | train | parallel`) on the GPU;
+5. with Fashion-MNIST files (`--fashion DIR` or KIT_DATA): ResNet-18 (kit's zoo form), batch
+   256: epoch time, test accuracy after `--epochs` epochs, workspace vs plain step time, the
+   device memory peak and the caching allocator's hit rate.
+
+The report is what data/reference_runs/*.json holds: copy it there with the device name and date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        out, code = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        out, code = f"{exc.stdout or ''}{exc.stderr or ''}\ntimed out after {timeout} s", 124
+    return {"returncode": code, "seconds": round(time.perf_counter() - t0, 2), "tail": out[-4000:]}
+
+
+def machine(env: dict[str, str]) -> dict[str, Any]:
+    import numpy as np
+
+    import kit
+
+    info: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "host": platform.node(),
+        "cpu_cores": os.cpu_count(),
+        "backend": kit.backend.name(),
+        "gpu_status": kit.backend.gpu_status()[1],
+    }
+    try:
+        info["commit"] = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        info["commit"] = env.get("KIT_COMMIT", "unknown (no git here; set KIT_COMMIT)")
+    if kit.backend.gpu_status()[0]:
+        cupy = kit.backend.cupy()
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        info.update(
+            cupy=cupy.__version__,
+            gpu=name,
+            gpu_count=cupy.cuda.runtime.getDeviceCount(),
+            gpu_memory_gib=round(props["totalGlobalMem"] / 2**30, 1),
+            driver_version=cupy.cuda.runtime.driverGetVersion(),
+            runtime_version=cupy.cuda.runtime.runtimeGetVersion(),
+        )
+    return info
+
+
+def pytest_part(env: dict[str, str], full: bool, timeout: float) -> dict[str, Any]:
+    # addopts emptied: nbval and pytest-timeout need not be installed on a bare GPU machine
+    base = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-q", "-rf", "tests"]
+    if not full:
+        base += ["-m", "gpu"]
+    result = _run(base, env, timeout)
+    counts = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", result["tail"])}
+    failures = re.findall(r"^FAILED (.*)$", result["tail"], flags=re.M)
+    return {**result, "counts": counts, "failures": failures[:50]}
+
+
+def chapter_cells(notebook: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """Run a chapter's code cells in order in one fresh process; one record per cell."""
+    cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    sources = []
+    for c in cells:
+        text = "".join(c["source"])
+        lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith(("!", "%"))]
+        sources.append("\n".join(lines))
+    program = (
+        "import json, sys, time, traceback\n"
+        "records, ns = [], {'__name__': '__main__'}\n"
+        f"cells = {json.dumps(sources)}\n"
+        "for i, src in enumerate(cells):\n"
+        "    t0 = time.perf_counter()\n"
+        "    try:\n"
+        "        exec(compile(src, f'cell {i}', 'exec'), ns)\n"
+        "        records.append({'cell': i, 'ok': True, 'seconds': round(time.perf_counter() - t0, 3)})\n"
+        "    except BaseException as exc:\n"
+        "        line = traceback.format_exception_only(type(exc), exc)[-1].strip()\n"
+        "        records.append({'cell': i, 'ok': False, 'error': line[:500]})\n"
+        "print('KIT-CELLS ' + json.dumps(records))\n"
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(program)
+    try:
+        result = _run([sys.executable, f.name], {**env, "MPLBACKEND": "Agg"}, timeout)
+    finally:
+        os.unlink(f.name)
+    found = re.search(r"KIT-CELLS (.*)", result["tail"])
+    cells_run = json.loads(found.group(1)) if found else []
+    failed = [r for r in cells_run if not r["ok"]]
+    return {"cells": len(sources), "ran": len(cells_run), "failed": failed, "seconds": result["seconds"]}
+
+
+def benchmarks(quick: bool) -> dict[str, Any]:
+    from kit import bench
+
+    out = {}
+    for name in ("arrays", "workspaces", "train", "parallel"):
+        t0 = time.perf_counter()
+        try:
+            out[name] = {"result": bench.run(name, quick=quick), "seconds": round(time.perf_counter() - t0, 1)}
+        except Exception as exc:  # a benchmark that fails is a finding, not the end of the check
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:1000]}
+    return out
+
+
+def resnet_fashion(epochs: int, quick: bool) -> dict[str, Any]:
+    import numpy as np
+
+    import kit
+    from kit.data import ArrayIterator, DataNotFoundError, load_fashion_mnist
+    from kit.nn import Adam, WorkspaceMode, resnet18
+
+    try:
+        train, test = load_fashion_mnist(limit=2048 if quick else None)
+    except DataNotFoundError as exc:
+        return {"skipped": str(exc)}
+    dev = kit.Device("gpu:0") if kit.backend.gpu_status()[0] else kit.Device("cpu:0")
+    train, test = train.to(dev), test.to(dev)
+    result: dict[str, Any] = {"device": str(dev), "batch": 256, "epochs": epochs, "train_examples": len(train)}
+    for mode in (WorkspaceMode.NONE, WorkspaceMode.SEPARATE):  # plain vs workspace step time
+        net = resnet18(device=dev, updater=Adam(1e-3), training_workspace_mode=mode)
+        it = ArrayIterator(train, 256, shuffle=True, seed=0)
+        batch = next(iter(it))
+        net.fit_batch(batch)
+        kit.backend.sync()
+        t0 = time.perf_counter()
+        for _ in range(3 if quick else 10):
+            net.fit_batch(batch)
+        kit.backend.sync()
+        result[f"step_ms_{mode.value}"] = round((time.perf_counter() - t0) * 1e3 / (3 if quick else 10), 2)
+    kit.memory.reset_counters()
+    net = resnet18(device=dev, updater=Adam(1e-3))
+    epoch_seconds = []
+    for _ in range(epochs):
+        t0 = time.perf_counter()
+        net.fit(ArrayIterator(train, 256, shuffle=True, seed=len(epoch_seconds)), epochs=1)
+        kit.backend.sync()
+        epoch_seconds.append(round(time.perf_counter() - t0, 2))
+    result["epoch_seconds"] = epoch_seconds
+    result["test_accuracy"] = round(float(net.evaluate(ArrayIterator(test, 512)).accuracy()), 4)
+    stats = kit.readings.stats()
+    cache = stats["cache"]
+    total = cache["hits"] + cache["misses"]
+    result["cache_hit_rate"] = round(cache["hits"] / total, 4) if total else None
+    result["gpus"] = stats["gpus"]
+    result["peak_workspace_bytes"] = int(np.sum([w["peak_used"] for w in stats["workspaces"]]))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "gpu-check.json"))
+    parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU when no GPU is usable (dry run)")
+    parser.add_argument("--quick", action="store_true", help="short benchmarks, quick chapters, a small ResNet run")
+    parser.add_argument("--full-suite", action="store_true", help="also run the whole unit suite on the CuPy backend")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: tests,chapters,bench,resnet")
+    parser.add_argument("--epochs", type=int, default=10, help="ResNet-18 epochs on Fashion-MNIST")
+    parser.add_argument("--fashion", default=None, help="directory with the four Fashion-MNIST IDX files")
+    parser.add_argument("--chapters", default="0[1-5]", help="glob of the chapter numbers to run (default 0[1-5])")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per subprocess")
+    args = parser.parse_args(argv)
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if args.fashion:
+        env["KIT_DATA"] = os.environ["KIT_DATA"] = args.fashion
+    import kit
+
+    if not kit.backend.gpu_status()[0] and not args.allow_cpu:
+        print(f"no usable GPU: {kit.backend.gpu_status()[1]} (use --allow-cpu for a dry run)", file=sys.stderr)
+        return 2
+    if kit.backend.gpu_status()[0]:
+        env["KIT_BACKEND"] = os.environ["KIT_BACKEND"] = "cupy"
+    report: dict[str, Any] = {"kind": "kit gpu-check", "machine": machine(env), "parts": {}}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every part: a cut-off run still leaves what it measured
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(report, indent=1, default=str))
+        tmp.replace(out)
+
+    if "tests" not in skip:
+        report["parts"]["gpu_tests"] = pytest_part(env, False, args.timeout)
+        save()
+        if args.full_suite:
+            report["parts"]["full_suite_on_backend"] = pytest_part(env, True, args.timeout)
+            save()
+    if "chapters" not in skip:
+        chapter_env = dict(env, KIT_QUICK="1")
+        report["parts"]["chapters"] = {
+            nb.name: chapter_cells(nb, chapter_env, args.timeout)
+            for nb in sorted((ROOT / "notebooks").glob(f"{args.chapters}_*.ipynb"))
+        }
+        save()
+    if "bench" not in skip:
+        report["parts"]["benchmarks"] = benchmarks(args.quick)
+        save()
+    if "resnet" not in skip:
+        report["parts"]["resnet18_fashion_mnist"] = resnet_fashion(1 if args.quick else args.epochs, args.quick)
+        save()
+    print(f"gpu-check report: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
