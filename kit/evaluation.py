@@ -27,7 +27,11 @@
 DL4J's rules: with two classes precision/recall/F1 are reported for the positive class (1);
 otherwise they are macro averages over classes, excluding classes where the metric is 0/0
 (and stats() says how many were excluded). ROC is exact (DL4J's thresholdSteps = 0): the
-AUC of the full curve over every distinct score. ROC on more than two classes is one-vs-all.
+AUC of the full curve over every distinct score. ROC on more than two classes is one-vs-all;
+one probability column (a sigmoid output) is binary: the probability of class 1.
+
+Predictions (and float labels) with NaN or infinity are refused, naming how many and the first
+row, before anything is recorded. With no data, every metric raises; stats() says so instead.
 """
 
 from __future__ import annotations
@@ -43,6 +47,20 @@ __all__ = ["ROC", "Evaluation"]
 
 def _host(x: Any) -> np.ndarray:
     return x.numpy() if isinstance(x, NDArray) else np.asarray(x)
+
+
+def _check_finite(what: str, values: np.ndarray, where: str) -> None:
+    """Refuse NaN/infinity, naming how many and the first row (`where`: the class name)."""
+    if values.dtype.kind not in "fc":
+        return
+    bad = ~np.isfinite(values)
+    if bad.any():
+        rows = np.flatnonzero(bad.reshape(len(values), -1).any(axis=1)) if values.ndim else np.array([0])
+        raise ValueError(
+            f"{where}: {what} contain NaN or infinity ({int(bad.sum())} values in {rows.size} rows; first "
+            f"at row {int(rows[0])}); nothing was recorded. A diverged model gives NaN outputs: check "
+            "its score, or drop those rows"
+        )
 
 
 def _label_indices(labels: np.ndarray, n_classes: int) -> np.ndarray:
@@ -66,12 +84,14 @@ class Evaluation:
         self.confusion = np.zeros((num_classes, num_classes), dtype=np.int64)  # [actual, predicted]
 
     def eval(self, labels: Any, predictions: Any) -> None:
-        y = _label_indices(_host(labels), self.num_classes)
-        p = _host(predictions)
+        y_host, p = _host(labels), _host(predictions)
+        _check_finite("labels", y_host, "Evaluation")
+        y = _label_indices(y_host, self.num_classes)
         if p.ndim != 2 or p.shape[1] != self.num_classes or p.shape[0] != y.shape[0]:
             raise ValueError(
                 f"predictions of shape {p.shape} do not match {y.shape[0]} labels x {self.num_classes} classes"
             )
+        _check_finite("predictions", p, "Evaluation")
         np.add.at(self.confusion, (y, p.argmax(axis=1)), 1)
 
     def merge(self, other: Evaluation) -> None:
@@ -84,9 +104,12 @@ class Evaluation:
     def n(self) -> int:
         return int(self.confusion.sum())
 
-    def accuracy(self) -> float:
+    def _require_data(self, metric: str) -> None:
         if self.n == 0:
-            raise ValueError("accuracy: no data has been evaluated")
+            raise ValueError(f"{metric}: no data has been evaluated; call eval(labels, predictions) first")
+
+    def accuracy(self) -> float:
+        self._require_data("accuracy")
         return float(np.trace(self.confusion)) / self.n
 
     def _per_class(self, which: str) -> np.ndarray:
@@ -102,6 +125,7 @@ class Evaluation:
         return self._metric("recall", cls)
 
     def f1(self, cls: int | None = None) -> float:
+        self._require_data("f1")
         if cls is None and self.num_classes == 2:
             cls = 1
         if cls is not None:
@@ -114,6 +138,7 @@ class Evaluation:
         return float(np.nanmean(f)) if np.any(~np.isnan(f)) else 0.0
 
     def _metric(self, which: str, cls: int | None) -> float:
+        self._require_data(which)
         values = self._per_class(which)
         if cls is None and self.num_classes == 2:
             cls = 1  # DL4J: binary metrics are for the positive class
@@ -126,6 +151,8 @@ class Evaluation:
         return int(np.isnan(self._per_class(which)).sum())
 
     def stats(self) -> str:
+        if self.n == 0:  # DL4J's words: a report, not an exception
+            return "Evaluation: No data available (no evaluation has been performed)"
         binary = self.num_classes == 2
         lines = [
             "========================Evaluation Metrics========================",
@@ -168,8 +195,9 @@ class Evaluation:
 
 
 class ROC:
-    """Exact ROC / AUC. Binary: labels (N,) in {0,1} or one-hot (N, 2), scores for class 1 (or
-    (N, 2) probabilities). Multi-class (one-vs-all): one-hot labels and (N, C) probabilities."""
+    """Exact ROC / AUC. Binary: labels (N,) or (N, 1) in {0,1} or one-hot (N, 2); scores for
+    class 1 as (N,) or (N, 1) (one sigmoid output), or (N, 2) probabilities. Multi-class
+    (one-vs-all): one-hot labels and (N, C) probabilities."""
 
     def __init__(self) -> None:
         self._labels: list[np.ndarray] = []
@@ -177,19 +205,26 @@ class ROC:
 
     def eval(self, labels: Any, predictions: Any) -> None:
         y, p = _host(labels), _host(predictions).astype(np.float64)
+        _check_finite("predictions", p, "ROC")
+        _check_finite("labels", y, "ROC")
+        if p.ndim == 2 and p.shape[1] == 1:  # one sigmoid output: the probability of class 1
+            p = p[:, 0]
+            if y.ndim == 2 and y.shape[1] == 1:
+                y = y[:, 0]
         if p.ndim == 1:
             p = np.stack([1 - p, p], axis=1)
         if y.ndim == 1:
             idx = y.astype(np.int64)
-            if np.any((idx < 0) | (idx >= p.shape[1])):
-                raise ValueError(f"ROC: labels must be class indices 0..{p.shape[1] - 1}")
+            bad = np.flatnonzero((idx < 0) | (idx >= p.shape[1]))
+            if bad.size:
+                raise ValueError(
+                    f"ROC: labels must be class indices 0..{p.shape[1] - 1}; got {y[bad[0]]} at row {int(bad[0])}"
+                )
             y = np.eye(p.shape[1])[idx]
         if y.shape != p.shape:
             raise ValueError(f"ROC: labels of shape {y.shape} do not match predictions of shape {p.shape}")
         if self._scores and self._scores[0].shape[1] != p.shape[1]:
             raise ValueError(f"ROC: {p.shape[1]} columns now, {self._scores[0].shape[1]} before")
-        if np.any(~np.isfinite(p)):
-            raise ValueError("ROC: predictions contain NaN or infinity")
         self._labels.append(y.astype(np.float64))
         self._scores.append(p)
 
@@ -218,6 +253,8 @@ class ROC:
         return _curve(y, s)
 
     def stats(self) -> str:
+        if not self._scores:  # DL4J's words: a report, not an exception
+            return "ROC: No data available (no data has been performed)"
         if self.num_classes == 2:
             return f"AUC (Area under ROC Curve): {self.calculate_auc():.4f}"
         lines = [f"AUC class {c} vs rest: {self.calculate_auc(c):.4f}" for c in range(self.num_classes)]

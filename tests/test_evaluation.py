@@ -1,5 +1,7 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kit.evaluation import ROC, Evaluation
 
@@ -75,4 +77,99 @@ def test_roc_needs_both_classes():
     roc = ROC()
     roc.eval(np.ones(5, dtype=int), np.linspace(0, 1, 5))
     with pytest.raises(ValueError, match="5 positives, 0 negatives"):
+        roc.calculate_auc()
+
+
+# ---- reliability (issue 13): non-finite predictions, one sigmoid column, no data
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_evaluation_refuses_non_finite_predictions_as_roc_does(bad):
+    ev = Evaluation(3)
+    ev.eval(onehot([0, 1], 3), onehot([0, 1], 3))
+    p = np.full((5, 3), 1 / 3)
+    p[3, 1] = bad
+    p[4, 0] = bad
+    msg = r"Evaluation: predictions contain NaN or infinity \(2 values in 2 rows; first at row 3\)"
+    with pytest.raises(ValueError, match=msg):
+        ev.eval(onehot([0, 1, 2, 0, 1], 3), p)
+    assert ev.n == 2  # nothing recorded from the refused batch
+    with pytest.raises(
+        ValueError, match=r"ROC: predictions contain NaN or infinity \(2 values in 2 rows; first at row 3\)"
+    ):
+        ROC().eval(onehot([0, 1, 2, 0, 1], 3), p)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value:RuntimeWarning")
+def test_evaluation_of_a_diverged_network_raises_instead_of_reporting_argmax_of_nan():
+    from kit.nn import mlp
+
+    net = mlp(4, hidden=(8,), n_out=3, seed=0)
+    net.set_params(np.full(net.flat_params.shape, 1e30, dtype=np.float32))  # outputs overflow to NaN
+    x = np.ones((6, 4), np.float32)
+    assert np.isnan(net.output(x).numpy()).any()
+    with pytest.raises(ValueError, match="Evaluation: predictions contain NaN or infinity"):
+        Evaluation(3).eval(np.array([0, 1, 2, 0, 1, 2]), net.output(x))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    classes=st.integers(2, 6),
+    spots=st.lists(
+        st.tuples(st.integers(0, 39), st.integers(0, 5), st.sampled_from([np.nan, np.inf, -np.inf])), max_size=6
+    ),
+    seed=st.integers(0, 1000),
+)
+def test_any_non_finite_prediction_is_refused_with_its_count_and_first_row(n, classes, spots, seed):
+    rng = np.random.default_rng(seed)
+    p = rng.random((n, classes))
+    y = rng.integers(0, classes, n)
+    for r, c, v in spots:
+        p[r % n, c % classes] = v
+    bad = ~np.isfinite(p)
+    ev = Evaluation(classes)
+    if not bad.any():
+        ev.eval(y, p)
+        assert ev.n == n
+        return
+    first = int(np.flatnonzero(bad.any(axis=1))[0])
+    with pytest.raises(
+        ValueError, match=rf"\({int(bad.sum())} values in {int(bad.any(axis=1).sum())} rows; first at row {first}\)"
+    ):
+        ev.eval(y, p)
+    assert ev.n == 0 and not ev.confusion.any()
+
+
+def test_roc_with_one_sigmoid_column_is_binary():
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 200)
+    s = np.clip(rng.random(200) * 0.6 + y * 0.3, 0, 1)
+    want = mann_whitney_auc(y, s)
+    for labels in (y, y[:, None], onehot(y, 2)):
+        roc = ROC()
+        roc.eval(labels, s[:, None])  # (N, 1): one sigmoid output
+        assert roc.num_classes == 2
+        assert roc.calculate_auc() == pytest.approx(want, abs=1e-12)
+        assert roc.stats().startswith("AUC (Area under ROC Curve): ")
+    with pytest.raises(ValueError, match=r"labels must be class indices 0\.\.1; got 2 at row 1"):
+        ROC().eval(np.array([0, 2, 1]), np.array([[0.1], [0.5], [0.9]]))
+
+
+def test_an_empty_evaluation_raises_for_every_metric_and_stats_says_so():
+    for ev in (Evaluation(2), Evaluation(4)):
+        for metric in (ev.accuracy, ev.precision, ev.recall, ev.f1):
+            with pytest.raises(ValueError, match=f"{metric.__name__}: no data has been evaluated"):
+                metric()
+        with pytest.raises(ValueError, match="precision: no data"):
+            ev.precision(1)
+        assert ev.stats() == "Evaluation: No data available (no evaluation has been performed)"
+        ev.eval(np.array([0, 1]), onehot([0, 1], ev.num_classes))
+        assert ev.precision() == 1.0 and "Accuracy:        1.0000" in ev.stats()
+        ev.reset()
+        with pytest.raises(ValueError, match="recall: no data"):
+            ev.recall()
+    roc = ROC()
+    assert roc.stats() == "ROC: No data available (no data has been performed)"
+    with pytest.raises(ValueError, match="no data has been evaluated"):
         roc.calculate_auc()

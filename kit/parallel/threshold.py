@@ -8,6 +8,9 @@ followed by the payload. FLEXIBLE (sparse) encoding stores `+(i+1)` for `x[i] >=
 `-(i+1)` for `x[i] <= -tau`; when as many as length/16 elements pass, it switches to BITMAP
 encoding, 2 bits per element (0: nothing, 1: +tau, 2: -tau). Encoding subtracts what it sends
 from the residual in place, so nothing is lost: it is sent later, once it has grown past tau.
+`boundary` (DL4J's) caps how many elements one sparse message carries (default length/16, the
+point where bitmap takes over): the first `boundary` passing elements are sent, the others stay
+in the residual for a later message. Density alone chooses sparse or bitmap, as in DL4J.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from kit import backend
 
 __all__ = [
     "BITMAP_ENCODING",
@@ -47,9 +52,15 @@ def _bits_float(bits: int) -> float:
 def threshold_encode(residual: Any, tau: float, boundary: int | None = None) -> np.ndarray | None:
     """Encode the elements of `residual` (1-D, NumPy or CuPy) with |x| >= tau; subtract the
     encoded part from `residual` in place. Returns an int32 message (host), or None when no
-    element reaches tau."""
+    element reaches tau. A sparse message carries at most `boundary` elements (the first ones by
+    index; the rest stay in `residual`); when length/16 or more pass, a bitmap carries them all."""
     if not tau > 0 or not math.isfinite(tau):
         raise ValueError(f"threshold_encode: tau must be a finite number > 0, got {tau!r}")
+    if boundary is not None and (isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 1):
+        raise ValueError(
+            f"threshold_encode: boundary (the most elements one message carries) must be an integer >= 1, "
+            f"got {boundary!r}; leave it None for DL4J's default, length/16"
+        )
     xp = _xp(residual)
     n = residual.size
     tau32 = float(np.float32(tau))
@@ -58,10 +69,11 @@ def threshold_encode(residual: Any, tau: float, boundary: int | None = None) -> 
     count = int(pos.sum()) + int(neg.sum())
     if count == 0:
         return None
-    limit = max(1, n // 16) if boundary is None else boundary
-    residual -= pos * residual.dtype.type(tau32)
-    residual += neg * residual.dtype.type(tau32)
-    if count >= limit:  # dense: a 2-bit code per element
+    dense_from = max(1, n // 16)  # density decides the encoding (libnd4j's rule)
+    step = residual.dtype.type(tau32)
+    if count >= dense_from:  # dense: a 2-bit code per element, every passing element
+        residual -= pos * step
+        residual += neg * step
         codes = pos.astype(xp.uint32) + neg.astype(xp.uint32) * 2
         padded = xp.zeros(-(-n // 16) * 16, dtype=xp.uint32)
         padded[:n] = codes
@@ -69,10 +81,12 @@ def threshold_encode(residual: Any, tau: float, boundary: int | None = None) -> 
         body = _to_host(packed).view(np.int32)
         header = [n // 16 + 5, n, _float_bits(tau32), BITMAP_ENCODING]
     else:
-        idx = xp.flatnonzero(pos | neg)
-        signs = xp.where(pos[idx], 1, -1)
-        body = _to_host((idx + 1) * signs).astype(np.int32)
-        header = [limit, n, _float_bits(tau32), FLEXIBLE_ENCODING]
+        capacity = dense_from if boundary is None else boundary
+        idx = xp.flatnonzero(pos | neg)[:capacity]  # beyond the cap: left in the residual
+        up = pos[idx]
+        residual[idx] -= xp.where(up, step, -step).astype(residual.dtype)
+        body = _to_host((idx + 1) * xp.where(up, 1, -1)).astype(np.int32)
+        header = [capacity, n, _float_bits(tau32), FLEXIBLE_ENCODING]
     return np.concatenate([np.asarray(header, dtype=np.int32), body])
 
 
@@ -110,9 +124,7 @@ def encoded_count(message: np.ndarray | None) -> int:
 def _xp(a: Any) -> Any:
     if isinstance(a, np.ndarray):
         return np
-    import cupy
-
-    return cupy
+    return backend.cupy()
 
 
 def _to_host(a: Any) -> np.ndarray:

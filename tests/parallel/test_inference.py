@@ -69,8 +69,10 @@ class Gate(Layer):
     """An identity layer that waits for an event: holds a worker busy on purpose."""
 
     event = threading.Event()
+    entered = threading.Event()  # set by a worker arriving at the gate
 
     def forward(self, x, mgr, training):
+        Gate.entered.set()
         Gate.event.wait(timeout=30)
         y = mgr.create(mgr_type(), x.shape, x.dtype, x.device)
         y.data[...] = x.data
@@ -185,6 +187,7 @@ def run_held_batch(pi, inputs, queued=None):
     `queued`: how many requests must be waiting first (default: all but the one running)."""
     queued = len(inputs) - 1 if queued is None else queued
     Gate.event.clear()
+    Gate.entered.clear()
     answers = [None] * len(inputs)
 
     def client(i):
@@ -195,11 +198,7 @@ def run_held_batch(pi, inputs, queued=None):
 
     blocker = threading.Thread(target=client, args=(0,))
     blocker.start()
-    for _ in range(500):  # the first request is running (in Gate), the queue is empty
-        if pi.queued() == 0 and pi.requests_served == 0 and blocker.is_alive():
-            break
-        threading.Event().wait(0.01)
-    threading.Event().wait(0.1)
+    assert Gate.entered.wait(timeout=10)  # the first request is running, held in the gate
     rest = [threading.Thread(target=client, args=(i,)) for i in range(1, len(inputs))]
     for t in rest:
         t.start()
@@ -325,15 +324,12 @@ def test_shutdown_with_clients_in_flight_answers_everyone_and_leaves_no_thread(m
 
 def test_output_timeout_takes_the_request_back():
     Gate.event.clear()
+    Gate.entered.clear()
     net = Network([Gate(), Dense(2)], (3,))
     with ParallelInference(net, workers=1, inference_mode="SEQUENTIAL") as pi:
         first = threading.Thread(target=lambda: pi.output(np.zeros(3, np.float32)))
         first.start()
-        for _ in range(500):
-            if pi.queued() == 0 and first.is_alive():
-                break
-            threading.Event().wait(0.01)
-        threading.Event().wait(0.1)
+        assert Gate.entered.wait(timeout=10)  # the worker is busy with the first request
         with pytest.raises(TimeoutError, match=r"no result within 0\.2 s"):
             pi.output(np.ones(3, np.float32), timeout=0.2)
         assert pi.queued() == 0  # withdrawn: no worker will run it

@@ -89,3 +89,58 @@ def test_residual_clipping_every_n_iterations():
     assert r.tolist() == [10.0, -10.0, 0.5]
     clip.process_residual(5, 0, 1.0, r)
     assert r.tolist() == [2.0, -2.0, 0.5]
+
+
+# ---- DL4J's boundary: a cap on the elements one message carries (issue 13)
+
+
+def test_boundary_caps_a_sparse_message_and_the_rest_stays_in_the_residual():
+    x = np.zeros(16000, dtype=np.float32)  # 50 passing elements: sparse (below 16000/16)
+    hot = np.arange(50) * 300 + 7
+    x[hot] = np.where(np.arange(50) % 2 == 0, 0.75, -0.75)
+    original = x.copy()
+    m = threshold_encode(x, 0.5, boundary=20)
+    assert m[3] == FLEXIBLE_ENCODING and m[0] == 20 and encoded_count(m) == 20
+    np.testing.assert_array_equal(np.abs(m[4:]) - 1, hot[:20])  # the first 20 by index
+    np.testing.assert_array_equal(x[hot[20:]], original[hot[20:]])  # untouched, sent later
+    np.testing.assert_array_equal(np.abs(x[hot[:20]]), 0.25)
+    counts = [encoded_count(threshold_encode(x, 0.5, boundary=20)) for _ in range(3)]
+    assert counts == [20, 10, 0]
+    np.testing.assert_array_equal(np.abs(x[hot]), 0.25)
+
+
+def test_density_alone_chooses_bitmap_whatever_the_boundary():
+    dense = np.full(1600, 0.6, dtype=np.float32)
+    m = threshold_encode(dense, 0.5, boundary=5)
+    assert m[3] == BITMAP_ENCODING and encoded_count(m) == 1600  # DL4J: a bitmap carries them all
+    sparse = np.zeros(1600, dtype=np.float32)
+    sparse[:99] = 0.6  # 99 < 1600/16: sparse, even with a boundary far above the density switch
+    m = threshold_encode(sparse, 0.5, boundary=10_000)
+    assert m[3] == FLEXIBLE_ENCODING and encoded_count(m) == 99 and m[0] == 10_000
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match=r"boundary .* must be an integer >= 1"):
+            threshold_encode(np.ones(4, np.float32), 0.5, boundary=bad)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    quarters=st.lists(st.integers(-12, 12), min_size=1, max_size=400),
+    tau_quarters=st.integers(1, 6),
+    boundary=st.integers(1, 30),
+)
+def test_with_a_boundary_nothing_is_lost_and_no_sparse_message_exceeds_it(quarters, tau_quarters, boundary):
+    """Encode until nothing passes: every sparse message carries <= boundary elements, and what
+    was decoded plus what is left equals the original, exactly."""
+    x = np.array(quarters, dtype=np.float32) / 4
+    tau = tau_quarters / 4
+    original = x.copy()
+    decoded = np.zeros_like(x)
+    for _ in range(10 * len(quarters) + 10):
+        m = threshold_encode(x, tau, boundary=boundary)
+        if m is None:
+            break
+        if m[3] == FLEXIBLE_ENCODING:
+            assert encoded_count(m) <= boundary
+        threshold_decode(m, decoded)
+    assert m is None and np.all(np.abs(x) < tau)
+    np.testing.assert_array_equal(decoded + x, original)
