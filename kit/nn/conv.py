@@ -35,6 +35,8 @@ from kit.nn.workspace_mgr import LayerWorkspaceMgr
 
 __all__ = ["AvgPool2D", "BatchNorm", "Conv2D", "GlobalAvgPool", "MaxPool2D", "Residual"]
 
+PER_EXAMPLE_MAX_WEIGHTS = 4096  # filter banks up to this many weights multiply per example
+
 
 class Conv2D(Layer):
     """Cross-correlation of (B, C, H, W) with OC filters of C x k x k, plus a bias per filter.
@@ -96,6 +98,15 @@ class Conv2D(Layer):
         im2col_into(xp, xpad, k, self.stride, oh, ow, cols.data)
         return cols.reshape(c * k * k, b * oh * ow)
 
+    @property
+    def per_example(self) -> bool:
+        """Small filter banks (LeNet's, ResNet's stem) multiply per example: OpenBLAS runs one
+        (OC x C*k*k) @ (C*k*k x B*OH*OW) product with a tiny OC and C*k*k several times slower
+        than B products of OH*OW columns each, and per example the results land in NCHW order
+        with no transposing copies. Large banks use one product for the batch."""
+        c = self.input_shape[0]  # type: ignore[index]
+        return self.out_channels * c * self.kernel * self.kernel <= PER_EXAMPLE_MAX_WEIGHTS
+
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
         xp, dev = x.device.xp, x.device
@@ -105,65 +116,100 @@ class Conv2D(Layer):
         keep = training and self.keep_columns
         cols = self._columns(x.data, xp, mgr, ACT if keep else FF, dev)  # (C*k*k, B*OH*OW)
         self._cols, self.kept_bytes = (cols, cols.data.nbytes) if keep else (None, 0)
-        yt = mgr.create(FF, (oc, b * oh * ow), x.dtype, dev).data
-        xp.matmul(self.params["W"].data.reshape(oc, -1), cols.data, out=yt)  # one product for the batch
-        y = mgr.create(ACT, (b, oc, oh, ow), x.dtype, dev)
+        w2 = self.params["W"].data.reshape(oc, -1)  # (OC, C*k*k)
         bias = self.params["b"].data.reshape(1, oc, 1, 1)
+        y = mgr.create(ACT, (b, oc, oh, ow), x.dtype, dev)
+        if self.per_example:  # (OC, Ckk) @ (Ckk, OH*OW) for each example, straight into y
+            xp.matmul(w2, cols.data.reshape(-1, b, oh * ow).transpose(1, 0, 2), out=y.data.reshape(b, oc, -1))
+            y.data += bias
+            return y
+        yt = mgr.create(FF, (oc, b * oh * ow), x.dtype, dev).data
+        xp.matmul(w2, cols.data, out=yt)  # one product for the batch
         xp.add(yt.reshape(oc, b, oh, ow).transpose(1, 0, 2, 3), bias, out=y.data)  # back to NCHW, + bias
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray | None:
-        xp, dev = eps.device.xp, eps.device
+        xp, dev, dt = eps.device.xp, eps.device, eps.dtype
         x = self._x.data
         b = x.shape[0]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
-        et = mgr.create(BP, (oc, b, oh, ow), eps.dtype, dev).data  # eps channel-major, like the columns
-        xp.copyto(et, eps.data.transpose(1, 0, 2, 3))
-        e2 = et.reshape(oc, -1)  # (OC, B*OH*OW)
-        xp.sum(e2, axis=1, out=self.grads["b"].data)
-        cols = self._cols if self._cols is not None else self._columns(x, xp, mgr, BP, dev)
-        xp.matmul(e2, cols.data.T, out=self.grads["W"].data.reshape(oc, -1))
+        cols = (self._cols if self._cols is not None else self._columns(x, xp, mgr, BP, dev)).data
         self._cols = None
+        gw = self.grads["W"].data.reshape(oc, -1)
+        if self.per_example:  # eps stays NCHW: (B, OC, OH*OW)
+            e = eps.data.reshape(b, oc, oh * ow)
+            per = mgr.create(BP, (b, *gw.shape), dt, dev).data  # each example's weight gradient
+            xp.matmul(e, cols.reshape(-1, b, oh * ow).transpose(1, 2, 0), out=per)
+            xp.sum(per, axis=0, out=gw)
+            _channel_sums(eps.data, self.grads["b"].data, mgr, BP, dev)
+        else:  # eps channel-major like the columns: (OC, B*OH*OW)
+            e = mgr.create(BP, (oc, b, oh, ow), dt, dev).data
+            xp.copyto(e, eps.data.transpose(1, 0, 2, 3))
+            e = e.reshape(oc, -1)
+            xp.sum(e, axis=1, out=self.grads["b"].data)
+            xp.matmul(e, cols.T, out=gw)
         if self.skip_input_grad:
             return None
-        dx = mgr.create(GRAD, x.shape, eps.dtype, dev)
+        dx = mgr.create(GRAD, x.shape, dt, dev)
         _c, h, w = self.input_shape  # type: ignore[misc]
         if self.stride == 1 and (h, w) == (oh, ow):
-            self._input_grad_by_convolution(et, dx.data, mgr)
+            self._input_grad_by_convolution(e, dx.data, mgr)
         else:
-            self._input_grad_by_col2im(e2, dx.data, mgr)
+            self._input_grad_by_col2im(e, dx.data, mgr)
         return dx
 
-    def _input_grad_by_convolution(self, et: Any, dx: Any, mgr: LayerWorkspaceMgr) -> None:
+    def _input_grad_by_convolution(self, e: Any, dx: Any, mgr: LayerWorkspaceMgr) -> None:
         """Stride 1, 'same' size: dx is eps (padded by k-1-p) convolved with the filters turned
         180 degrees and with in/out channels swapped -- one more im2col and one product, with no
-        k*k read-modify-write passes over dx."""
-        xp, dev, dt = self._x.device.xp, self._x.device, et.dtype
-        oc, b, oh, ow = et.shape
+        k*k read-modify-write passes over dx. e: (B, OC, OH*OW) per example, else (OC, B*OH*OW)."""
+        xp, dev, dt = self._x.device.xp, self._x.device, e.dtype
+        b = dx.shape[0]
         c, h, w = self.input_shape  # type: ignore[misc]
+        oc = self.out_channels
         k, q = self.kernel, self.kernel - 1 - self.padding
-        if k == 1:  # a 1x1 convolution's columns of eps are eps itself
-            ecols = et.reshape(oc, -1)
-        else:
-            epad = pad_into(et, q, 0.0, mgr.create(BP, (oc, b, oh + 2 * q, ow + 2 * q), dt, dev).data) if q else et
-            buf = mgr.create(BP, (oc, k, k, b, h, w), dt, dev).data
-            ecols = im2col_into(xp, epad, k, 1, h, w, buf, batch_axis=1)  # (OC*k*k, B*H*W)
+        per_example = self.per_example
         flipped = mgr.create(BP, (c, oc, k, k), dt, dev).data
         xp.copyto(flipped, self.params["W"].data.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        flipped = flipped.reshape(c, -1)
+        if k == 1:  # a 1x1 convolution's columns of eps are eps itself
+            ecols = e if per_example else e.reshape(oc, -1)
+        else:
+            # eps as 4-D images, (B, OC, H, W) per example or (OC, B, H, W), padded by q
+            img = e.reshape(b, oc, h, w) if per_example else e.reshape(oc, b, h, w)
+            frame = (img.shape[0], img.shape[1], h + 2 * q, w + 2 * q)
+            epad = pad_into(img, q, 0.0, mgr.create(BP, frame, dt, dev).data) if q else img
+            buf = mgr.create(BP, (oc, k, k, b, h, w), dt, dev).data
+            ecols = im2col_into(xp, epad, k, 1, h, w, buf, batch_axis=0 if per_example else 1)  # (OC*k*k, B*H*W)
+            if per_example:
+                ecols = ecols.reshape(-1, b, h * w).transpose(1, 0, 2)  # (B, OC*k*k, H*W)
+        if per_example:
+            xp.matmul(flipped, ecols, out=dx.reshape(b, c, -1))
+            return
         dxt = mgr.create(BP, (c, b * h * w), dt, dev).data
-        xp.matmul(flipped.reshape(c, -1), ecols, out=dxt)
+        xp.matmul(flipped, ecols, out=dxt)
         xp.copyto(dx, dxt.reshape(c, b, h, w).transpose(1, 0, 2, 3))
 
-    def _input_grad_by_col2im(self, e2: Any, dx: Any, mgr: LayerWorkspaceMgr) -> None:
+    def _input_grad_by_col2im(self, e: Any, dx: Any, mgr: LayerWorkspaceMgr) -> None:
         """dcols = W^T eps, then each window's column added back to its pixels (col2im)."""
-        xp, dev, dt = self._x.device.xp, self._x.device, e2.dtype
+        xp, dev, dt = self._x.device.xp, self._x.device, e.dtype
         b = dx.shape[0]
         c, h, w = self.input_shape  # type: ignore[misc]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
         k, s, p = self.kernel, self.stride, self.padding
-        dcols = mgr.create(BP, (c, k, k, b, oh, ow), dt, dev).data
-        xp.matmul(self.params["W"].data.reshape(oc, -1).T, e2, out=dcols.reshape(c * k * k, -1))
-        target = mgr.create(BP, (c, b, h + 2 * p, w + 2 * p), dt, dev).data  # channel-major like dcols
+        w2t = self.params["W"].data.reshape(oc, -1).T
+        if self.per_example:  # (B, C, k, k, OH, OW) columns, added into (B, C, Hp, Wp)
+            dcols = mgr.create(BP, (b, c, k, k, oh, ow), dt, dev).data
+            xp.matmul(w2t, e, out=dcols.reshape(b, c * k * k, -1))
+            dcols = dcols.transpose(1, 2, 3, 0, 4, 5)
+            target = mgr.create(BP, (b, c, h + 2 * p, w + 2 * p), dt, dev).data if p else dx
+            target.fill(0)
+            col2im_add(dcols, s, target.transpose(1, 0, 2, 3))
+            if p:
+                xp.copyto(dx, target[:, :, p : p + h, p : p + w])
+            return
+        dcols = mgr.create(BP, (c, k, k, b, oh, ow), dt, dev).data  # channel-major
+        xp.matmul(w2t, e, out=dcols.reshape(c * k * k, -1))
+        target = mgr.create(BP, (c, b, h + 2 * p, w + 2 * p), dt, dev).data
         target.fill(0)
         col2im_add(dcols, s, target)
         xp.copyto(dx, target[:, :, p : p + h, p : p + w].transpose(1, 0, 2, 3))

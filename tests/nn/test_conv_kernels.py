@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import kit
+from kit.bench.kernels import conv_forward_variants, conv_input_grad_variants, maxpool_variants
 from kit.data import DataSet
 from kit.nn import AvgPool2D, BatchNorm, Conv2D, Dense, Flatten, MaxPool2D, Network, ReLU, WorkspaceMode
 from kit.nn.workspace_mgr import ArrayType
@@ -141,9 +142,11 @@ CONV_CASES = [  # (in C, H, W), out channels, kernel, stride, padding
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[0]}-oc{c[1]}-k{c[2]}-s{c[3]}-p{c[4]}")
 @pytest.mark.parametrize("keep", [True, False], ids=["kept-columns", "recomputed-columns"])
-def test_conv_matches_the_old_kernels(case, mode, keep, monkeypatch):
+@pytest.mark.parametrize("per_example_max", [4096, 0], ids=["per-example-products", "one-product"])
+def test_conv_matches_the_old_kernels(case, mode, keep, per_example_max, monkeypatch):
     (c, h, w), oc, k, s, p = case
     monkeypatch.setattr(Conv2D, "keep_columns", keep)
+    monkeypatch.setattr(kit.nn.conv, "PER_EXAMPLE_MAX_WEIGHTS", per_example_max)
     rng = np.random.default_rng(hash(case) % 2**32)
     layer = Conv2D(oc, k, stride=s, padding=p)
     x = rng.standard_normal((3, c, h, w)).astype(np.float32)
@@ -152,6 +155,7 @@ def test_conv_matches_the_old_kernels(case, mode, keep, monkeypatch):
     out_shape = probe.build((c, h, w))
     eps = rng.standard_normal((3, *out_shape)).astype(np.float32)
     y, grads, dx = run_layer(layer, x, eps, mode, params=weights)
+    assert layer.per_example == (per_example_max > 0)
     w4 = weights[: oc * c * k * k].reshape(oc, c, k, k)
     ry, rdw, rdb, rdx = old_conv(x, w4, weights[oc * c * k * k :], eps, k, s, p)
     for new, old in ((y, ry), (grads["W"], rdw), (grads["b"], rdb), (dx, rdx)):
@@ -270,3 +274,34 @@ def test_the_same_kernels_on_cupy(layer):
     np.testing.assert_allclose(gdx, cdx, rtol=1e-4, atol=1e-4)
     for name in cg:
         np.testing.assert_allclose(gg[name], cg[name], rtol=1e-4, atol=1e-3)
+
+
+# ---- the benchmark's kernel alternatives compute the same thing (so its timings compare like with like)
+
+
+def _agree(variants, skip=()):
+    fns, out = variants
+    results = {}
+    for name, fn in fns.items():
+        out[...] = np.nan
+        fn()
+        results[name] = out.copy()
+    kit_result = next(r for name, r in results.items() if name.endswith("(kit)"))
+    for name, result in results.items():
+        if name not in skip:
+            np.testing.assert_allclose(result, kit_result, rtol=1e-4, atol=1e-3, err_msg=name)
+    return results
+
+
+@pytest.mark.parametrize(("c", "h", "oc", "k", "p"), [(3, 8, 4, 5, 0), (4, 6, 5, 3, 1), (2, 7, 3, 5, 2)])
+def test_benchmarked_conv_variants_agree(c, h, oc, k, p):
+    assert len(_agree(conv_forward_variants(3, c, h, oc, k, p))) == 5
+    assert len(_agree(conv_input_grad_variants(3, c, h, oc, k, p, add_at=True))) == 4
+
+
+def test_benchmarked_pool_variants_agree_except_the_tie_counting_mask():
+    forward, backward = maxpool_variants(3, 4, 8, 2)
+    _agree(forward)
+    results = _agree(backward, skip={"mask x == max, times eps (ties counted twice)"})
+    mask = results["mask x == max, times eps (ties counted twice)"]
+    assert not np.allclose(mask, results["offsets == o into the reshape views (kit)"])  # why it is not used

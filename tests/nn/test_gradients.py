@@ -23,6 +23,7 @@ from kit.nn import (
     SoftmaxCrossEntropy,
     Tanh,
     WorkspaceMode,
+    conv,
 )
 from kit.nn.losses import Loss
 from kit.nn.workspace_mgr import ArrayType
@@ -163,6 +164,21 @@ def test_kernel_paths_match_finite_differences(name, layers, shape):
 def test_conv_gradients_with_recomputed_columns(mode, monkeypatch):
     monkeypatch.setattr(Conv2D, "keep_columns", False)
     check([Conv2D(2, 3, padding=1), ReLU(), Conv2D(2, 3, stride=2)], (2, 5, 5), mode=mode)
+
+
+@pytest.mark.parametrize(
+    ("layers", "shape"),
+    [
+        ([Conv2D(3, 3, padding=1)], (2, 5, 4)),
+        ([Conv2D(2, 3, stride=2, padding=1)], (2, 5, 5)),
+        ([Conv2D(3, 3)], (2, 5, 6)),
+        ([Conv2D(2, 1)], (3, 3, 4)),
+    ],
+)
+def test_conv_gradients_with_one_product_for_the_batch(layers, shape, monkeypatch):
+    """Small filter banks multiply per example; large ones (ResNet's) take the one-product path."""
+    monkeypatch.setattr(conv, "PER_EXAMPLE_MAX_WEIGHTS", 0)
+    check(layers, shape)
 
 
 def test_maxpool_gradient_after_an_inference_forward():

@@ -1,0 +1,247 @@
+"""The kernel alternatives behind kit's convolution and pooling, timed side by side (NumPy).
+
+    rows = kernel_rows(quick=False)      # part of `python -m kit bench train`
+
+For each shape (LeNet's and ResNet-18's), every variant computes the same thing into buffers made
+beforehand, so only the kernel is timed; the variant kit uses is marked "(kit)" and the others
+are given as a ratio to it:
+
+- convolution forward: kit's CNHW columns + one GEMM; the old NHWC rows + GEMM; NCHW columns with
+  a batched matmul per example; sliding_window_view + tensordot; einsum with a fixed path;
+- convolution input gradient: eps convolved with the turned filters; col2im by k*k slab additions
+  (CNHW, and the old NHWC rows); np.add.at on precomputed indices;
+- pooling forward: k*k elementwise maxima with first-winner offsets; the reshape
+  (B, C, OH, k, OW, k) with a max over the window axes; the old window copy + argmax;
+- pooling backward: offsets written into the reshape views; a mask x == max (which double-counts
+  ties, shown for its speed only); the old k*k scatter-adds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
+
+from kit.bench import _side_by_side
+from kit.nn.im2col import col2im_add, im2col_into, pad_into, pool_max_into
+
+__all__ = ["conv_forward_variants", "conv_input_grad_variants", "kernel_rows", "maxpool_variants"]
+
+F32 = np.float32
+
+
+def _nhwc_windows(xpad: np.ndarray, k: int, s: int, oh: int, ow: int) -> np.ndarray:
+    """(B, OH, OW, C, k, k) view: the old kernels' row layout."""
+    sb, sc, sh, sw = xpad.strides
+    b, c = xpad.shape[:2]
+    return as_strided(xpad, (b, oh, ow, c, k, k), (sb, sh * s, sw * s, sc, sh, sw))
+
+
+Variants = tuple[dict[str, Callable[[], Any]], np.ndarray]  # the functions, and the array each fills
+
+
+def conv_forward_variants(b: int, c: int, h: int, oc: int, k: int, p: int) -> Variants:
+    """Stride 1 convolution forward of (b, c, h, h) with oc filters of k x k, padding p -> y."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((b, c, h, h), dtype=F32)
+    w = rng.standard_normal((oc, c, k, k), dtype=F32)
+    w2 = w.reshape(oc, -1)
+    bias = rng.standard_normal((1, oc, 1, 1), dtype=F32)
+    oh = h + 2 * p - k + 1
+    n = b * oh * oh
+    xpad = np.zeros((b, c, h + 2 * p, h + 2 * p), F32)
+    y = np.empty((b, oc, oh, oh), F32)
+    cnhw, yt = np.empty((c, k, k, b, oh, oh), F32), np.empty((oc, n), F32)
+    rows, yn = np.empty((b, oh, oh, c, k, k), F32), np.empty((n, oc), F32)
+    nchw = np.empty((b, c, k, k, oh, oh), F32)
+    swv = sliding_window_view(xpad, (k, k), axis=(2, 3))  # (B, C, OH, OW, k, k), a view
+    path = np.einsum_path("bchwij,ocij->bohw", swv, w, optimize="optimal")[0]
+
+    def kit_cnhw() -> None:
+        pad_into(x, p, 0.0, xpad)
+        np.matmul(w2, im2col_into(np, xpad, k, 1, oh, oh, cnhw), out=yt)
+        np.add(yt.reshape(oc, b, oh, oh).transpose(1, 0, 2, 3), bias, out=y)
+
+    def old_rows() -> None:
+        pad_into(x, p, 0.0, xpad)
+        np.copyto(rows, _nhwc_windows(xpad, k, 1, oh, oh))
+        np.matmul(rows.reshape(n, -1), w2.T, out=yn)
+        np.add(yn.reshape(b, oh, oh, oc).transpose(0, 3, 1, 2), bias, out=y)
+
+    def nchw_batched() -> None:
+        pad_into(x, p, 0.0, xpad)
+        np.copyto(nchw, swv.transpose(0, 1, 4, 5, 2, 3))
+        np.matmul(w2, nchw.reshape(b, c * k * k, oh * oh), out=y.reshape(b, oc, oh * oh))
+        y.__iadd__(bias)
+
+    def tensordot() -> None:
+        pad_into(x, p, 0.0, xpad)
+        out = np.tensordot(swv, w, axes=([1, 4, 5], [1, 2, 3]))  # (B, OH, OW, OC)
+        np.add(out.transpose(0, 3, 1, 2), bias, out=y)
+
+    def einsum() -> None:
+        pad_into(x, p, 0.0, xpad)
+        np.add(np.einsum("bchwij,ocij->bohw", swv, w, optimize=path), bias, out=y)
+
+    fns = {
+        "CNHW columns + one GEMM (kit)": kit_cnhw,
+        "NHWC rows + one GEMM (old)": old_rows,
+        "NCHW columns, batched matmul": nchw_batched,
+        "sliding_window_view + tensordot": tensordot,
+        "einsum, fixed path": einsum,
+    }
+    return fns, y
+
+
+def conv_input_grad_variants(b: int, c: int, h: int, oc: int, k: int, p: int, add_at: bool) -> Variants:
+    """Stride 1 input gradient -> dx. kit convolves eps when the output has the input's size,
+    else it uses col2im."""
+    rng = np.random.default_rng(1)
+    oh = h + 2 * p - k + 1
+    n, hp = b * oh * oh, h + 2 * p
+    w = rng.standard_normal((oc, c, k, k), dtype=F32)
+    w2 = w.reshape(oc, -1)
+    et = rng.standard_normal((oc, b, oh, oh), dtype=F32)  # eps, channel-major as the layer holds it
+    e2 = et.reshape(oc, n)
+    dx = np.empty((b, c, h, h), F32)
+    q = k - 1 - p
+    epad = np.zeros((oc, b, oh + 2 * q, oh + 2 * q), F32)
+    ecols, flipped, dxt = (
+        np.empty((oc, k, k, b, h, h), F32),
+        np.empty((c, oc, k, k), F32),
+        np.empty((c, b * h * h), F32),
+    )
+    dcols, target = np.empty((c, k, k, b, oh, oh), F32), np.empty((c, b, hp, hp), F32)
+    rows_e = np.ascontiguousarray(et.transpose(1, 2, 3, 0)).reshape(n, oc)
+    dc_rows, target_b = np.empty((n, c * k * k), F32), np.empty((b, c, hp, hp), F32)
+
+    def convolved() -> None:
+        pad_into(et, q, 0.0, epad)
+        np.copyto(flipped, w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        np.matmul(flipped.reshape(c, -1), im2col_into(np, epad, k, 1, h, h, ecols, batch_axis=1), out=dxt)
+        np.copyto(dx, dxt.reshape(c, b, h, h).transpose(1, 0, 2, 3))
+
+    def col2im_cnhw() -> None:
+        np.matmul(w2.T, e2, out=dcols.reshape(c * k * k, n))
+        target.fill(0)
+        col2im_add(dcols, 1, target)
+        np.copyto(dx, target[:, :, p : p + h, p : p + h].transpose(1, 0, 2, 3))
+
+    def col2im_rows() -> None:
+        np.matmul(rows_e, w2, out=dc_rows)
+        dc = dc_rows.reshape(b, oh, oh, c, k, k)
+        target_b.fill(0)
+        for i in range(k):
+            for j in range(k):
+                target_b[:, :, i : i + oh, j : j + oh] += dc[:, :, :, :, i, j].transpose(0, 3, 1, 2)
+        np.copyto(dx, target_b[:, :, p : p + h, p : p + h])
+
+    same = oh == h
+    fns = {
+        "eps convolved with turned filters" + (" (kit)" if same else ""): convolved,
+        "col2im, k*k slab adds, CNHW" + ("" if same else " (kit)"): col2im_cnhw,
+        "col2im, k*k slab adds, NHWC rows (old)": col2im_rows,
+    }
+    if add_at:  # one scatter-add over precomputed flat indices
+        ci, ii, jj, bi, yi, xi = np.indices((c, k, k, b, oh, oh)).reshape(6, -1)
+        flat_index = ((ci * b + bi) * hp + yi + ii) * hp + xi + jj
+
+        def add_at_scatter() -> None:
+            np.matmul(w2.T, e2, out=dcols.reshape(c * k * k, n))
+            target.fill(0)
+            np.add.at(target.reshape(-1), flat_index, dcols.reshape(-1))
+            np.copyto(dx, target[:, :, p : p + h, p : p + h].transpose(1, 0, 2, 3))
+
+        fns["np.add.at on precomputed indices"] = add_at_scatter
+    return fns, dx
+
+
+def maxpool_variants(b: int, c: int, h: int, k: int) -> tuple[Variants, Variants]:
+    """Non-overlapping k x k max pooling of a ReLU'd (b, c, h, h): (forward -> y, backward -> dx)."""
+    rng = np.random.default_rng(2)
+    x = np.maximum(rng.standard_normal((b, c, h, h), dtype=F32), 0)  # after a ReLU: ties
+    oh = h // k
+    xr = x.reshape(b, c, oh, k, oh, k)
+    y, idx, scratch = (
+        np.empty((b, c, oh, oh), F32),
+        np.empty((b, c, oh, oh), np.uint8),
+        np.empty((b, c, oh, oh), np.uint8),
+    )
+    won = np.empty((b, c, oh, oh), np.bool_)
+    flat, arg = np.empty((b, c, oh, oh, k * k), F32), np.empty((b, c, oh, oh), np.intp)
+    eps = rng.standard_normal((b, c, oh, oh), dtype=F32)
+    dx = np.empty_like(x)
+    dxr = dx.reshape(xr.shape)
+    tmp = np.empty_like(eps)
+
+    def old_forward() -> None:
+        np.copyto(flat.reshape(b, c, oh, oh, k, k), xr.transpose(0, 1, 2, 4, 3, 5))
+        np.argmax(flat, axis=-1, out=arg)
+        np.max(flat, axis=-1, out=y)
+
+    forward = {
+        "k*k elementwise maxima + winner offsets (kit)": lambda: pool_max_into(np, x, k, k, y, idx, scratch),
+        "reshape + max over axes (3, 5), no argmax": lambda: np.max(xr, axis=(3, 5), out=y),
+        "window copy + argmax + max (old)": old_forward,
+    }
+
+    def kit_backward() -> None:
+        for offset in range(k * k):
+            np.equal(idx, offset, out=won)
+            np.multiply(eps, won, out=dxr[:, :, :, offset // k, :, offset % k])
+
+    def mask_backward() -> None:
+        np.equal(xr, y[:, :, :, None, :, None], out=dxr)
+        np.multiply(dxr, eps[:, :, :, None, :, None], out=dxr)
+
+    def old_backward() -> None:
+        dx.fill(0)
+        for offset in range(k * k):
+            np.equal(arg, offset, out=tmp, casting="unsafe")
+            np.multiply(tmp, eps, out=tmp)
+            dx[:, :, offset // k :: k, offset % k :: k] += tmp
+
+    backward = {
+        "offsets == o into the reshape views (kit)": kit_backward,
+        "mask x == max, times eps (ties counted twice)": mask_backward,
+        "k*k scatter-adds from argmax (old)": old_backward,
+    }
+    pool_max_into(np, x, k, k, y, idx, scratch)  # the winners the backward variants read
+    old_forward()
+    return (forward, y), (backward, dx)
+
+
+def _rows(group: str, fns: dict[str, Callable[[], Any]], number: int, repeats: int) -> list[dict[str, Any]]:
+    times = _side_by_side(fns, number, repeats)
+    base = next(t for name, t in times.items() if name.endswith("(kit)"))
+    return [
+        {
+            "case": f"{group}: {name}",
+            "ms_per_step": statistics.median(ts) * 1e3,
+            "min_max_ms": f"{min(ts) * 1e3:.3g}-{max(ts) * 1e3:.3g}",
+            "ratio": statistics.median(t / k for t, k in zip(ts, base)),
+            "ratio_to": "kit kernel",
+        }
+        for name, ts in times.items()
+    ]
+
+
+def kernel_rows(quick: bool = False) -> list[dict[str, Any]]:
+    """Rows of (variant, ms per call, spread, ratio to kit's kernel) for LeNet's and ResNet-18's shapes."""
+    repeats = 3 if quick else 7
+    rb = 4 if quick else 32  # ResNet batch: the quick run keeps the shapes, not the batch
+    rows = _rows("conv fwd LeNet 64x6x14x14 k5", conv_forward_variants(64, 6, 14, 16, 5, 0)[0], 5, repeats)
+    rows += _rows(f"conv fwd ResNet {rb}x64x28x28 k3", conv_forward_variants(rb, 64, 28, 64, 3, 1)[0], 1, repeats)
+    if not quick:
+        rows += _rows("conv fwd ResNet 32x512x4x4 k3", conv_forward_variants(32, 512, 4, 512, 3, 1)[0], 1, repeats)
+    lenet_dx = conv_input_grad_variants(64, 6, 14, 16, 5, 0, add_at=True)[0]
+    rows += _rows("conv dx LeNet 64x6x14x14 k5", lenet_dx, 3, repeats)
+    resnet_dx = conv_input_grad_variants(rb, 64, 28, 64, 3, 1, add_at=False)[0]
+    rows += _rows(f"conv dx ResNet {rb}x64x28x28 k3", resnet_dx, 1, repeats)
+    (forward, _), (backward, _) = maxpool_variants(64, 6, 28, 2)
+    rows += _rows("maxpool fwd LeNet 64x6x28x28 k2", forward, 10, repeats)
+    rows += _rows("maxpool bwd LeNet 64x6x28x28 k2", backward, 10, repeats)
+    return rows
