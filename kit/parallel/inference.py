@@ -95,7 +95,7 @@ class _Request:
 # the process-wide BLAS limit, shared by every live ParallelInference: the first one sets it,
 # the last one to go restores what was there before (nested objects do not restore each other's)
 
-_blas_lock = threading.Lock()
+_blas_lock = threading.RLock()  # re-entrant: a collected instance may release inside acquire
 _blas_holders: dict[int, int] = {}  # token -> BLAS threads it asked for
 _blas_original: Any = None  # the first holder's limiter: it remembers the original limits
 _blas_tokens = iter(range(1, 1 << 62))
@@ -140,7 +140,9 @@ class _Engine:
         self.locks = [threading.Lock() for _ in replicas]  # update_model vs a running batch
         self.batch_limit = batch_limit if batched else 1
         self.queue_limit = queue_limit
-        self.lock = threading.Lock()
+        # re-entrant: the garbage collector can finalize the owning ParallelInference (shutdown ->
+        # close) in any thread at any allocation, also in one that holds this lock
+        self.lock = threading.RLock()
         self.has_work = threading.Condition(self.lock)
         self.has_room = threading.Condition(self.lock)
         self.pending: collections.deque[_Request] = collections.deque()
@@ -289,8 +291,10 @@ class _Engine:
         with self.lock:
             orphans = self._close_locked()
         _refuse(orphans)
-        deadline = None if timeout is None else time.monotonic() + timeout
         me = threading.current_thread()
+        if self.lock._is_owned():  # finalized inside a locked section: the workers need the lock to leave
+            return [t.name for t in self.threads if t.is_alive() and t is not me]
+        deadline = None if timeout is None else time.monotonic() + timeout
         for t in self.threads:
             if t is not me:
                 t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))

@@ -365,3 +365,44 @@ def test_the_blas_limit_lasts_while_any_instance_lives():
     del b
     gc.collect()
     assert blas_thread_counts() == before and not inference_threads()
+
+
+def test_shutdown_from_a_worker_or_inside_the_engine_lock_does_not_deadlock():
+    """The garbage collector may finalize a ParallelInference in any thread, at any allocation:
+    in one of its own workers, or in a thread that holds its queue lock."""
+    done = threading.Event()
+
+    class ShutsItsServerDown(Layer):
+        server = None
+
+        def forward(self, x, mgr, training):
+            ShutsItsServerDown.server.shutdown()  # from a worker thread of that server
+            y = mgr.create(mgr_type(), x.shape, x.dtype, x.device)
+            y.data[...] = x.data
+            return y
+
+    net = Network([ShutsItsServerDown(), Dense(2)], (3,))
+    pi = ParallelInference(net, workers=2, inference_mode="SEQUENTIAL")
+    ShutsItsServerDown.server = pi
+    assert pi.output(np.zeros(3, np.float32)).shape == (2,)  # its own batch still answered
+    for _ in range(500):
+        if not inference_threads():
+            break
+        threading.Event().wait(0.01)
+    assert pi.threads_alive() == 0 and not inference_threads()
+    ShutsItsServerDown.server = None
+
+    other = ParallelInference(mlp(4, hidden=(4,), n_out=2), workers=2)
+
+    def locked_shutdown():
+        with other._engine.lock:
+            other.shutdown()
+        done.set()
+
+    threading.Thread(target=locked_shutdown, daemon=True).start()
+    assert done.wait(timeout=10), "shutdown inside the engine's lock deadlocked"
+    for _ in range(500):
+        if not inference_threads():
+            break
+        threading.Event().wait(0.01)
+    assert other.threads_alive() == 0 and not inference_threads()
