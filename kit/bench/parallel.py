@@ -3,8 +3,11 @@
 - ParallelWrapper, 2 workers vs 1 on the MLP (on a CPU-only machine: two logical CPU devices,
   one BLAS thread each, against one worker with every core), as samples per second;
 - averaging frequency 1 / 5 / 20: throughput and the score reached;
+- the same on 2 simulated host devices (separate placement domains, like two GPUs): what
+  sending batches and gathering/broadcasting the average costs, in bytes per iteration;
 - ParallelInference BATCHED vs SEQUENTIAL at 1, 8 and 64 client threads, interleaved repeats:
-  throughput (median and [min-max]), p50/p99 latency, the ratio and whether it meets the goal.
+  throughput (median and spread, flagged when unreliable), p50/p99 latency, the ratio per repeat
+  and whether it meets the goal, beside what merging alone can buy on this machine.
 """
 
 from __future__ import annotations
@@ -18,12 +21,20 @@ from typing import Any
 
 import numpy as np
 
+from kit import measure
 from kit.bench import _device_label
 from kit.data import ArrayIterator, DataSet
-from kit.devices import blas_threads
+from kit.devices import (
+    blas_threads,
+    default_devices,
+    host_device_count,
+    logical_devices,
+    reset_transfer_stats,
+    set_host_device_count,
+    transfer_stats,
+)
 from kit.nn import Sgd, lenet, mlp
 from kit.parallel import InferenceMode, ParallelInference, ParallelWrapper
-from kit.parallel.wrapper import default_devices
 
 __all__ = ["bench_parallel"]
 
@@ -44,14 +55,22 @@ def _training(quick: bool) -> list[dict[str, Any]]:
         "2 workers": (2, 1),
         "2 workers, F=5": (2, 5),
         "2 workers, F=20": (2, 20),
+        # separate placement domains: every batch and every average crosses the transfer path
+        "2 simulated host devices": (2, 1),
+        "2 simulated host devices, F=5": (2, 5),
     }
     wrappers = {}
+    previous_hosts = set_host_device_count(max(2, host_device_count()))
     for name, (workers, freq) in configs.items():
         net = mlp(784, hidden=(512, 256), n_out=10, updater=Sgd(0.05), seed=0)
-        devices = None if workers > 1 else [default_devices(1)[0]]
+        if "simulated" in name:
+            devices = ["cpu:0", "cpu:1"]
+        else:
+            devices = [default_devices(1)[0]] if workers == 1 else list(logical_devices(workers, "cpu:0"))
         pw = ParallelWrapper(net, workers=workers, devices=devices, prefetch_buffer=0, averaging_frequency=freq)
         wrappers[name] = (net, pw)
     times: dict[str, list[float]] = {k: [] for k in configs}
+    copied: dict[str, list[float]] = {k: [] for k in configs}  # bytes through the transfer path per iteration
     try:
         for _, pw in wrappers.values():  # warm-up
             pw.fit(ArrayIterator(data, 64))
@@ -59,9 +78,13 @@ def _training(quick: bool) -> list[dict[str, Any]]:
             for name, (_, pw) in wrappers.items():
                 limit = blas_threads(1) if "1 BLAS thread" in name else contextlib.nullcontext()
                 with limit:
+                    reset_transfer_stats()
+                    start_iteration = pw.iteration
                     t0 = time.perf_counter()
                     pw.fit(ArrayIterator(data, 64))
                     times[name].append(time.perf_counter() - t0)
+                    moved = sum(b for _, b in transfer_stats().values())
+                    copied[name].append(moved / max(1, pw.iteration - start_iteration))
         rows = []
         for name, (net, pw) in wrappers.items():
             ratio = statistics.median(b / t for b, t in zip(times["1 worker"], times[name]))
@@ -74,12 +97,14 @@ def _training(quick: bool) -> list[dict[str, Any]]:
                     "speedup_vs_1": ratio,
                     "speedup_vs_1_one_thread": ratio_one_core,
                     "score": net.score(data),
+                    "transfer_bytes_per_iter": statistics.median(copied[name]),
                 }
             )
         return rows
     finally:
         for _, pw in wrappers.values():
             pw.shutdown()
+        set_host_device_count(previous_hosts)
 
 
 def _clients(pi: ParallelInference, x: np.ndarray, clients: int, requests: int) -> tuple[float, list[float]]:
@@ -117,30 +142,25 @@ INFERENCE_GOAL = 5.0  # BATCHED / SEQUENTIAL throughput at 64 clients (issue 15)
 _MODES = (InferenceMode.SEQUENTIAL, InferenceMode.BATCHED)
 
 
-def _spread(values: list[float]) -> str:
-    return f"{min(values):.3g}-{max(values):.3g}"
-
-
-def _batching_bound(net: Any, x: np.ndarray, batch: int, repeats: int) -> list[float]:
+def _batching_bound(net: Any, x: np.ndarray, batch: int, repeats: int, min_time: float) -> list[float]:
     """What merging alone can buy on this machine: `batch` one-row forwards over one forward of
-    `batch` rows, with one worker's BLAS share, serving overhead excluded: no BATCHED/SEQUENTIAL
-    ratio can exceed this much (plus what SEQUENTIAL loses to its hand-offs)."""
-    ratios = []
+    `batch` rows, with one worker's BLAS share, serving overhead excluded (kit.measure, per
+    repeat). BATCHED/SEQUENTIAL can exceed it only by what SEQUENTIAL loses to its hand-offs."""
+    rows = [x[i : i + 1] for i in range(batch)]
     with blas_threads(max(1, (os.cpu_count() or 1) // 2)):
-        net.output(x[:batch])
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for i in range(batch):
-                net.output(x[i : i + 1])
-            t1 = time.perf_counter()
-            net.output(x[:batch])
-            ratios.append((t1 - t0) / (time.perf_counter() - t1))
-    return ratios
+        t = measure.compare(
+            {"one row at a time": lambda: [net.output(r) for r in rows], "merged": lambda: net.output(x[:batch])},
+            min_time=min_time,
+            repeats=repeats,
+        )
+    return [a / b for a, b in zip(t["one row at a time"].seconds, t["merged"].seconds)]
 
 
 def _inference(quick: bool, client_counts: tuple[int, ...] = (1, 8, 64)) -> list[dict[str, Any]]:
-    """SEQUENTIAL and BATCHED side by side: both servers live, every repeat runs one burst on
-    each (the order alternating), so drift hits them alike; medians and [min-max] of repeats."""
+    """SEQUENTIAL and BATCHED side by side: both servers live, every repeat runs one burst of
+    client threads on each (the order alternating), so drift hits them alike. A burst is timed
+    from its first client's start to its last client's end (thread start-up excluded); the
+    repeats become kit.measure Timings (seconds per request): median, spread, load flags."""
     rows = []
     models = {
         "MLP 784-512-256-10": (mlp(784, hidden=(512, 256), n_out=10), (784,)),
@@ -150,53 +170,64 @@ def _inference(quick: bool, client_counts: tuple[int, ...] = (1, 8, 64)) -> list
     requests = 30 if quick else 150  # per burst: this many per client up to 8 clients, then split
     for label, (net, shape) in models.items():
         x = np.random.default_rng(0).random((256, *shape)).astype(np.float32)
-        bound = _batching_bound(net, x, 32, repeats)
+        bound = _batching_bound(net, x, 32, repeats, 0.05 if quick else measure.MIN_TIME)
         for clients in client_counts:
             per_client = max(5, requests // max(1, clients // 8))
+            total = clients * per_client
             servers = {mode: ParallelInference(net, workers=2, inference_mode=mode) for mode in _MODES}
             try:
                 for pi in servers.values():  # warm-up: workspaces learn their sizes
                     _clients(pi, x, min(clients, 4), 5)
                 first = {mode: len(pi.batch_sizes) for mode, pi in servers.items()}
-                tput: dict[InferenceMode, list[float]] = {m: [] for m in _MODES}
+                seconds: dict[InferenceMode, list[float]] = {m: [] for m in _MODES}
                 lat: dict[InferenceMode, list[float]] = {m: [] for m in _MODES}
-                for r in range(repeats):
-                    for mode in _MODES if r % 2 == 0 else _MODES[::-1]:
-                        throughput, latencies = _clients(servers[mode], x, clients, per_client)
-                        tput[mode].append(throughput)
-                        lat[mode].extend(latencies)
+                with measure.machine_load() as load:
+                    for r in range(repeats):
+                        for mode in _MODES if r % 2 == 0 else _MODES[::-1]:
+                            throughput, latencies = _clients(servers[mode], x, clients, per_client)
+                            seconds[mode].append(1 / throughput)
+                            lat[mode].extend(latencies)
+                timings = {m: measure.Timing(m.value, seconds[m], total, load.others) for m in _MODES}
                 for mode, pi in servers.items():
+                    t = timings[mode]
                     rows.append(
                         {
                             "case": f"ParallelInference {label}, {mode.value}, {clients} clients",
-                            "requests_per_s": statistics.median(tput[mode]),
-                            "spread": _spread(tput[mode]),
+                            "requests_per_s": 1 / t.median,
+                            "spread": f"+-{t.spread:.0%}",
                             "p50_ms": float(np.percentile(lat[mode], 50) * 1e3),
                             "p99_ms": float(np.percentile(lat[mode], 99) * 1e3),
                             "mean_batch": float(np.mean(pi.batch_sizes[first[mode] :])),
+                            "warnings": "; ".join(t.warnings),
                         }
                     )
-                ratios = [b / s for b, s in zip(tput[InferenceMode.BATCHED], tput[InferenceMode.SEQUENTIAL])]
+                ratios = [s / b for s, b in zip(seconds[InferenceMode.SEQUENTIAL], seconds[InferenceMode.BATCHED])]
                 rows[-1]["batched_over_sequential"] = statistics.median(ratios)
-                rows[-1]["ratio_spread"] = _spread(ratios)
+                rows[-1]["ratio_range"] = f"{min(ratios):.3g}-{max(ratios):.3g}"
                 rows[-1]["batching_bound"] = statistics.median(bound)
+                rows[-1]["reliable"] = all(t.reliable for t in timings.values())
             finally:
                 for pi in servers.values():
                     pi.shutdown()
     return rows
 
 
-def _inference_goal(inference: list[dict[str, Any]]) -> str:
-    parts = []
+def _inference_goals(inference: list[dict[str, Any]]) -> dict[str, str]:
+    goals = {}
     for r in inference:
         if "64 clients" in r["case"] and "batched_over_sequential" in r:
-            ratio = r["batched_over_sequential"]
-            verdict = "met" if ratio >= INFERENCE_GOAL else "not met"
-            parts.append(
-                f"{_model_of(r)}: {verdict} ({ratio:.2f}x, repeats {r['ratio_spread']}; merging 32 rows alone "
-                f"buys {r['batching_bound']:.2f}x on this machine)"
+            text = measure.goal(
+                "BATCHED / SEQUENTIAL throughput at 64 clients",
+                r["batched_over_sequential"],
+                ">=",
+                INFERENCE_GOAL,
+                "x",
+                r["reliable"],
             )
-    return f"BATCHED >= {INFERENCE_GOAL:g}x SEQUENTIAL at 64 clients: " + "; ".join(parts)
+            goals[f"goal_inference[{_model_of(r)}]"] = (
+                f"{text}; repeats {r['ratio_range']}; merging 32 rows alone buys {r['batching_bound']:.2f}x here"
+            )
+    return goals
 
 
 def _model_of(row: dict[str, Any]) -> str:
@@ -206,8 +237,9 @@ def _model_of(row: dict[str, Any]) -> str:
 def bench_parallel(quick: bool = False) -> dict[str, Any]:
     training = _training(quick)
     inference = _inference(quick)
-    cols = ["case", "samples_per_s", "speedup_vs_1", "speedup_vs_1_one_thread", "score", "requests_per_s"]
-    cols += ["spread", "p50_ms", "p99_ms", "mean_batch", "batched_over_sequential", "ratio_spread"]
+    cols = ["case", "samples_per_s", "speedup_vs_1", "speedup_vs_1_one_thread", "score", "transfer_bytes_per_iter"]
+    cols += ["requests_per_s"]
+    cols += ["spread", "p50_ms", "p99_ms", "mean_batch", "batched_over_sequential", "ratio_range", "warnings"]
     rows = [{c: r.get(c, "") for c in cols} for r in training + inference]
     two = next(r for r in training if r["case"].endswith("2 workers"))
     at64 = [r for r in inference if "64 clients" in r["case"] and "batched_over_sequential" in r]
@@ -223,8 +255,11 @@ def bench_parallel(quick: bool = False) -> dict[str, Any]:
             "two_workers_F20_speedup_vs_one_worker_all_cores": next(
                 r["speedup_vs_1"] for r in training if r["case"].endswith("F=20")
             ),
+            "simulated_devices_transfer_bytes_per_iter_F1": next(
+                r["transfer_bytes_per_iter"] for r in training if r["case"].endswith("2 simulated host devices")
+            ),
             **{f"batched_over_sequential_64_clients[{_model_of(r)}]": r["batched_over_sequential"] for r in at64},
             "goal": "2 workers >= 1.6x one; BATCHED >= 5x SEQUENTIAL at 64 clients",
-            "goal_inference": _inference_goal(inference),
+            **_inference_goals(inference),
         },
     }

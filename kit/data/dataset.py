@@ -109,16 +109,26 @@ def _as_features(x: Any, dev: Any) -> NDArray:
 
 
 def _as_labels(y: Any, n: int, num_classes: int | None, dev: Any) -> NDArray:
+    """One rule, decided by shape alone: (N,) are class indices (whole numbers, made one-hot);
+    (N, C) are rows used as they are (one-hot or probabilities for a classifier, targets for
+    a regression; a (N, 1) column is one target per example, whatever its dtype)."""
     raw = y.numpy() if isinstance(y, NDArray) else np.asarray(y)
+    if raw.ndim == 0:
+        raise ValueError(f"labels need one entry per example: (N,) or (N, C), got a scalar {raw!r}")
     if raw.shape[0] != n:
-        raise ValueError(f"{n} feature rows but {raw.shape[0]} labels")
-    if raw.ndim == 1 or (raw.ndim == 2 and raw.shape[1] == 1 and raw.dtype.kind in "iu"):
-        raw = raw.reshape(-1)
-        if raw.dtype.kind not in "iu":
-            if raw.dtype.kind == "f" and np.all(np.isfinite(raw)) and np.all(raw == np.round(raw)):
-                raw = raw.astype(np.int64)
-            else:
-                raise TypeError(f"class labels must be integers (or one-hot rows), got dtype {raw.dtype}")
+        raise ValueError(f"{n} feature rows but {raw.shape[0]} labels (labels of shape {raw.shape})")
+    if raw.dtype.kind not in "fiub":
+        raise TypeError(f"labels must be numbers, got dtype {raw.dtype}")
+    if raw.ndim == 1:
+        if raw.dtype.kind == "f":
+            bad = np.flatnonzero(~np.isfinite(raw) | (raw != np.round(raw)))
+            if bad.size:
+                i = int(bad[0])
+                raise TypeError(
+                    f"class labels must be integers 0..C-1: label {float(raw[i])} at row {i} is not a whole number "
+                    f"({bad.size} such label(s)); give rows (N, C) for soft or regression targets"
+                )
+        raw = raw.astype(np.int64)
         if num_classes is None:
             num_classes = int(raw.max()) + 1 if raw.size else 0
         bad = np.flatnonzero((raw < 0) | (raw >= num_classes))

@@ -34,16 +34,21 @@ An epoch cut short (a stop condition, `stop()`) still ends with `on_epoch_end`.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EmptyDataError", "StepResult", "TrainingLoop", "call_listener"]
+__all__ = ["EmptyDataError", "NonFiniteScoreError", "StepResult", "TrainingLoop", "call_listener"]
 
 
 class EmptyDataError(ValueError):
     """An epoch produced no mini-batches (an empty data set, or a generator already used up)."""
+
+
+class NonFiniteScoreError(FloatingPointError):
+    """A mini-batch's loss was NaN or infinite and no stop condition took care of it."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,14 @@ class TrainingLoop:
                     self.stopped_by = condition
                     self._stop = True
                     return
+        for r in results:  # nothing stopped it: training on from here would train on garbage
+            if not math.isfinite(r.score):
+                who = f", worker {r.worker}" if r.worker is not None else ""
+                raise NonFiniteScoreError(
+                    f"iteration {iteration} (epoch {epoch}{who}): the loss is {r.score}; the parameters may no longer "
+                    "be finite. Lower the learning rate or scale the features; to stop cleanly instead, train with "
+                    "early stopping and InvalidScoreIterationTerminationCondition"
+                )
 
 
 def _empty_message(data: Any, epoch: int, first: bool) -> str:

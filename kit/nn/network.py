@@ -200,6 +200,8 @@ class Network:
             )
         if y.dtype != self.dtype:
             raise TypeError(f"labels have dtype {y.dtype} but the network computes in {self.dtype}")
+        if self.loss.classification:
+            _check_label_rows(y)
         return y
 
     # ---- training ------------------------------------------------------------------
@@ -222,6 +224,12 @@ class Network:
                 return self._gradient_step(ds, mgr)
 
     def _gradient_step(self, ds: DataSet, mgr: LayerWorkspaceMgr) -> float:
+        if not isinstance(ds, DataSet):
+            raise TypeError(
+                f"training needs DataSets (features, labels), got {type(ds).__name__}: wrap with DataSet(x, y)"
+            )
+        if ds.num_examples == 0:
+            raise ValueError("fit: a mini-batch with 0 examples; there is nothing to learn from an empty DataSet")
         x = self._features(ds.features)
         y = self._labels(ds.labels, x.shape[0])
         self._check_finite(x, "features")
@@ -307,6 +315,8 @@ class Network:
         memory, also when called inside a workspace (DL4J throws there, dl4j#8231)."""
         with self._lock, scope_out_of_workspaces():
             x = self._features(x)
+            if x.shape[0] == 0:  # no examples, no work: an empty answer of the right shape
+                return empty((0, *self.output_shape), self.dtype, self.device)
             self._check_finite(x, "features")
             mgr = self._infer_mgr
             with mgr.iteration():
@@ -463,6 +473,26 @@ class Network:
 
     def workspace_stats(self) -> dict[str, dict[str, Any]]:
         return {"training": self._train_mgr.stats(), "inference": self._infer_mgr.stats()}
+
+
+def _check_label_rows(y: NDArray) -> None:
+    """A classifier's label rows are one-hot or probabilities: in [0, 1], summing to 1."""
+    raw, xp = y.data, y.device.xp
+    if raw.size == 0:
+        return
+    lo, hi = float(raw.min()), float(raw.max())
+    sums = raw.sum(axis=1)
+    worst = float(xp.abs(sums - 1).max())
+    if lo >= 0 and hi <= 1 and worst <= 1e-3:
+        return
+    host = y.numpy()
+    bad = np.flatnonzero((host < 0).any(axis=1) | (host > 1).any(axis=1) | (np.abs(host.sum(axis=1) - 1) > 1e-3))
+    i = int(bad[0])
+    raise ValueError(
+        f"label row {i} is {np.array2string(host[i], threshold=12)}: a classifier's labels are one-hot rows or "
+        f"probabilities (values in [0, 1] summing to 1); {bad.size} row(s) are not. Give class indices (N,) and "
+        "DataSet makes the one-hot rows"
+    )
 
 
 def _architecture(cfg: NetworkConfig) -> str:
