@@ -2,8 +2,13 @@
 
 - MLP step: kit Network vs the same math hand-written in NumPy (goal ratio <= 1.10), and vs
   PyTorch on the CPU when it is installed;
-- a conv net step (LeNet on 28 x 28);
 - the three workspace modes: time, allocations per iteration, peak workspace bytes;
+- convolution nets against PyTorch on the CPU (the `bench` extra, `pip install "kit[bench]"`; on
+  Linux `pip install torch --index-url https://download.pytorch.org/whl/cpu` is the small CPU wheel):
+  a LeNet training step (batch 64, 1 x 28 x 28) in each workspace mode, and ResNet-18's forward
+  + backward (batch 32); one thread each (threadpoolctl for kit's BLAS, torch.set_num_threads),
+  rounds interleaved, median [min-max], goal <= 1.5 x PyTorch;
+- the kernel alternatives behind Conv2D and MaxPool2D (kit/bench/kernels.py);
 - ETL: an epoch behind a slow source, with and without asynchronous prefetch.
 """
 
@@ -15,13 +20,31 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
 
 import kit
 from kit.bench import _device_label, _side_by_side, _time
+from kit.bench.kernels import kernel_rows
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
-from kit.nn import Network, Sgd, WorkspaceMode, lenet, mlp
+from kit.nn import Conv2D, Network, Sgd, WorkspaceMode, lenet, mlp, resnet18
 
 __all__ = ["bench_train"]
+
+COLUMNS = (
+    "case",
+    "ms_per_step",
+    "min_max_ms",
+    "ratio",
+    "ratio_to",
+    "heap_allocs_per_step",
+    "peak_workspace_kib",
+    "goal",
+)
+CONV_GOAL = 1.5  # kit / PyTorch on the CPU, LeNet step and ResNet-18 forward + backward
+
+
+def _spread(ts: list[float]) -> str:
+    return f"{min(ts) * 1e3:.3g}-{max(ts) * 1e3:.3g}"
 
 
 def _mlp_data(batch: int, n_in: int, n_out: int, seed: int = 0) -> DataSet:
@@ -107,8 +130,9 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
     times = _side_by_side(fns, number, repeats)
     base = times["NumPy MLP (hand-written)"]
     for name, ts in times.items():
-        row = {"case": name, "ms_per_step": statistics.median(ts) * 1e3}
-        row["ratio_to_numpy"] = statistics.median(t / b for t, b in zip(ts, base))
+        row = {"case": name, "ms_per_step": statistics.median(ts) * 1e3, "min_max_ms": _spread(ts)}
+        row["ratio"] = statistics.median(t / b for t, b in zip(ts, base))
+        row["ratio_to"] = "NumPy"
         rows.append(row)
     torch_step = _torch_step(batch, (n_in, *hidden), n_out, lr)
     if torch_step is not None:
@@ -120,7 +144,9 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
             {
                 "case": "PyTorch MLP (CPU; timed in its own block)",
                 "ms_per_step": statistics.median(t_torch) * 1e3,
-                "ratio_to_numpy": statistics.median(t_torch) / statistics.median(t_numpy),
+                "min_max_ms": _spread(t_torch),
+                "ratio": statistics.median(t_torch) / statistics.median(t_numpy),
+                "ratio_to": "NumPy",
             }
         )
     for mode, net in nets.items():
@@ -132,24 +158,9 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
                 row["heap_allocs_per_step"] = kit.memory.heap_allocations(this_thread=True) - before
                 row["peak_workspace_kib"] = peak / 1024
 
-    # ---- a conv net step -----------------------------------------------------------------
-    rng = np.random.default_rng(1)
-    conv_data = DataSet(rng.random((32, 1, 28, 28)), rng.integers(0, 10, 32), num_classes=10)
-    conv_nets = {mode: lenet(training_workspace_mode=mode, updater=Sgd(0.01)) for mode in WorkspaceMode}
-    conv_times = _side_by_side(
-        {m.value: (lambda n=n: n.fit_batch(conv_data)) for m, n in conv_nets.items()}, max(2, number // 4), repeats
-    )
-    for mode, net in conv_nets.items():
-        before = kit.memory.heap_allocations(this_thread=True)
-        net.fit_batch(conv_data)
-        rows.append(
-            {
-                "case": f"kit LeNet 32x1x28x28 ({mode.value})",
-                "ms_per_step": statistics.median(conv_times[mode.value]) * 1e3,
-                "heap_allocs_per_step": kit.memory.heap_allocations(this_thread=True) - before,
-                "peak_workspace_kib": sum(s["peak_used"] for s in net.workspace_stats()["training"].values()) / 1024,
-            }
-        )
+    # ---- conv nets against PyTorch, and the kernels behind them ---------------------------
+    conv_rows, conv_summary = _conv_rows(quick)
+    rows += conv_rows + kernel_rows(quick)
 
     # ---- ETL: a slow source, with and without prefetch --------------------------------------
     etl = _etl_rows(quick)
@@ -157,20 +168,136 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
         "benchmark": "train",
         "device": _device_label(),
         "repeats": repeats,
-        "columns": ["case", "ms_per_step", "ratio_to_numpy", "heap_allocs_per_step", "peak_workspace_kib"],
-        "rows": [
-            {
-                c: r.get(c, "")
-                for c in ("case", "ms_per_step", "ratio_to_numpy", "heap_allocs_per_step", "peak_workspace_kib")
-            }
-            for r in rows
-        ],
+        "columns": list(COLUMNS),
+        "rows": [{c: r.get(c, "") for c in COLUMNS} for r in rows],
         "summary": {
             **etl,
-            "pytorch": "installed" if torch_step is not None else "not installed (pip install torch to compare)",
+            "pytorch": "installed" if torch_step is not None else "not installed (pip install kit[bench] to compare)",
             "goal": "kit MLP / NumPy MLP <= 1.10",
+            **conv_summary,
         },
     }
+
+
+def _images(batch: int, seed: int) -> DataSet:
+    rng = np.random.default_rng(seed)
+    return DataSet(rng.random((batch, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, batch), num_classes=10)
+
+
+def _torch_conv_steps(lenet_batch: int, resnet_batch: int) -> dict[str, Callable[[], Any]] | None:
+    """PyTorch's LeNet training step (SGD) and ResNet-18 forward + backward, the same
+    architectures as kit's zoo (d2l's ResNet-18 for 28 x 28 inputs); None without PyTorch."""
+    try:
+        import torch
+        from torch import nn
+    except ImportError:
+        return None
+    torch.manual_seed(0)
+    le = nn.Sequential(
+        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10),
+    )  # fmt: skip
+    opt = torch.optim.SGD(le.parameters(), lr=0.01)
+    loss_fn = nn.CrossEntropyLoss()
+    lx, ly = torch.rand(lenet_batch, 1, 28, 28), torch.randint(0, 10, (lenet_batch,))
+
+    class Residual(nn.Module):
+        def __init__(self, cin: int, cout: int, use_1x1conv: bool = False, stride: int = 1) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, cout, 3, padding=1, stride=stride)
+            self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
+            self.conv3 = nn.Conv2d(cin, cout, 1, stride=stride) if use_1x1conv else None
+            self.bn1, self.bn2 = nn.BatchNorm2d(cout), nn.BatchNorm2d(cout)
+
+        def forward(self, x: Any) -> Any:
+            y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+            return torch.relu(y + (self.conv3(x) if self.conv3 is not None else x))
+
+    blocks: list[Any] = [nn.Conv2d(1, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU()]
+    cin = 64
+    for i, c in enumerate((64, 128, 256, 512)):
+        blocks += [Residual(cin, c, use_1x1conv=i > 0, stride=1 if i == 0 else 2), Residual(c, c)]
+        cin = c
+    res = nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 10))
+    rx, ry = torch.rand(resnet_batch, 1, 28, 28), torch.randint(0, 10, (resnet_batch,))
+
+    def lenet_step() -> None:
+        opt.zero_grad(set_to_none=False)
+        loss_fn(le(lx), ly).backward()
+        opt.step()
+
+    def resnet_step() -> None:
+        res.zero_grad(set_to_none=False)
+        loss_fn(res(rx), ry).backward()
+
+    return {"lenet": lenet_step, "resnet": resnet_step}
+
+
+def _conv_rows(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """LeNet steps in each mode and ResNet-18 forward + backward, kit vs PyTorch, one thread each."""
+    lenet_batch, resnet_batch = 64, 32
+    torch_steps = _torch_conv_steps(lenet_batch, resnet_batch)
+    if torch_steps is not None:
+        import torch
+
+        torch_threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+    lenet_data, resnet_data = _images(lenet_batch, 1), _images(resnet_batch, 2)
+    lenets = {mode: lenet(training_workspace_mode=mode, updater=Sgd(0.01)) for mode in WorkspaceMode}
+    resnet = resnet18(updater=Sgd(0.01))
+    rows: list[dict[str, Any]] = []
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            blas = [f"{p['internal_api']} {p['num_threads']}" for p in threadpool_info() if p["user_api"] == "blas"]
+            fns: dict[str, Callable[[], Any]] = {
+                f"kit LeNet step b{lenet_batch} ({m.value})": (lambda n=n: n.fit_batch(lenet_data))
+                for m, n in lenets.items()
+            }
+            res_fns = {
+                f"kit ResNet-18 fwd+bwd b{resnet_batch} (SEPARATE)": lambda: resnet.compute_gradient_and_score(
+                    resnet_data
+                )
+            }
+            if torch_steps is not None:
+                fns[f"PyTorch LeNet step b{lenet_batch}"] = torch_steps["lenet"]
+                res_fns[f"PyTorch ResNet-18 fwd+bwd b{resnet_batch}"] = torch_steps["resnet"]
+            rows += _versus(_side_by_side(fns, 3 if quick else 10, 3 if quick else 11))
+            rows += _versus(_side_by_side(res_fns, 1, 2 if quick else 9))
+    finally:
+        if torch_steps is not None:
+            torch.set_num_threads(torch_threads)
+    for mode, net in lenets.items():
+        before = kit.memory.heap_allocations(this_thread=True)
+        net.fit_batch(lenet_data)
+        row = next(r for r in rows if r["case"] == f"kit LeNet step b{lenet_batch} ({mode.value})")
+        row["heap_allocs_per_step"] = kit.memory.heap_allocations(this_thread=True) - before
+        row["peak_workspace_kib"] = sum(s["peak_used"] for s in net.workspace_stats()["training"].values()) / 1024
+    kept = {
+        name: sum(layer.kept_bytes for layer in net.layers if isinstance(layer, Conv2D))
+        for name, net in (("lenet", lenets[WorkspaceMode.SEPARATE]), ("resnet18", resnet))
+    }
+    summary = {
+        "conv_threads": f"kit BLAS threads: {', '.join(blas) or 'none found'}"
+        + (", PyTorch intra-op threads: 1" if torch_steps is not None else ", PyTorch not installed"),
+        "conv_goal": f"kit / PyTorch <= {CONV_GOAL} for the LeNet step and ResNet-18 forward + backward",
+        "lenet_kept_columns_kib": kept["lenet"] / 1024,
+        "resnet18_kept_columns_mib": kept["resnet18"] / 2**20,
+    }
+    return rows, summary
+
+
+def _versus(times: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """Rows for kit variants against the PyTorch one (when present), per-round ratios."""
+    torch_name = next((name for name in times if name.startswith("PyTorch")), None)
+    rows = []
+    for name, ts in times.items():
+        row: dict[str, Any] = {"case": name, "ms_per_step": statistics.median(ts) * 1e3, "min_max_ms": _spread(ts)}
+        if torch_name is not None and name != torch_name:
+            row["ratio"] = statistics.median(t / b for t, b in zip(ts, times[torch_name]))
+            row["ratio_to"] = "PyTorch"
+            row["goal"] = f"<= {CONV_GOAL}: " + ("met" if row["ratio"] <= CONV_GOAL else "not met")
+        rows.append(row)
+    return rows
 
 
 class SlowSource:

@@ -44,9 +44,11 @@ class Conv2D(Layer):
     keep_columns (class-wide, default True): in training, the im2col matrix built in forward is
     made as ACTIVATIONS and kept for backward instead of being rebuilt there. It then survives
     SEPARATE's per-layer reset of working memory, at the cost of its bytes (`kept_bytes`) for
-    the rest of the iteration. False restores the recompute-in-backward behaviour."""
+    the rest of the iteration. Columns larger than keep_columns_max_bytes (a layer) are rebuilt
+    in backward instead, as they all are with keep_columns = False."""
 
     keep_columns: ClassVar[bool] = True
+    keep_columns_max_bytes: ClassVar[int] = 128 << 20
 
     def __init__(self, out_channels: int, kernel: int, stride: int = 1, padding: int = 0, weight_init: str = "he"):
         super().__init__()
@@ -113,7 +115,9 @@ class Conv2D(Layer):
         self._x = x
         b = x.shape[0]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
-        keep = training and self.keep_columns
+        c, k = self.input_shape[0], self.kernel  # type: ignore[index]
+        size = c * k * k * b * oh * ow * x.dtype.itemsize
+        keep = training and self.keep_columns and size <= self.keep_columns_max_bytes
         cols = self._columns(x.data, xp, mgr, ACT if keep else FF, dev)  # (C*k*k, B*OH*OW)
         self._cols, self.kept_bytes = (cols, cols.data.nbytes) if keep else (None, 0)
         w2 = self.params["W"].data.reshape(oc, -1)  # (OC, C*k*k)

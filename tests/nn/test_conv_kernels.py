@@ -253,6 +253,11 @@ def test_kept_columns_live_in_the_activations_workspace_and_are_counted(monkeypa
     np.testing.assert_allclose(kept_net.params().numpy(), plain_net.params().numpy(), rtol=1e-6, atol=1e-7)
     kept_net.output(ds.features)  # inference keeps nothing
     assert all(layer.kept_bytes == 0 for layer in kept_net.layers if isinstance(layer, Conv2D))
+    monkeypatch.setattr(Conv2D, "keep_columns", True)
+    monkeypatch.setattr(Conv2D, "keep_columns_max_bytes", 20_000)  # only the second layer's fit
+    capped = build()
+    capped.fit_batch(ds)
+    assert [layer.kept_bytes for layer in capped.layers if isinstance(layer, Conv2D)] == [0, kept[1]]
 
 
 @pytest.mark.gpu
