@@ -1,6 +1,6 @@
 """The chapters as a static HTML site, built offline from their stored outputs.
 
-    python -m kit book                      # -> _build/book/index.html
+    python -m kit book                      # -> build/book/index.html
     python -m kit book --out site/          # elsewhere
 
     >>> import tempfile
@@ -10,7 +10,7 @@
     >>> src = Path(tempfile.mkdtemp())             # one tiny chapter, so the example runs anywhere
     >>> cells = [nbformat.v4.new_markdown_cell("# Arrays and backends"), nbformat.v4.new_code_cell("1 + 1")]
     >>> nbformat.write(nbformat.v4.new_notebook(cells=cells), src / "01_arrays.ipynb")
-    >>> index = build_book(src, src / "_build" / "book")   # python -m kit book: notebooks/ -> _build/book
+    >>> index = build_book(src, src / "_build" / "book")   # python -m kit book: notebooks/ -> build/book
     >>> sorted(p.name for p in index.parent.iterdir())
     ['01_arrays.html', 'index.html']
     >>> chapter_title(nbformat.read(src / "01_arrays.ipynb", as_version=4))    # the index lists chapters by it

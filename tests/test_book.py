@@ -1,0 +1,103 @@
+"""The rendered book: `python -m kit book` builds every chapter into a static HTML page from its
+stored outputs, offline, with every figure it references present beside it."""
+
+import html.parser
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("nbconvert", reason="the book needs nbconvert (the dev or lab extra)")
+
+from kit.__main__ import main
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+# chapters 1-6 share the setup cell and the exercise format (chapter 7, Spark, has its own)
+CORE = [
+    NOTEBOOKS / f"{name}.ipynb"
+    for name in (
+        "01_arrays_and_backends",
+        "02_workspaces",
+        "03_training_with_workspaces",
+        "04_multi_device_training",
+        "05_parallel_inference",
+        "06_early_stopping",
+    )
+]
+
+
+class _Refs(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images, self.links = [], []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img" and a.get("src"):
+            self.images.append(a["src"])
+        if tag == "a" and a.get("href"):
+            self.links.append(a["href"])
+
+
+def _refs(path: Path) -> _Refs:
+    parser = _Refs()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return parser
+
+
+def test_book_has_every_chapter_and_every_figure(tmp_path, capsys):
+    out = tmp_path / "book"
+    assert main(["book", "--out", str(out)]) == 0
+    assert "book written" in capsys.readouterr().out
+    chapters = sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))
+    assert len(chapters) >= 6
+    index = _refs(out / "index.html")
+    for nb_path in chapters:
+        page = out / f"{nb_path.stem}.html"
+        assert page.is_file(), f"no page for {nb_path.name}"
+        assert f"{nb_path.stem}.html" in index.links
+        refs = _refs(page)
+        files = [src for src in refs.images if not src.startswith(("data:", "http"))]
+        for src in files:
+            assert (out / src).is_file(), f"{page.name} references {src}, which is missing"
+        nb = json.loads(nb_path.read_text())
+        stored = sum(1 for c in nb["cells"] for o in c.get("outputs", []) if "image/png" in o.get("data", {}))
+        assert len(files) == stored, f"{page.name}: {len(files)} figures on the page, {stored} stored"
+        text = page.read_text(encoding="utf-8")
+        assert "VBox(children=" not in text and "HTML(value=" not in text, f"raw widget repr in {page.name}"
+
+
+def test_stored_chapters_show_no_raw_widget_reprs():
+    """Opening a committed chapter shows final panel states, never a widget's text fallback."""
+    for nb_path in sorted(NOTEBOOKS.glob("[0-9]*.ipynb")):
+        nb = json.loads(nb_path.read_text())
+        for i, cell in enumerate(nb["cells"]):
+            for o in cell.get("outputs", []):
+                data = o.get("data", {})
+                assert WIDGET_VIEW not in data, f"{nb_path.name} cell {i}: a live widget output was stored"
+                plain = "".join(data.get("text/plain", ""))
+                assert "VBox(children=" not in plain and "HTML(value=" not in plain, f"{nb_path.name} cell {i}"
+
+
+def _code(nb):
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def test_every_chapter_installs_kit_from_the_location_the_readme_names():
+    readme = (NOTEBOOKS.parent / "README.md").read_text()
+    for nb_path in CORE:
+        setup = _code(json.loads(nb_path.read_text()))[0]
+        source = setup.split('KIT_SOURCE = "', 1)[1].split('"', 1)[0]
+        assert f"`KIT_SOURCE` in that cell: `{source}`" in readme, f"{nb_path.name} installs from {source}"
+        assert "KIT_PIP_SPEC" in setup and "pip" in setup and "install" in setup
+
+
+def test_every_chapter_checks_outputs_and_ends_with_exercises():
+    for nb_path in CORE:
+        nb = json.loads(nb_path.read_text())
+        checked = [src for src in _code(nb) if "NBVAL_CHECK_OUTPUT" in src]
+        assert len(checked) >= 3, f"{nb_path.name}: {len(checked)} NBVAL_CHECK_OUTPUT cells"
+        markdown = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
+        assert any("\n## Exercises\n" in f"\n{m}\n" for m in markdown), f"{nb_path.name} has no exercises"
+        assert any("check(" in src for src in checked), f"{nb_path.name}: exercises without an automatic check"
