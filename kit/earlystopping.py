@@ -124,6 +124,8 @@ class ScoreImprovementEpochTerminationCondition(EpochTerminationCondition):
         self.best_epoch = -1
 
     def terminate(self, epoch: int, score: float, minimize: bool) -> bool:
+        if not math.isfinite(score):  # a NaN score is never a best to improve on
+            return self.best_score is not None and epoch >= self.best_epoch + self.max_epochs_with_no_improvement
         if self.best_score is None:
             self.best_score, self.best_epoch = score, epoch
             return False
@@ -324,10 +326,23 @@ class EarlyStoppingConfig:
     def __post_init__(self) -> None:
         self.epoch_termination_conditions = list(self.epoch_termination_conditions)
         self.iteration_termination_conditions = list(self.iteration_termination_conditions)
-        if not self.epoch_termination_conditions and not self.iteration_termination_conditions:
+        bounded = (
+            MaxEpochsTerminationCondition,
+            ScoreImprovementEpochTerminationCondition,
+            MaxTimeIterationTerminationCondition,
+        )
+        given = [*self.epoch_termination_conditions, *self.iteration_termination_conditions]
+        if not given:
             raise ValueError(
                 "EarlyStoppingConfig: no termination condition; training would never stop. Add e.g. "
                 "MaxEpochsTerminationCondition(n) or ScoreImprovementEpochTerminationCondition(k)"
+            )
+        if not any(isinstance(c, bounded) for c in given):
+            names = ", ".join(str(c) for c in given) or "none"
+            raise ValueError(
+                f"EarlyStoppingConfig: the termination conditions ({names}) may never stop training. Add one that "
+                "always ends it: MaxEpochsTerminationCondition(n), ScoreImprovementEpochTerminationCondition(k) "
+                "or MaxTimeIterationTerminationCondition(seconds)"
             )
         if self.score_calculator is None:
             raise ValueError(
@@ -356,10 +371,13 @@ class EarlyStoppingResult:
     total_epochs: int
     saver: Any = None
     error: BaseException | None = None
+    current_model: Network | None = None  # the trained model, DL4J's fallback when nothing was scored
 
     @property
     def best_model(self) -> Network | None:
-        return self.saver.get_best_model() if self.saver is not None else None
+        """The saved best model; the model as training left it when no epoch was scored (DL4J)."""
+        best = self.saver.get_best_model() if self.saver is not None else None
+        return best if best is not None else self.current_model
 
     def __str__(self) -> str:
         return (
@@ -441,6 +459,7 @@ class _BaseTrainer:
             total_epochs=loop.epochs_run - (1 if loop.interrupted else 0),
             saver=cfg.model_saver,
             error=error,
+            current_model=self.model,
         )
         self.listener.on_completion(result)
         return result
@@ -470,7 +489,7 @@ class _Run:
         score = float(self.cfg.score_calculator.calculate_score(net))  # type: ignore[union-attr]
         self.scores[epoch] = score
         better = score < self.best_score if self.minimize else score > self.best_score
-        if self.best_epoch == -1 or better:  # the first score is always kept
+        if math.isfinite(score) and (self.best_epoch == -1 or better):  # NaN or inf never becomes best
             self.best_score, self.best_epoch = score, epoch
             self.cfg.model_saver.save_best_model(net, score)
         if self.cfg.save_last_model:

@@ -139,6 +139,7 @@ class _Lease:
 
     __slots__ = ("block", "device", "expected_refs", "size")
     _gen = 0  # arrays from the cache are never stale: same check as workspaces, always passes
+    _tid = None  # and any thread may use them
 
     def __init__(self, block: Any, device: Device, size: int) -> None:
         self.block, self.device, self.size = block, device, size

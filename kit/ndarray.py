@@ -21,6 +21,7 @@ Errors name the values: both shapes for a mismatch, both devices for a cross-dev
 from __future__ import annotations
 
 import operator
+from threading import get_ident as _get_ident
 from typing import Any
 
 import numpy as np
@@ -89,7 +90,7 @@ class NDArray:
     # ---- validity ------------------------------------------------------------------
     def _check(self, op: str) -> Any:
         o = self._owner
-        if o is not None and o._gen is not self._gen:
+        if o is not None and (o._gen is not self._gen or (o._tid is not None and o._tid != _get_ident())):
             o._stale(self, op)
         return self._data
 
@@ -147,13 +148,13 @@ class NDArray:
     # ---- elementwise binary --------------------------------------------------------
     def _binary(self, other: Any, ufunc: np.ufunc, op: str, reflected: bool = False) -> NDArray:
         o = self._owner
-        if o is not None and o._gen is not self._gen:
+        if o is not None and (o._gen is not self._gen or (o._tid is not None and o._tid != _get_ident())):
             o._stale(self, op)
         a = self._data
         dev = self._device
         if other.__class__ is NDArray:
             oo = other._owner
-            if oo is not None and oo._gen is not other._gen:
+            if oo is not None and (oo._gen is not other._gen or (oo._tid is not None and oo._tid != _get_ident())):
                 oo._stale(other, op)
             if other._device is not dev:
                 _mismatch(op, self, other)
@@ -289,7 +290,7 @@ class NDArray:
                 np.minimum.reduce(a, axis=axes, out=out, keepdims=keepdims)
             else:
                 np.var(a, axis=axes, out=out, keepdims=keepdims)
-        elif a.dtype == _HALF and op in ("mean", "var"):  # accumulate in float32, as NumPy does
+        elif a.dtype == _HALF and op == "mean":  # accumulate in float32, as NumPy's mean does
             out[...] = getattr(xp, op)(a, axis=axes, dtype=np.float32, keepdims=keepdims)
         else:  # CuPy, and float16 sum/max/min (NumPy's own float16 loops)
             getattr(xp, op)(a, axis=axes, out=out, keepdims=keepdims)

@@ -283,6 +283,9 @@ class Workspace:
         self.physical = device.physical
         self.thread_id = threading.get_ident()
         self.thread_name = threading.current_thread().name
+        # arrays of a scoped workspace belong to its thread (the owner resets the arena when a
+        # cycle ends); a circular one's are handed to other threads by design (prefetching)
+        self._tid: int | None = None if config.circular else self.thread_id
         self.parent: Workspace | None = None
         self._arena: Any = None
         self._views: dict[tuple, Any] = {}
@@ -308,6 +311,7 @@ class Workspace:
         self.arena_allocations = 0
         self.resets = 0
         self._initialized = False
+        self._learned_cycle_bytes = 0
         if config.initial_size > 0:
             size = config.initial_size
             if config.policy_allocation is AllocationPolicy.OVERALLOCATE:
@@ -335,6 +339,10 @@ class Workspace:
     def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[Any, Workspace]:
         """Carve an array from the arena (or spill, as the policy says)."""
         nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes == 0:  # an empty array holds no memory: nothing to carve
+            self.allocations += 1
+            with self.physical.activate():
+                return self.physical.xp.empty(shape, dtype), self
         size = (nbytes + ALIGNMENT - 1) & -ALIGNMENT
         self.allocations += 1
         self._cycle_bytes += size
@@ -446,13 +454,14 @@ class Workspace:
         if self._tag:
             self._tag -= 1
             return
-        if current_workspace() is not self:
-            current = current_workspace()
-            raise WorkspaceScopeError(
-                f"workspace {self.name!r} closed while {getattr(current, 'name', None)!r} is current: "
-                f"close nested workspaces in reverse order"
-            )
-        set_current_workspace(self.parent)
+        if not self._open:  # already closed (out of order, see below): nothing left to do
+            return
+        current = current_workspace()
+        out_of_order = current is not self
+        if out_of_order:  # e.g. a generator that yielded inside `with ws:` dropped while another is open:
+            self._unlink_from(current)  # close it anyway, so it is not left open for good, then say so
+        else:
+            set_current_workspace(self.parent)
         self._open = False
         self.cycles += 1
         self.last_cycle_bytes = self._cycle_bytes
@@ -463,6 +472,21 @@ class Workspace:
             self._offset = 0
             self.resets += 1
         self._learn()
+        if out_of_order:
+            raise WorkspaceScopeError(
+                f"workspace {self.name!r} closed while {getattr(current, 'name', None)!r} is current: close "
+                "nested workspaces in reverse order. (A generator that yields inside `with ws:` lends the scope "
+                "to its caller until it resumes; yield detached results outside the `with` block instead.) "
+                f"{self.name!r} is closed now and its arrays are invalid"
+            )
+
+    def _unlink_from(self, current: Any) -> None:
+        """Take this workspace out of the chain of open scopes that ends in `current`."""
+        node = current
+        while node is not None and node.parent is not self:
+            node = node.parent
+        if node is not None:
+            node.parent = self.parent
 
     def _learn(self) -> None:
         cfg = self.config
@@ -478,11 +502,17 @@ class Workspace:
             # cycle stays empty and spills forever; kit grows it too
             if self.max_cycle_bytes > self.capacity:
                 self.initialize()
+        elif cfg.policy_spill is SpillPolicy.REALLOCATE and cfg.circular and self._initialized:
+            # ND4J's "trimmed mode": a ring sized from small first cycles (a prefetch queue whose
+            # first batch was short) grows when a larger one comes, instead of lapping live data
+            if self.max_cycle_bytes > self._learned_cycle_bytes:
+                self.initialize()
 
     def initialize(self) -> None:
         """Size the arena from the largest cycle seen (ND4J initializeWorkspace)."""
         cfg = self.config
         size = self.max_cycle_bytes
+        self._learned_cycle_bytes = size
         if cfg.max_size:
             size = min(size, cfg.max_size)
         if cfg.circular:
@@ -530,6 +560,13 @@ class Workspace:
         return start >= self._offset  # the new lap has not reached it yet
 
     def _stale(self, arr: Any, op: str) -> None:
+        if self._tid is not None and threading.get_ident() != self._tid:
+            raise WorkspaceThreadError(
+                f"{op}: this array (shape {arr._data.shape}) lives in workspace {self.name!r} of thread "
+                f"{self.thread_name!r}, and thread {threading.current_thread().name!r} may not use it: the owning "
+                "thread reuses the arena when its cycle ends, so the values could change under you. Call .detach() "
+                "on the owning thread and hand over the copy"
+            )
         if self._still_valid(arr):
             return
         g = arr._gen

@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,33 +88,44 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
         self.etl_ms_total = 0.0
 
     # ---- the producer --------------------------------------------------------------
-    def _run(self) -> None:
-        attach_thread_to_device(self.device)
-        ws = get_workspace_for_current_thread(self.config, f"ADSI_ITER-{next(_serial)}", self.device)
-        self.workspace = ws
+    # The thread holds only a weak reference to the iterator between epochs, so dropping the
+    # iterator (del, or the end of a function) lets it be collected, and its __del__ stops the
+    # thread: no thread outlives the object that owned it.
+    @staticmethod
+    def _run(ref: weakref.ref, requests: queue.Queue, device: Any, config: WorkspaceConfig) -> None:
+        attach_thread_to_device(device)
+        ws = get_workspace_for_current_thread(config, f"ADSI_ITER-{next(_serial)}", device)
+        owner = ref()
+        if owner is not None:
+            owner.workspace = ws
+        del owner
         try:
-            while True:
-                cmd = self._requests.get()
-                if cmd is _STOP:
+            while requests.get() is not _STOP:
+                owner = ref()
+                if owner is None:
                     return
-                try:
-                    for ds in self.base:
-                        if self._abort.is_set():
-                            break
-                        if self.use_workspace:
-                            with ws:  # a copy in the ring, on this iterator's device
-                                batch = _raw(_copy_to(ds.features, self.device), _copy_to(ds.labels, self.device))
-                        else:
-                            batch = (ds.detach() if ds.features.is_attached else ds).to(self.device)
-                        if not self._put(batch):
-                            break
-                    if hasattr(self.base, "reset"):
-                        self.base.reset()
-                except BaseException as exc:  # reaches the consumer, never a silent hang
-                    self._put(_Failure(exc))
-                self._put(_END, force=True)
+                owner._epoch(ws)
+                del owner
         finally:
             ws.destroy()
+
+    def _epoch(self, ws: Any) -> None:
+        try:
+            for ds in self.base:
+                if self._abort.is_set():
+                    break
+                if self.use_workspace:
+                    with ws:  # a copy in the ring, on this iterator's device
+                        batch = _raw(_copy_to(ds.features, self.device), _copy_to(ds.labels, self.device))
+                else:
+                    batch = (ds.detach() if ds.features.is_attached else ds).to(self.device)
+                if not self._put(batch):
+                    break
+            if hasattr(self.base, "reset"):
+                self.base.reset()
+        except BaseException as exc:  # reaches the consumer, never a silent hang
+            self._put(_Failure(exc))
+        self._put(_END, force=True)
 
     def _put(self, item: Any, force: bool = False) -> bool:
         while True:
@@ -130,7 +142,10 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
         if self._closed:
             raise RuntimeError("AsyncPrefetchIterator was shut down; make a new one")
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="kit-prefetch", daemon=True)
+            args = (weakref.ref(self), self._requests, self.device, self.config)
+            self._thread = threading.Thread(
+                target=AsyncPrefetchIterator._run, args=args, name="kit-prefetch", daemon=True
+            )
             self._thread.start()
         self._abort.clear()
         self._requests.put(_EPOCH)
@@ -168,7 +183,10 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
 
     def shutdown(self) -> None:
         """Stop the background thread and release its workspace."""
-        if self._thread is not None and self._thread.is_alive():
+        if self._thread is threading.current_thread():  # collected on its own thread: it ends by itself
+            self._abort.set()
+            self._requests.put(_STOP)
+        elif self._thread is not None and self._thread.is_alive():
             self._abort.set()
             self._requests.put(_STOP)
             while self._thread.is_alive():  # make room so a blocked producer can finish

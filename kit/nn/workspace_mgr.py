@@ -28,12 +28,14 @@ from kit.memory import allocate
 from kit.ndarray import NDArray, _wrap
 from kit.workspace import (
     AllocationPolicy,
+    DebugMode,
     LearningPolicy,
     ResetPolicy,
     SpillPolicy,
     Workspace,
     WorkspaceConfig,
     WorkspaceScopeError,
+    get_debug_mode,
     get_workspace_for_current_thread,
     scope_out_of_workspaces,
 )
@@ -157,7 +159,7 @@ class LayerWorkspaceMgr:
         """An uninitialised array in the workspace for `array_type` (or the heap)."""
         ws = self._for(array_type)
         dt = np.dtype(dtype)
-        if ws is None:
+        if ws is None or get_debug_mode() is DebugMode.BYPASS_EVERYTHING:  # bypass: the heap
             with scope_out_of_workspaces():
                 data, owner = allocate(shape, dt, device)
             return _wrap(data, device, owner)
