@@ -49,6 +49,7 @@ from kit.nn.layers import Layer, Sequential, call_backward, call_forward, layer_
 from kit.nn.loop import StepResult, TrainingLoop
 from kit.nn.losses import Loss, SoftmaxCrossEntropy, loss_from_config
 from kit.nn.persistence import ModelFileError, read_model, write_model
+from kit.nn.plan import InferencePlan
 from kit.nn.updaters import Adam, Updater, updater_from_config
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
 from kit.workspace import scope_out_of_workspaces
@@ -326,6 +327,11 @@ class Network:
                 with mgr.layer_call():
                     self.loss.activate(out, result, mgr)
             return result
+
+    def plan_inference(self, batch_size: int) -> InferencePlan:
+        """Forward passes for `batch_size` examples, captured once and replayed (kit.nn.plan): no
+        allocation and no per-call bookkeeping; the CPU analogue of a captured CUDA graph."""
+        return InferencePlan(self, batch_size)
 
     def score(self, data: DataSet | Iterable[DataSet]) -> float:
         """Mean loss over a DataSet or an iterator (no training, no L2)."""
