@@ -216,6 +216,12 @@ def assess_row(row: dict[str, Any], timing_warnings: list[str], shared: bool, co
     warnings = list(timing_warnings)
     if row["devices"] > 1:
         warnings += measure.speedup_warnings(row["speedup"], row["devices"], shared=shared, cores=cores)
+        predicted = row.get("predicted_speedup")
+        if predicted is not None and predicted > row["devices"] * (1 + measure.SPEEDUP_TOLERANCE):
+            warnings.append(
+                f"the scaling model predicts {predicted:.2f}x for {row['devices']} device(s): its step times "
+                "were distorted while they were measured"
+            )
     row["warnings"] = warnings
     row["reliable"] = not warnings
     return row

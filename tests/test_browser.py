@@ -45,6 +45,7 @@ ARGS = [
     "--disable-sync",
 ]
 NB = "window.jupyterapp.shell.currentWidget"
+WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
 def free_port():
@@ -94,13 +95,30 @@ def browser():
 
 
 def _state(page):
-    """(code cells, cells with an execution count, cells running or queued)."""
+    """(code cells, cells with an execution count, cells running or queued); scrolls the running
+    cell into view (JupyterLab renders only the cells near the viewport)."""
+    return page.evaluate(
+        f"""async () => {{
+        const nb = {NB}.content;
+        const cells = nb.widgets.filter(c => c.model.type === 'code');
+        const running = nb.widgets.findIndex(c => c.model.type === 'code' && c.model.executionState === 'running');
+        if (running >= 0) {{ await nb.scrollToItem(running, 'center'); }}
+        return [cells.length, cells.filter(c => c.model.executionCount).length,
+                nb.widgets.filter(c => c.model.type === 'code' && c.model.executionState === 'running').length];
+    }}"""
+    )
+
+
+def _outputs(page):
+    """Every code cell's outputs, from the notebook model (rendered or not)."""
     return page.evaluate(
         f"""() => {{
-        const cells = {NB}.content.widgets.filter(c => c.model.type === 'code');
-        const prompts = cells.map(c => c.node.querySelector('.jp-InputPrompt')?.innerText || '');
-        return [cells.length, cells.filter(c => c.model.executionCount).length,
-                prompts.filter(p => p.includes('*')).length];
+        const cells = {NB}.content.model.cells, out = [];
+        for (let i = 0; i < cells.length; i++) {{
+            const c = cells.get(i);
+            if (c.type === 'code') out.push(c.outputs.toJSON());
+        }}
+        return out;
     }}"""
     )
 
@@ -127,18 +145,24 @@ def test_chapter_runs_in_jupyterlab(lab, browser, chapter):
                 break
         total, done, running = _state(page)
         assert done == total and running == 0, f"{chapter}: {done} of {total} cells ran in 600 s"
-        outputs = page.eval_on_selector_all(".jp-OutputArea-output", "els => els.map(e => e.innerText)")
-        tracebacks = [o for o in outputs if "Traceback (most recent call last)" in o or "Error Traceback" in o]
-        assert not tracebacks, f"{chapter}: {tracebacks[0][-1500:]}"
+        outputs = [o for cell in _outputs(page) for o in cell]
+        errors = [o for o in outputs if o.get("output_type") == "error"]
+        assert not errors, f"{chapter}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
         assert not js_errors, f"{chapter}: JavaScript errors {js_errors}"
-        finals = page.eval_on_selector_all(".kit-panel", "els => els.map(e => e.innerText)")
+        data = [o.get("data", {}) for o in outputs]
+        finals = [d["text/html"] for d in data if "kit-panel" in str(d.get("text/html", ""))]
+        assert not any(WIDGET in d for d in data), f"{chapter}: a live widget was left in the output"
         if CHAPTERS[chapter]:
             assert len([t for t in live if t.strip()]) >= 2, f"{chapter}: the live panels never updated: {live}"
             assert finals, f"{chapter}: no panel left its final state"
-            assert page.eval_on_selector_all(".widget-hprogress", "els => els.length") == 0  # all replaced
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        if finals:
-            page.eval_on_selector(".kit-panel", "e => e.scrollIntoView()")
+        first = next((i for i, cell in enumerate(_outputs(page)) if "kit-panel" in str(cell)), 0)
+        page.evaluate(f"""async () => {{
+            const nb = {NB}.content;
+            const code = nb.widgets.map((c, i) => [c, i]).filter(([c]) => c.model.type === 'code');
+            await nb.scrollToItem(code[{first}][1], 'start');
+        }}""")
+        page.wait_for_timeout(500)
         page.screenshot(path=str(ARTIFACTS / f"{chapter}.png"))
     finally:
         page.close()
