@@ -16,9 +16,10 @@ they are in every install: editable, wheel, Colab's `pip install`. Source and li
 Fashion-MNIST is read where its four IDX files already are: the repository's `data/` (in a
 checkout; `~/.cache/kit` in an installed copy), the directory named by `KIT_DATA`, or
 `/usr/share/datasets/fashion-mnist/` (Debian's `dataset-fashion-mnist`). Elsewhere
-`load_fashion_mnist(download=True)` fetches them with pooch into that data directory. Either
-way every file is checked against the SHA-256 of its *decompressed* IDX content, which is
-the same whoever compressed it.
+`load_fashion_mnist(download=True)` fetches them with pooch over https into that data
+directory, checking each compressed file against its pinned SHA-256 before opening it. Every
+file, found or downloaded, is also checked against the SHA-256 of its *decompressed* IDX
+content, which is the same whoever compressed it (Debian recompresses them).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+import pooch
 
 from kit.data.dataset import DataSet
 
@@ -45,7 +47,15 @@ DATA_DIR = (
 )
 DIGITS_RESOURCE = "digits.csv.gz"
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
-FASHION_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
+# the files as the authors publish them in their repository, over https
+FASHION_URL = "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/"
+# file -> SHA-256 of the compressed file as published: a download is checked before it is opened
+FASHION_MNIST_DOWNLOAD_SHA256 = {
+    "train-images-idx3-ubyte.gz": "08dc20ab1689590a0bcd66e874647b6ee8464e2d501b5a3f1f78831db19a3fdc",
+    "train-labels-idx1-ubyte.gz": "b0197879cbda89f3dc7b894f9fd52b858e68ea4182b6947c9d8c2b67e5f18dcc",
+    "t10k-images-idx3-ubyte.gz": "78dcbbfb5a27efaf1b6c1d616caca68560be8766c5bffcb2791df9273a534229",
+    "t10k-labels-idx1-ubyte.gz": "42bd18137a62d5998cdeae52bf3a0676ac6b706f5cf8439b47bb5b151ae3dccf",
+}
 
 # file -> (SHA-256 of the decompressed IDX bytes, decompressed size)
 FASHION_MNIST_FILES = {
@@ -148,15 +158,18 @@ def load_fashion_mnist(download: bool = False, limit: int | None = None) -> tupl
 
 
 def _download(target: Path) -> Path:
-    try:
-        import pooch
-    except ImportError:
-        raise DataNotFoundError("downloading Fashion-MNIST needs the pooch package: pip install pooch") from None
     target.mkdir(parents=True, exist_ok=True)
     for name in FASHION_MNIST_FILES:
         try:
-            # the compressed bytes differ between mirrors; read_idx verifies the content instead
-            pooch.retrieve(FASHION_URL + name, known_hash=None, fname=name, path=target, progressbar=False)
+            # the compressed file is checked against its pinned SHA-256 before anything opens it;
+            # read_idx then checks the decompressed content too
+            sha = FASHION_MNIST_DOWNLOAD_SHA256[name]
+            pooch.retrieve(FASHION_URL + name, known_hash=f"sha256:{sha}", fname=name, path=target, progressbar=False)
+        except ValueError as exc:  # pooch: the bytes are not the published ones (it deleted them)
+            raise DataNotFoundError(
+                f"could not download {name}: the file received does not match its pinned SHA-256 ({exc}); "
+                "nothing was kept"
+            ) from None
         except Exception as exc:
             raise DataNotFoundError(
                 f"could not download {name} ({type(exc).__name__}: {exc}); this machine may be offline: "

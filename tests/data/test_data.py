@@ -182,3 +182,29 @@ def test_shutdown_with_a_suspended_consumer_does_not_hang():
     batches.close()  # the generator's cleanup must not wait for a producer that is gone
     with pytest.raises(RuntimeError, match="shut down"):
         list(it)
+
+
+def test_a_download_is_checked_against_its_pinned_sha256_before_it_is_opened(tmp_path, monkeypatch):
+    """A real HTTP server on localhost serves a file whose bytes are not the published ones."""
+    import functools
+    import http.server
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(b"not the real images"))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setattr(ds_module, "FASHION_URL", f"http://127.0.0.1:{server.server_address[1]}/")
+        target = tmp_path / "target"
+        with pytest.raises(
+            ds_module.DataNotFoundError,
+            match=r"could not download train-images-idx3-ubyte\.gz: .* does not match its pinned SHA-256",
+        ):
+            ds_module._download(target)
+    finally:
+        server.shutdown()
+    assert not (target / "train-images-idx3-ubyte.gz").exists()  # the bad file is not kept
+    assert ds_module.FASHION_MNIST_DOWNLOAD_SHA256.keys() == ds_module.FASHION_MNIST_FILES.keys()
