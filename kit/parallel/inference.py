@@ -62,6 +62,7 @@ __all__ = ["InferenceMode", "ParallelInference"]
 log = logging.getLogger(__name__)
 
 SHUT_DOWN = "ParallelInference was shut down"
+BATCH_SIZES_KEPT = 100_000  # `batch_sizes` remembers this many of the latest batches
 
 
 class InferenceMode(enum.Enum):
@@ -152,7 +153,9 @@ class _Engine:
         self.live = 0  # workers that have not exited
         self.batches_run = 0
         self.requests_served = 0
-        self.batch_sizes: list[int] = []  # requests merged per batch, for the chapter
+        # requests merged per batch, for the chapter: the latest ones only, so a server that runs
+        # for days does not grow without bound (DL4J's ParallelInference did, dl4j#4018)
+        self.batch_sizes: collections.deque[int] = collections.deque(maxlen=BATCH_SIZES_KEPT)
         self.threads: list[threading.Thread] = []
 
     def start(self, names: list[str]) -> None:
@@ -367,8 +370,9 @@ class ParallelInference(ShutsDownOnExit):
 
     @property
     def batch_sizes(self) -> list[int]:
-        """Requests merged per batch run (1 in SEQUENTIAL and INPLACE)."""
-        return self._engine.batch_sizes
+        """Requests merged per batch run (1 in SEQUENTIAL and INPLACE), for the latest
+        `BATCH_SIZES_KEPT` batches (a copy)."""
+        return list(self._engine.batch_sizes)
 
     def queued(self) -> int:
         """Requests waiting for a worker (not counting the batches running)."""

@@ -12,6 +12,7 @@ from threadpoolctl import threadpool_info
 
 from kit.nn import Dense, Layer, Network, mlp
 from kit.parallel import InferenceMode, ParallelInference
+from kit.parallel import inference as inference_module
 
 
 def inference_threads():
@@ -406,3 +407,14 @@ def test_shutdown_from_a_worker_or_inside_the_engine_lock_does_not_deadlock():
             break
         threading.Event().wait(0.01)
     assert other.threads_alive() == 0 and not inference_threads()
+
+
+def test_batch_sizes_keep_only_the_latest_batches(monkeypatch):
+    """A server running for days must not grow a list per batch (DL4J's grew, dl4j#4018)."""
+    monkeypatch.setattr(inference_module, "BATCH_SIZES_KEPT", 10)
+    net = mlp(4, hidden=(4,), n_out=2)
+    with ParallelInference(net, workers=1, inference_mode="SEQUENTIAL") as pi:
+        for _ in range(30):
+            pi.output(np.ones(4, np.float32))
+        assert pi.requests_served == 30 and pi.batches_run == 30
+        assert pi.batch_sizes == [1] * 10
