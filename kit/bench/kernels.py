@@ -6,10 +6,12 @@ For each shape (LeNet's and ResNet-18's), every variant computes the same thing 
 beforehand, so only the kernel is timed; the variant kit uses is marked "(kit)" and the others
 are given as a ratio to it:
 
-- convolution forward: kit's CNHW columns + one GEMM; the old NHWC rows + GEMM; NCHW columns with
-  a batched matmul per example; sliding_window_view + tensordot; einsum with a fixed path;
-- convolution input gradient: eps convolved with the turned filters; col2im by k*k slab additions
-  (CNHW, and the old NHWC rows); np.add.at on precomputed indices;
+- convolution forward: CNHW columns with one GEMM or a GEMM per example (kit picks by the size
+  of the filter bank); the old NHWC rows + GEMM; NCHW columns with a GEMM per example;
+  sliding_window_view + tensordot; einsum with a fixed path;
+- convolution input gradient: eps convolved with the turned filters, or col2im by k*k slab
+  additions (each with one GEMM or a GEMM per example, and the old NHWC rows); np.add.at on
+  precomputed indices;
 - pooling forward: k*k elementwise maxima with first-winner offsets; the reshape
   (B, C, OH, k, OW, k) with a max over the window axes; the old window copy + argmax;
 - pooling backward: offsets written into the reshape views; a mask x == max (which double-counts
@@ -26,6 +28,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from kit.bench import _side_by_side
+from kit.nn.conv import PER_EXAMPLE_MAX_WEIGHTS
 from kit.nn.im2col import col2im_add, im2col_into, pad_into, pool_max_into
 
 __all__ = ["conv_forward_variants", "conv_input_grad_variants", "kernel_rows", "maxpool_variants"]
@@ -43,27 +46,39 @@ def _nhwc_windows(xpad: np.ndarray, k: int, s: int, oh: int, ow: int) -> np.ndar
 Variants = tuple[dict[str, Callable[[], Any]], np.ndarray]  # the functions, and the array each fills
 
 
+def _mark(names: list[str], kit_name: str) -> list[str]:
+    return [name + " (kit)" if name == kit_name else name for name in names]
+
+
 def conv_forward_variants(b: int, c: int, h: int, oc: int, k: int, p: int) -> Variants:
-    """Stride 1 convolution forward of (b, c, h, h) with oc filters of k x k, padding p -> y."""
+    """Stride 1 convolution forward of (b, c, h, h) with oc filters of k x k, padding p -> y.
+    kit multiplies per example for filter banks of up to PER_EXAMPLE_MAX_WEIGHTS weights."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((b, c, h, h), dtype=F32)
     w = rng.standard_normal((oc, c, k, k), dtype=F32)
     w2 = w.reshape(oc, -1)
     bias = rng.standard_normal((1, oc, 1, 1), dtype=F32)
     oh = h + 2 * p - k + 1
-    n = b * oh * oh
+    n, ckk = b * oh * oh, c * k * k
     xpad = np.zeros((b, c, h + 2 * p, h + 2 * p), F32)
     y = np.empty((b, oc, oh, oh), F32)
+    y3 = y.reshape(b, oc, oh * oh)
     cnhw, yt = np.empty((c, k, k, b, oh, oh), F32), np.empty((oc, n), F32)
     rows, yn = np.empty((b, oh, oh, c, k, k), F32), np.empty((n, oc), F32)
     nchw = np.empty((b, c, k, k, oh, oh), F32)
     swv = sliding_window_view(xpad, (k, k), axis=(2, 3))  # (B, C, OH, OW, k, k), a view
     path = np.einsum_path("bchwij,ocij->bohw", swv, w, optimize="optimal")[0]
 
-    def kit_cnhw() -> None:
+    def cnhw_one() -> None:
         pad_into(x, p, 0.0, xpad)
         np.matmul(w2, im2col_into(np, xpad, k, 1, oh, oh, cnhw), out=yt)
         np.add(yt.reshape(oc, b, oh, oh).transpose(1, 0, 2, 3), bias, out=y)
+
+    def cnhw_per_example() -> None:
+        pad_into(x, p, 0.0, xpad)
+        cols = im2col_into(np, xpad, k, 1, oh, oh, cnhw)
+        np.matmul(w2, cols.reshape(ckk, b, oh * oh).transpose(1, 0, 2), out=y3)
+        y.__iadd__(bias)
 
     def old_rows() -> None:
         pad_into(x, p, 0.0, xpad)
@@ -71,10 +86,10 @@ def conv_forward_variants(b: int, c: int, h: int, oc: int, k: int, p: int) -> Va
         np.matmul(rows.reshape(n, -1), w2.T, out=yn)
         np.add(yn.reshape(b, oh, oh, oc).transpose(0, 3, 1, 2), bias, out=y)
 
-    def nchw_batched() -> None:
+    def nchw_per_example() -> None:
         pad_into(x, p, 0.0, xpad)
         np.copyto(nchw, swv.transpose(0, 1, 4, 5, 2, 3))
-        np.matmul(w2, nchw.reshape(b, c * k * k, oh * oh), out=y.reshape(b, oc, oh * oh))
+        np.matmul(w2, nchw.reshape(b, ckk, oh * oh), out=y3)
         y.__iadd__(bias)
 
     def tensordot() -> None:
@@ -86,49 +101,66 @@ def conv_forward_variants(b: int, c: int, h: int, oc: int, k: int, p: int) -> Va
         pad_into(x, p, 0.0, xpad)
         np.add(np.einsum("bchwij,ocij->bohw", swv, w, optimize=path), bias, out=y)
 
-    fns = {
-        "CNHW columns + one GEMM (kit)": kit_cnhw,
-        "NHWC rows + one GEMM (old)": old_rows,
-        "NCHW columns, batched matmul": nchw_batched,
+    variants = {
+        "CNHW columns, one GEMM": cnhw_one,
+        "CNHW columns, a GEMM per example": cnhw_per_example,
+        "NHWC rows, one GEMM (old)": old_rows,
+        "NCHW columns, a GEMM per example": nchw_per_example,
         "sliding_window_view + tensordot": tensordot,
         "einsum, fixed path": einsum,
     }
-    return fns, y
+    per_example = oc * ckk <= PER_EXAMPLE_MAX_WEIGHTS
+    kit_name = "CNHW columns, " + ("a GEMM per example" if per_example else "one GEMM")
+    return dict(zip(_mark(list(variants), kit_name), variants.values())), y
 
 
 def conv_input_grad_variants(b: int, c: int, h: int, oc: int, k: int, p: int, add_at: bool) -> Variants:
-    """Stride 1 input gradient -> dx. kit convolves eps when the output has the input's size,
+    """Stride 1 input gradient -> dx, from eps as the layer holds it (NCHW when it multiplies per
+    example, channel-major otherwise). kit convolves eps when the output has the input's size,
     else it uses col2im."""
     rng = np.random.default_rng(1)
     oh = h + 2 * p - k + 1
-    n, hp = b * oh * oh, h + 2 * p
+    n, hp, ckk = b * oh * oh, h + 2 * p, c * k * k
     w = rng.standard_normal((oc, c, k, k), dtype=F32)
     w2 = w.reshape(oc, -1)
-    et = rng.standard_normal((oc, b, oh, oh), dtype=F32)  # eps, channel-major as the layer holds it
-    e2 = et.reshape(oc, n)
+    e = rng.standard_normal((b, oc, oh, oh), dtype=F32)  # eps, NCHW
+    et = np.ascontiguousarray(e.transpose(1, 0, 2, 3))  # and channel-major
+    e2, e3 = et.reshape(oc, n), e.reshape(b, oc, oh * oh)
     dx = np.empty((b, c, h, h), F32)
     q = k - 1 - p
-    epad = np.zeros((oc, b, oh + 2 * q, oh + 2 * q), F32)
-    ecols, flipped, dxt = (
-        np.empty((oc, k, k, b, h, h), F32),
-        np.empty((c, oc, k, k), F32),
-        np.empty((c, b * h * h), F32),
-    )
+    epad, epad_b = np.zeros((oc, b, oh + 2 * q, oh + 2 * q), F32), np.zeros((b, oc, oh + 2 * q, oh + 2 * q), F32)
+    ecols, flipped = np.empty((oc, k, k, b, h, h), F32), np.empty((c, oc, k, k), F32)
+    dxt = np.empty((c, b * h * h), F32)
     dcols, target = np.empty((c, k, k, b, oh, oh), F32), np.empty((c, b, hp, hp), F32)
-    rows_e = np.ascontiguousarray(et.transpose(1, 2, 3, 0)).reshape(n, oc)
-    dc_rows, target_b = np.empty((n, c * k * k), F32), np.empty((b, c, hp, hp), F32)
+    dcols_b, target_b = np.empty((b, c, k, k, oh, oh), F32), np.empty((b, c, hp, hp), F32)
+    rows_e = np.ascontiguousarray(e.transpose(0, 2, 3, 1)).reshape(n, oc)
+    dc_rows = np.empty((n, ckk), F32)
 
-    def convolved() -> None:
-        pad_into(et, q, 0.0, epad)
+    def flip() -> np.ndarray:
         np.copyto(flipped, w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
-        np.matmul(flipped.reshape(c, -1), im2col_into(np, epad, k, 1, h, h, ecols, batch_axis=1), out=dxt)
+        return flipped.reshape(c, -1)
+
+    def convolved_one() -> None:
+        pad_into(et, q, 0.0, epad)
+        np.matmul(flip(), im2col_into(np, epad, k, 1, h, h, ecols, batch_axis=1), out=dxt)
         np.copyto(dx, dxt.reshape(c, b, h, h).transpose(1, 0, 2, 3))
 
-    def col2im_cnhw() -> None:
-        np.matmul(w2.T, e2, out=dcols.reshape(c * k * k, n))
+    def convolved_per_example() -> None:
+        pad_into(e, q, 0.0, epad_b)
+        cols = im2col_into(np, epad_b, k, 1, h, h, ecols)
+        np.matmul(flip(), cols.reshape(-1, b, h * h).transpose(1, 0, 2), out=dx.reshape(b, c, -1))
+
+    def col2im_one() -> None:
+        np.matmul(w2.T, e2, out=dcols.reshape(ckk, n))
         target.fill(0)
         col2im_add(dcols, 1, target)
         np.copyto(dx, target[:, :, p : p + h, p : p + h].transpose(1, 0, 2, 3))
+
+    def col2im_per_example() -> None:
+        np.matmul(w2.T, e3, out=dcols_b.reshape(b, ckk, -1))
+        target_b.fill(0)
+        col2im_add(dcols_b.transpose(1, 2, 3, 0, 4, 5), 1, target_b.transpose(1, 0, 2, 3))
+        np.copyto(dx, target_b[:, :, p : p + h, p : p + h])
 
     def col2im_rows() -> None:
         np.matmul(rows_e, w2, out=dc_rows)
@@ -139,24 +171,28 @@ def conv_input_grad_variants(b: int, c: int, h: int, oc: int, k: int, p: int, ad
                 target_b[:, :, i : i + oh, j : j + oh] += dc[:, :, :, :, i, j].transpose(0, 3, 1, 2)
         np.copyto(dx, target_b[:, :, p : p + h, p : p + h])
 
-    same = oh == h
-    fns = {
-        "eps convolved with turned filters" + (" (kit)" if same else ""): convolved,
-        "col2im, k*k slab adds, CNHW" + ("" if same else " (kit)"): col2im_cnhw,
-        "col2im, k*k slab adds, NHWC rows (old)": col2im_rows,
+    variants = {
+        "eps convolved, one GEMM": convolved_one,
+        "eps convolved, a GEMM per example": convolved_per_example,
+        "col2im k*k slab adds, one GEMM": col2im_one,
+        "col2im k*k slab adds, a GEMM per example": col2im_per_example,
+        "col2im k*k slab adds, NHWC rows (old)": col2im_rows,
     }
     if add_at:  # one scatter-add over precomputed flat indices
         ci, ii, jj, bi, yi, xi = np.indices((c, k, k, b, oh, oh)).reshape(6, -1)
         flat_index = ((ci * b + bi) * hp + yi + ii) * hp + xi + jj
 
         def add_at_scatter() -> None:
-            np.matmul(w2.T, e2, out=dcols.reshape(c * k * k, n))
+            np.matmul(w2.T, e2, out=dcols.reshape(ckk, n))
             target.fill(0)
             np.add.at(target.reshape(-1), flat_index, dcols.reshape(-1))
             np.copyto(dx, target[:, :, p : p + h, p : p + h].transpose(1, 0, 2, 3))
 
-        fns["np.add.at on precomputed indices"] = add_at_scatter
-    return fns, dx
+        variants["col2im by np.add.at on precomputed indices"] = add_at_scatter
+    kit_name = ("eps convolved, " if oh == h else "col2im k*k slab adds, ") + (
+        "a GEMM per example" if oc * ckk <= PER_EXAMPLE_MAX_WEIGHTS else "one GEMM"
+    )
+    return dict(zip(_mark(list(variants), kit_name), variants.values())), dx
 
 
 def maxpool_variants(b: int, c: int, h: int, k: int) -> tuple[Variants, Variants]:

@@ -298,10 +298,20 @@ def _agree(variants, skip=()):
     return results
 
 
-@pytest.mark.parametrize(("c", "h", "oc", "k", "p"), [(3, 8, 4, 5, 0), (4, 6, 5, 3, 1), (2, 7, 3, 5, 2)])
+@pytest.mark.parametrize(
+    ("c", "h", "oc", "k", "p"),
+    [(3, 8, 4, 5, 0), (4, 6, 5, 3, 1), (2, 7, 3, 5, 2), (32, 5, 32, 3, 1), (24, 6, 24, 3, 0)],
+)
 def test_benchmarked_conv_variants_agree(c, h, oc, k, p):
-    assert len(_agree(conv_forward_variants(3, c, h, oc, k, p))) == 5
-    assert len(_agree(conv_input_grad_variants(3, c, h, oc, k, p, add_at=True))) == 4
+    for variants, count in (
+        (conv_forward_variants(3, c, h, oc, k, p), 6),
+        (conv_input_grad_variants(3, c, h, oc, k, p, add_at=True), 6),
+    ):
+        names = list(_agree(variants))
+        assert len(names) == count
+        per_example = oc * c * k * k <= kit.nn.conv.PER_EXAMPLE_MAX_WEIGHTS
+        (kit_name,) = [name for name in names if name.endswith("(kit)")]  # exactly one: what Conv2D does
+        assert ("per example" in kit_name) == per_example
 
 
 def test_benchmarked_pool_variants_agree_except_the_tie_counting_mask():
