@@ -17,19 +17,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import kit
-from kit.devices import host_device_count
+import numpy as np
+from threadpoolctl import threadpool_info
 
-try:
-    from kit import readings
-except ImportError:  # kit before readings moved out of kit.memory
-    from kit import memory as readings  # type: ignore[no-redef]
+import kit
+from kit import bench as benchmarks
+from kit import readings
+from kit.book import build_book
+from kit.devices import host_device_count
 
 
 def info_lines() -> list[str]:
     """What `python -m kit info` prints, as lines (the chapters print it too)."""
-    import numpy as np
-
     choice = kit.backend.current()
     lines = [
         f"kit {kit.__version__} on Python {platform.python_version()} ({platform.system()} {platform.machine()})",
@@ -62,8 +61,6 @@ def _cupy_version() -> str:
 
 
 def blas_lines() -> list[str]:
-    from threadpoolctl import threadpool_info
-
     pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
     if not pools:
         return ["BLAS: none found by threadpoolctl"]
@@ -115,13 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return subprocess.call(cmd)
     if args.command == "book":
-        from kit.book import build_book
-
         index = build_book(notebooks_dir(), Path(args.out))
         print(f"book written: {index}")
         return 0
-    from kit import bench as benchmarks
-
     quick = args.quick or os.environ.get("KIT_QUICK") == "1"
     result = benchmarks.run(args.name, quick=quick)
     print(benchmarks.format_result(result))

@@ -52,6 +52,7 @@ from kit import measure
 from kit.data.dataset import ArrayIterator, DataSet
 from kit.devices import as_device, blas_threads, default_device, gpu_count, logical_devices
 from kit.nn.network import Network
+from kit.parallel.wrapper import ParallelWrapper
 
 __all__ = ["Comparison", "Job", "compare_devices", "measure_bandwidth", "predict_epoch_seconds"]
 
@@ -228,8 +229,6 @@ def assess_row(row: dict[str, Any], timing_warnings: list[str], shared: bool, co
 
 
 def compare_devices(job: Job, counts: list[int] | tuple[int, ...] = (1, 2)) -> Comparison:
-    from kit.parallel.wrapper import ParallelWrapper
-
     if not counts or any(not isinstance(c, int) or c < 1 for c in counts):
         raise ValueError(f"compare_devices(counts={counts!r}): positive integers")
     counts = sorted(set(counts) | {1})  # the baseline always runs

@@ -78,6 +78,12 @@ PANEL_STYLE = (
 )
 
 
+def _emit(text: str) -> None:
+    """A panel's plain-text line outside a notebook kernel: on stdout, flushed at once."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def in_notebook() -> bool:
     """True inside a Jupyter kernel (JupyterLab, Colab, Binder), where widgets can render."""
     ipython = sys.modules.get("IPython")
@@ -221,7 +227,7 @@ class MemoryPanel(_Panel):
         if self.use_widgets:
             self._draw(s)
         else:
-            print(self.last_text, flush=True)
+            _emit(self.last_text)
         return True
 
     def _text(self, s: dict[str, Any]) -> str:
@@ -336,7 +342,7 @@ class TimingPanel(_Panel):
             self._bar.value = float(min(self.count, self.total) if self.total else 1)
             self._info.value = "&nbsp;" + self._numbers()  # the label is already beside the bar
         else:
-            print(self.last_text, flush=True)
+            _emit(self.last_text)
 
     def _numbers(self) -> str:
         if not self.times:
@@ -435,7 +441,7 @@ class TrainingPanel(_Panel):
         if self.use_widgets:
             self._loss.value = html.escape(self._loss_text())
         elif self.scores:
-            print(self._loss_text(), flush=True)
+            _emit(self._loss_text())
         self._finish()
 
 
@@ -512,7 +518,7 @@ class WorkerPanel(_Panel):
             for i, row in enumerate(self._rows):
                 row.value = html.escape(self._row_text(i))
         else:
-            print(self.last_text, flush=True)
+            _emit(self.last_text)
 
     def static(self) -> StaticPanel:
         frac = self.total_count / self.total if self.total else 1.0

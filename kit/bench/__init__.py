@@ -20,27 +20,12 @@ from typing import Any
 
 import kit
 from kit import measure
+from kit.bench.common import _device_label
+from kit.bench.parallel import bench_parallel
+from kit.bench.spark import bench_spark
+from kit.bench.train import bench_train
 
 __all__ = ["bench_arrays", "bench_workspaces", "format_result", "mlp_cycle", "run", "write_json"]
-
-
-def _time(fn: Callable[[], Any], number: int) -> float:
-    """Seconds per call of `number` calls, device synchronised before the clock is read."""
-    return measure.measure(fn, number=number, repeats=1, warmup=False, sync=kit.backend.sync).median
-
-
-def _side_by_side(
-    fns: dict[str, Callable[[], Any]], number: int | None, repeats: int, min_time: float = measure.MIN_TIME
-) -> dict[str, list[float]]:
-    """Seconds per call for each variant, one list entry per repeat, variants interleaved
-    (kit.measure.compare; `number=None` lets autorange pick the calls per repeat)."""
-    timings = measure.compare(fns, min_time=min_time, repeats=repeats, number=number, sync=kit.backend.sync)
-    return {k: t.seconds for k, t in timings.items()}
-
-
-def _device_label() -> str:
-    dev = kit.current_device()
-    return dev.describe()
 
 
 # ---------------------------------------------------------------------------------------
@@ -270,16 +255,10 @@ def run(name: str, quick: bool = False) -> dict[str, Any]:
     if name == "workspaces":
         return bench_workspaces(quick)
     if name == "train":
-        from kit.bench.train import bench_train
-
         return bench_train(quick)
     if name == "parallel":
-        from kit.bench.parallel import bench_parallel
-
         return bench_parallel(quick)
     if name == "spark":
-        from kit.bench.spark import bench_spark
-
         return bench_spark(quick)
     raise ValueError(f"unknown benchmark {name!r}: arrays, workspaces, train, parallel, spark")
 

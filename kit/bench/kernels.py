@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from kit.bench import _side_by_side
+from kit.bench.common import _side_by_side
 from kit.nn.conv import PER_EXAMPLE_MAX_WEIGHTS
 from kit.nn.im2col import col2im_add, im2col_into, pad_into, pool_max_into
 

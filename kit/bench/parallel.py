@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from kit import measure
-from kit.bench import _device_label
+from kit.bench.common import _device_label
 from kit.data import ArrayIterator, DataSet
 from kit.devices import (
     blas_threads,

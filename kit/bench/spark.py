@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from kit.bench import _device_label
+from kit.bench.common import _device_label
 from kit.data import ArrayIterator, DataSet
 from kit.nn import Sgd, mlp
 from kit.parallel import ParallelWrapper
+from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, local_spark_context, to_rdd
 
 __all__ = ["bench_spark"]
 
@@ -31,8 +32,6 @@ def _spread(values: list[float]) -> float:
 
 
 def bench_spark(quick: bool = False) -> dict[str, Any]:
-    from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, local_spark_context, to_rdd
-
     sc = local_spark_context("local[2]", app_name="kit-bench", conf={"spark.ui.showConsoleProgress": "false"})
     try:
         return _run(sc, quick, ParameterAveragingTrainingMaster, SparkNetwork, to_rdd)

@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import kit
 from kit import measure
-from kit.bench import _device_label, _side_by_side, _time
+from kit.bench.common import _device_label, _side_by_side, _time
 from kit.bench.kernels import kernel_rows
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
 from kit.nn import Conv2D, Network, Sgd, WorkspaceMode, lenet, mlp, resnet18

@@ -45,7 +45,7 @@ from kit.evaluation import Evaluation
 from kit.ndarray import NDArray
 from kit.nn.config import NetworkConfig
 from kit.nn.init import initial_values
-from kit.nn.layers import Layer, Sequential, call_backward, call_forward, layer_from_config
+from kit.nn.layers import Layer, Sequential, layer_from_config
 from kit.nn.loop import StepResult, TrainingLoop
 from kit.nn.losses import Loss, SoftmaxCrossEntropy, loss_from_config
 from kit.nn.persistence import ModelFileError, read_model, write_model
@@ -207,15 +207,11 @@ class Network:
 
     # ---- training ------------------------------------------------------------------
     def _forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
-        for layer in self.body.layers:
-            x = call_forward(layer, x, mgr, training)
-        return x
+        return self.body.forward(x, mgr, training)
 
     def _backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
         """Backpropagate; returns the gradient with respect to the network's input."""
-        for layer in reversed(self.body.layers):
-            eps = call_backward(layer, eps, mgr)
-        return eps
+        return self.body.backward(eps, mgr)
 
     def compute_gradient_and_score(self, ds: DataSet) -> float:
         """Forward, loss and backward on one batch: gradients land in `flat_grads`; no update."""

@@ -39,6 +39,7 @@ import numpy as np
 from kit import memory
 from kit.data.dataset import DataSet
 from kit.evaluation import ROC, Evaluation
+from kit.nn.config import NetworkConfig
 from kit.nn.network import Network
 from kit.parallel.threshold import (
     AdaptiveThresholdAlgorithm,
@@ -96,8 +97,6 @@ def network_for(config_json: str, workspace_mode: str | None) -> Network:
     key = f"{config_json}|{workspace_mode}"
     net = _NETS.get(key)
     if net is None:
-        from kit.nn.config import NetworkConfig
-
         cfg = NetworkConfig.from_json(config_json)
         if workspace_mode:
             cfg = cfg.replace(training_workspace_mode=workspace_mode)
