@@ -10,7 +10,7 @@
     >>> job = Job(lambda: mlp(8, (16,), 3, updater=Sgd(0.05)), train, test, batch_size=32, epochs=3, min_time=0.01)
     >>> result = compare_devices(job, counts=[1, 2])  # about a second: it measures
     >>> print(result.table())
-    devices kind epoch_s spread samples_per_s speedup speedup_vs_share efficiency predicted_speedup accuracy reliable
+    devices kind epoch_s spread samples_per_s speedup speedup_vs_share efficiency predicted_speedup copies_per_epoch ...
     1 physical ...
     2 logical ...
     >>> ax = result.plot()                            # measured vs predicted speedup, beside the ideal line
@@ -18,9 +18,12 @@
 A real job is bigger and measured longer (the defaults: 5 timed repeats of at least 0.3 s each), e.g.
 `Job(lambda: mlp(784, (512, 256), 10, updater=Sgd(0.05)), train, test, batch_size=64)` on Fashion-MNIST.
 
-Devices: N physical GPUs when the machine has them; otherwise N *logical* devices of one
-device, and every row says so: logical devices share one physical device, so their "speedup"
-is what overlapping work on shared hardware gives, not what N GPUs would give.
+Devices: N physical GPUs when the machine has them; on a CPU-only machine N simulated host
+devices when `KIT_HOST_DEVICES` makes that many (separate placement domains: every batch and
+every average crosses the transfer path, as between GPUs); otherwise N *logical* devices of one
+device. Every row says which: simulated and logical devices share one CPU, so their "speedup" is
+what overlapping work on shared hardware gives, not what N GPUs would give. Each row also counts
+the copies between devices one epoch made, and their megabytes (what averaging costs in copies).
 
 Timing (kit.measure): every configuration trains the same number of epochs per timed repeat,
 the configurations interleaved in every repeat; a row reports the median epoch time and its
@@ -50,7 +53,15 @@ import numpy as np
 
 from kit import measure
 from kit.data.dataset import ArrayIterator, DataSet
-from kit.devices import as_device, blas_threads, default_device, gpu_count, logical_devices
+from kit.devices import (
+    as_device,
+    blas_threads,
+    default_device,
+    gpu_count,
+    host_device_count,
+    logical_devices,
+    transfer_stats,
+)
 from kit.nn.network import Network
 from kit.parallel.wrapper import ParallelWrapper
 
@@ -83,6 +94,8 @@ COLUMNS = [
     "speedup_vs_share",
     "efficiency",
     "predicted_speedup",
+    "copies_per_epoch",
+    "copied_MB_per_epoch",
     "accuracy",
     "reliable",
 ]
@@ -114,10 +127,10 @@ class Comparison:
                 lines.append(f"UNRELIABLE {r['devices']} device(s): {w}")
         if not self.reliable:
             lines.append("-> do not read a speedup from the flagged rows: rerun on a quiet machine")
-        if any("logical" in r["kind"] for r in self.rows):
+        if any("logical" in r["kind"] or "simulated" in r["kind"] for r in self.rows):
             lines.append(
-                "note: logical devices share one physical device; their speedup is overlap on shared "
-                "hardware, not a multi-GPU speedup"
+                "note: logical and simulated devices share one physical device; their speedup is overlap on "
+                "shared hardware, not a multi-GPU speedup"
             )
         return "\n".join(lines)
 
@@ -167,6 +180,8 @@ def _devices_for(n: int) -> tuple[list[Any], str]:
         return [d], f"physical {d.name}"
     if gpu_count() >= n:
         return [as_device(f"gpu:{i}") for i in range(n)], "physical GPUs"
+    if gpu_count() == 0 and host_device_count() >= n:
+        return [as_device(f"cpu:{i}") for i in range(n)], "simulated on the host"
     base = default_device()
     return list(logical_devices(n, base)), f"logical (share {base.name})"
 
@@ -255,9 +270,10 @@ def compare_devices(job: Job, counts: list[int] | tuple[int, ...] = (1, 2)) -> C
         if on_cpu and share < cores:  # one device with one worker's share of the cores
             nets["share"] = job.make_model()
             wrappers["share"] = ParallelWrapper(nets["share"], workers=1, devices=[default_device()], prefetch_buffer=0)
+        copies: dict[Any, list[tuple[int, int]]] = {key: [] for key in wrappers}
         for key, pw in wrappers.items():
             it = ArrayIterator(job.train, job.batch_size, shuffle=job.shuffle, seed=0)
-            fns[key] = _epoch_fn(pw, it, share if key == "share" else None)
+            fns[key] = _counting_copies(_epoch_fn(pw, it, share if key == "share" else None), copies[key])
         timings = measure.compare(fns, min_time=job.min_time, repeats=job.epochs, same_number=True)
     finally:
         for pw in wrappers.values():
@@ -297,11 +313,31 @@ def compare_devices(job: Job, counts: list[int] | tuple[int, ...] = (1, 2)) -> C
             "speedup_vs_share": base_share / epoch_s if n > 1 and "share" in timings else None,
             "efficiency": speedup / n,
             "predicted_speedup": base_pred / predicted,
+            # every copy between devices goes through the one transfer path, which counts it
+            "copies_per_epoch": float(np.median([c for c, _ in copies[n]])) if copies[n] else 0.0,
+            "copied_MB_per_epoch": float(np.median([b for _, b in copies[n]])) / 1e6 if copies[n] else 0.0,
             "accuracy": accuracy,
             "load": t.load,
         }
         result.rows.append(assess_row(row, t.warnings, shared=not physical and on_cpu, cores=cores))
     return result
+
+
+def _counting_copies(run: Callable[[], None], into: list[tuple[int, int]]) -> Callable[[], None]:
+    """`run`, also recording how many copies between devices (and bytes) one call made."""
+
+    def counted() -> None:
+        before = _copy_totals()
+        run()
+        after = _copy_totals()
+        into.append((after[0] - before[0], after[1] - before[1]))
+
+    return counted
+
+
+def _copy_totals() -> tuple[int, int]:
+    stats = transfer_stats().values()
+    return sum(n for n, _ in stats), sum(b for _, b in stats)
 
 
 def _epoch_fn(pw: Any, it: ArrayIterator, threads: int | None) -> Callable[[], None]:

@@ -86,3 +86,21 @@ def test_a_superlinear_speedup_row_is_flagged_in_table_and_plot():
     assert "UNRELIABLE (see table)" in [t.get_text() for t in ax.get_legend().get_texts()]
     odd_model = {**rows[1], "speedup": 1.5, "predicted_speedup": 3.0}
     assert any("scaling model predicts 3.00x" in w for w in assess_row(odd_model, [], True, 2)["warnings"])
+
+
+@pytest.mark.usefixtures("host_devices")
+def test_compare_devices_counts_the_copies_averaging_costs():
+    from kit.devices import host_device_count
+
+    rng = np.random.default_rng(0)
+    train = DataSet(rng.random((128, 8)), rng.integers(0, 3, 128), num_classes=3)
+    job = Job(
+        lambda: mlp(8, hidden=(16,), n_out=3, updater=Sgd(0.05)), train, None, batch_size=16, epochs=1, min_time=0.001
+    )
+    result = compare_devices(job, counts=[1, 2])
+    one, two = result.rows
+    assert one["copies_per_epoch"] == 0  # one device: nothing crosses between devices
+    params = mlp(8, hidden=(16,), n_out=3).num_params * 4
+    # 8 batches in 4 rounds; F=1: each round gathers and broadcasts the parameters (Sgd: no updater state)
+    assert two["copied_MB_per_epoch"] * 1e6 >= 4 * 2 * params * 0.99
+    assert two["kind"] == ("simulated on the host" if host_device_count() >= 2 else "logical (share cpu:0)")
