@@ -328,3 +328,16 @@ def test_best_model_falls_back_to_the_trained_model_when_nothing_was_scored():
     )
     result = EarlyStoppingTrainer(cfg, net, ArrayIterator(data(), 16)).fit()
     assert result.best_model_epoch == -1 and result.best_model is net
+
+
+def test_a_second_parallel_early_stopping_fit_says_why_it_cannot_run():
+    from kit.earlystopping import EarlyStoppingParallelTrainer
+
+    cfg = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(1)],
+        score_calculator=ClassificationScoreCalculator("ACCURACY", data(16, seed=3)),
+    )
+    trainer = EarlyStoppingParallelTrainer(cfg, mlp(6, hidden=(4,), n_out=3), ArrayIterator(data(), 16), workers=2)
+    assert trainer.fit().total_epochs == 1
+    with pytest.raises(RuntimeError, match=r"runs once: its ParallelWrapper was shut down .* make a new trainer"):
+        trainer.fit()
