@@ -525,7 +525,8 @@ class WorkerPanel(_Panel):
         rows = [["<b>all</b>", _bar_html(frac), html.escape(self._head_text())]]
         for i in range(self.workers):
             share = self.counts[i] / max(1, self.total_count)
-            rows.append([f"worker {i}", _bar_html(share), html.escape(self._row_text(i))])
+            numbers = self._row_text(i).split(": ", 1)[1]  # the label is the first column already
+            rows.append([f"worker {i}", _bar_html(share), html.escape(numbers)])
         return StaticPanel(_table_html("workers (final)", [], rows), self.last_text)
 
     def close(self) -> None:

@@ -59,6 +59,10 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     for name in CHAPTERS:
         shutil.copy(NOTEBOOKS / f"{name}.ipynb", root)
+    # render every cell (no windowing), so a panel that lives only briefly is still drawn
+    settings = tmp_path_factory.mktemp("settings") / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     port = free_port()
     env = dict(os.environ, KIT_QUICK="1", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     cmd = [
@@ -72,6 +76,7 @@ def lab(tmp_path_factory):
         "--ServerApp.port_retries=0",
         f"--port={port}",
         f"--ServerApp.root_dir={root}",
+        f"--LabApp.user_settings_dir={settings.parent.parent}",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 90
@@ -135,16 +140,23 @@ def test_chapter_runs_in_jupyterlab(lab, browser, chapter):
         page.wait_for_function(f"{NB}.sessionContext.session !== null", timeout=120_000)
         page.evaluate(f"{NB}.sessionContext.restartKernel()")
         page.wait_for_timeout(2000)
+        # every text any widget shows while the chapter runs, however briefly
+        page.evaluate(
+            """() => { window.__kitLive = new Set();
+            new MutationObserver(() => document.querySelectorAll('.widget-html-content')
+                .forEach(e => window.__kitLive.add(e.innerText)))
+            .observe(document.body, {subtree: true, childList: true, characterData: true}); }"""
+        )
         # started, not awaited: the command's promise resolves only when every cell is done
         page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-        live, deadline = set(), time.monotonic() + 720
+        deadline = time.monotonic() + 720
         while time.monotonic() < deadline:
             page.wait_for_timeout(500)
-            live.update(page.eval_on_selector_all(".widget-html-content", "els => els.map(e => e.innerText)"))
             total, done, running = _state(page)
             if done == total and running == 0:
                 break
         total, done, running = _state(page)
+        live = set(page.evaluate("() => [...window.__kitLive]"))
         assert done == total and running == 0, f"{chapter}: {done} of {total} cells ran in 720 s ({running} running)"
         outputs = [o for cell in _outputs(page) for o in cell]
         errors = [o for o in outputs if o.get("output_type") == "error"]
