@@ -37,7 +37,7 @@ from typing import Any, TextIO
 from tqdm.auto import tqdm
 
 from kit import memory, readings
-from kit.widgets import MemoryPanel, TimingPanel, _Throttle, in_notebook
+from kit.widgets import TrainingPanel, WorkerPanel
 
 __all__ = [
     "PerformanceListener",
@@ -238,56 +238,22 @@ class StatsRecorder(TrainingListener):
             return [json.loads(line) for line in f if line.strip()]
 
 
-class TrainingDashboard(TrainingListener):
-    """A live panel for notebooks: loss, timing and memory, throttled (kit.widgets)."""
+class TrainingDashboard(TrainingPanel):
+    """A live panel for notebooks (kit.widgets.TrainingPanel): loss, progress and memory in one
+    throttled panel, closed into a static final state when an epoch ends; plain text lines
+    outside a kernel."""
 
     def __init__(self, total_iterations: int | None = None, interval: float = 0.3, widgets: bool | None = None) -> None:
-        self._throttle = _Throttle(interval)
-        self.use_widgets = in_notebook() if widgets is None else widgets
-        self.timing = TimingPanel(total=total_iterations, label="training", interval=interval, widgets=widgets)
-        self.memory = MemoryPanel(interval=max(interval, 0.5), widgets=widgets)
-        self.scores: list[float] = []
-        self._loss = None
-        if self.use_widgets:
-            import ipywidgets as w
-            from IPython.display import display
+        super().__init__(total_iterations, interval=interval, widgets=widgets)
 
-            self._loss = w.HTML(value="loss: -")
-            display(self._loss)
-
-    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
-        score = float(info.get("score", float("nan")))
-        self.scores.append(score)
-        self.timing.tick()
-        self.memory.update()
-        if self._loss is not None and self._throttle.ready(force=False):
-            recent = self.scores[-20:]
-            self._loss.value = f"loss: last {score:.4f}, mean of last {len(recent)} {sum(recent) / len(recent):.4f}"
-
-    def on_epoch_end(self, model: Any, epoch: int) -> None:
+    def on_epoch_end(self, model: Any, epoch: int | None = None) -> None:
+        super().on_epoch_end(model, epoch)
         self.close()
 
-    def close(self) -> None:
-        self.timing.close()
-        self.memory.close()
-        if self._loss is not None and self.scores:
-            self._loss.value = f"loss: last {self.scores[-1]:.4f} after {len(self.scores)} iterations"
 
-
-class WorkerTimingPanel(TrainingListener):
-    """One live timing row per worker of a ParallelWrapper (kit.widgets.TimingPanel each)."""
-
-    def __init__(self, workers: int, total_iterations: int | None = None, widgets: bool | None = None) -> None:
-        self.panels = [
-            TimingPanel(total=total_iterations, label=f"worker {i}", widgets=widgets) for i in range(workers)
-        ]
-
-    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
-        self.panels[info.get("worker") or 0].tick()
-
-    def close(self) -> None:
-        for panel in self.panels:
-            panel.close()
+class WorkerTimingPanel(WorkerPanel):
+    """One row per worker of a ParallelWrapper (kit.widgets.WorkerPanel): iterations, median
+    step time and rate, under one bar for the whole run's `total_iterations`."""
 
 
 class ProgressBarListener(TrainingListener):
