@@ -1,0 +1,197 @@
+"""Your machine beside a reference run: a chapter's figures next to the same figures taken on a real GPU.
+
+A *reference run* is the JSON report `scripts/gpu-check` writes on a GPU machine (its "machine" block
+names the GPU, the date and the commit; its "parts" hold every figure), copied into
+`kit/data/reference_runs/`. They ship inside the package, so every install sees the same ones.
+
+    >>> import json, tempfile
+    >>> from pathlib import Path
+    >>> from kit import reference
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> print(reference.beside({"ms per step": 1.25}, {"ms per step": "bench.rows[regime=plain].ms"},
+    ...                        directory=folder, device="cpu:0"))
+    quantity    | your machine (cpu:0)
+    ------------+---------------------
+    ms per step | 1.25
+    no reference run recorded yet: run scripts/gpu-check on a GPU machine and copy its report into
+    kit/data/reference_runs/ (see the README.md there)
+
+With a report in the folder, each reference run is a column labelled with where and when it ran:
+
+    >>> report = {"kind": "kit gpu-check",
+    ...           "machine": {"gpu": "NVIDIA H100", "date": "2026-12-01T10:00:00+00:00", "commit": "0123456789ab"},
+    ...           "parts": {"bench": {"rows": [{"regime": "plain", "ms": 0.31}, {"regime": "workspace", "ms": 0.3}]}}}
+    >>> _ = (folder / "h100.json").write_text(json.dumps(report))
+    >>> [run["machine"]["gpu"] for run in reference.reference_runs(folder)]
+    ['NVIDIA H100']
+    >>> reference.lookup(report, "bench.rows[regime=workspace].ms")
+    0.3
+    >>> print(reference.beside({"ms per step": 1.25, "accuracy": 0.93},
+    ...                        {"ms per step": "bench.rows[regime=plain].ms", "accuracy": "resnet.test_accuracy"},
+    ...                        directory=folder, device="cpu:0"))
+    quantity    | your machine (cpu:0) | NVIDIA H100 (2026-12-01, commit 0123456)
+    ------------+----------------------+-----------------------------------------
+    ms per step | 1.25                 | 0.31
+    accuracy    | 0.93                 | — (not in this run)
+
+A pick is either a path into the report's "parts" (dots between keys, ``[key=value]`` selects the
+row of a list whose `key` reads `value`, ``[3]`` an index) or a function of the whole report that
+returns a number or None. `beside` returns a `Beside` whose text is the table (a notebook shows it
+as the cell's result; `print` it in a script) and whose `rows` hold the values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import kit
+
+__all__ = ["NO_RUN_YET", "Beside", "beside", "lookup", "reference_runs", "run_label"]
+
+NO_RUN_YET = (
+    "no reference run recorded yet: run scripts/gpu-check on a GPU machine and copy its report into\n"
+    "kit/data/reference_runs/ (see the README.md there)"
+)
+MISSING = "— (not in this run)"
+
+Pick = str | Callable[[dict[str, Any]], Any]
+_STEP = re.compile(r"([^.\[\]]+)|\[([^\]=]+)=([^\]]*)\]|\[(-?\d+)\]")
+
+
+def reference_runs(directory: str | Path | None = None) -> list[dict[str, Any]]:
+    """The reference reports, oldest first (by their machine's date): every `*.json` in `directory`,
+    by default the package's `kit/data/reference_runs/` read through importlib.resources."""
+    if directory is None:
+        folder: Any = resources.files("kit.data").joinpath("reference_runs")
+    else:
+        folder = Path(directory)
+        if not folder.is_dir():
+            raise FileNotFoundError(
+                f"reference runs: {str(folder)!r} is not a directory; pass the folder that holds the reports"
+            )
+    if not folder.is_dir():
+        return []
+    runs = []
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".json"):
+            continue
+        try:
+            report = json.loads(entry.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"reference run {entry.name}: not valid JSON ({exc}); copy gpu-check's report unchanged"
+            ) from None
+        if not isinstance(report, dict) or not isinstance(report.get("machine"), dict) or "parts" not in report:
+            raise ValueError(
+                f"reference run {entry.name}: expected a gpu-check report with 'machine' and 'parts', "
+                f"found keys {sorted(report) if isinstance(report, dict) else type(report).__name__}"
+            )
+        report.setdefault("file", entry.name)
+        runs.append(report)
+    return sorted(runs, key=lambda r: str(r["machine"].get("date", "")))
+
+
+def lookup(report: dict[str, Any], path: str) -> Any:
+    """The value at `path` inside `report["parts"]`, or None where the report has no such value."""
+    value: Any = report.get("parts", {})
+    pos = 0
+    while pos < len(path):
+        if path[pos] == ".":
+            pos += 1
+            continue
+        m = _STEP.match(path, pos)
+        if m is None:
+            raise ValueError(f"reference path {path!r}: cannot read from position {pos} ({path[pos:]!r})")
+        pos = m.end()
+        key, sel_key, sel_value, index = m.groups()
+        if key is not None:
+            value = value.get(key) if isinstance(value, dict) else None
+        elif index is not None:
+            i = int(index)
+            value = value[i] if isinstance(value, list) and -len(value) <= i < len(value) else None
+        else:
+            rows = value if isinstance(value, list) else []
+            value = next((r for r in rows if isinstance(r, dict) and str(r.get(sel_key)) == sel_value), None)
+        if value is None:
+            return None
+    return value
+
+
+def run_label(report: dict[str, Any]) -> str:
+    """Where and when a report was taken: its GPU (or host), date and short commit."""
+    machine = report["machine"]
+    where = machine.get("gpu") or f"{machine.get('host', 'unknown host')}, {machine.get('backend', '?')}, no GPU"
+    date = str(machine.get("date", "date unknown"))[:10]
+    commit = str(machine.get("commit", "unknown"))
+    short = commit[:7] if re.fullmatch(r"[0-9a-f]{7,40}", commit) else commit
+    return f"{where} ({date}, commit {short})"
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return MISSING
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.3g}" if abs(value) < 1e6 else f"{value:,.0f}"
+
+
+@dataclass
+class Beside:
+    """The table `beside` builds: `columns` (labels), `rows` (quantity, then one value per column)."""
+
+    columns: list[str]
+    rows: list[list[Any]]
+    note: str = ""
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    def text(self) -> str:
+        cells = [self.columns] + [[str(r[0])] + [_fmt(v) for v in r[1:]] for r in self.rows]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
+        lines = [" | ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+        lines.insert(1, "-+-".join("-" * w for w in widths))
+        return "\n".join(lines + ([self.note] if self.note else []))
+
+    __str__ = text
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+def beside(
+    measured: Mapping[str, Any],
+    picks: Mapping[str, Pick] | None = None,
+    *,
+    directory: str | Path | None = None,
+    device: str | None = None,
+) -> Beside:
+    """A table of `measured` (quantity -> this machine's figure) beside each reference run's figure
+    for the same quantity, taken from the report by `picks[quantity]` (a path, see `lookup`, or a
+    function of the report). Quantities without a pick show only this machine's figure."""
+    picks = dict(picks or {})
+    unknown = sorted(set(picks) - set(measured))
+    if unknown:
+        raise ValueError(f"beside: picks {unknown} name no measured quantity; measured are {sorted(measured)}")
+    runs = reference_runs(directory)
+    here = device or f"{kit.current_device().name}, {kit.backend.name()}"
+    columns = ["quantity", f"your machine ({here})"] + [run_label(r) for r in runs]
+    rows: list[list[Any]] = []
+    for name, value in measured.items():
+        row = [name, value]
+        pick = picks.get(name)
+        for run in runs:
+            if pick is None:
+                row.append(None)
+            elif callable(pick):
+                row.append(pick(run))
+            else:
+                row.append(lookup(run, pick))
+        rows.append(row)
+    return Beside(columns, rows, "" if runs else NO_RUN_YET, runs)

@@ -1,0 +1,113 @@
+"""kit.reference: reference runs (gpu-check reports) loaded from a folder, and the table that shows
+this machine's figures beside them, each column labelled with where it ran. Real JSON files in a
+temporary folder, written the way scripts/gpu_check.py writes them."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+
+from kit import reference
+
+
+def write_report(folder, name, gpu="NVIDIA H100 80GB HBM3", date="2026-12-01T09:30:00+00:00", parts=None):
+    report = {
+        "kind": "kit gpu-check",
+        "machine": {"gpu": gpu, "date": date, "commit": "89abcdef0123456789", "backend": "cupy", "host": "gpu-1"},
+        "parts": parts
+        if parts is not None
+        else {
+            "benchmarks": {
+                "workspaces": {
+                    "result": {
+                        "rows": [
+                            {"regime": "plain", "ms_per_iter": 0.42},
+                            {"regime": "workspace", "ms_per_iter": 0.40, "ratio_to_plain": 0.95},
+                        ]
+                    }
+                }
+            },
+            "resnet18_fashion_mnist": {"test_accuracy": 0.9134, "epoch_seconds": [12.5, 11.9]},
+        },
+    }
+    (folder / name).write_text(json.dumps(report, indent=1))
+    return report
+
+
+def test_empty_folder_says_no_reference_run_and_still_shows_this_machine(tmp_path):
+    table = reference.beside({"ms per step": 1.5, "accuracy": 0.9}, {"accuracy": "x.y"}, directory=tmp_path)
+    text = str(table)
+    assert reference.reference_runs(tmp_path) == []
+    assert "no reference run recorded yet" in text and "scripts/gpu-check" in text
+    assert "kit/data/reference_runs/" in text
+    assert table.columns[1].startswith("your machine (cpu:0")
+    assert table.rows == [["ms per step", 1.5], ["accuracy", 0.9]]
+
+
+def test_report_column_is_labelled_with_gpu_date_and_commit_and_picks_values(tmp_path):
+    write_report(tmp_path, "h100.json")
+    picks = {
+        "workspace / plain": "benchmarks.workspaces.result.rows[regime=workspace].ratio_to_plain",
+        "plain ms": "benchmarks.workspaces.result.rows[0].ms_per_iter",
+        "last epoch s": lambda r: reference.lookup(r, "resnet18_fashion_mnist.epoch_seconds[-1]"),
+        "not recorded": "benchmarks.parallel.result.summary.goal",
+    }
+    measured = {"workspace / plain": 1.02, "plain ms": 1.3, "last epoch s": 300.0, "not recorded": 2.0}
+    table = reference.beside(measured, picks, directory=tmp_path, device="cpu:0")
+    assert table.columns == [
+        "quantity",
+        "your machine (cpu:0)",
+        "NVIDIA H100 80GB HBM3 (2026-12-01, commit 89abcde)",
+    ]
+    assert [row[2] for row in table.rows] == [0.95, 0.42, 11.9, None]
+    text = table.text()
+    assert "no reference run" not in text
+    assert "— (not in this run)" in text.splitlines()[-1]
+    assert repr(table) == text  # a notebook cell shows the table itself
+
+
+def test_several_runs_are_columns_oldest_first_and_non_json_files_are_ignored(tmp_path):
+    write_report(tmp_path, "b.json", gpu="NVIDIA H200", date="2027-01-05T00:00:00+00:00")
+    write_report(tmp_path, "a.json", gpu="NVIDIA A100", date="2026-11-01T00:00:00+00:00")
+    (tmp_path / "README.md").write_text("not a report")
+    runs = reference.reference_runs(tmp_path)
+    assert [r["machine"]["gpu"] for r in runs] == ["NVIDIA A100", "NVIDIA H200"]
+    assert [r["file"] for r in runs] == ["a.json", "b.json"]
+    table = reference.beside(
+        {"accuracy": 0.8}, {"accuracy": "resnet18_fashion_mnist.test_accuracy"}, directory=tmp_path
+    )
+    assert table.rows == [["accuracy", 0.8, 0.9134, 0.9134]]
+    assert "NVIDIA A100 (2026-11-01" in table.columns[2] and "NVIDIA H200 (2027-01-05" in table.columns[3]
+
+
+def test_cpu_dry_run_report_is_labelled_as_host_not_gpu(tmp_path):
+    report = write_report(tmp_path, "dry.json", gpu=None)
+    del report["machine"]["gpu"]
+    report["machine"]["backend"] = "numpy"
+    (tmp_path / "dry.json").write_text(json.dumps(report))
+    label = reference.run_label(reference.reference_runs(tmp_path)[0])
+    assert label == "gpu-1, numpy, no GPU (2026-12-01, commit 89abcde)"
+
+
+def test_bad_inputs_name_the_problem(tmp_path):
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"broken\.json: not valid JSON"):
+        reference.reference_runs(tmp_path)
+    (tmp_path / "broken.json").write_text(json.dumps({"date": "x"}))
+    with pytest.raises(ValueError, match=r"broken.json: expected a gpu-check report .*\['date'\]"):
+        reference.reference_runs(tmp_path)
+    with pytest.raises(FileNotFoundError, match="is not a directory"):
+        reference.reference_runs(tmp_path / "missing")
+    with pytest.raises(ValueError, match=r"picks \['typo'\] name no measured quantity"):
+        reference.beside({"a": 1.0}, {"typo": "x"}, directory=tmp_path / "missing")
+    with pytest.raises(ValueError, match="cannot read from position"):
+        reference.lookup({"parts": {"a": {"b": 1}}}, "a[b")
+
+
+def test_package_folder_ships_its_readme_and_only_valid_reports():
+    folder = resources.files("kit.data").joinpath("reference_runs")
+    assert "GPU" in folder.joinpath("README.md").read_text(encoding="utf-8")
+    for run in reference.reference_runs():  # every shipped report names where and when it ran
+        assert run["machine"].get("gpu") and run["machine"].get("date") and run["machine"].get("commit")
