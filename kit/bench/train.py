@@ -1,8 +1,11 @@
 """`python -m kit bench train`: training-step costs, side by side, medians of repeats.
 
-- MLP step: kit Network vs the same math hand-written in NumPy (goal ratio <= 1.10), and vs
+- MLP step at batch 64 and 128: kit Network in each workspace mode vs the same math hand-written in
+  NumPy, one BLAS thread each (goal ratio <= 1.05), and vs
   PyTorch on the CPU when it is installed;
 - the three workspace modes: time, allocations per iteration, peak workspace bytes;
+- MLP 784-256-10 inference at batch 1 and 256: Network.output, a planned forward
+  (Network.plan_inference) and NumPy (goal: planned batch 1 <= 1.3 x NumPy);
 - convolution nets against PyTorch on the CPU (the `bench` extra, `pip install "kit[bench]"`; on
   Linux `pip install torch --index-url https://download.pytorch.org/whl/cpu` is the small CPU wheel):
   a LeNet training step (batch 64, 1 x 28 x 28) in each workspace mode, and ResNet-18's forward
@@ -24,7 +27,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import kit
 from kit import measure
-from kit.bench.common import _device_label, _side_by_side, _time
+from kit.bench.common import _device_label, _time
 from kit.bench.kernels import kernel_rows
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
 from kit.nn import Conv2D, Network, Sgd, WorkspaceMode, lenet, mlp, resnet18
@@ -112,52 +115,36 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
     batch, hidden, n_in, n_out, lr = 128, (512, 256), 784, 10, 0.01
     rows: list[dict[str, Any]] = []
 
-    # ---- MLP: kit vs NumPy vs PyTorch ------------------------------------------------
-    data = _mlp_data(batch, n_in, n_out)
-    nets = {
-        mode: mlp(n_in, hidden=hidden, n_out=n_out, updater=Sgd(lr), training_workspace_mode=mode)
-        for mode in WorkspaceMode
-    }
-    weights = [
-        p.numpy().astype(np.float32).copy()
-        for layer in nets[WorkspaceMode.SEPARATE].layers
-        for p in layer.params.values()
-    ]
-    xs, ys = data.features.numpy(), data.labels.numpy()
-    fns: dict[str, Callable[[], Any]] = {
-        f"kit MLP ({m.value})": (lambda n=n: n.fit_batch(data)) for m, n in nets.items()
-    }
-    fns["NumPy MLP (hand-written)"] = lambda: numpy_mlp_step(xs, ys, weights, lr)
-    times = _side_by_side(fns, number, repeats)
-    base = times["NumPy MLP (hand-written)"]
-    for name, ts in times.items():
-        row = {"case": name, "ms_per_step": statistics.median(ts) * 1e3, "min_max_ms": _spread(ts)}
-        row["ratio"] = statistics.median(t / b for t, b in zip(ts, base))
-        row["ratio_to"] = "NumPy"
-        rows.append(row)
+    # ---- MLP: kit vs NumPy (batch 64 and 128, every workspace mode, one BLAS thread each) ---------
     torch_step = _torch_step(batch, (n_in, *hidden), n_out, lr)
+    mlp_goal: dict[str, str] = {}
+    for size in (64, 128):
+        size_rows, verdict = _mlp_rows(size, n_in, hidden, n_out, lr, number, repeats)
+        rows += size_rows
+        mlp_goal[f"goal_mlp_b{size}"] = verdict
     if torch_step is not None:
         # in blocks, not interleaved: PyTorch's OpenMP threads keep spinning for a while after
         # each call and would slow whatever ran next (and be slowed by OpenBLAS's in turn)
+        data = _mlp_data(batch, n_in, n_out)
+        weights = [
+            p.numpy().copy() for layer in mlp(n_in, hidden=hidden, n_out=n_out).layers for p in layer.params.values()
+        ]
+        xs, ys = data.features.numpy(), data.labels.numpy()
         t_torch = [_time(torch_step, number) for _ in range(repeats)]
-        t_numpy = [_time(fns["NumPy MLP (hand-written)"], number) for _ in range(repeats)]
+        t_numpy = [_time(lambda: numpy_mlp_step(xs, ys, weights, lr), number) for _ in range(repeats)]
         rows.append(
             {
-                "case": "PyTorch MLP (CPU; timed in its own block)",
+                "case": f"PyTorch MLP b{batch} (CPU; timed in its own block)",
                 "ms_per_step": statistics.median(t_torch) * 1e3,
                 "min_max_ms": _spread(t_torch),
                 "ratio": statistics.median(t_torch) / statistics.median(t_numpy),
                 "ratio_to": "NumPy",
             }
         )
-    for mode, net in nets.items():
-        before = kit.memory.heap_allocations(this_thread=True)
-        net.fit_batch(data)
-        peak = sum(s["peak_used"] for s in net.workspace_stats()["training"].values())
-        for row in rows:
-            if row["case"] == f"kit MLP ({mode.value})":
-                row["heap_allocs_per_step"] = kit.memory.heap_allocations(this_thread=True) - before
-                row["peak_workspace_kib"] = peak / 1024
+
+    # ---- MLP inference: Network.output, a planned forward, hand-written NumPy --------------------
+    inference_rows, inference_goal = _inference_rows(quick)
+    rows += inference_rows
 
     # ---- conv nets against PyTorch, and the kernels behind them ---------------------------
     conv_rows, conv_summary = _conv_rows(quick)
@@ -174,10 +161,100 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
         "summary": {
             **etl,
             "pytorch": "installed" if torch_step is not None else "not installed (pip install kit[bench] to compare)",
-            "goal": "kit MLP / NumPy MLP <= 1.10",
+            "mlp_threads": "kit and NumPy: 1 BLAS thread each (threadpoolctl)",
+            **mlp_goal,
+            **inference_goal,
             **conv_summary,
         },
     }
+
+
+MLP_GOAL = 1.05  # kit MLP step / hand-written NumPy, every workspace mode (issue 15)
+PLAN_GOAL = 1.3  # planned MLP inference at batch 1 / hand-written NumPy
+
+
+def _mlp_rows(
+    batch: int, n_in: int, hidden: tuple[int, ...], n_out: int, lr: float, number: int, repeats: int
+) -> tuple[list[dict[str, Any]], str]:
+    """One training step, kit in each workspace mode against the same math in NumPy, interleaved."""
+    data = _mlp_data(batch, n_in, n_out)
+    nets = {
+        mode: mlp(n_in, hidden=hidden, n_out=n_out, updater=Sgd(lr), training_workspace_mode=mode)
+        for mode in WorkspaceMode
+    }
+    weights = [p.numpy().copy() for layer in nets[WorkspaceMode.SEPARATE].layers for p in layer.params.values()]
+    xs, ys = data.features.numpy(), data.labels.numpy()
+    fns: dict[str, Callable[[], Any]] = {
+        f"kit MLP b{batch} ({m.value})": (lambda n=n: n.fit_batch(data)) for m, n in nets.items()
+    }
+    numpy_name = f"NumPy MLP b{batch} (hand-written)"
+    fns[numpy_name] = lambda: numpy_mlp_step(xs, ys, weights, lr)
+    with threadpool_limits(limits=1, user_api="blas"):
+        timings = measure.compare(fns, repeats=repeats, number=number, sync=kit.backend.sync)
+    base = timings[numpy_name].seconds
+    rows, worst, reliable = [], 0.0, True
+    for name, t in timings.items():
+        ratio = statistics.median(x / b for x, b in zip(t.seconds, base))
+        row = {"case": name, "ms_per_step": t.median * 1e3, "min_max_ms": _spread(t.seconds), "ratio": ratio}
+        row["ratio_to"] = "NumPy"
+        reliable = reliable and t.reliable
+        if name != numpy_name:
+            worst = max(worst, ratio)
+            row["goal"] = f"<= {MLP_GOAL}: " + ("met" if ratio <= MLP_GOAL else "NOT met")
+        rows.append(row)
+    for mode, net in nets.items():
+        before = kit.memory.heap_allocations(this_thread=True)
+        net.fit_batch(data)
+        peak = sum(s["peak_used"] for s in net.workspace_stats()["training"].values())
+        for row in rows:
+            if row["case"] == f"kit MLP b{batch} ({mode.value})":
+                row["heap_allocs_per_step"] = kit.memory.heap_allocations(this_thread=True) - before
+                row["peak_workspace_kib"] = peak / 1024
+    verdict = measure.goal(f"kit MLP step b{batch} / NumPy, worst mode", worst, "<=", MLP_GOAL, "x", reliable)
+    return rows, verdict
+
+
+def numpy_mlp_forward(x: np.ndarray, weights: list[np.ndarray]) -> np.ndarray:
+    """Softmax probabilities of the ReLU MLP, written plainly in NumPy (the inference reference)."""
+    h = x
+    n = len(weights) // 2
+    for i in range(n):
+        h = h @ weights[2 * i] + weights[2 * i + 1]
+        if i < n - 1:
+            h = np.maximum(h, 0)
+    z = h - h.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _inference_rows(quick: bool) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """MLP 784-256-10 inference at batch 1 and 256: Network.output, a planned forward
+    (Network.plan_inference) and NumPy, interleaved, one BLAS thread each."""
+    net = mlp(784, hidden=(256,), n_out=10)
+    weights = [p.numpy().copy() for layer in net.layers for p in layer.params.values()]
+    rows, summary = [], {}
+    for batch in (1, 256):
+        x = np.random.default_rng(batch).random((batch, 784)).astype(np.float32)
+        plan = net.plan_inference(batch)
+        fns = {
+            f"MLP 784-256-10 inference b{batch}: NumPy (hand-written)": lambda x=x: numpy_mlp_forward(x, weights),
+            f"MLP 784-256-10 inference b{batch}: Network.output": lambda x=x: net.output(x),
+            f"MLP 784-256-10 inference b{batch}: planned": lambda x=x, plan=plan: plan.output(x),
+        }
+        with threadpool_limits(limits=1, user_api="blas"):
+            timings = measure.compare(fns, repeats=3 if quick else 9, min_time=0.01 if quick else 0.2)
+        base = next(iter(timings.values())).seconds
+        for name, t in timings.items():
+            ratio = statistics.median(v / b for v, b in zip(t.seconds, base))
+            row = {"case": name, "ms_per_step": t.median * 1e3, "min_max_ms": _spread(t.seconds), "ratio": ratio}
+            row["ratio_to"] = "NumPy"
+            if batch == 1 and name.endswith("planned"):
+                row["goal"] = f"<= {PLAN_GOAL}: " + ("met" if ratio <= PLAN_GOAL else "NOT met")
+                summary["goal_inference_b1"] = measure.goal(
+                    "planned MLP inference b1 / NumPy", ratio, "<=", PLAN_GOAL, "x", t.reliable
+                )
+            rows.append(row)
+    return rows, summary
 
 
 def _images(batch: int, seed: int) -> DataSet:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -87,6 +86,9 @@ WS_UPDATER_WORKING_MEM = "WS_UPDATER_WORKING_MEM"
 WS_OUTPUT_MEM = "WS_OUTPUT_MEM"
 
 
+_NO_SCOPE = contextlib.nullcontext()
+
+
 class LayerWorkspaceMgr:
     """Maps ArrayTypes to workspaces for one mode, on this thread, under a name prefix (so
     several networks, or several replicas on one thread, keep separate arenas)."""
@@ -127,32 +129,24 @@ class LayerWorkspaceMgr:
         return self.workspace(WS_ALL_LAYERS_ACT)
 
     # ---- scopes --------------------------------------------------------------------
-    @contextlib.contextmanager
-    def iteration(self) -> Iterator[None]:
+    # Each returns the workspace itself (a context manager) or a shared no-op: on the hot path of
+    # every layer call, a generator-based context manager would cost more than the check it wraps.
+    def iteration(self) -> contextlib.AbstractContextManager[Any]:
         """One training or inference iteration: opens the activations workspace."""
         if self.mode is WorkspaceMode.NONE:
-            yield
-            return
-        ws = self.workspace(WS_SINGLE if self.mode is WorkspaceMode.SINGLE else WS_ALL_LAYERS_ACT)
-        with ws:
-            yield
+            return _NO_SCOPE
+        return self.workspace(WS_SINGLE if self.mode is WorkspaceMode.SINGLE else WS_ALL_LAYERS_ACT)
 
-    @contextlib.contextmanager
-    def layer_call(self) -> Iterator[None]:
+    def layer_call(self) -> contextlib.AbstractContextManager[Any]:
         """One layer's forward or backward: SEPARATE resets working memory afterwards."""
         if self.mode is not WorkspaceMode.SEPARATE:
-            yield
-            return
-        with self.workspace(WS_LAYER_WORKING_MEM):
-            yield
+            return _NO_SCOPE
+        return self.workspace(WS_LAYER_WORKING_MEM)
 
-    @contextlib.contextmanager
-    def updater(self) -> Iterator[None]:
+    def updater(self) -> contextlib.AbstractContextManager[Any]:
         if self.mode is not WorkspaceMode.SEPARATE:
-            yield
-            return
-        with self.workspace(WS_UPDATER_WORKING_MEM):
-            yield
+            return _NO_SCOPE
+        return self.workspace(WS_UPDATER_WORKING_MEM)
 
     # ---- arrays --------------------------------------------------------------------
     def create(self, array_type: ArrayType, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
