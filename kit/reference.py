@@ -140,7 +140,7 @@ def _fmt(value: Any) -> str:
         return str(value)
     if isinstance(value, int):
         return f"{value:,}"
-    return f"{value:.3g}" if abs(value) < 1e6 else f"{value:,.0f}"
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
 @dataclass
