@@ -36,7 +36,9 @@ With a report in the folder, each reference run is a column labelled with where 
 
 A pick is either a path into the report's "parts" (dots between keys, ``[key=value]`` selects the
 row of a list whose `key` reads `value`, ``[3]`` an index) or a function of the whole report that
-returns a number or None. `beside` returns a `Beside` whose text is the table (a notebook shows it
+returns a number or None. Without a pick, a quantity is looked up by its name among the figures
+the GPU check recorded when it ran the chapters (parts.chapters.<notebook>.figures).
+`beside` returns a `Beside` whose text is the table (a notebook shows it
 as the cell's result; `print` it in a script) and whose `rows` hold the values.
 """
 
@@ -52,7 +54,7 @@ from typing import Any
 
 import kit
 
-__all__ = ["NO_RUN_YET", "Beside", "beside", "lookup", "reference_runs", "run_label"]
+__all__ = ["NO_RUN_YET", "Beside", "beside", "lookup", "reference_runs", "reported", "run_label"]
 
 NO_RUN_YET = (
     "no reference run recorded yet: run scripts/gpu-check on a GPU machine and copy its report into\n"
@@ -182,16 +184,43 @@ def beside(
     runs = reference_runs(directory)
     here = device or f"{kit.current_device().name}, {kit.backend.name()}"
     columns = ["quantity", f"your machine ({here})"] + [run_label(r) for r in runs]
+    _reported.update({name: _number(value) for name, value in measured.items()})
     rows: list[list[Any]] = []
     for name, value in measured.items():
         row = [name, value]
         pick = picks.get(name)
         for run in runs:
-            if pick is None:
-                row.append(None)
+            if pick is None:  # the same quantity, as the GPU check's run of the chapters reported it
+                row.append(_chapter_figure(run, name))
             elif callable(pick):
                 row.append(pick(run))
             else:
                 row.append(lookup(run, pick))
         rows.append(row)
     return Beside(columns, rows, "" if runs else NO_RUN_YET, runs)
+
+
+# Every quantity a chapter shows through `beside` is remembered in this process, so that
+# scripts/gpu-check, which runs the chapters' cells on a GPU, can store them in its report under
+# parts.chapters.<notebook>.figures; `beside` then finds them there by name, without a pick.
+_reported: dict[str, Any] = {}
+
+
+def reported() -> dict[str, Any]:
+    """The quantities shown through `beside` in this process so far (name -> figure)."""
+    return dict(_reported)
+
+
+def _number(value: Any) -> Any:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _chapter_figure(report: dict[str, Any], name: str) -> Any:
+    for chapter in report.get("parts", {}).get("chapters", {}).values():
+        figures = chapter.get("figures", {}) if isinstance(chapter, dict) else {}
+        if name in figures:
+            return figures[name]
+    return None

@@ -114,18 +114,32 @@ def chapter_cells(notebook: Path, env: dict[str, str], timeout: float) -> dict[s
         "    except BaseException as exc:\n"
         "        line = traceback.format_exception_only(type(exc), exc)[-1].strip()\n"
         "        records.append({'cell': i, 'ok': False, 'error': line[:500]})\n"
-        "print('KIT-CELLS ' + json.dumps(records))\n"
+        "try:\n"
+        "    from kit import reference\n"
+        "    figures = reference.reported()\n"
+        "except Exception:\n"
+        "    figures = {}\n"
+        "with open(sys.argv[1], 'w') as f:\n"
+        "    json.dump({'records': records, 'figures': figures}, f, default=str)\n"
     )
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(program)
-    try:
-        result = _run([sys.executable, f.name], {**env, "MPLBACKEND": "Agg"}, timeout)
-    finally:
-        os.unlink(f.name)
-    found = re.search(r"KIT-CELLS (.*)", result["tail"])
-    cells_run = json.loads(found.group(1)) if found else []
+    with tempfile.TemporaryDirectory() as tmp:
+        script, answer = Path(tmp) / "chapter.py", Path(tmp) / "cells.json"
+        script.write_text(program)
+        result = _run([sys.executable, str(script), str(answer)], {**env, "MPLBACKEND": "Agg"}, timeout)
+        out = json.loads(answer.read_text()) if answer.exists() else {"records": [], "figures": {}}
+    cells_run = out["records"]
     failed = [r for r in cells_run if not r["ok"]]
-    return {"cells": len(sources), "ran": len(cells_run), "failed": failed, "seconds": result["seconds"]}
+    if len(cells_run) < len(sources) and not failed:  # the process died: keep what it printed
+        failed = [{"cell": len(cells_run), "ok": False, "error": result["tail"][-1500:]}]
+    # the figures each chapter shows beside reference runs: kit.reference finds them here by name
+    figures = out["figures"]
+    return {
+        "cells": len(sources),
+        "ran": len(cells_run),
+        "failed": failed,
+        "seconds": result["seconds"],
+        "figures": figures,
+    }
 
 
 def benchmarks(quick: bool) -> dict[str, Any]:

@@ -23,6 +23,9 @@ def test_gpu_check_dry_run_writes_a_complete_report(tmp_path):
     assert sum(tests["counts"].values()) > 0  # pytest really collected the suite
     chapter = report["parts"]["chapters"]["01_arrays_and_backends.ipynb"]
     assert chapter["ran"] == chapter["cells"] > 5 and chapter["failed"] == []
+    # the figures chapter 1 shows beside reference runs, recorded for kit.reference to find by name
+    assert "float16 speed / float32 speed" in chapter["figures"]
+    assert isinstance(chapter["figures"]["float16 speed / float32 speed"], float)
 
 
 def test_gpu_check_refuses_to_pretend_without_a_gpu(tmp_path):

@@ -111,3 +111,19 @@ def test_package_folder_ships_its_readme_and_only_valid_reports():
     assert "GPU" in folder.joinpath("README.md").read_text(encoding="utf-8")
     for run in reference.reference_runs():  # every shipped report names where and when it ran
         assert run["machine"].get("gpu") and run["machine"].get("date") and run["machine"].get("commit")
+
+
+def test_a_quantity_without_a_pick_is_found_among_the_chapters_figures(tmp_path):
+    import json
+
+    from kit import reference
+
+    report = {
+        "kind": "kit gpu-check",
+        "machine": {"gpu": "NVIDIA H100", "date": "2026-12-01T10:00:00+00:00", "commit": "0123456789ab"},
+        "parts": {"chapters": {"05_parallel_inference.ipynb": {"figures": {"BATCHED / SEQUENTIAL": 6.5}}}},
+    }
+    (tmp_path / "h100.json").write_text(json.dumps(report))
+    table = reference.beside({"BATCHED / SEQUENTIAL": 3.0, "other": 1.0}, directory=tmp_path, device="cpu:0")
+    assert table.rows == [["BATCHED / SEQUENTIAL", 3.0, 6.5], ["other", 1.0, None]]
+    assert reference.reported()["BATCHED / SEQUENTIAL"] == 3.0
