@@ -88,7 +88,7 @@ def build_book(notebooks: Path, out: Path) -> Path:
         if i + 1 < len(chapters):
             nav.append(f'<a href="{chapters[i + 1].stem}.html">next &rarr;</a>')
         bar = f'<style>{_STYLE}</style><nav class="kit-nav">{"".join(nav)}</nav>'
-        body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + bar, body, count=1)
+        body = re.sub(r"(<body[^>]*>)", lambda m, bar=bar: m.group(1) + bar, body, count=1)
         writer.write(body, resources, notebook_name=path.stem)
         entries.append((path.stem, chapter_title(nb), _summary(nb)))
     items = "\n".join(

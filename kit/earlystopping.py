@@ -445,8 +445,10 @@ class _BaseTrainer:
         else:
             if loop.stopped_by is not None:
                 reason, details = TerminationReason.ITERATION_TERMINATION_CONDITION, str(loop.stopped_by)
-            else:
+            elif run.stopped_by is not None:
                 reason, details = TerminationReason.EPOCH_TERMINATION_CONDITION, str(run.stopped_by)
+            else:  # stop_fit() from a listener or another thread
+                reason, details = TerminationReason.ITERATION_TERMINATION_CONDITION, "stop_fit() was called"
         finally:
             self._finish()
         # DL4J: an epoch condition counts the epoch it stopped in; otherwise the completed ones
@@ -481,9 +483,12 @@ class _Run:
         self.stopped_by: Any = None
         self._seen = 0
 
-    def epoch_end(self, epoch: int) -> bool:
+    def epoch_end(self, model_epoch: int) -> bool:
+        # DL4J's epochCount is the run's own: 0 for the first epoch of this run, whatever the
+        # model trained before (scores, conditions and best_model_epoch all use it)
         n, self._seen = self.cfg.evaluate_every_n_epochs, self._seen + 1
-        if (self._seen - 1) % n:
+        epoch = self._seen - 1
+        if epoch % n:
             return False
         net = self.model()
         score = float(self.cfg.score_calculator.calculate_score(net))  # type: ignore[union-attr]
@@ -505,13 +510,14 @@ class EarlyStoppingTrainer(_BaseTrainer):
     """One device: the network's own step; iteration conditions after every mini-batch."""
 
     def _loop(self, epoch_end: Callable[[int], bool]) -> TrainingLoop:
-        return TrainingLoop(
+        loop = TrainingLoop(
             self.model,
             self.model.train_step,
             listeners=self.listeners,
             iteration_conditions=self.config.iteration_termination_conditions,
             epoch_end=epoch_end,
         )
+        return loop.attach(self.model)
 
 
 class EarlyStoppingParallelTrainer(_BaseTrainer):
@@ -559,7 +565,7 @@ class EarlyStoppingParallelTrainer(_BaseTrainer):
             batches_per_step=w.workers,
             iteration_conditions=self.config.iteration_termination_conditions,
             epoch_end=epoch_end,
-        )
+        ).attach(self.model, *w.replicas)
         return w.loop
 
     def _session(self) -> contextlib.AbstractContextManager[Iterable[DataSet]]:

@@ -341,3 +341,66 @@ def test_a_second_parallel_early_stopping_fit_says_why_it_cannot_run():
     assert trainer.fit().total_epochs == 1
     with pytest.raises(RuntimeError, match=r"runs once: its ParallelWrapper was shut down .* make a new trainer"):
         trainer.fit()
+
+
+# ---- found by a review of this change ---------------------------------------------------------
+
+
+def test_a_wrapper_goes_on_counting_from_a_trained_model():
+    net = mlp(6, hidden=(4,), n_out=3)
+    net.fit(ArrayIterator(data(), 16), epochs=3)  # 4 iterations an epoch
+    assert (net.iteration, net.epoch) == (12, 3)
+    with ParallelWrapper(net, workers=2, prefetch_buffer=0) as pw:
+        pw.fit(ArrayIterator(data(), 16))  # 4 batches: 2 rounds
+    assert (net.iteration, net.epoch) == (14, 4)
+
+
+def test_early_stopping_counts_its_own_epochs_on_a_trained_model():
+    net = mlp(6, hidden=(4,), n_out=3)
+    net.fit(ArrayIterator(data(), 16), epochs=5)
+    cfg = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(3)],
+        score_calculator=ClassificationScoreCalculator("ACCURACY", data(16, seed=3)),
+    )
+    result = EarlyStoppingTrainer(cfg, net, ArrayIterator(data(), 16)).fit()
+    assert result.total_epochs == 3 and sorted(result.score_vs_epoch) == [0, 1, 2]  # DL4J's epochCount
+    assert net.epoch == 8
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_stop_fit_from_a_listener_stops_every_training_path(parallel):
+    class StopAt3:
+        def iteration_done(self, model, iteration, epoch, **info):
+            if iteration == 3:
+                model.stop_fit()
+
+    net = mlp(6, hidden=(4,), n_out=3)
+    cfg = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(5)],
+        score_calculator=ClassificationScoreCalculator("ACCURACY", data(16, seed=3)),
+    )
+    if parallel:
+        from kit.earlystopping import EarlyStoppingParallelTrainer
+
+        trainer = EarlyStoppingParallelTrainer(
+            cfg, net, ArrayIterator(data(), 8), workers=2, prefetch_buffer=0, listeners=[StopAt3()]
+        )
+    else:
+        trainer = EarlyStoppingTrainer(cfg, net, ArrayIterator(data(), 8), listeners=[StopAt3()])
+    result = trainer.fit()
+    assert net.iteration == 3
+    assert result.termination_details == "stop_fit() was called" and result.total_epochs == 0
+
+
+def test_nan_in_classifier_label_rows_is_named():
+    net = mlp(4, hidden=(4,), n_out=3)
+    ds = DataSet(np.zeros((4, 4)), [0, 1, 2, 0], num_classes=3)
+    ds.labels.data[1, 1] = np.nan  # edited behind the DataSet's back
+    with pytest.raises(ValueError, match=r"label row 1 is \[ 0. nan  0.\]"):
+        net.fit_batch(ds)
+
+
+def test_set_params_refuses_values_that_overflow_the_network_dtype():
+    net = mlp(4, hidden=(4,), n_out=3, dtype="float16")
+    with pytest.raises(ValueError, match=r"magnitude 1e\+06 does not fit this network's float16"):
+        net.set_params(np.full(net.num_params, 1e6))

@@ -79,7 +79,8 @@ class NetworkConfig:
         if not math.isfinite(l2) or l2 < 0:
             raise NetworkConfigError(f"NetworkConfig.l2={l2!r}: must be a finite number >= 0")
         object.__setattr__(self, "l2", float(l2))
-        _typed("seed", self.seed, (int,), "an integer")
+        if _typed("seed", self.seed, (int,), "an integer >= 0") < 0:
+            raise NetworkConfigError(f"NetworkConfig.seed={self.seed!r}: must be an integer >= 0 (NumPy's seeds are)")
         try:
             dt = backend.resolve_dtype(self.dtype, floating_only=True)
         except TypeError as exc:

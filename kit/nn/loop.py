@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -97,7 +98,7 @@ class TrainingLoop:
         iteration_conditions: Iterable[Any] = (),
         epoch_end: Callable[[int], bool] | None = None,
     ) -> None:
-        if not isinstance(batches_per_step, int) or batches_per_step < 1:
+        if not isinstance(batches_per_step, int) or isinstance(batches_per_step, bool) or batches_per_step < 1:
             raise ValueError(f"TrainingLoop(batches_per_step={batches_per_step!r}): must be an integer >= 1")
         self.model = model
         self.step = step
@@ -115,9 +116,13 @@ class TrainingLoop:
         """Stop after the current step (from a listener, another thread, a condition)."""
         self._stop = True
 
-    @property
-    def stopping(self) -> bool:
-        return self._stop
+    def attach(self, *models: Any) -> TrainingLoop:
+        """Make `model.stop_fit()` stop this loop, for every model listeners may be handed. The
+        models hold it weakly: a loop (and the wrapper whose step it runs) is not kept alive by
+        the user's model after training."""
+        for model in models:
+            model._loop = weakref.ref(self)
+        return self
 
     def run_step(self, batches: Sequence[Any]) -> None:
         """One step outside any epoch (DL4J's fit(DataSet)): listeners see the current epoch."""

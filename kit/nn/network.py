@@ -105,7 +105,7 @@ class Network:
         self.last_score = float("nan")
         self.last_etl_ms = 0.0
         self._lock = threading.RLock()
-        self._loop: TrainingLoop | None = None
+        self._loop: Any = None  # a weak reference to the loop training this network (stop_fit)
         self._name = f"net{next(_ids)}"
         self._allocate_buffers()
         calls = len(self.layers) + 1  # each leaf layer, and the loss
@@ -156,8 +156,11 @@ class Network:
             )
         if not np.all(np.isfinite(src)):
             raise ValueError("set_params: the values contain NaN or infinity")
-        with scope_out_of_workspaces():
-            self.flat_params[...] = asarray(src.astype(self.dtype, copy=False), device=self.device)
+        cast = src.astype(self.dtype, copy=False)
+        if not np.all(np.isfinite(cast)):
+            worst = float(np.max(np.abs(src)))
+            raise ValueError(f"set_params: a value of magnitude {worst:.3g} does not fit this network's {self.dtype}")
+        self.flat_params.assign(cast)
 
     # ---- validation ----------------------------------------------------------------
     def _features(self, x: Any) -> NDArray:
@@ -287,9 +290,9 @@ class Network:
         """Train on a DataSet (one iteration, as DL4J's fit(DataSet)) or an iterator (epochs).
         `prefetch=N` wraps an iterator that allows it in an AsyncPrefetchIterator with a queue
         of N (DL4J always wraps, with a queue of 2; kit asks you to choose)."""
-        self._loop = TrainingLoop(self, self.train_step, listeners=listeners)
+        loop = TrainingLoop(self, self.train_step, listeners=listeners).attach(self)
         if isinstance(data, DataSet):  # one iteration, no epoch (DL4J's fit(DataSet))
-            self._loop.run_step([data])
+            loop.run_step([data])
             return self
         if isinstance(data, tuple):
             raise TypeError(
@@ -298,12 +301,12 @@ class Network:
         if prefetch and getattr(data, "async_supported", False):
             with AsyncPrefetchIterator(data, prefetch=prefetch, device=self.device) as wrapped:
                 return self.fit(wrapped, epochs, listeners)
-        self._loop.run(data, epochs)
+        loop.run(data, epochs)
         return self
 
     def stop_fit(self) -> None:
         """Ask a running fit() to stop after the current iteration."""
-        loop = getattr(self, "_loop", None)
+        loop = self._loop() if self._loop is not None else None
         if loop is not None:
             loop.stop()
 
@@ -492,7 +495,8 @@ def _check_label_rows(y: NDArray) -> None:
     if lo >= 0 and hi <= 1 and worst <= 1e-3:
         return
     host = y.numpy()
-    bad = np.flatnonzero((host < 0).any(axis=1) | (host > 1).any(axis=1) | (np.abs(host.sum(axis=1) - 1) > 1e-3))
+    outside = (host < 0) | (host > 1) | ~np.isfinite(host)
+    bad = np.flatnonzero(outside.any(axis=1) | ~(np.abs(host.sum(axis=1) - 1) <= 1e-3))
     i = int(bad[0])
     raise ValueError(
         f"label row {i} is {np.array2string(host[i], threshold=12)}: a classifier's labels are one-hot rows or "

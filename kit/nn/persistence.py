@@ -11,7 +11,9 @@
 
 The header holds the configuration, the counters and a SHA-256 per array, and one more SHA-256
 over all of that (`integrity`): editing the configuration inside a file (an activation, `l2`, the
-updater, the dtype) is detected as surely as a flipped bit in the parameters. A write goes to a
+updater, the dtype) is detected like a flipped bit in the parameters. It is an integrity check,
+not a signature: someone who edits a file on purpose can recompute the sums, so load files you
+trust (they hold no code: NumPy arrays without pickle and JSON). A write goes to a
 temporary file in the same directory, is fsync'ed, then renamed over the target, so an
 interrupted save leaves the previous file whole. `Network.save` / `Network.load` use this module.
 """

@@ -42,9 +42,10 @@ class Updater:
 
 def updater_from_config(cfg: dict[str, Any]) -> Updater:
     cfg = dict(cfg)
-    cls = Updater.registry.get(cfg.pop("type", ""))
+    kind = cfg.pop("type", "")
+    cls = Updater.registry.get(kind)
     if cls is None:
-        raise ValueError(f"unknown updater in a saved configuration; known: {sorted(Updater.registry)}")
+        raise ValueError(f"unknown updater {kind!r} in a saved configuration; known: {sorted(Updater.registry)}")
     return cls(**cfg)
 
 

@@ -233,8 +233,8 @@ class ParallelWrapper(ShutsDownOnExit):
         self.residual_post_processor = residual_post_processor or NoOpResidualPostProcessor()
         self.workspace_mode = WorkspaceMode(workspace_mode) if workspace_mode else model.training_workspace_mode
         self.listeners = list(listeners)
-        self.iteration = 0
-        self.epoch = 0
+        self.iteration = model.iteration  # a trained model goes on counting (Adam's bias correction too)
+        self.epoch = model.epoch
         self.last_score = float("nan")
         self.averagings = 0
         self.averaging_seconds = 0.0
@@ -292,7 +292,7 @@ class ParallelWrapper(ShutsDownOnExit):
         self._begin()
         self.loop = TrainingLoop(
             self.model, self.train_step, listeners=self.listeners, counters=self, batches_per_step=self.workers
-        )
+        ).attach(self.model, *self.replicas)
         with self.session(data) as source:
             self.loop.run(source, epochs)
         self.sync()
