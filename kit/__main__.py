@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 
@@ -110,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.print:
             print(" ".join(cmd))
             return 0
-        return subprocess.call(cmd)
+        # become JupyterLab (no child process): stopping `python -m kit lab` stops the server
+        os.execv(cmd[0], cmd)
     if args.command == "book":
         index = build_book(notebooks_dir(), Path(args.out))
         print(f"book written: {index}")
