@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from kit import backend
-from kit.devices import AnyDevice, Device, as_device, transfer
+from kit.devices import AnyDevice, as_device, host_source, transfer
 from kit.memory import allocate
 from kit.ndarray import NDArray, ShapeError, _wrap
 
@@ -136,7 +136,7 @@ def array(obj: Any, dtype: Any = None, device: str | AnyDevice | None = None) ->
     dt = _infer_dtype(obj, host, dtype)
     out, owner = allocate(tuple(host.shape), dt, dev)
     if isinstance(host, np.ndarray):  # host values: onto a GPU through the transfer path
-        transfer(out, dev, np.asarray(host, dtype=dt), dev if dev.kind == "cpu" else Device("cpu:0"))
+        transfer(out, dev, np.asarray(host, dtype=dt), host_source(dev))
     else:  # already on this device
         dev.xp.copyto(out, host, casting="unsafe")
     return _wrap(out, dev, owner)

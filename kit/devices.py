@@ -59,6 +59,7 @@ __all__ = [
     "device_for_thread",
     "devices",
     "host_device_count",
+    "host_source",
     "logical_devices",
     "reset_transfer_stats",
     "seed",
@@ -467,6 +468,12 @@ def transfer(dst: Any, dst_device: AnyDevice, src: Any, src_device: AnyDevice) -
                 dst.data.copy_from_device(contiguous.data, contiguous.nbytes)
             else:
                 dst[...] = cupy.asarray(contiguous)
+
+
+def host_source(device: AnyDevice) -> AnyDevice:
+    """The device host (NumPy) memory counts as coming from when copied onto `device`: the
+    device itself on a CPU (a host-to-host copy is no transfer), cpu:0 for a GPU."""
+    return device if device.kind == "cpu" else Device("cpu:0")
 
 
 def transfer_stats() -> dict[tuple[str, str], tuple[int, int]]:

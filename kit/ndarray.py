@@ -28,7 +28,7 @@ import numpy as np
 
 from kit import backend
 from kit.context import current_workspace, scope_out_of_workspaces
-from kit.devices import AnyDevice, Device, DeviceError, as_device, transfer
+from kit.devices import AnyDevice, DeviceError, as_device, host_source, transfer
 from kit.memory import _Lease, allocate
 from kit.shapes import (
     _BOOL,
@@ -449,7 +449,7 @@ class NDArray:
             src, src_dev = source._check("assign"), source._device
         else:  # host memory: a copy on the host is no transfer; onto a GPU it is one
             src = np.asarray(source)
-            src_dev = self._device if self._device.kind == "cpu" else _HOST
+            src_dev = host_source(self._device)
         if tuple(src.shape) != a.shape:
             raise ShapeError(f"assign: a source of shape {tuple(src.shape)} does not fit this array of shape {a.shape}")
         if src.dtype != a.dtype:
@@ -555,11 +555,8 @@ def from_raw(obj: Any, device: AnyDevice) -> NDArray:
     if device.kind == "cpu":
         return _wrap(host, device, None)
     out, owner = allocate(host.shape, host.dtype, device)
-    transfer(out, device, host, _HOST)
+    transfer(out, device, host, host_source(device))
     return _wrap(out, device, owner)
-
-
-_HOST = Device("cpu:0")  # where host (NumPy) values come from
 
 
 # Operators: (dunder, ufunc, op name for messages). Each becomes a two-line method calling
