@@ -24,17 +24,22 @@ from typing import Any
 
 __all__ = ["current_workspace", "scope_out_of_workspaces", "set_current_workspace"]
 
-_tls = threading.local()
+
+class _Context(threading.local):
+    ws: Any = None  # a class default, so every thread reads None until it opens a workspace
+
+
+_tls = _Context()
 
 
 def current_workspace() -> Any:
     """The workspace new arrays go to on this thread, or None (heap)."""
-    return getattr(_tls, "ws", None)
+    return _tls.ws
 
 
 def set_current_workspace(ws: Any) -> Any:
     """Make `ws` (or None) current on this thread; returns the previous one."""
-    previous = getattr(_tls, "ws", None)
+    previous = _tls.ws
     _tls.ws = ws
     return previous
 

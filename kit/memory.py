@@ -56,14 +56,19 @@ __all__ = [
     "toggle_periodic_gc",
 ]
 
+
 # This thread's counters (the current workspace lives in kit.context).
-_tls = threading.local()
+class _Counters(threading.local):
+    counts: Any = None  # this thread's counters, made on its first allocation
+
+
+_tls = _Counters()
 _all_counters: list[dict] = []
 _all_counters_lock = threading.Lock()
 
 
 def _thread_counters() -> dict:
-    counts = getattr(_tls, "counts", None)
+    counts = _tls.counts
     if counts is None:
         counts = defaultdict(lambda: [0, 0])  # physical Device -> [allocations, bytes]
         _tls.counts = counts
@@ -75,11 +80,11 @@ def _thread_counters() -> dict:
 def allocate(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) -> tuple[Any, Any]:
     """Allocate an uninitialised array: (xp array, owner). The owner is the workspace the
     memory was carved from, a cache lease, or None for a plain heap allocation."""
-    ws = getattr(_context, "ws", None)
+    ws = _context.ws
     if ws is not None and ws.physical is device.physical:
         return ws.alloc(shape, dtype)
     nbytes = math.prod(shape) * dtype.itemsize
-    counts = getattr(_tls, "counts", None) or _thread_counters()
+    counts = _tls.counts or _thread_counters()
     c = counts[device.physical]
     c[0] += 1
     c[1] += nbytes

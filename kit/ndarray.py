@@ -27,9 +27,11 @@ from typing import Any
 import numpy as np
 
 from kit import backend
+from kit.context import _tls as _context
 from kit.context import current_workspace, scope_out_of_workspaces
 from kit.devices import AnyDevice, DeviceError, as_device, host_source, transfer
-from kit.memory import _Lease, allocate
+from kit.memory import _cache, _Lease, _thread_counters, allocate
+from kit.memory import _tls as _counters
 from kit.shapes import (
     _BOOL,
     _BOOL_RESULT,
@@ -60,6 +62,9 @@ class DeviceMismatchError(DeviceError):
 # ---------------------------------------------------------------------------------------
 
 
+_NDARRAY = np.ndarray
+
+
 def _wrap(data: Any, device: AnyDevice, owner: Any) -> NDArray:
     arr = object.__new__(NDArray)
     arr._data = data
@@ -67,6 +72,27 @@ def _wrap(data: Any, device: AnyDevice, owner: Any) -> NDArray:
     arr._owner = owner
     arr._gen = owner._gen if owner is not None else 0
     return arr
+
+
+def _heap_result(out: Any, dev: AnyDevice) -> NDArray:
+    """Wrap an array NumPy allocated itself for a heap result, counted as `allocate` counts."""
+    if out.__class__ is not _NDARRAY:  # a ufunc over 0-d operands returns a NumPy scalar
+        out = np.asarray(out)
+    c = (_counters.counts or _thread_counters())[dev.physical]
+    c[0] += 1
+    c[1] += out.nbytes
+    arr = object.__new__(NDArray)
+    arr._data = out
+    arr._device = dev
+    arr._owner = None
+    arr._gen = 0
+    return arr
+
+
+def _numpy_allocates(dev: AnyDevice) -> bool:
+    """True where a result goes to the plain host heap: no workspace open, no cache, a CPU
+    device. There kit lets NumPy allocate the result inside the ufunc, as a raw op does."""
+    return _context.ws is None and not _cache.on and dev.kind == "cpu"
 
 
 def _mismatch(op: str, a: NDArray, b: NDArray) -> None:
@@ -159,12 +185,22 @@ class NDArray:
             if other._device is not dev:
                 _mismatch(op, self, other)
             b = other._data
+            if _context.ws is None and not _cache.on and dev.kind == "cpu":  # _numpy_allocates, inlined
+                try:
+                    return _heap_result(ufunc(b, a) if reflected else ufunc(a, b), dev)
+                except (ValueError, TypeError):
+                    pass  # below: kit's message naming the shapes or dtypes
             shape = a.shape if a.shape == b.shape else _broadcast(a.shape, b.shape, op)
             dtype = (
                 a.dtype if a.dtype == b.dtype and ufunc not in _FLOAT_RESULT else _result_dtype(ufunc, a.dtype, b.dtype)
             )
         elif other.__class__ in _SCALARS:
             b = other
+            if _context.ws is None and not _cache.on and dev.kind == "cpu":
+                try:
+                    return _heap_result(ufunc(b, a) if reflected else ufunc(a, b), dev)
+                except TypeError:
+                    pass
             shape = a.shape
             dtype = _result_dtype(ufunc, a.dtype, other.__class__)
         else:
@@ -216,9 +252,15 @@ class NDArray:
     # ---- elementwise unary ---------------------------------------------------------
     def _unary(self, ufunc: np.ufunc, op: str) -> NDArray:
         a = self._check(op)
-        out, owner = allocate(a.shape, _result_dtype(ufunc, a.dtype, None), self._device)
+        dev = self._device
+        if _context.ws is None and not _cache.on and dev.kind == "cpu":  # _numpy_allocates, inlined
+            try:
+                return _heap_result(ufunc(a), dev)
+            except TypeError:
+                pass  # below: kit's message naming the dtype
+        out, owner = allocate(a.shape, _result_dtype(ufunc, a.dtype, None), dev)
         ufunc(a, out=out)
-        return _wrap(out, self._device, owner)
+        return _wrap(out, dev, owner)
 
     def exp(self) -> NDArray:
         return self._unary(np.exp, "exp")
@@ -263,6 +305,11 @@ class NDArray:
         b = other._check("matmul")
         if other._device is not self._device:
             _mismatch("matmul", self, other)
+        if _numpy_allocates(self._device):
+            try:
+                return _heap_result(np.matmul(a, b), self._device)
+            except (ValueError, TypeError):
+                pass  # below: kit's message naming both shapes
         shape = _matmul_shape(a.shape, b.shape)
         dtype = a.dtype if a.dtype == b.dtype else _result_dtype(np.matmul, a.dtype, b.dtype)
         out, owner = allocate(shape, dtype, self._device)
@@ -271,14 +318,23 @@ class NDArray:
 
     # ---- reductions ----------------------------------------------------------------
     def _reduce(self, op: str, axis: Any, keepdims: bool) -> NDArray:
-        a = self._check(op)
-        key = (op, a.shape, a.dtype, tuple(axis) if isinstance(axis, list) else axis, keepdims)
+        o = self._owner
+        if o is not None and (o._gen is not self._gen or (o._tid is not None and o._tid != _get_ident())):
+            o._stale(self, op)
+        a = self._data
+        key = (op, a.shape, a.dtype, axis if axis.__class__ is not list else tuple(axis), keepdims)
         plan = _plan_cache.get(key)
         if plan is None:
             plan = _plan_cache[key] = _reduction_plan(op, a, axis, keepdims)
-        axes, shape, out_dtype, count = plan
-        out, owner = allocate(shape, out_dtype, self._device)
-        xp = self._device.xp
+        axes, shape, out_dtype, count, reducer = plan
+        dev = self._device
+        if reducer is not None and _context.ws is None and not _cache.on and dev.kind == "cpu":
+            r = reducer(a, axes, out_dtype, None, keepdims)  # NumPy allocates, as a raw reduction does
+            if op == "mean":
+                r = np.true_divide(r, count, out=r) if r.__class__ is _NDARRAY else r / count
+            return _heap_result(r, dev)
+        out, owner = allocate(shape, out_dtype, dev)
+        xp = dev.xp
         if xp is np and a.dtype != _HALF:  # ufunc.reduce: numpy's fast path, no wrapper layers
             if op == "sum" or op == "mean":
                 np.add.reduce(a, axis=axes, dtype=out_dtype, out=out, keepdims=keepdims)
@@ -294,7 +350,7 @@ class NDArray:
             out[...] = getattr(xp, op)(a, axis=axes, dtype=np.float32, keepdims=keepdims)
         else:  # CuPy, and float16 sum/max/min (NumPy's own float16 loops)
             getattr(xp, op)(a, axis=axes, out=out, keepdims=keepdims)
-        return _wrap(out, self._device, owner)
+        return _wrap(out, dev, owner)
 
     def sum(self, axis: Any = None, keepdims: bool = False) -> NDArray:
         return self._reduce("sum", axis, keepdims)

@@ -81,14 +81,20 @@ def _reduced_shape(shape: tuple, axes: tuple | None, keepdims: bool) -> tuple:
 
 
 def _reduction_plan(op: str, a: Any, axis: Any, keepdims: bool) -> tuple:
-    """(axes, result shape, result dtype, elements per result) for one reduction."""
+    """(axes, result shape, result dtype, elements per result, reducer) for one reduction;
+    reducer is the NumPy ufunc's `reduce` for the ops that have one (not float16: NumPy's own
+    float16 loops), which kit calls directly on the host heap."""
     axes = _norm_axis(axis, a.ndim, op, a.shape)
     if a.size == 0 and op in ("max", "min"):
         raise ShapeError(f"{op}: an empty array of shape {a.shape} has no {op}")
     shape = _reduced_shape(a.shape, axes, keepdims)
     out_dtype = getattr(np, op)(np.zeros((1,), a.dtype)).dtype
     count = math.prod(a.shape) if axes is None else math.prod(a.shape[i] for i in axes)
-    return axes, shape, out_dtype, count
+    reducer = _REDUCERS.get(op) if a.dtype != _HALF else None
+    return axes, shape, out_dtype, count, reducer
+
+
+_REDUCERS = {"sum": np.add.reduce, "mean": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
 
 
 _plan_cache: dict[tuple, tuple] = {}

@@ -120,6 +120,46 @@ def test_every_op_allocates_exactly_once_through_kit():
     assert heap_allocations(this_thread=True) == before
 
 
+def test_heap_results_numpy_allocates_are_counted_and_equal_the_allocate_path():
+    # on the plain host heap NumPy allocates each result inside the ufunc (as raw NumPy does);
+    # with the caching allocator on, the same ops go through kit.memory.allocate + out=
+    rng = np.random.default_rng(3)
+    x = kit.array(rng.standard_normal((5, 4)).astype(np.float32))
+    y = kit.array(rng.standard_normal((5, 4)).astype(np.float32))
+    i = kit.array(np.arange(20, dtype=np.int64).reshape(5, 4))
+    z = kit.array(np.float32(2.5))  # 0-d
+    ops = [
+        lambda: x + y,
+        lambda: 1.5 - x,
+        lambda: x > y,
+        lambda: i / 3,
+        lambda: x.exp(),
+        lambda: x @ y.T,
+        lambda: x[0] @ y[0],  # 1-d @ 1-d: a 0-d result
+        lambda: z * 2.0,  # 0-d op scalar: NumPy returns a scalar, kit a 0-d array
+        lambda: x.sum(),
+        lambda: i.mean(axis=0),
+        lambda: x.max(axis=1, keepdims=True),
+        lambda: x.min(axis=[0, 1]),
+    ]
+    heap = []
+    for op in ops:
+        before = (heap_allocations(this_thread=True), kit.memory.heap_bytes(this_thread=True))
+        r = op()
+        after = (heap_allocations(this_thread=True), kit.memory.heap_bytes(this_thread=True))
+        assert after[0] - before[0] == 1 and after[1] - before[1] == r.nbytes
+        assert type(r.data) is np.ndarray and r.data.flags.writeable and r.workspace is None
+        heap.append(r.numpy())
+    kit.memory.set_max_host_cache(1 << 20)
+    try:
+        cached = [op().numpy() for op in ops]
+    finally:
+        kit.memory.set_max_host_cache(0)
+    for h, c in zip(heap, cached):
+        assert h.dtype == c.dtype and h.shape == c.shape
+        np.testing.assert_array_equal(h, c)
+
+
 def test_shape_errors_name_both_shapes():
     with pytest.raises(kit.ShapeError, match=r"add: shapes \(3, 4\) and \(5,\) cannot be broadcast"):
         kit.ones((3, 4)) + kit.ones((5,))

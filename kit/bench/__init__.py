@@ -94,7 +94,7 @@ def bench_arrays(quick: bool = False) -> dict[str, Any]:
             "large_overhead_pct_median": large_pct,
             "machine_load_by_others": f"{load.others:.0%}",
             "goal_small": measure.goal(
-                "added per small op (median)", statistics.median(small), "<=", 2, "us", reliable
+                "added per small op (median)", statistics.median(small), "<=", 1.5, "us", reliable
             ),
             "goal_large": measure.goal("overhead on large ops (median)", large_pct, "<=", 2, "%", reliable),
         },
