@@ -40,6 +40,7 @@ from kit.devices import AnyDevice, Device, gpu_count
 
 __all__ = [
     "allocate",
+    "allocate_heap",
     "cache_stats",
     "count_external",
     "counters",
@@ -83,6 +84,11 @@ def allocate(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) -> tupl
     ws = _context.ws
     if ws is not None and ws.physical is device.physical:
         return ws.alloc(shape, dtype)
+    return allocate_heap(shape, dtype, device)
+
+
+def allocate_heap(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) -> tuple[Any, Any]:
+    """`allocate` on the heap whatever workspace is open (kit.scope_out_of_workspaces in one call)."""
     nbytes = math.prod(shape) * dtype.itemsize
     counts = _tls.counts or _thread_counters()
     c = counts[device.physical]

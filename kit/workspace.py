@@ -36,11 +36,13 @@ import sys
 import threading
 import weakref
 from dataclasses import dataclass
+from threading import get_ident as _get_ident
 from typing import Any
 
 import numpy as np
 
 from kit import memory
+from kit.context import _tls as _context
 from kit.context import current_workspace, scope_out_of_workspaces, set_current_workspace
 from kit.devices import AnyDevice, as_device
 
@@ -286,6 +288,9 @@ class Workspace:
         # arrays of a scoped workspace belong to its thread (the owner resets the arena when a
         # cycle ends); a circular one's are handed to other threads by design (prefetching)
         self._tid: int | None = None if config.circular else self.thread_id
+        # the config is frozen: what the scope hot path asks of it, read once
+        self._circular = config.circular
+        self._realloc = config.policy_spill is SpillPolicy.REALLOCATE
         self.parent: Workspace | None = None
         self._arena: Any = None
         self._views: dict[tuple, Any] = {}
@@ -299,7 +304,7 @@ class Workspace:
         self.cycles = 0  # completed cycles
         self._entered = 0  # started cycles
         self._lap = 0
-        self._gen = _Generation(0, 0)
+        self._gen = self._idle = _Generation(0, 0)  # _idle: between cycles, no array has it
         self._cycle_bytes = 0
         self.max_cycle_bytes = 0
         self.last_cycle_bytes = 0
@@ -338,6 +343,21 @@ class Workspace:
 
     def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[Any, Workspace]:
         """Carve an array from the arena (or spill, as the policy says)."""
+        off = self._offset
+        # A cyclic workload asks for the same (offset, shape, dtype) every cycle: reuse the view
+        # made last time (same memory, so same semantics; 3x cheaper than carving). The views
+        # are dropped whenever the arena is replaced, so a hit always lies inside this arena.
+        hit = self._views.get((off, shape, dtype))
+        if hit is not None and _debug["mode"] is DebugMode.DISABLED:
+            data, size = hit
+            self._offset = end = off + size
+            self.allocations += 1
+            self._cycle_bytes += size
+            if end > self.peak_used:
+                self.peak_used = end
+            if _debug["sites"]:
+                self._remember_site(self._base + off, size)
+            return data, self
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes == 0:  # an empty array holds no memory: nothing to carve
             self.allocations += 1
@@ -346,24 +366,18 @@ class Workspace:
         size = (nbytes + ALIGNMENT - 1) & -ALIGNMENT
         self.allocations += 1
         self._cycle_bytes += size
-        off = self._offset
         if off + size <= self.capacity and _debug["mode"] is not DebugMode.SPILL_EVERYTHING:
             self._offset = end = off + size
             if end > self.peak_used:
                 self.peak_used = end
-            # A cyclic workload asks for the same (offset, shape, dtype) every cycle: reuse the
-            # view object made last time (same memory, so same semantics; 3x cheaper than carving)
-            key = (off, shape, dtype)
-            data = self._views.get(key)
-            if data is None:
-                data = self._arena[off : off + nbytes].view(dtype).reshape(shape)
-                if len(self._views) >= 8192:
-                    self._views.clear()
-                self._views[key] = data
+            data = self._arena[off : off + nbytes].view(dtype).reshape(shape)
+            if len(self._views) >= 8192:
+                self._views.clear()
+            self._views[(off, shape, dtype)] = (data, size)
             if _debug["sites"]:
                 self._remember_site(self._base + off, nbytes)
             return data, self
-        if self.config.circular and 0 < size <= self.capacity and _debug["mode"] is not DebugMode.SPILL_EVERYTHING:
+        if self._circular and 0 < size <= self.capacity and _debug["mode"] is not DebugMode.SPILL_EVERYTHING:
             self._wrap_around()
             self.allocations -= 1  # counted again by the retry
             self._cycle_bytes -= size
@@ -416,7 +430,8 @@ class Workspace:
             )
 
     def __enter__(self) -> Workspace:
-        self._check_thread("with ws")
+        if _get_ident() != self.thread_id:
+            self._check_thread("with ws")
         if self.destroyed:
             raise WorkspaceScopeError(
                 f"workspace {self.name!r} was destroyed; get a new one with get_workspace_for_current_thread()"
@@ -426,18 +441,19 @@ class Workspace:
             self._saved_current = set_current_workspace(None)
             return self
         self._bypassed.append(False)
-        if self._open and current_workspace() is self:
-            self._tag += 1  # re-entrant: same cycle
-            return self
         if self._open:
+            if _context.ws is self:
+                self._tag += 1  # re-entrant: same cycle
+                return self
             raise WorkspaceScopeError(
                 f"workspace {self.name!r} is already open further out; a workspace cannot be opened "
                 f"inside its own scope with another workspace in between"
             )
-        self.parent = set_current_workspace(self)
+        self.parent = _context.ws
+        _context.ws = self
         self._open = True
         self._entered += 1
-        if not self.config.circular:
+        if not self._circular:
             self._offset = 0
             self._gen = _Generation(self._entered, self._lap)
         elif self._gen.cycle == 0:
@@ -447,8 +463,7 @@ class Workspace:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        bypassed = self._bypassed.pop() if self._bypassed else False
-        if bypassed:
+        if self._bypassed.pop() if self._bypassed else False:
             set_current_workspace(self._saved_current)
             return
         if self._tag:
@@ -456,22 +471,26 @@ class Workspace:
             return
         if not self._open:  # already closed (out of order, see below): nothing left to do
             return
-        current = current_workspace()
+        current = _context.ws
         out_of_order = current is not self
         if out_of_order:  # e.g. a generator that yielded inside `with ws:` dropped while another is open:
             self._unlink_from(current)  # close it anyway, so it is not left open for good, then say so
         else:
-            set_current_workspace(self.parent)
+            _context.ws = self.parent
         self._open = False
         self.cycles += 1
-        self.last_cycle_bytes = self._cycle_bytes
-        self.max_cycle_bytes = max(self.max_cycle_bytes, self._cycle_bytes)
-        if not self.config.circular:
-            self._retire(f"cycle {self._entered} ended when the scope closed", ArrayFromClosedScopeError)
-            self._gen = _Generation(0, self._lap)  # no cycle open: allocations cannot happen here
+        used = self.last_cycle_bytes = self._cycle_bytes
+        if used > self.max_cycle_bytes:
+            self.max_cycle_bytes = used
+        if not self._circular:
+            # the message is written only if a stale array is ever used (_stale): "cycle N ended
+            # when the scope closed", N being the generation's cycle
+            self._gen.kind = ArrayFromClosedScopeError
+            self._gen = self._idle  # no cycle open: allocations cannot happen here
             self._offset = 0
             self.resets += 1
-        self._learn()
+        if self._realloc or not self._initialized:
+            self._learn()
         if out_of_order:
             raise WorkspaceScopeError(
                 f"workspace {self.name!r} closed while {getattr(current, 'name', None)!r} is current: close "
@@ -492,17 +511,17 @@ class Workspace:
         cfg = self.config
         if _debug["mode"] is DebugMode.SPILL_EVERYTHING:
             return
-        if cfg.policy_learning is LearningPolicy.FIRST_LOOP and not self._initialized:
-            self.initialize()
-        elif cfg.policy_learning is LearningPolicy.OVER_TIME and not self._initialized:
-            if self.cycles >= cfg.cycles_before_initialization:
+        if not self._initialized:
+            if cfg.policy_learning is LearningPolicy.FIRST_LOOP or (
+                cfg.policy_learning is LearningPolicy.OVER_TIME and self.cycles >= cfg.cycles_before_initialization
+            ):
                 self.initialize()
-        elif cfg.policy_spill is SpillPolicy.REALLOCATE and not cfg.circular and self._initialized:
+        elif self._realloc and not self._circular:
             # ND4J grows only when currentSize > 0, so an arena learned from an empty first
             # cycle stays empty and spills forever; kit grows it too
             if self.max_cycle_bytes > self.capacity:
                 self.initialize()
-        elif cfg.policy_spill is SpillPolicy.REALLOCATE and cfg.circular and self._initialized:
+        elif self._realloc:
             # ND4J's "trimmed mode": a ring sized from small first cycles (a prefetch queue whose
             # first batch was short) grows when a larger one comes, instead of lapping live data
             if self.max_cycle_bytes > self._learned_cycle_bytes:
@@ -526,7 +545,7 @@ class Workspace:
                 raise WorkspaceScopeError(f"workspace {self.name!r}: initialize() inside its own scope")
             if not cfg.circular:
                 self._retire("the arena was reallocated", ArrayFromOldCycleError)
-                self._gen = _Generation(0, self._lap)
+                self._gen = self._idle = _Generation(0, self._lap)
             # circular: arrays handed out earlier keep the old block alive and nothing will
             # write there again, so they stay valid; new ones start at the new arena's front
             self._arena = None
@@ -571,7 +590,9 @@ class Workspace:
             return
         g = arr._gen
         kind = g.kind or ArrayFromOldCycleError
-        how = g.ended or "its cycle ended"
+        how = g.ended or (
+            f"cycle {g.cycle} ended when the scope closed" if kind is ArrayFromClosedScopeError else "its cycle ended"
+        )
         if kind is ArrayOverwrittenError and g.lap != self._lap - 1:
             how = f"the circular workspace has wrapped around {self._lap - g.lap} times since"
         now = (

@@ -27,6 +27,7 @@ import numpy as np
 
 from kit.ndarray import NDArray
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
+from kit.shapes import _BOOL
 
 __all__ = [
     "Dense",
@@ -66,9 +67,20 @@ class Layer:
     weight_init: str | None = None
     skip_input_grad = False  # set on a network's first layer, whose input gradient is unused
 
+    # Composite layers (Sequential, residual blocks: those with sublayers) scope their
+    # sublayers' calls themselves; set per class from whether it defines `sublayers`
+    is_composite = False
+    # In SEPARATE mode a leaf layer's forward and backward each run in a working-memory scope
+    # (FF_/BP_WORKING_MEM, reset after the call). A layer that asks for no working memory in
+    # one of them says so here and skips that scope; were it to ask anyway, mgr.create would
+    # raise (the working-memory workspace is not open).
+    forward_working_memory = True
+    backward_working_memory = True
+
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         Layer.registry[cls.__name__] = cls
+        cls.is_composite = cls.sublayers is not Layer.sublayers
 
     def __init__(self) -> None:
         self.params: dict[str, NDArray] = {}
@@ -91,11 +103,6 @@ class Layer:
 
     def sublayers(self) -> list[Layer]:
         return []
-
-    @property
-    def is_composite(self) -> bool:
-        """Composite layers (Sequential, residual blocks) scope their sublayers' calls."""
-        return bool(self.sublayers())
 
     def bind(self, params: dict[str, NDArray], grads: dict[str, NDArray]) -> None:
         """Receive views into the network's flat parameter and gradient buffers."""
@@ -142,6 +149,8 @@ def layer_from_config(cfg: dict[str, Any]) -> Layer:
 class Dense(Layer):
     """y = x @ W + b.   x: (B, n_in) -> y: (B, n_out)."""
 
+    forward_working_memory = backward_working_memory = False
+
     def __init__(self, n_out: int, weight_init: str = "xavier") -> None:
         super().__init__()
         if not isinstance(n_out, int) or n_out < 1:
@@ -170,19 +179,22 @@ class Dense(Layer):
         xp = x.device.xp
         self._x = x
         y = mgr.create(ACT, (x.shape[0], self.n_out), x.dtype, x.device)  # (B, n_out)
-        xp.matmul(x.data, self.params["W"].data, out=y.data)
-        y.data += self.params["b"].data
+        # `_data` for arrays this layer owns (parameters: views of the network's flat heap
+        # buffer; results: fresh from mgr.create); the checked `.data` for what comes in
+        out = y._data
+        xp.matmul(x.data, self.params["W"]._data, out=out)
+        out += self.params["b"]._data
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray | None:
         xp = eps.device.xp
         x, e = self._x.data, eps.data  # (B, n_in), (B, n_out)
-        xp.matmul(x.T, e, out=self.grads["W"].data)  # (n_in, n_out)
-        xp.sum(e, axis=0, out=self.grads["b"].data)
+        xp.matmul(x.T, e, out=self.grads["W"]._data)  # (n_in, n_out)
+        e.sum(axis=0, out=self.grads["b"]._data)
         if self.skip_input_grad:  # the network's first layer: nobody needs d loss / d input
             return None
         dx = mgr.create(GRAD, x.shape, x.dtype, eps.device)
-        xp.matmul(e, self.params["W"].data.T, out=dx.data)  # (B, n_in)
+        xp.matmul(e, self.params["W"]._data.T, out=dx._data)  # (B, n_in)
         return dx
 
 
@@ -191,9 +203,11 @@ class Dense(Layer):
 
 
 class ReLU(Layer):
+    forward_working_memory = False
+
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         y = mgr.create(ACT, x.shape, x.dtype, x.device)
-        x.device.xp.maximum(x.data, 0, out=y.data)
+        x.device.xp.maximum(x.data, 0, out=y._data)
         self._y = y
         return y
 
@@ -206,7 +220,7 @@ class ReLU(Layer):
 def relu_grad_into(eps: NDArray, y: NDArray, out: NDArray, mgr: LayerWorkspaceMgr) -> None:
     """out = eps where the ReLU output y was positive, else 0 (the mask in BP working memory)."""
     xp = eps.device.xp
-    mask = mgr.create(BP, eps.shape, np.bool_, eps.device).data
+    mask = mgr.create(BP, eps.shape, _BOOL, eps.device)._data
     xp.greater(y.data, 0, out=mask)
     xp.multiply(eps.data, mask, out=out.data)
 
@@ -219,6 +233,8 @@ def _times_eps(eps: NDArray, derivative: Any, mgr: LayerWorkspaceMgr) -> NDArray
 
 
 class Tanh(Layer):
+    forward_working_memory = False
+
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         y = mgr.create(ACT, x.shape, x.dtype, x.device)
         x.device.xp.tanh(x.data, out=y.data)
@@ -235,6 +251,8 @@ class Tanh(Layer):
 
 
 class Sigmoid(Layer):
+    forward_working_memory = False
+
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         xp = x.device.xp
         y = mgr.create(ACT, x.shape, x.dtype, x.device)
@@ -330,6 +348,8 @@ class Dropout(Layer):
 class Flatten(Layer):
     """(B, ...) -> (B, prod(...)): a view, no copy."""
 
+    forward_working_memory = backward_working_memory = False
+
     def _output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
         return (math.prod(input_shape),)
 
@@ -363,27 +383,38 @@ class Sequential(Layer):
     def config(self) -> dict[str, Any]:
         return {"type": "Sequential", "layers": [layer.config() for layer in self.layers]}
 
+    # call_forward / call_backward for each layer, written out: this loop runs every layer call
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
+        separate = mgr.separate
         for layer in self.layers:
-            x = call_forward(layer, x, mgr, training)
+            if separate and layer.forward_working_memory and not layer.is_composite:
+                with mgr.layer_call():
+                    x = layer.forward(x, mgr, training)
+            else:
+                x = layer.forward(x, mgr, training)
         return x
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        separate = mgr.separate
         for layer in reversed(self.layers):
-            eps = call_backward(layer, eps, mgr)
+            if separate and layer.backward_working_memory and not layer.is_composite:
+                with mgr.layer_call():
+                    eps = layer.backward(eps, mgr)
+            else:
+                eps = layer.backward(eps, mgr)
         return eps
 
 
 def call_forward(layer: Layer, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
-    """Run one layer's forward; a leaf layer gets its own working-memory scope."""
-    if layer.is_composite:
+    """Run one layer's forward; in SEPARATE mode a leaf layer gets its own working-memory scope."""
+    if layer.is_composite or not mgr.separate or not layer.forward_working_memory:
         return layer.forward(x, mgr, training)
     with mgr.layer_call():
         return layer.forward(x, mgr, training)
 
 
 def call_backward(layer: Layer, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-    if layer.is_composite:
+    if layer.is_composite or not mgr.separate or not layer.backward_working_memory:
         return layer.backward(eps, mgr)
     with mgr.layer_call():
         return layer.backward(eps, mgr)

@@ -53,24 +53,23 @@ class SoftmaxCrossEntropy(Loss):
     def value_and_grad(self, out: NDArray, labels: NDArray, mgr: LayerWorkspaceMgr) -> tuple[float, NDArray]:
         xp, dev, z, t = out.device.xp, out.device, out.data, labels.data
         b = z.shape[0]
-        p = mgr.create(ArrayType.ACTIVATION_GRAD, z.shape, z.dtype, dev)  # becomes the gradient
-        row = mgr.create(ArrayType.BP_WORKING_MEM, (b, 1), z.dtype, dev).data
-        logp = mgr.create(ArrayType.BP_WORKING_MEM, z.shape, z.dtype, dev).data
+        grad = mgr.create(ArrayType.ACTIVATION_GRAD, z.shape, z.dtype, dev)  # becomes the gradient
+        p = grad._data  # fresh from mgr.create, like the working arrays below: no check needed
+        row = mgr.create(ArrayType.BP_WORKING_MEM, (b, 1), z.dtype, dev)._data
+        logp = mgr.create(ArrayType.BP_WORKING_MEM, z.shape, z.dtype, dev)._data
         # log_softmax = z - max - log(sum(exp(z - max))): stable for any logits
-        xp.max(z, axis=1, keepdims=True, out=row)
+        z.max(axis=1, keepdims=True, out=row)
         xp.subtract(z, row, out=logp)
-        xp.exp(logp, out=p.data)
-        xp.sum(p.data, axis=1, keepdims=True, out=row)
-        xp.divide(p.data, row, out=p.data)  # softmax
+        xp.exp(logp, out=p)
+        p.sum(axis=1, keepdims=True, out=row)
+        xp.divide(p, row, out=p)  # softmax
         xp.log(row, out=row)
         logp -= row
         logp *= t
-        total = mgr.create(ArrayType.BP_WORKING_MEM, (), z.dtype, dev).data
-        xp.sum(logp, out=total)
-        loss = -float(total) / b
-        p.data -= t
-        p.data *= 1.0 / b  # d loss / d logits = (softmax - labels) / B
-        return loss, p
+        loss = -float(logp.sum()) / b
+        p -= t
+        p *= 1.0 / b  # d loss / d logits = (softmax - labels) / B
+        return loss, grad
 
     def activate(self, out: NDArray, result: NDArray, mgr: LayerWorkspaceMgr) -> None:
         row = mgr.create(ArrayType.FF_WORKING_MEM, (out.shape[0], 1), out.dtype, out.device).data

@@ -55,7 +55,7 @@ class Sgd(Updater):
 
     def apply(self, params, grads, state, step, mgr):
         xp = params.device.xp
-        tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, params.dtype, params.device).data
+        tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, params.dtype, params.device)._data
         xp.multiply(grads.data, self.lr, out=tmp)
         params.data -= tmp
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from kit.memory import allocate
-from kit.ndarray import NDArray, _wrap
+from kit.memory import _cache, allocate_heap
+from kit.ndarray import NDArray, _heap_result, _wrap
 from kit.workspace import (
     AllocationPolicy,
     DebugMode,
@@ -34,9 +34,8 @@ from kit.workspace import (
     Workspace,
     WorkspaceConfig,
     WorkspaceScopeError,
-    get_debug_mode,
+    _debug,
     get_workspace_for_current_thread,
-    scope_out_of_workspaces,
 )
 
 __all__ = ["ArrayType", "LayerWorkspaceMgr", "WorkspaceMode"]
@@ -49,6 +48,10 @@ class WorkspaceMode(enum.Enum):
 
 
 class ArrayType(enum.Enum):
+    # members are singletons compared by identity: hash them as such, in C (Enum's own
+    # __hash__ is Python code, and every layer's array requests look one up)
+    __hash__ = object.__hash__
+
     INPUT = "INPUT"
     ACTIVATIONS = "ACTIVATIONS"
     ACTIVATION_GRAD = "ACTIVATION_GRAD"
@@ -87,24 +90,51 @@ WS_OUTPUT_MEM = "WS_OUTPUT_MEM"
 
 
 _NO_SCOPE = contextlib.nullcontext()
+_new = object.__new__
+_WORKING = (ArrayType.FF_WORKING_MEM, ArrayType.BP_WORKING_MEM)
+
+
+class _ThreadWorkspaces(threading.local):
+    """One thread's workspaces of one manager: by name, and resolved by array type."""
+
+    by_name: dict[str, Workspace] | None = None
+    by_type: dict[ArrayType, Workspace] | None = None
 
 
 class LayerWorkspaceMgr:
     """Maps ArrayTypes to workspaces for one mode, on this thread, under a name prefix (so
-    several networks, or several replicas on one thread, keep separate arenas)."""
+    several networks, or several replicas on one thread, keep separate arenas).
+
+    Each thread resolves its workspaces once (`iteration()` checks them every iteration and
+    re-makes a destroyed one); layers then reach theirs with one dictionary lookup."""
 
     def __init__(self, mode: WorkspaceMode, prefix: str = "", device: Any = None, layer_calls: int = 1) -> None:
         self.mode = WorkspaceMode(mode) if not isinstance(mode, WorkspaceMode) else mode
         self.prefix = prefix
         self.layer_calls = layer_calls
         self.device = device
-        self._local = threading.local()  # workspaces belong to threads: one set per thread
+        self.separate = self.mode is WorkspaceMode.SEPARATE  # layer calls get their own scope
+        self._local = _ThreadWorkspaces()  # workspaces belong to threads: one set per thread
+        if self.mode is WorkspaceMode.NONE:
+            self._names: dict[ArrayType, str] = {}
+        elif self.mode is WorkspaceMode.SINGLE:
+            self._names = dict.fromkeys(ArrayType, WS_SINGLE)
+        else:
+            self._names = {
+                t: WS_LAYER_WORKING_MEM
+                if t in _WORKING
+                else WS_UPDATER_WORKING_MEM
+                if t is ArrayType.UPDATER_WORKING_MEM
+                else WS_ALL_LAYERS_ACT
+                for t in ArrayType
+            }
+        self._iteration_name = WS_SINGLE if self.mode is WorkspaceMode.SINGLE else WS_ALL_LAYERS_ACT
 
     @property
     def _ws(self) -> dict[str, Workspace]:
-        found = getattr(self._local, "ws", None)
+        found = self._local.by_name
         if found is None:
-            found = self._local.ws = {}
+            found = self._local.by_name = {}
         return found
 
     def workspace(self, name: str) -> Workspace | None:
@@ -115,55 +145,68 @@ class LayerWorkspaceMgr:
             config = _working_config(self.layer_calls) if name == WS_LAYER_WORKING_MEM else _ACT_CONFIG
             ws = get_workspace_for_current_thread(config, self.prefix + name, self.device)
             self._ws[name] = ws
+            self._local.by_type = None  # resolve again
         return ws
 
+    def _by_type(self) -> dict[ArrayType, Workspace]:
+        """This thread's workspace for each array type (made on first use)."""
+        by_type = self._local.by_type
+        if by_type is None:
+            by_type = {t: self.workspace(name) for t, name in self._names.items()}
+            self._local.by_type = by_type
+        return by_type
+
     def _for(self, array_type: ArrayType) -> Workspace | None:
-        if self.mode is WorkspaceMode.NONE:
-            return None
-        if self.mode is WorkspaceMode.SINGLE:
-            return self.workspace(WS_SINGLE)
-        if array_type in (ArrayType.FF_WORKING_MEM, ArrayType.BP_WORKING_MEM):
-            return self.workspace(WS_LAYER_WORKING_MEM)
-        if array_type is ArrayType.UPDATER_WORKING_MEM:
-            return self.workspace(WS_UPDATER_WORKING_MEM)
-        return self.workspace(WS_ALL_LAYERS_ACT)
+        return self._by_type().get(array_type)
 
     # ---- scopes --------------------------------------------------------------------
     # Each returns the workspace itself (a context manager) or a shared no-op: on the hot path of
     # every layer call, a generator-based context manager would cost more than the check it wraps.
     def iteration(self) -> contextlib.AbstractContextManager[Any]:
-        """One training or inference iteration: opens the activations workspace."""
+        """One training or inference iteration: opens the activations workspace (and checks
+        this thread's workspaces: one destroyed since the last iteration is made anew)."""
         if self.mode is WorkspaceMode.NONE:
             return _NO_SCOPE
-        return self.workspace(WS_SINGLE if self.mode is WorkspaceMode.SINGLE else WS_ALL_LAYERS_ACT)
+        by_type = self._local.by_type
+        if by_type is not None:
+            for ws in by_type.values():
+                if ws.destroyed:
+                    self._local.by_type = None
+                    break
+        return self.workspace(self._iteration_name)
 
     def layer_call(self) -> contextlib.AbstractContextManager[Any]:
         """One layer's forward or backward: SEPARATE resets working memory afterwards."""
-        if self.mode is not WorkspaceMode.SEPARATE:
+        if not self.separate:
             return _NO_SCOPE
-        return self.workspace(WS_LAYER_WORKING_MEM)
+        return self._by_type()[ArrayType.FF_WORKING_MEM]
 
     def updater(self) -> contextlib.AbstractContextManager[Any]:
-        if self.mode is not WorkspaceMode.SEPARATE:
+        if not self.separate:
             return _NO_SCOPE
-        return self.workspace(WS_UPDATER_WORKING_MEM)
+        return self._by_type()[ArrayType.UPDATER_WORKING_MEM]
 
     # ---- arrays --------------------------------------------------------------------
     def create(self, array_type: ArrayType, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
         """An uninitialised array in the workspace for `array_type` (or the heap)."""
-        ws = self._for(array_type)
-        dt = np.dtype(dtype)
-        if ws is None or get_debug_mode() is DebugMode.BYPASS_EVERYTHING:  # bypass: the heap
-            with scope_out_of_workspaces():
-                data, owner = allocate(shape, dt, device)
-            return _wrap(data, device, owner)
-        if not ws.is_scope_active:
+        by_type = self._local.by_type
+        ws = (by_type if by_type is not None else self._by_type()).get(array_type)
+        dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+        if ws is None or _debug["mode"] is DebugMode.BYPASS_EVERYTHING:  # bypass: the heap
+            if _cache.on or device.kind != "cpu":
+                data, owner = allocate_heap(shape, dt, device)
+                return _wrap(data, device, owner)
+            return _heap_result(np.empty(shape, dt), device)  # allocate_heap's host path, in one call
+        if not ws._open:
             raise WorkspaceScopeError(
                 f"workspace {ws.name!r} for array type {array_type.name} is not open (ND4J: "
                 f'Workspace "{ws.name}" for array type {array_type.name} is not open)'
             )
-        data, owner = ws.alloc(shape, dt)
-        return _wrap(data, device, owner)
+        arr = _new(NDArray)  # ndarray._wrap, inlined: a dozen of these per layer step
+        arr._data, arr._owner = ws.alloc(shape, dt)
+        arr._device = device
+        arr._gen = ws._gen
+        return arr
 
     def zeros(self, array_type: ArrayType, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
         out = self.create(array_type, shape, dtype, device)

@@ -155,6 +155,41 @@ def test_every_file_saved_during_training_loads(tmp_path):
     assert iterations == sorted(iterations)  # snapshots in training order
 
 
+def test_a_thread_that_waits_for_a_training_network_gets_in_between_two_iterations(tmp_path):
+    # a released Python lock goes to whoever asks first, and the training thread asks again within
+    # microseconds: without turns, save() (or output()) from another thread waits for thousands
+    # of iterations. Count the iterations each save() waited through.
+    rng = np.random.default_rng(1)
+    ds = DataSet(rng.random((64, 6)), rng.integers(0, 3, 64), num_classes=3)
+    net = small_net()
+    done = threading.Event()
+
+    class StopWhenDone:
+        def iteration_done(self, model, iteration, epoch, **info):
+            if done.is_set():
+                model.stop_fit()
+
+    t = threading.Thread(target=lambda: net.fit(ArrayIterator(ds, 4), epochs=1_000_000, listeners=[StopWhenDone()]))
+    t.start()
+    try:
+        while net.iteration < 5:  # training is under way
+            threading.Event().wait(0.001)
+        waited_save, waited_output = [], []
+        for i in range(15):
+            if i % 5 == 0:  # (the file itself is written outside the lock, slowly: the GIL is busy)
+                before = net.iteration
+                net.save(tmp_path / f"turn{i}.npz")  # the snapshot is taken under the lock
+                waited_save.append(read_model(tmp_path / f"turn{i}.npz")[2]["iteration"] - before)
+            before = net.iteration
+            net.output(ds.features)  # under the lock throughout
+            waited_output.append(net.iteration - before)
+    finally:
+        done.set()
+        t.join()
+    for waited in (waited_save, waited_output):
+        assert sorted(waited)[len(waited) // 2] <= 5, waited
+
+
 def test_copy_state_between_architectures_or_updaters_is_refused():
     with pytest.raises(ValueError, match="architectures differ"):
         mlp(6, hidden=(5,), n_out=3).copy_state_from(mlp(6, hidden=(4,), n_out=3))
