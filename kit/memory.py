@@ -145,20 +145,21 @@ _BUCKET = 256  # bytes: requests are rounded up to this, so near sizes share blo
 
 
 class _Lease:
-    """A cached block lent to one NDArray; given back when that array is collected, but
-    only if nothing else (a view, a .numpy() result) still points into the block."""
+    """A cached block lent to one NDArray (and the views made from it). When the last of them is
+    collected the lease goes too, and gives the block back to the cache -- but only if nothing
+    else (a raw view, a .numpy() result) still points into it."""
 
-    __slots__ = ("block", "device", "expected_refs", "size")
+    __slots__ = ("block", "device", "size")
     _gen = 0  # arrays from the cache are never stale: same check as workspaces, always passes
     _tid = None  # and any thread may use them
 
     def __init__(self, block: Any, device: Device, size: int) -> None:
         self.block, self.device, self.size = block, device, size
-        self.expected_refs = 0
 
-    def release(self, data: Any) -> None:
-        # refs to data: the NDArray's slot + getrefcount's argument + this frame's `data`
-        if sys.getrefcount(self.block) == self.expected_refs and sys.getrefcount(data) <= 3:
+    def __del__(self) -> None:
+        # refs to the block: this slot + getrefcount's argument; a surviving view of the memory
+        # holds one more through its base
+        if sys.getrefcount(self.block) <= 2:
             _cache.give(self.block, self.device, self.size)
 
 
@@ -198,9 +199,7 @@ class CachingAllocator:
             with phys.activate():
                 block = phys.xp.empty(size, dtype=np.uint8)
         data = block[:nbytes].view(dtype).reshape(shape)
-        lease = _Lease(block, phys, size)
-        lease.expected_refs = sys.getrefcount(block) - 1  # lease.block + data.base + arg (not this local)
-        return data, lease
+        return data, _Lease(block, phys, size)
 
     def give(self, block: Any, device: Device, size: int) -> None:
         limit = self.max_host_cache if device.kind == "cpu" else self.max_device_cache_kit

@@ -108,11 +108,6 @@ class NDArray:
     __slots__ = ("__weakref__", "_data", "_device", "_gen", "_owner")
     __array_priority__ = 100  # numpy_array + NDArray goes to NDArray.__radd__
 
-    def __del__(self) -> None:
-        owner = self._owner
-        if owner is not None and owner.__class__ is _Lease:  # a cached block goes back to the cache
-            owner.release(self._data)
-
     # ---- validity ------------------------------------------------------------------
     def _check(self, op: str) -> Any:
         o = self._owner
@@ -173,6 +168,7 @@ class NDArray:
 
     # ---- elementwise binary --------------------------------------------------------
     def _binary(self, other: Any, ufunc: np.ufunc, op: str, reflected: bool = False) -> NDArray:
+        """Every binary op (the operators take a shortcut first, see _install_operators)."""
         o = self._owner
         if o is not None and (o._gen is not self._gen or (o._tid is not None and o._tid != _get_ident())):
             o._stale(self, op)
@@ -185,22 +181,12 @@ class NDArray:
             if other._device is not dev:
                 _mismatch(op, self, other)
             b = other._data
-            if _context.ws is None and not _cache.on and dev.kind == "cpu":  # _numpy_allocates, inlined
-                try:
-                    return _heap_result(ufunc(b, a) if reflected else ufunc(a, b), dev)
-                except (ValueError, TypeError):
-                    pass  # below: kit's message naming the shapes or dtypes
             shape = a.shape if a.shape == b.shape else _broadcast(a.shape, b.shape, op)
             dtype = (
                 a.dtype if a.dtype == b.dtype and ufunc not in _FLOAT_RESULT else _result_dtype(ufunc, a.dtype, b.dtype)
             )
         elif other.__class__ in _SCALARS:
             b = other
-            if _context.ws is None and not _cache.on and dev.kind == "cpu":
-                try:
-                    return _heap_result(ufunc(b, a) if reflected else ufunc(a, b), dev)
-                except TypeError:
-                    pass
             shape = a.shape
             dtype = _result_dtype(ufunc, a.dtype, other.__class__)
         else:
@@ -278,10 +264,10 @@ class NDArray:
         return self._unary(np.absolute, "abs")
 
     def maximum(self, other: Any) -> NDArray:
-        return self._binary(other, np.maximum, "maximum")
+        return _MAXIMUM(self, other)
 
     def minimum(self, other: Any) -> NDArray:
-        return self._binary(other, np.minimum, "minimum")
+        return _MINIMUM(self, other)
 
     def clip(self, lo: float | None, hi: float | None) -> NDArray:
         a = self._check("clip")
@@ -638,12 +624,39 @@ _COMPARISONS = [
 ]
 
 
-def _install_operators() -> None:
-    def binary(ufunc: np.ufunc, name: str, reflected: bool) -> Any:
-        def method(self: NDArray, other: Any) -> NDArray:
-            return self._binary(other, ufunc, name, reflected)
+def _binary_method(ufunc: np.ufunc, name: str, reflected: bool) -> Any:
+    """`a + b` and friends. Two heap arrays (or a heap array and a Python number) on a CPU device,
+    with no workspace open and no cache: NumPy allocates the result inside the ufunc, as the raw
+    op does, in this one frame. Everything else (workspaces, checks, errors, GPUs): _binary."""
 
-        return method
+    def method(self: NDArray, other: Any) -> NDArray:
+        dev = self._device
+        if self._owner is None and _context.ws is None and not _cache.on and dev.kind == "cpu":
+            cls = other.__class__
+            if cls is NDArray:
+                if other._owner is None and other._device is dev:
+                    try:
+                        out = ufunc(other._data, self._data) if reflected else ufunc(self._data, other._data)
+                    except (ValueError, TypeError):  # _binary says which shapes or dtypes
+                        return self._binary(other, ufunc, name, reflected)
+                    return _heap_result(out, dev)
+            elif cls is float or cls is int or cls is bool:
+                try:
+                    out = ufunc(other, self._data) if reflected else ufunc(self._data, other)
+                except TypeError:
+                    return self._binary(other, ufunc, name, reflected)
+                return _heap_result(out, dev)
+        return self._binary(other, ufunc, name, reflected)
+
+    return method
+
+
+_MAXIMUM = _binary_method(np.maximum, "maximum", False)
+_MINIMUM = _binary_method(np.minimum, "minimum", False)
+
+
+def _install_operators() -> None:
+    binary = _binary_method
 
     def inplace(ufunc: np.ufunc, name: str) -> Any:
         def method(self: NDArray, other: Any) -> NDArray:

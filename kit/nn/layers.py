@@ -174,26 +174,30 @@ class Dense(Layer):
     def config(self) -> dict[str, Any]:
         return {"type": "Dense", "n_out": self.n_out, "weight_init": self.weight_init}
 
+    # The hot layers read `_data` / `_device` of arrays they own (parameters: views of the
+    # network's flat heap buffer; results: fresh from mgr.create) and the checked `.data` once
+    # for each array that comes in.
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
-        self._check_input(x)
-        xp = x.device.xp
+        raw = x.data
+        if raw.shape[1:] != self.input_shape:
+            self._check_input(x)
         self._x = x
-        y = mgr.create(ACT, (x.shape[0], self.n_out), x.dtype, x.device)  # (B, n_out)
-        # `_data` for arrays this layer owns (parameters: views of the network's flat heap
-        # buffer; results: fresh from mgr.create); the checked `.data` for what comes in
+        dev = x._device
+        y = mgr.create(ACT, (raw.shape[0], self.n_out), raw.dtype, dev)  # (B, n_out)
         out = y._data
-        xp.matmul(x.data, self.params["W"]._data, out=out)
+        dev.xp.matmul(raw, self.params["W"]._data, out=out)
         out += self.params["b"]._data
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray | None:
-        xp = eps.device.xp
+        dev = eps._device
+        xp = dev.xp
         x, e = self._x.data, eps.data  # (B, n_in), (B, n_out)
         xp.matmul(x.T, e, out=self.grads["W"]._data)  # (n_in, n_out)
         e.sum(axis=0, out=self.grads["b"]._data)
         if self.skip_input_grad:  # the network's first layer: nobody needs d loss / d input
             return None
-        dx = mgr.create(GRAD, x.shape, x.dtype, eps.device)
+        dx = mgr.create(GRAD, x.shape, x.dtype, dev)
         xp.matmul(e, self.params["W"]._data.T, out=dx._data)  # (B, n_in)
         return dx
 
@@ -206,23 +210,25 @@ class ReLU(Layer):
     forward_working_memory = False
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
-        y = mgr.create(ACT, x.shape, x.dtype, x.device)
-        x.device.xp.maximum(x.data, 0, out=y._data)
+        raw, dev = x.data, x._device
+        y = mgr.create(ACT, raw.shape, raw.dtype, dev)
+        dev.xp.maximum(raw, 0, out=y._data)
         self._y = y
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-        dx = mgr.create(GRAD, eps.shape, eps.dtype, eps.device)
+        e = eps._data  # checked in relu_grad_into
+        dx = mgr.create(GRAD, e.shape, e.dtype, eps._device)
         relu_grad_into(eps, self._y, dx, mgr)
         return dx
 
 
 def relu_grad_into(eps: NDArray, y: NDArray, out: NDArray, mgr: LayerWorkspaceMgr) -> None:
     """out = eps where the ReLU output y was positive, else 0 (the mask in BP working memory)."""
-    xp = eps.device.xp
-    mask = mgr.create(BP, eps.shape, _BOOL, eps.device)._data
-    xp.greater(y.data, 0, out=mask)
-    xp.multiply(eps.data, mask, out=out.data)
+    e, dev = eps.data, eps._device
+    mask = mgr.create(BP, e.shape, _BOOL, dev)._data
+    dev.xp.greater(y.data, 0, out=mask)
+    dev.xp.multiply(e, mask, out=out.data)
 
 
 def _times_eps(eps: NDArray, derivative: Any, mgr: LayerWorkspaceMgr) -> NDArray:
