@@ -149,7 +149,10 @@ class NDArray:
     @property
     def data(self) -> Any:
         """The underlying NumPy/CuPy array (checked for staleness; shares memory)."""
-        return self._check("data")
+        o = self._owner  # _check("data"), inlined: layers read .data of every array that comes in
+        if o is not None and (o._gen is not self._gen or (o._tid is not None and o._tid != _get_ident())):
+            o._stale(self, "data")
+        return self._data
 
     @data.setter
     def data(self, value: Any) -> None:
