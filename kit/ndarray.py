@@ -244,7 +244,7 @@ class NDArray:
         dev = self._device
         if _context.ws is None and not _cache.on and dev.kind == "cpu":  # _numpy_allocates, inlined
             try:
-                return _heap_result(ufunc(a), dev)
+                return _heap_result(ufunc(a, order="C"), dev)
             except TypeError:
                 pass  # below: kit's message naming the dtype
         out, owner = allocate(a.shape, _result_dtype(ufunc, a.dtype, None), dev)
@@ -639,13 +639,18 @@ def _binary_method(ufunc: np.ufunc, name: str, reflected: bool) -> Any:
             if cls is NDArray:
                 if other._owner is None and other._device is dev:
                     try:
-                        out = ufunc(other._data, self._data) if reflected else ufunc(self._data, other._data)
+                        # order="C": a result laid out as `allocate` lays it out (NumPy would follow a
+                        # transposed input), so reshape stays a view
+                        if reflected:
+                            out = ufunc(other._data, self._data, order="C")
+                        else:
+                            out = ufunc(self._data, other._data, order="C")
                     except (ValueError, TypeError):  # _binary says which shapes or dtypes
                         return self._binary(other, ufunc, name, reflected)
                     return _heap_result(out, dev)
             elif cls is float or cls is int or cls is bool:
                 try:
-                    out = ufunc(other, self._data) if reflected else ufunc(self._data, other)
+                    out = ufunc(other, self._data, order="C") if reflected else ufunc(self._data, other, order="C")
                 except TypeError:
                     return self._binary(other, ufunc, name, reflected)
                 return _heap_result(out, dev)

@@ -304,7 +304,7 @@ class Workspace:
         self.cycles = 0  # completed cycles
         self._entered = 0  # started cycles
         self._lap = 0
-        self._gen = self._idle = _Generation(0, 0)  # _idle: between cycles, no array has it
+        self._gen = _Generation(0, 0)
         self._cycle_bytes = 0
         self.max_cycle_bytes = 0
         self.last_cycle_bytes = 0
@@ -486,7 +486,9 @@ class Workspace:
             # the message is written only if a stale array is ever used (_stale): "cycle N ended
             # when the scope closed", N being the generation's cycle
             self._gen.kind = ArrayFromClosedScopeError
-            self._gen = self._idle  # no cycle open: allocations cannot happen here
+            # between cycles: a generation of its own, which the next exit retires in turn (an array
+            # carved while closed, through Workspace.alloc, must not become valid again later)
+            self._gen = _Generation(0, self._lap)
             self._offset = 0
             self.resets += 1
         if self._realloc or not self._initialized:
@@ -545,7 +547,7 @@ class Workspace:
                 raise WorkspaceScopeError(f"workspace {self.name!r}: initialize() inside its own scope")
             if not cfg.circular:
                 self._retire("the arena was reallocated", ArrayFromOldCycleError)
-                self._gen = self._idle = _Generation(0, self._lap)
+                self._gen = _Generation(0, self._lap)
             # circular: arrays handed out earlier keep the old block alive and nothing will
             # write there again, so they stay valid; new ones start at the new arena's front
             self._arena = None

@@ -160,6 +160,15 @@ def test_heap_results_numpy_allocates_are_counted_and_equal_the_allocate_path():
         np.testing.assert_array_equal(h, c)
 
 
+def test_heap_results_of_transposed_arrays_are_laid_out_like_allocated_ones():
+    x = kit.array(np.arange(12, dtype=np.float32).reshape(3, 4))
+    for r in (x.T * 2, 2 - x.T, x.T + x.T, x.T.exp(), -x.T):
+        assert r.data.flags.c_contiguous  # as kit.memory.allocate lays results out
+        before = heap_allocations(this_thread=True)
+        v = r.reshape(-1)
+        assert heap_allocations(this_thread=True) == before and np.shares_memory(v.data, r.data)
+
+
 def test_shape_errors_name_both_shapes():
     with pytest.raises(kit.ShapeError, match=r"add: shapes \(3, 4\) and \(5,\) cannot be broadcast"):
         kit.ones((3, 4)) + kit.ones((5,))

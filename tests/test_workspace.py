@@ -494,3 +494,19 @@ def test_random_sequences_raise_exactly_when_the_model_says_stale(actions, ops):
             wss[open_stack.pop()].__exit__(None, None, None)
         for ws in wss.values():
             ws.destroy()
+
+
+def test_an_array_carved_while_closed_never_becomes_valid_again():
+    ws = kit.get_workspace_for_current_thread(WorkspaceConfig(initial_size=1 << 12), "CLOSED_CARVE")
+    try:
+        with ws:
+            pass
+        data, owner = ws.alloc((4,), np.dtype(np.float32))  # Workspace.alloc, no cycle open
+        a = kit.ndarray._wrap(data, ws.device, owner)
+        for _ in range(2):
+            with ws:
+                kit.zeros((4,)) + 9  # the next cycles reuse the memory
+            with pytest.raises(StaleArrayError):
+                a.numpy()
+    finally:
+        ws.destroy()

@@ -81,6 +81,12 @@ class Layer:
         super().__init_subclass__(**kw)
         Layer.registry[cls.__name__] = cls
         cls.is_composite = cls.sublayers is not Layer.sublayers
+        # a subclass that writes its own forward/backward gets a working-memory scope for it
+        # unless it says otherwise itself (Dense's False must not pass to a Dense that allocates)
+        for call in ("forward", "backward"):
+            flag = f"{call}_working_memory"
+            if call in cls.__dict__ and flag not in cls.__dict__:
+                setattr(cls, flag, True)
 
     def __init__(self) -> None:
         self.params: dict[str, NDArray] = {}

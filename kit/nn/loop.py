@@ -182,9 +182,12 @@ class TrainingLoop:
         model = self.model
         if hasattr(model, "last_etl_ms"):
             model.last_etl_ms = etl_ms
+        counters = self.counters
+        before = counters.iteration
         results = self.step(group)
-        self.counters.iteration += 1
-        iteration = self.counters.iteration
+        if counters.iteration == before:  # a Network's step moves it itself, under its lock
+            counters.iteration = before + 1
+        iteration = counters.iteration
         for r in results:
             info: dict[str, Any] = {"score": r.score, "batch_size": r.batch_size, "etl_ms": etl_ms}
             if r.worker is not None:

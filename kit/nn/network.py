@@ -268,13 +268,15 @@ class Network:
 
     def fit_batch(self, ds: DataSet) -> float:
         """One iteration on one mini-batch: gradients, L2, updater. Returns the score."""
-        score = self._train_one(ds)
-        self.iteration += 1
-        return score
+        return self._train_one(ds, advance=True)
 
-    def _train_one(self, ds: DataSet) -> float:
-        """fit_batch without moving the iteration counter (the training loop moves it)."""
+    def _train_one(self, ds: DataSet, advance: bool = False) -> float:
+        """One iteration; `advance` moves the iteration counter too, inside the lock, so a
+        snapshot taken from another thread (save) never pairs new parameters with the old count."""
         lock = self._lock
+        # save(), output() ... waiting in another thread: their turn, between two iterations
+        if lock.waiting:
+            lock.let_waiters_in()
         with lock._lock:  # the RLock itself (C): this thread waits for nobody, see let_waiters_in
             mgr = self._train_mgr
             with mgr.iteration():
@@ -282,15 +284,15 @@ class Network:
                 with mgr.updater():
                     self.updater.apply(self.flat_params, self.flat_grads, self.updater_state, self.iteration + 1, mgr)
             self.last_score = score
-        if lock.waiting:  # save(), output() ... from another thread: their turn, between two iterations
-            lock.let_waiters_in()
+            if advance:
+                self.iteration += 1
         memory.maybe_gc()
         return score
 
     def train_step(self, batches: Sequence[DataSet]) -> list[StepResult]:
         """The step of this network's TrainingLoop: one mini-batch, one iteration."""
         (ds,) = batches
-        return [StepResult(self._train_one(ds), ds.num_examples)]
+        return [StepResult(self._train_one(ds, advance=True), ds.num_examples)]  # the loop sees the count moved
 
     def fit(
         self, data: DataSet | Iterable[DataSet], epochs: int = 1, listeners: Iterable[Any] = (), prefetch: int = 0
@@ -546,9 +548,10 @@ def _check_label_rows(y: NDArray) -> None:
         lo, low_sum, high_sum = raw.min(), sums.min(), sums.max()
     if float(lo) >= 0 and float(low_sum) >= 1 - 1e-3 and float(high_sum) <= 1 + 1e-3:  # NaN fails each test
         return
-    host = y.numpy()
-    outside = (host < 0) | (host > 1 + 1e-3) | ~np.isfinite(host)
-    bad = np.flatnonzero(outside.any(axis=1) | ~(np.abs(host.sum(axis=1) - 1) <= 1e-3))
+    host, n = y.numpy(), raw.shape[0]
+    host_sums = sums.get() if xp is not np else sums  # the sums tested above: both tests agree on the rows
+    outside = ((host < 0) | (host > 1 + 1e-3) | ~np.isfinite(host)).reshape(n, -1).any(axis=1)
+    bad = np.flatnonzero(outside | ~(np.abs(host_sums - 1) <= 1e-3).reshape(n, -1).any(axis=1))
     i = int(bad[0])
     raise ValueError(
         f"label row {i} is {np.array2string(host[i], threshold=12)}: a classifier's labels are one-hot rows or "

@@ -200,3 +200,42 @@ def test_resnet18_forward_and_backward_on_a_tiny_batch():
     grads = net.flat_grads.numpy()
     assert np.all(np.isfinite(grads)) and np.count_nonzero(grads) > 0.5 * grads.size
     assert net.output(x).shape == (2, 10)
+
+
+def test_a_subclass_of_a_layer_without_working_memory_gets_its_scope_back():
+    # Dense and ReLU's forward skip SEPARATE's per-layer working-memory scope; a subclass that
+    # writes its own forward/backward and allocates working memory there must still get one
+    from kit.nn.layers import BP, FF
+
+    class ScaledReLU(ReLU):
+        def forward(self, x, mgr, training):
+            tmp = mgr.create(FF, x.shape, x.dtype, x.device)  # working memory in forward
+            x.device.xp.multiply(x.data, 1.0, out=tmp.data)
+            return super().forward(x, mgr, training)
+
+    class CheckedDense(Dense):
+        def backward(self, eps, mgr):
+            mgr.create(BP, eps.shape, eps.dtype, eps.device)  # working memory in backward
+            return super().backward(eps, mgr)
+
+    assert ScaledReLU.forward_working_memory and not ReLU.forward_working_memory
+    assert CheckedDense.backward_working_memory and not CheckedDense.forward_working_memory
+    rng = np.random.default_rng(0)
+    ds = DataSet(rng.random((16, 5)), rng.integers(0, 3, 16), num_classes=3)
+    for mode in WorkspaceMode:
+        net = Network([CheckedDense(8), ScaledReLU(), Dense(3)], (5,), training_workspace_mode=mode, seed=1)
+        ref = Network([Dense(8), ReLU(), Dense(3)], (5,), training_workspace_mode=mode, seed=1)
+        for _ in range(3):
+            assert net.fit_batch(ds) == pytest.approx(ref.fit_batch(ds), rel=1e-6)
+
+
+def test_label_rows_within_the_tolerance_pass_and_others_are_named():
+    net = mlp(4, hidden=(5,), n_out=3, seed=0)
+    x = np.zeros((3, 4), np.float32)
+    soft = np.array([[1.0008, 0, 0], [0.5, 0.5, 0], [0, 0, 1]], np.float32)  # sums within 1e-3 of 1
+    net.fit_batch(DataSet(x, soft))
+    for row, bad in ((1, [0.5, 0.502, 0]), (2, [0, 0, 1.5]), (0, [-0.1, 1.1, 0])):
+        labels = soft.copy()
+        labels[row] = bad
+        with pytest.raises(ValueError, match=rf"label row {row} is .*1 row\(s\) are not"):
+            net.fit_batch(DataSet(x, labels))

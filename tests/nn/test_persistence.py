@@ -190,6 +190,33 @@ def test_a_thread_that_waits_for_a_training_network_gets_in_between_two_iteratio
         assert sorted(waited)[len(waited) // 2] <= 5, waited
 
 
+@pytest.mark.parametrize("path", ["fit", "fit_batch"])
+def test_a_snapshot_saved_while_another_thread_trains_pairs_parameters_with_their_iteration(tmp_path, path):
+    # the counter moves inside the network's lock with the parameters: a save() let in between
+    # two iterations never records step N+1's parameters under the count N. Checked by replaying.
+    rng = np.random.default_rng(0)
+    ds = DataSet(rng.random((32, 6)), rng.integers(0, 3, 32), num_classes=3)
+    net, iterations = small_net(updater=Adam(1e-2)), 400
+    step = net.fit if path == "fit" else net.fit_batch
+    t = threading.Thread(target=lambda: [step(ds) for _ in range(iterations)])
+    t.start()
+    paths = []
+    while t.is_alive() and len(paths) < 8:
+        paths.append(tmp_path / f"snap{len(paths)}.npz")
+        net.save(paths[-1])
+        threading.Event().wait(0.002)
+    t.join()
+    replay, history = small_net(updater=Adam(1e-2)), {}
+    history[0] = replay.flat_params.numpy().copy()
+    for k in range(1, iterations + 1):
+        replay.fit_batch(ds)
+        history[k] = replay.flat_params.numpy().copy()
+    assert paths
+    for p in paths:
+        loaded = Network.load(p)
+        np.testing.assert_array_equal(loaded.flat_params.numpy(), history[loaded.iteration], err_msg=str(p))
+
+
 def test_copy_state_between_architectures_or_updaters_is_refused():
     with pytest.raises(ValueError, match="architectures differ"):
         mlp(6, hidden=(5,), n_out=3).copy_state_from(mlp(6, hidden=(4,), n_out=3))
