@@ -199,6 +199,7 @@ class Dense(Layer):
         dev = eps._device
         xp = dev.xp
         x, e = self._x.data, eps.data  # (B, n_in), (B, n_out)
+        self._x = None  # used up: on the heap (NONE) the input is freed with this step, not the next
         xp.matmul(x.T, e, out=self.grads["W"]._data)  # (n_in, n_out)
         e.sum(axis=0, out=self.grads["b"]._data)
         if self.skip_input_grad:  # the network's first layer: nobody needs d loss / d input
@@ -225,7 +226,8 @@ class ReLU(Layer):
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
         e = eps._data  # checked in relu_grad_into
         dx = mgr.create(GRAD, e.shape, e.dtype, eps._device)
-        relu_grad_into(eps, self._y, dx, mgr)
+        y, self._y = self._y, None  # used up, as Dense's input
+        relu_grad_into(eps, y, dx, mgr)
         return dx
 
 
