@@ -2,7 +2,9 @@
 
 Every array kit creates comes from `allocate(shape, dtype, device)`. Inside an open
 workspace (kit.workspace) it carves the arena; otherwise it allocates on the heap, through
-the caching allocator when that is switched on, and counts what it did:
+the caching allocator when that is switched on, and counts what it did. (One shortcut: an op
+whose result goes to the plain host heap -- no workspace, no cache, a CPU device -- lets NumPy
+allocate inside the ufunc, as the raw op would, and counts the result the same way.)
 
     >>> import kit
     >>> before = kit.memory.heap_allocations()

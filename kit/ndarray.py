@@ -13,6 +13,9 @@ Why a wrapper: every result is allocated through `kit.memory.allocate` and compu
 with `out=`, so an open workspace (kit.workspace) receives *every* array an op makes, and
 the array remembers its workspace and generation. Each op checks that generation first:
 an array whose workspace moved on raises a WorkspaceError instead of returning stale data.
+On the plain host heap (no workspace open, no cache, a CPU device) there is nothing to carve
+or check: NumPy allocates the result inside the ufunc, as the raw op does, and kit counts it
+and wraps it (C-ordered, like allocate's), one Python frame per operator.
 
 Errors name the values: both shapes for a mismatch, both devices for a cross-device op
 (kit never copies between devices silently), the dtype that is unsupported.

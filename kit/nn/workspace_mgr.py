@@ -225,3 +225,4 @@ class LayerWorkspaceMgr:
             if not ws.destroyed and not ws.is_scope_active:
                 ws.destroy()
         self._ws.clear()
+        self._local.by_type = None
