@@ -214,7 +214,7 @@ def predict_epoch_seconds(
     frequency: int,
     params: int,
     bytes_per_value: int,
-    buffers: int,
+    buffers: float,
     bandwidth: float,
     parallel: bool,
 ) -> float:
@@ -251,7 +251,9 @@ def compare_devices(job: Job, counts: list[int] | tuple[int, ...] = (1, 2)) -> C
     cores = os.cpu_count() or 1
     probe = job.make_model()
     params, width = probe.num_params, probe.dtype.itemsize
-    buffers = 1 + len(probe.updater_state)
+    # parameter-sized buffers moved per average: the parameters and the updater state (float32 at
+    # least, so a float16 network's state weighs twice its parameters)
+    buffers = 1 + sum(s.dtype.itemsize for s in probe.updater_state.values()) / width
     batches = math.ceil(job.train.num_examples / job.batch_size)
     bandwidth = measure_bandwidth(params * width)
     on_cpu = default_device().kind == "cpu"

@@ -188,9 +188,8 @@ class NDArray:
                 _mismatch(op, self, other)
             b = other._data
             shape = a.shape if a.shape == b.shape else _broadcast(a.shape, b.shape, op)
-            dtype = (
-                a.dtype if a.dtype == b.dtype and ufunc not in _FLOAT_RESULT else _result_dtype(ufunc, a.dtype, b.dtype)
-            )
+            same = a.dtype == b.dtype and a.dtype is not _BOOL and ufunc not in _FLOAT_RESULT  # bool // bool is int8
+            dtype = a.dtype if same else _result_dtype(ufunc, a.dtype, b.dtype)
         elif other.__class__ in _SCALARS:
             b = other
             shape = a.shape

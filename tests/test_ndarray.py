@@ -160,6 +160,23 @@ def test_heap_results_numpy_allocates_are_counted_and_equal_the_allocate_path():
         np.testing.assert_array_equal(h, c)
 
 
+def test_bool_arithmetic_gives_numpys_dtype_on_the_heap_and_in_a_workspace():
+    a, b = kit.asarray(np.array([True, False, True])), kit.asarray(np.array([True, True, True]))
+    ops = {"floor_divide": lambda: a // b, "remainder": lambda: a % b, "power": lambda: a**b, "add": lambda: a + b}
+    heap = {name: op().numpy() for name, op in ops.items()}
+    ws = kit.get_workspace_for_current_thread(name="BOOL_OPS")
+    try:
+        with ws:
+            inside = {name: op().numpy() for name, op in ops.items()}
+    finally:
+        ws.destroy()
+    for name in ops:
+        expected = getattr(np, name)(a.numpy(), b.numpy())
+        for got in (heap[name], inside[name]):
+            assert got.dtype == expected.dtype, name
+            np.testing.assert_array_equal(got, expected)
+
+
 def test_heap_results_of_transposed_arrays_are_laid_out_like_allocated_ones():
     x = kit.array(np.arange(12, dtype=np.float32).reshape(3, 4))
     for r in (x.T * 2, 2 - x.T, x.T + x.T, x.T.exp(), -x.T):

@@ -52,7 +52,7 @@ from kit.nn.loop import StepResult, TrainingLoop
 from kit.nn.losses import Loss, SoftmaxCrossEntropy, loss_from_config
 from kit.nn.persistence import ModelFileError, read_model, write_model
 from kit.nn.plan import InferencePlan
-from kit.nn.updaters import Adam, Updater, updater_from_config
+from kit.nn.updaters import Adam, Updater, state_dtype, updater_from_config
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
 from kit.workspace import scope_out_of_workspaces
 
@@ -123,7 +123,8 @@ class Network:
         with scope_out_of_workspaces():
             self.flat_params = zeros((n,), self.dtype, self.device)
             self.flat_grads = zeros((n,), self.dtype, self.device)
-            self.updater_state = {k: zeros((n,), self.dtype, self.device) for k in self.updater.state_names}
+            state = state_dtype(self.dtype)
+            self.updater_state = {k: zeros((n,), state, self.device) for k in self.updater.state_names}
         offset = 0
         self._regularized: list[tuple[NDArray, NDArray]] = []
         for layer in self.layers:

@@ -4,8 +4,9 @@
     Nesterovs(lr=0.1, momentum=0.9)   DL4J's form: v' = mu v - lr g;  p += -mu v + (1 + mu) v'
     Adam(lr=1e-3, beta1=0.9, beta2=0.999, epsilon=1e-8), with bias correction
 
-State lives in flat buffers the size of the parameters (so ParallelWrapper can average it);
-temporaries come from UPDATER_WORKING_MEM.
+State lives in flat buffers the size of the parameters (so ParallelWrapper can average it),
+in float32 at least (`state_dtype`: float16 moments underflow, and Adam's epsilon is 0 in
+float16); temporaries come from UPDATER_WORKING_MEM.
 """
 
 from __future__ import annotations
@@ -13,10 +14,17 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+import numpy as np
+
 from kit.ndarray import NDArray
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
-__all__ = ["Adam", "Nesterovs", "Sgd", "Updater", "updater_from_config"]
+__all__ = ["Adam", "Nesterovs", "Sgd", "Updater", "state_dtype", "updater_from_config"]
+
+
+def state_dtype(param_dtype: Any) -> np.dtype:
+    """The dtype of an updater's state for parameters of `param_dtype`: float32 at least."""
+    return np.promote_types(param_dtype, np.float32)
 
 
 class Updater:
@@ -102,7 +110,11 @@ class Adam(Updater):
     def apply(self, params, grads, state, step, mgr):
         xp, g = params.device.xp, grads.data
         m, v = state["m"].data, state["v"].data
-        tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, params.dtype, params.device).data
+        tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, m.dtype, params.device).data
+        if g.dtype != m.dtype:  # half-precision parameters: moments and their arithmetic in float32
+            g32 = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, m.dtype, params.device).data
+            xp.copyto(g32, g)  # (in float16, g * g underflows to 0 below |g| ~ 2e-4: then m / 0)
+            g = g32
         m *= self.beta1
         xp.multiply(g, 1 - self.beta1, out=tmp)
         m += tmp

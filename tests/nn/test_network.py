@@ -239,3 +239,22 @@ def test_label_rows_within_the_tolerance_pass_and_others_are_named():
         labels[row] = bad
         with pytest.raises(ValueError, match=rf"label row {row} is .*1 row\(s\) are not"):
             net.fit_batch(DataSet(x, labels))
+
+
+def test_half_precision_networks_train_with_every_updater_and_keep_float32_state():
+    # float16 moments underflow (g * g is 0 below |g| ~ 2e-4) and Adam's epsilon is 0 in float16:
+    # the first Adam step used to divide 0 by 0. The state and its arithmetic are float32.
+    previous = kit.backend.get_default_dtype()
+    kit.backend.set_default_dtype("float16")
+    try:
+        rng = np.random.default_rng(0)
+        ds = DataSet(rng.random((16, 6)), rng.integers(0, 3, 16), num_classes=3)
+        for updater in (Sgd(0.1), Nesterovs(0.05), Adam(1e-2)):
+            net = mlp(6, hidden=(5,), n_out=3, updater=updater, dtype="float16", seed=0)
+            scores = [net.fit_batch(ds) for _ in range(30)]
+            assert np.isfinite(net.flat_params.numpy()).all() and np.isfinite(scores).all(), type(updater).__name__
+            assert scores[-1] < scores[0]
+            assert net.flat_params.dtype == np.float16
+            assert all(s.dtype == np.float32 for s in net.updater_state.values())
+    finally:
+        kit.backend.set_default_dtype(previous)
