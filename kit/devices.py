@@ -323,13 +323,25 @@ def as_device(spec: str | AnyDevice | None) -> AnyDevice:
 
 def default_device() -> Device:
     """gpu:0 when the backend is CuPy, else cpu:0."""
-    return Device("gpu:0") if backend.name() == "cupy" else Device("cpu:0")
+    name = backend.name()
+    found = _default_by_backend.get(name)  # Device(spec) parses the spec: every array creation asks
+    if found is None:
+        found = _default_by_backend[name] = Device("gpu:0") if name == "cupy" else Device("cpu:0")
+    return found
+
+
+_default_by_backend: dict[str, Device] = {}
 
 
 # ---------------------------------------------------------------------------------------
 # thread <-> device affinity (ND4J's AffinityManager)
 
-_local = threading.local()
+
+class _DeviceStack(threading.local):
+    stack: list | None = None  # `with kit.device(...)` scopes on this thread (a class default: no miss)
+
+
+_local = _DeviceStack()
 _affinity: dict[int, AnyDevice] = {}
 _affinity_lock = threading.Lock()
 
@@ -364,7 +376,7 @@ def device_for_current_thread() -> AnyDevice:
 
 def current_device() -> AnyDevice:
     """The innermost `with kit.device(...)`, else the thread's attached device, else the default."""
-    stack = getattr(_local, "stack", None)
+    stack = _local.stack
     if stack:
         return stack[-1]
     return device_for_current_thread()
@@ -374,7 +386,7 @@ def current_device() -> AnyDevice:
 def device(dev: str | AnyDevice) -> Iterator[AnyDevice]:
     """`with kit.device("gpu:1"):` creates arrays on gpu:1 (and makes it current for CuPy)."""
     d = as_device(dev)
-    stack = getattr(_local, "stack", None)
+    stack = _local.stack
     if stack is None:
         stack = _local.stack = []
     stack.append(d)
