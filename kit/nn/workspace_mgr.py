@@ -156,9 +156,6 @@ class LayerWorkspaceMgr:
             self._local.by_type = by_type
         return by_type
 
-    def _for(self, array_type: ArrayType) -> Workspace | None:
-        return self._by_type().get(array_type)
-
     # ---- scopes --------------------------------------------------------------------
     # Each returns the workspace itself (a context manager) or a shared no-op: on the hot path of
     # every layer call, a generator-based context manager would cost more than the check it wraps.
