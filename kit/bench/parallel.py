@@ -5,13 +5,15 @@
 - averaging frequency 1 / 5 / 20: throughput and the score reached;
 - the same on 2 simulated host devices (separate placement domains, like two GPUs): what
   sending batches and gathering/broadcasting the average costs, in bytes per iteration;
-- ParallelInference BATCHED vs SEQUENTIAL at 1, 8 and 64 client threads, interleaved repeats:
-  throughput (median and spread, flagged when unreliable), p50/p99 latency, the ratio per repeat
-  and whether it meets the goal, beside what merging alone can buy on this machine.
+- ParallelInference BATCHED vs SEQUENTIAL at 1, 8 and 64 client threads, and 64 asyncio clients
+  on one event loop (`output_async`: no thread per client), interleaved repeats: throughput
+  (median and spread, flagged when unreliable), p50/p99 latency, the ratio per repeat and
+  whether it meets the goal, beside what merging alone can buy on this machine.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import statistics
@@ -138,6 +140,27 @@ def _clients(pi: ParallelInference, x: np.ndarray, clients: int, requests: int) 
     return clients * requests / elapsed, latencies
 
 
+def _async_clients(pi: ParallelInference, x: np.ndarray, clients: int, requests: int) -> tuple[float, list[float]]:
+    """`_clients` with coroutines instead of threads: `clients` tasks on one event loop, each
+    awaiting `output_async` for its requests one after another."""
+    latencies: list[float] = []
+
+    async def client(c: int) -> None:
+        rng = np.random.default_rng(c)
+        for row in [x[i] for i in rng.integers(0, len(x), requests)]:
+            t0 = time.perf_counter()
+            await pi.output_async(row)
+            latencies.append(time.perf_counter() - t0)
+
+    async def burst() -> float:
+        start = time.perf_counter()
+        await asyncio.gather(*(client(c) for c in range(clients)))
+        return time.perf_counter() - start
+
+    return clients * requests / asyncio.run(burst()), latencies
+
+
+CLIENT_KINDS = {"client threads": _clients, "asyncio clients": _async_clients}
 INFERENCE_GOAL = 5.0  # BATCHED / SEQUENTIAL throughput at 64 clients (issue 15)
 _MODES = (InferenceMode.SEQUENTIAL, InferenceMode.BATCHED)
 
@@ -171,20 +194,21 @@ def _inference(quick: bool, client_counts: tuple[int, ...] = (1, 8, 64)) -> list
     for label, (net, shape) in models.items():
         x = np.random.default_rng(0).random((256, *shape)).astype(np.float32)
         bound = _batching_bound(net, x, 32, repeats, 0.05 if quick else measure.MIN_TIME)
-        for clients in client_counts:
+        for clients, kind in [(c, "client threads") for c in client_counts] + [(64, "asyncio clients")]:
+            run = CLIENT_KINDS[kind]
             per_client = max(5, requests // max(1, clients // 8))
             total = clients * per_client
             servers = {mode: ParallelInference(net, workers=2, inference_mode=mode) for mode in _MODES}
             try:
                 for pi in servers.values():  # warm-up: workspaces learn their sizes
-                    _clients(pi, x, min(clients, 4), 5)
+                    run(pi, x, min(clients, 4), 5)
                 first = {mode: len(pi.batch_sizes) for mode, pi in servers.items()}
                 seconds: dict[InferenceMode, list[float]] = {m: [] for m in _MODES}
                 lat: dict[InferenceMode, list[float]] = {m: [] for m in _MODES}
                 with measure.machine_load() as load:
                     for r in range(repeats):
                         for mode in _MODES if r % 2 == 0 else _MODES[::-1]:
-                            throughput, latencies = _clients(servers[mode], x, clients, per_client)
+                            throughput, latencies = run(servers[mode], x, clients, per_client)
                             seconds[mode].append(1 / throughput)
                             lat[mode].extend(latencies)
                 timings = {m: measure.Timing(m.value, seconds[m], total, load.others) for m in _MODES}
@@ -192,7 +216,7 @@ def _inference(quick: bool, client_counts: tuple[int, ...] = (1, 8, 64)) -> list
                     t = timings[mode]
                     rows.append(
                         {
-                            "case": f"ParallelInference {label}, {mode.value}, {clients} clients",
+                            "case": f"ParallelInference {label}, {mode.value}, {clients} {kind}",
                             "requests_per_s": 1 / t.median,
                             "spread": f"+-{t.spread:.0%}",
                             "p50_ms": float(np.percentile(lat[mode], 50) * 1e3),
@@ -215,16 +239,17 @@ def _inference(quick: bool, client_counts: tuple[int, ...] = (1, 8, 64)) -> list
 def _inference_goals(inference: list[dict[str, Any]]) -> dict[str, str]:
     goals = {}
     for r in inference:
-        if "64 clients" in r["case"] and "batched_over_sequential" in r:
+        if ", 64 " in r["case"] and "batched_over_sequential" in r:
+            kind = r["case"].split("64 ")[-1]
             text = measure.goal(
-                "BATCHED / SEQUENTIAL throughput at 64 clients",
+                f"BATCHED / SEQUENTIAL throughput at 64 {kind}",
                 r["batched_over_sequential"],
                 ">=",
                 INFERENCE_GOAL,
                 "x",
                 r["reliable"],
             )
-            goals[f"goal_inference[{_model_of(r)}]"] = (
+            goals[f"goal_inference[{_model_of(r)}, {kind}]"] = (
                 f"{text}; repeats {r['ratio_range']}; merging 32 rows alone buys {r['batching_bound']:.2f}x here"
             )
     return goals
@@ -242,7 +267,7 @@ def bench_parallel(quick: bool = False) -> dict[str, Any]:
     cols += ["spread", "p50_ms", "p99_ms", "mean_batch", "batched_over_sequential", "ratio_range", "warnings"]
     rows = [{c: r.get(c, "") for c in cols} for r in training + inference]
     two = next(r for r in training if r["case"].endswith("2 workers"))
-    at64 = [r for r in inference if "64 clients" in r["case"] and "batched_over_sequential" in r]
+    at64 = [r for r in inference if ", 64 " in r["case"] and "batched_over_sequential" in r]
     return {
         "benchmark": "parallel",
         "device": _device_label() + f"; workers on {two['devices']}",
@@ -258,7 +283,12 @@ def bench_parallel(quick: bool = False) -> dict[str, Any]:
             "simulated_devices_transfer_bytes_per_iter_F1": next(
                 r["transfer_bytes_per_iter"] for r in training if r["case"].endswith("2 simulated host devices")
             ),
-            **{f"batched_over_sequential_64_clients[{_model_of(r)}]": r["batched_over_sequential"] for r in at64},
+            **{
+                f"batched_over_sequential_64_clients[{_model_of(r)}, {r['case'].split('64 ')[-1]}]": r[
+                    "batched_over_sequential"
+                ]
+                for r in at64
+            },
             "goal": "2 workers >= 1.6x one; BATCHED >= 5x SEQUENTIAL at 64 clients",
             **_inference_goals(inference),
         },

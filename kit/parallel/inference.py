@@ -30,13 +30,30 @@ A full request queue (`queue_limit`) makes callers wait (back-pressure); `shutdo
 every waiting request with a clear error and joins every thread; dropping the last reference
 does the same (the worker threads hold only the engine, never the ParallelInference).
 
-The hot path has no per-request thread or Future: one lock guards the queue, a worker drains a
-whole batch per acquisition and wakes only its own callers, each through a plain lock.
+The hot path has no per-request thread: one lock guards the queue, a worker drains a whole batch
+per acquisition and wakes only its own callers, each through a plain lock. Every waiting caller
+thread still costs a wake-up and a turn at the GIL per answer, and with dozens of them those
+turns, not the model, bound the throughput (measured in `python -m kit bench parallel`). So
+there are two ways to keep many requests in flight without a thread each: `submit` returns a
+concurrent Future, and `await output_async(x)` serves asyncio code (a web server, say): a worker
+settles all of a batch's asyncio answers with one call into the event loop.
+
+    >>> import asyncio
+    >>> async def serve(pi, rows):  # 64 concurrent requests, one thread
+    ...     return await asyncio.gather(*(pi.output_async(r) for r in rows))
+    >>> with ParallelInference(net, workers=2) as pi:
+    ...     answers = asyncio.run(serve(pi, list(np.tile(x, (11, 1))[:64])))
+    ...     futures = [pi.submit(r) for r in x]  # or Futures, from one thread
+    ...     firsts = [f.result() for f in futures]
+    >>> len(answers), bool(np.allclose(answers[0].numpy(), firsts[0].numpy()))
+    (64, True)
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import concurrent.futures
 import enum
 import logging
 import math
@@ -51,7 +68,7 @@ from threadpoolctl import threadpool_limits
 
 from kit._lifecycle import ShutsDownOnExit
 from kit.creation import asarray
-from kit.devices import AnyDevice, attach_thread_to_device, detach_thread
+from kit.devices import AnyDevice, as_device, attach_thread_to_device, current_device, detach_thread
 from kit.ndarray import NDArray
 from kit.nn.network import Network
 from kit.parallel.wrapper import default_devices
@@ -72,24 +89,71 @@ class InferenceMode(enum.Enum):
 
 
 class _Request:
-    """One caller's features and the slot its answer goes into. `_done` is held from creation
-    until the answer is in: the caller blocks on acquiring it, the worker releases it once."""
+    """One caller's features and where its answer goes. A blocking caller (`output`) waits on
+    `_done`, held from creation until the answer is in (the worker releases it once); `submit`
+    hands back a concurrent Future, settled in the worker's thread; `output_async` awaits an
+    asyncio Future that the worker settles in the caller's event loop, a whole batch's answers
+    in one call of the loop (one wake-up of the loop's thread, however many requests)."""
 
-    __slots__ = ("_done", "error", "features", "result", "single")
+    __slots__ = ("_done", "device", "error", "features", "future", "loop", "result", "single")
 
-    def __init__(self, features: np.ndarray, single: bool) -> None:
+    def __init__(
+        self,
+        features: np.ndarray,
+        single: bool,
+        future: Any = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        device: AnyDevice | None = None,
+    ) -> None:
         self.features, self.single = features, single
         self.result: np.ndarray | None = None
         self.error: BaseException | None = None
-        self._done = threading.Lock()
-        self._done.acquire()
+        self.future, self.loop, self.device = future, loop, device
+        self._done: Any = None
+        if future is None:
+            self._done = threading.Lock()
+            self._done.acquire()
 
     def answer(self, result: np.ndarray | None = None, error: BaseException | None = None) -> None:
         self.result, self.error = result, error
-        self._done.release()
+        if self.future is None:
+            self._done.release()
+        elif self.loop is None:
+            _settle(self)
+        else:
+            _settle_in_loop(self.loop, [self])
 
     def wait(self, timeout: float | None) -> bool:
         return self._done.acquire(timeout=-1 if timeout is None else max(0.0, timeout))
+
+
+def _settle(request: _Request) -> None:
+    """Complete a Future with the request's answer (or error), wrapped on the device the caller
+    was on when it submitted; a Future its caller already cancelled is left alone."""
+    future = request.future
+    if future.done():
+        return
+    if request.error is not None:
+        future.set_exception(request.error)
+        return
+    try:
+        answer = asarray(request.result, device=request.device)
+    except Exception as exc:  # e.g. no memory left on the caller's device
+        future.set_exception(exc)
+        return
+    future.set_result(answer)
+
+
+def _settle_all(requests: list[_Request]) -> None:
+    for r in requests:
+        _settle(r)
+
+
+def _settle_in_loop(loop: asyncio.AbstractEventLoop, requests: list[_Request]) -> None:
+    try:
+        loop.call_soon_threadsafe(_settle_all, requests)
+    except RuntimeError:  # that event loop is closed: nobody is left to await these answers
+        pass
 
 
 # ---------------------------------------------------------------------------------------
@@ -167,9 +231,13 @@ class _Engine:
             t.start()
 
     # ---- client side -----------------------------------------------------------------
-    def submit(self, request: _Request, deadline: float | None) -> None:
+    def submit(self, request: _Request, deadline: float | None, wait: bool = True) -> bool:
+        """Queue a request; with a full queue wait for room (back-pressure), or with `wait=False`
+        return False at once (an event loop must not block: it waits in an executor instead)."""
         with self.lock:
             while not self.closed and len(self.pending) >= self.queue_limit:  # back-pressure
+                if not wait:
+                    return False
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError(f"ParallelInference: the request queue stayed full ({self.queue_limit})")
@@ -183,6 +251,7 @@ class _Engine:
             self.pending.append(request)
             if self.idle:
                 self.has_work.notify()
+            return True
 
     def withdraw(self, request: _Request) -> bool:
         """Take a request that timed out back out of the queue; False if a worker has it."""
@@ -263,8 +332,18 @@ class _Engine:
                 n = r.features.shape[0]
                 parts.append(out[start] if r.single else out[start : start + n])
                 start += n
+            loops: dict[asyncio.AbstractEventLoop, list[_Request]] | None = None
             for r, part in zip(group, parts):
-                r.answer(result=part)
+                if r.loop is None:
+                    r.answer(result=part)
+                else:  # asyncio callers: one call into each event loop for the whole batch
+                    r.result = part
+                    if loops is None:
+                        loops = {}
+                    loops.setdefault(r.loop, []).append(r)
+            if loops:
+                for loop, settled in loops.items():
+                    _settle_in_loop(loop, settled)
             with self.lock:
                 self.batches_run += 1
                 self.requests_served += len(group)
@@ -342,7 +421,7 @@ class ParallelInference(ShutsDownOnExit):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"ParallelInference({name}={value!r}): must be a positive integer")
         self.model, self.workers, self.batch_limit, self.queue_limit = model, workers, batch_limit, queue_limit
-        self.devices: list[AnyDevice] = devices if devices else default_devices(workers)
+        self.devices: list[AnyDevice] = [as_device(d) for d in devices] if devices else default_devices(workers)
         self.devices = [self.devices[i % len(self.devices)] for i in range(workers)]
         replicas = [model.clone(device=d) for d in self.devices]
         self._engine = _Engine(replicas, self.devices, self.mode is InferenceMode.BATCHED, batch_limit, queue_limit)
@@ -385,6 +464,72 @@ class ParallelInference(ShutsDownOnExit):
     def output(self, x: Any, timeout: float | None = None) -> NDArray:
         """Predictions for one example (the model's input shape) or a batch of them. Waits at
         most `timeout` seconds (for room in the queue and for the result) when given."""
+        arr, single = self._prepare(x)
+        if arr is None:
+            return single
+        if self.mode is InferenceMode.INPLACE:
+            return self._inplace(arr, single)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        request = _Request(arr, single)
+        self._engine.submit(request, deadline)
+        if not request.wait(None if deadline is None else deadline - time.monotonic()):
+            if self._engine.withdraw(request) or not request.wait(0):
+                raise TimeoutError(f"ParallelInference: no result within {timeout} s")
+        if request.error is not None:
+            raise request.error
+        return asarray(request.result)
+
+    def submit(self, x: Any, timeout: float | None = None) -> concurrent.futures.Future:
+        """`output` without waiting for the answer: a Future of it, so that one thread can keep
+        many requests in flight. Bad input raises here; a full queue makes this call wait (at
+        most `timeout` seconds, then TimeoutError). The answer is wrapped on the device the
+        calling thread is on now; the Future cannot be cancelled once returned (it is queued)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_running_or_notify_cancel()
+        arr, single = self._prepare(x)
+        if arr is None:
+            future.set_result(single)
+            return future
+        if self.mode is InferenceMode.INPLACE:
+            future.set_result(self._inplace(arr, single))
+            return future
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._engine.submit(_Request(arr, single, future, device=current_device()), deadline)
+        return future
+
+    async def output_async(self, x: Any, timeout: float | None = None) -> NDArray:
+        """`output` for asyncio: awaits the answer without a thread per caller, so an event loop
+        can serve any number of concurrent requests; a worker answers all of a batch's requests
+        from one loop with one call into it. Waits at most `timeout` seconds (then TimeoutError,
+        and a request still queued is taken back, as when the awaiting task is cancelled). A
+        full queue is waited on in the loop's default executor, never by blocking the loop;
+        INPLACE runs there too."""
+        arr, single = self._prepare(x)
+        if arr is None:
+            return single
+        loop = asyncio.get_running_loop()
+        if self.mode is InferenceMode.INPLACE:
+            return await asyncio.wait_for(loop.run_in_executor(None, self._inplace, arr, single), timeout)
+        engine = self._engine
+        request = _Request(arr, single, loop.create_future(), loop, current_device())
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not engine.submit(request, deadline, wait=False):
+            # a full queue: wait for room off the loop (a TimeoutError here names the queue)
+            await loop.run_in_executor(None, engine.submit, request, deadline)
+        try:
+            if timeout is None:
+                return await request.future
+            return await asyncio.wait_for(request.future, max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            engine.withdraw(request)
+            raise TimeoutError(f"ParallelInference: no result within {timeout} s") from None
+        except asyncio.CancelledError:
+            engine.withdraw(request)  # not run if still queued; an answer already on its way is dropped
+            raise
+
+    def _prepare(self, x: Any) -> tuple[np.ndarray | None, Any]:
+        """The caller's checks, in its own thread: (contiguous features, whether one example),
+        or (None, the empty answer) for a batch of no examples."""
         if self._closed:
             raise RuntimeError(SHUT_DOWN)
         arr = x.numpy() if isinstance(x, NDArray) else np.asarray(x)
@@ -400,18 +545,8 @@ class ParallelInference(ShutsDownOnExit):
         arr = np.ascontiguousarray(arr, dtype=self.model.dtype)
         _check_finite(arr)
         if arr.shape[0] == 0:  # nothing to run: the empty answer, shaped like a real one
-            return asarray(np.zeros((0, *self.model.output_shape), dtype=self.model.dtype))
-        if self.mode is InferenceMode.INPLACE:
-            return self._inplace(arr, single)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        request = _Request(arr, single)
-        self._engine.submit(request, deadline)
-        if not request.wait(None if deadline is None else deadline - time.monotonic()):
-            if self._engine.withdraw(request) or not request.wait(0):
-                raise TimeoutError(f"ParallelInference: no result within {timeout} s")
-        if request.error is not None:
-            raise request.error
-        return asarray(request.result)
+            return None, asarray(np.zeros((0, *self.model.output_shape), dtype=self.model.dtype))
+        return arr, single
 
     def _inplace(self, arr: np.ndarray, single: bool) -> NDArray:
         engine = self._engine

@@ -1,5 +1,6 @@
 """ParallelInference: load with many clients, errors reach callers, back-pressure, shutdown."""
 
+import asyncio
 import gc
 import os
 import threading
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 
+import kit
 from kit.nn import Dense, Layer, Network, mlp
 from kit.parallel import InferenceMode, ParallelInference
 from kit.parallel import inference as inference_module
@@ -418,3 +420,188 @@ def test_batch_sizes_keep_only_the_latest_batches(monkeypatch):
             pi.output(np.ones(4, np.float32))
         assert pi.requests_served == 30 and pi.batches_run == 30
         assert pi.batch_sizes == [1] * 10
+
+
+# ---- many requests in flight without a thread each: output_async (asyncio) and submit (Futures)
+
+
+@pytest.mark.parametrize("mode", list(InferenceMode))
+def test_64_asyncio_clients_on_one_loop_each_get_their_own_answer(mode):
+    net = mlp(16, hidden=(32,), n_out=5, seed=4)
+    rng = np.random.default_rng(0)
+    inputs = [
+        rng.standard_normal(16).astype(np.float32) if k % 3 else rng.standard_normal((3, 16)).astype(np.float32)
+        for k in range(64 * 5)
+    ]
+
+    async def client(c):
+        return [(await pi.output_async(inputs[c * 5 + k])).numpy() for k in range(5)]
+
+    async def main():
+        return await asyncio.gather(*(client(c) for c in range(64)))
+
+    with ParallelInference(net, workers=2, inference_mode=mode) as pi:
+        answers = [a for per_client in asyncio.run(main()) for a in per_client]
+        assert pi.requests_served == 64 * 5
+        if mode is InferenceMode.BATCHED:
+            assert max(pi.batch_sizes) > 1
+    for x, got in zip(inputs, answers):
+        want = net.output(x.reshape(-1, 16)).numpy()
+        np.testing.assert_allclose(got, want[0] if x.ndim == 1 else want, rtol=1e-5, atol=1e-6)
+    assert not inference_threads()
+
+
+def test_a_batch_of_asyncio_requests_is_settled_with_one_call_into_the_loop(monkeypatch):
+    """The worker wakes the event loop once per batch, not once per request."""
+    calls = []
+    real = inference_module._settle_all
+    monkeypatch.setattr(inference_module, "_settle_all", lambda requests: (calls.append(len(requests)), real(requests)))
+    net = Network([Gate(), Dense(3)], (4,))
+    x = np.random.default_rng(0).standard_normal((12, 4)).astype(np.float32)
+    Gate.event.clear()
+    Gate.entered.clear()
+
+    async def main():
+        first = asyncio.ensure_future(pi.output_async(x[0]))
+        while not Gate.entered.is_set():  # the worker holds the first request in the gate
+            await asyncio.sleep(0.005)
+        rest = [asyncio.ensure_future(pi.output_async(row)) for row in x[1:]]
+        while pi.queued() < 11:
+            await asyncio.sleep(0.005)
+        Gate.event.set()
+        return [a.numpy() for a in await asyncio.gather(first, *rest)]
+
+    with ParallelInference(net, workers=1, inference_mode="BATCHED") as pi:
+        answers = asyncio.run(main())
+        assert pi.batch_sizes == [1, 11]
+    assert calls == [1, 11]  # two batches, two calls into the loop for 12 answers
+    np.testing.assert_allclose(np.stack(answers), net.output(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_output_async_errors_timeouts_and_cancellation():
+    net = Network([Gate(), Poison(), Dense(3)], (4,))
+    Gate.event.clear()
+    Gate.entered.clear()
+
+    async def main():
+        with pytest.raises(ValueError, match=r"features contain NaN or infinity \(1 values; first at index \[0, 2\]\)"):
+            await pi.output_async(np.array([[0, 0, np.nan, 0]], np.float32))
+        with pytest.raises(ValueError, match=r"expected one example of shape \(4,\) or a batch \(n, 4\), got \(5,\)"):
+            await pi.output_async(np.zeros(5, np.float32))
+        held = asyncio.ensure_future(pi.output_async(np.ones(4, np.float32)))
+        while not Gate.entered.is_set():
+            await asyncio.sleep(0.005)
+        with pytest.raises(TimeoutError, match=r"no result within 0\.1 s"):
+            await pi.output_async(np.ones(4, np.float32), timeout=0.1)
+        assert pi.queued() == 0  # the timed-out request was taken back
+        cancelled = asyncio.ensure_future(pi.output_async(np.ones(4, np.float32)))
+        while pi.queued() < 1:
+            await asyncio.sleep(0.005)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert pi.queued() == 0  # so was the cancelled one
+        poisoned = asyncio.ensure_future(pi.output_async(np.array([1, 7, 1, 1], np.float32)))
+        Gate.event.set()
+        assert (await held).shape == (3,)
+        with pytest.raises(ValueError, match="poisoned row 0 of 1"):  # the worker's error reaches its awaiter
+            await poisoned
+
+    with ParallelInference(net, workers=1, inference_mode="BATCHED") as pi:
+        asyncio.run(main())
+        assert pi.requests_served == 1  # the held one (the poisoned one failed); nothing else ran
+        assert pi.output(np.zeros(4, np.float32)).shape == (3,)  # the worker survived
+
+
+def test_a_full_queue_does_not_block_the_event_loop_and_shutdown_answers_every_awaiter():
+    net = Network([Gate(), Dense(2)], (3,))
+    Gate.event.clear()
+    Gate.entered.clear()
+    ticks = [0]
+
+    async def ticker(stop):
+        while not stop.is_set():
+            ticks[0] += 1
+            await asyncio.sleep(0.005)
+
+    async def main():
+        stop = asyncio.Event()
+        tick = asyncio.ensure_future(ticker(stop))
+        calls = [asyncio.ensure_future(pi.output_async(np.full(3, i, np.float32))) for i in range(6)]
+        while pi.queued() < 2:  # one runs (held), two queued, three wait for room off the loop
+            await asyncio.sleep(0.005)
+        before = ticks[0]
+        await asyncio.sleep(0.2)
+        assert ticks[0] > before + 5  # the loop kept running while callers waited for room
+        Gate.event.set()
+        answers = await asyncio.gather(*calls)
+        Gate.event.clear()
+        late = [asyncio.ensure_future(pi.output_async(np.zeros(3, np.float32))) for _ in range(4)]
+        while pi.queued() < 2:
+            await asyncio.sleep(0.005)
+        await asyncio.get_running_loop().run_in_executor(None, lambda: (Gate.event.set(), pi.shutdown()))
+        refused = await asyncio.gather(*late, return_exceptions=True)
+        stop.set()
+        await tick
+        return answers, refused
+
+    pi = ParallelInference(net, workers=1, inference_mode="SEQUENTIAL", queue_limit=2)
+    answers, refused = asyncio.run(main())
+    for i, got in enumerate(answers):
+        np.testing.assert_allclose(got.numpy(), net.output(np.full((1, 3), i, np.float32)).numpy()[0], rtol=1e-6)
+    assert len(refused) == 4
+    for r in refused:  # each one ran before the shutdown, or was refused with a clear error
+        assert (isinstance(r, RuntimeError) and "shut down" in str(r)) or r.shape == (2,)
+    assert any(isinstance(r, RuntimeError) for r in refused)
+    assert not inference_threads()
+
+
+def test_an_answer_for_a_closed_event_loop_is_dropped_and_the_worker_goes_on():
+    net = Network([Gate(), Dense(2)], (3,))
+    Gate.event.clear()
+    Gate.entered.clear()
+    with ParallelInference(net, workers=1, inference_mode="BATCHED") as pi:
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(pi.output_async(np.ones(3, np.float32)))
+        loop.run_until_complete(asyncio.sleep(0))  # submitted: the worker runs it, held in the gate
+        assert Gate.entered.wait(timeout=10)
+        task.cancel()
+        loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+        loop.close()
+        Gate.event.set()  # the worker's answer now has nowhere to go
+        assert pi.output(np.ones(3, np.float32)).shape == (2,)
+        assert pi.requests_served == 2
+
+
+@pytest.mark.parametrize("mode", list(InferenceMode))
+def test_submit_keeps_many_requests_in_flight_from_one_thread(mode):
+    net = mlp(8, hidden=(16,), n_out=3, seed=5)
+    x = np.random.default_rng(3).standard_normal((100, 8)).astype(np.float32)
+    with ParallelInference(net, workers=2, inference_mode=mode) as pi:
+        futures = [pi.submit(row) for row in x]
+        assert pi.submit(np.zeros((0, 8))).result().shape == (0, 3)
+        with pytest.raises(ValueError, match="features contain NaN"):  # bad input raises at once
+            pi.submit(np.full(8, np.nan, np.float32))
+        got = np.stack([f.result(timeout=30).numpy() for f in futures])
+        assert not any(f.cancel() for f in futures)  # queued work cannot be called off
+    np.testing.assert_allclose(got, net.output(x).numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="shut down"):
+        pi.submit(x[0])
+
+
+def test_an_answer_is_wrapped_on_the_device_its_caller_was_on(host_devices):
+    if host_devices < 2:
+        pytest.skip("needs two simulated host devices")
+    net = mlp(8, hidden=(8,), n_out=3)
+    x = np.ones(8, np.float32)
+
+    async def on(dev):
+        with kit.device(dev):
+            return await pi.output_async(x)
+
+    with ParallelInference(net, workers=1, devices=["cpu:0"]) as pi:
+        with kit.device("cpu:1"):
+            future = pi.submit(x)
+        assert future.result().device.name == "cpu:1"
+        assert asyncio.run(on("cpu:1")).device.name == "cpu:1"
+        assert pi.submit(x).result().device.name == "cpu:0"
