@@ -238,7 +238,10 @@ def test_a_nan_request_among_merged_ones_fails_alone_with_its_own_index():
     inputs = [rng.standard_normal((3, 4)).astype(np.float32) for _ in range(12)]
     inputs[7][2, 1] = np.nan  # row 2 of its own request; row 20 of the merged batch
     with ParallelInference(net, workers=1, inference_mode="BATCHED", batch_limit=32) as pi:
-        answers = run_held_batch(pi, inputs, queued=10)  # refused in its caller's thread, never queued
+        answers = run_held_batch(pi, inputs)
+        # the merged batch of 11 failed the worker's check; the NaN request alone was refused and
+        # the other ten ran again as one batch, not one by one
+        assert pi.batch_sizes == [1, 10]
     Gate.event.set()
     assert isinstance(answers[7], ValueError)
     assert str(answers[7]) == "features contain NaN or infinity (1 values; first at index [2, 1])"
@@ -580,8 +583,10 @@ def test_submit_keeps_many_requests_in_flight_from_one_thread(mode):
     with ParallelInference(net, workers=2, inference_mode=mode) as pi:
         futures = [pi.submit(row) for row in x]
         assert pi.submit(np.zeros((0, 8))).result().shape == (0, 3)
-        with pytest.raises(ValueError, match="features contain NaN"):  # bad input raises at once
-            pi.submit(np.full(8, np.nan, np.float32))
+        with pytest.raises(ValueError, match=r"expected one example of shape \(8,\)"):  # raises at once
+            pi.submit(np.zeros(9, np.float32))
+        with pytest.raises(ValueError, match=r"features contain NaN or infinity \(8 values; first at index \[0, 0\]\)"):
+            pi.submit(np.full(8, np.nan, np.float32)).result(timeout=30)  # found by the worker
         got = np.stack([f.result(timeout=30).numpy() for f in futures])
         assert not any(f.cancel() for f in futures)  # queued work cannot be called off
     np.testing.assert_allclose(got, net.output(x).numpy(), rtol=1e-5, atol=1e-6)
