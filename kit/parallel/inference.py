@@ -108,6 +108,7 @@ class _Request:
         device: AnyDevice | None = None,
     ) -> None:
         self.features, self.single = features, single
+        # set once the answer is on its way: `_serve` answers whatever is still unset on a crash
         self.result: np.ndarray | None = None
         self.error: BaseException | None = None
         self.future, self.loop, self.device = future, loop, device
@@ -121,41 +122,63 @@ class _Request:
         if self.future is None:
             self._done.release()
         elif self.loop is None:
-            _settle(self)
+            _settle(self, result, error)
         else:
-            _settle_in_loop(self.loop, [self])
+            _settle_in_loop(self.loop, [(self, result, error)])
 
     def wait(self, timeout: float | None) -> bool:
         return self._done.acquire(timeout=-1 if timeout is None else max(0.0, timeout))
 
 
-def _settle(request: _Request) -> None:
-    """Complete a Future with the request's answer (or error), wrapped on the device the caller
-    was on when it submitted; a Future its caller already cancelled is left alone."""
+def _settle(request: _Request, result: np.ndarray | None, error: BaseException | None) -> None:
+    """Complete a request's Future with its answer (wrapped on the device the caller was on when
+    it submitted) or its error, at most once: a Future already done (cancelled by its caller, or
+    answered) is left alone. What cannot be delivered -- no memory on the caller's device, an
+    exception a Future refuses (asyncio refuses StopIteration) -- arrives as a RuntimeError."""
     future = request.future
     if future.done():
         return
-    if request.error is not None:
-        future.set_exception(request.error)
-        return
     try:
-        answer = asarray(request.result, device=request.device)
-    except Exception as exc:  # e.g. no memory left on the caller's device
-        future.set_exception(exc)
-        return
-    future.set_result(answer)
+        if error is None:
+            future.set_result(asarray(result, device=request.device))
+        else:
+            future.set_exception(error)
+    except Exception as exc:
+        if not future.done():
+            failed = RuntimeError(f"ParallelInference: the answer could not be delivered: {exc!r}")
+            failed.__cause__ = error if error is not None else exc
+            future.set_exception(failed)
 
 
-def _settle_all(requests: list[_Request]) -> None:
-    for r in requests:
-        _settle(r)
+_Settled = tuple[_Request, "np.ndarray | None", "BaseException | None"]
 
 
-def _settle_in_loop(loop: asyncio.AbstractEventLoop, requests: list[_Request]) -> None:
+def _settle_all(answers: list[_Settled]) -> None:
+    for request, result, error in answers:
+        _settle(request, result, error)
+
+
+def _settle_in_loop(loop: asyncio.AbstractEventLoop, answers: list[_Settled]) -> None:
     try:
-        loop.call_soon_threadsafe(_settle_all, requests)
+        loop.call_soon_threadsafe(_settle_all, answers)
     except RuntimeError:  # that event loop is closed: nobody is left to await these answers
         pass
+
+
+def _wake(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+async def _within(future: asyncio.Future, deadline: float | None) -> bool:
+    """Wait for `future` until `deadline` (time.monotonic; None: no limit). False if it is not
+    done by then; its own result or exception is left in it (a TimeoutError it holds is the
+    answer's, not this wait's). A cancelled wait does not cancel `future`."""
+    if deadline is None:
+        await asyncio.wait((future,))
+    else:
+        await asyncio.wait((future,), timeout=max(0.0, deadline - time.monotonic()))
+    return future.done()
 
 
 # ---------------------------------------------------------------------------------------
@@ -216,6 +239,10 @@ class _Engine:
         self.closed = False
         self.idle = 0  # workers waiting for work: a request wakes one only if there is one
         self.blocked = 0  # callers waiting for room in the queue
+        # asyncio callers waiting for room: (their loop, a Future of that loop set when there may be
+        # room); they wait on their loop, never in a thread
+        self.room_waiters: collections.deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = collections.deque()
+        self.worker_ids: set[int] = set()  # a worker never waits for room: only workers make room
         self.live = 0  # workers that have not exited
         self.batches_run = 0
         self.requests_served = 0
@@ -233,13 +260,13 @@ class _Engine:
             t.start()
 
     # ---- client side -----------------------------------------------------------------
-    def submit(self, request: _Request, deadline: float | None, wait: bool = True) -> bool:
-        """Queue a request; with a full queue wait for room (back-pressure), or with `wait=False`
-        return False at once (an event loop must not block: it waits in an executor instead)."""
+    def submit(self, request: _Request, deadline: float | None) -> None:
+        """Queue a request; with a full queue wait for room (back-pressure). A worker's own thread
+        (a Future's done-callback that asks again) queues past the limit: it would wait for itself."""
         with self.lock:
             while not self.closed and len(self.pending) >= self.queue_limit:  # back-pressure
-                if not wait:
-                    return False
+                if threading.get_ident() in self.worker_ids:
+                    break
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise TimeoutError(f"ParallelInference: the request queue stayed full ({self.queue_limit})")
@@ -253,7 +280,43 @@ class _Engine:
             self.pending.append(request)
             if self.idle:
                 self.has_work.notify()
-            return True
+
+    def submit_async(self, request: _Request, loop: asyncio.AbstractEventLoop) -> asyncio.Future | None:
+        """From an event loop's thread: queue the request (None), or, with the queue full, return
+        a Future of the loop that is set when there may be room (then try again)."""
+        with self.lock:
+            if self.closed:
+                raise RuntimeError(SHUT_DOWN)
+            if len(self.pending) < self.queue_limit:
+                self.pending.append(request)
+                if self.idle:
+                    self.has_work.notify()
+                return None
+            waiter = loop.create_future()
+            self.room_waiters.append((loop, waiter))
+            return waiter
+
+    def forget(self, waiter: asyncio.Future) -> None:
+        """An asyncio caller stops waiting for room (timeout, cancellation): drop its place, or,
+        if room was already signalled to it, pass that on to the next one waiting."""
+        with self.lock:
+            for i, (_, w) in enumerate(self.room_waiters):
+                if w is waiter:
+                    del self.room_waiters[i]
+                    return
+            self._make_room_locked(1)
+
+    def _make_room_locked(self, n: int) -> None:
+        """Room for `n` more requests: wake that many waiting callers, threads and asyncio tasks."""
+        if self.blocked:
+            self.has_room.notify(n)
+        while n > 0 and self.room_waiters:
+            loop, waiter = self.room_waiters.popleft()
+            try:
+                loop.call_soon_threadsafe(_wake, waiter)
+            except RuntimeError:  # its loop is closed: nobody waits there any more
+                continue
+            n -= 1
 
     def withdraw(self, request: _Request) -> bool:
         """Take a request that timed out back out of the queue; False if a worker has it."""
@@ -262,13 +325,13 @@ class _Engine:
                 self.pending.remove(request)
             except ValueError:
                 return False
-            if self.blocked:
-                self.has_room.notify()
+            self._make_room_locked(1)
             return True
 
     # ---- worker side -----------------------------------------------------------------
     def _work(self, index: int) -> None:
         attach_thread_to_device(self.devices[index])
+        self.worker_ids.add(threading.get_ident())
         try:
             while True:
                 group = self._take()
@@ -310,8 +373,7 @@ class _Engine:
                     pending.extendleft(reversed(skipped))
                     if self.idle:
                         self.has_work.notify()
-            if self.blocked:
-                self.has_room.notify(len(group))
+            self._make_room_locked(len(group))
             return group
 
     def _serve(self, index: int, group: list[_Request]) -> None:
@@ -348,26 +410,31 @@ class _Engine:
                 n = r.features.shape[0]
                 parts.append(out[start] if r.single else out[start : start + n])
                 start += n
-            loops: dict[asyncio.AbstractEventLoop, list[_Request]] | None = None
+            loops: dict[asyncio.AbstractEventLoop, list[_Settled]] | None = None
             for r, part in zip(group, parts):
                 if r.loop is None:
                     r.answer(result=part)
                 else:  # asyncio callers: one call into each event loop for the whole batch
-                    r.result = part
                     if loops is None:
                         loops = {}
-                    loops.setdefault(r.loop, []).append(r)
+                    loops.setdefault(r.loop, []).append((r, part, None))
             if loops:
-                for loop, settled in loops.items():
-                    _settle_in_loop(loop, settled)
+                for loop, answers in loops.items():
+                    _settle_in_loop(loop, answers)
+                    for r, part, _ in answers:
+                        r.result = part  # on its way: not to be answered again below
             with self.lock:
                 self.batches_run += 1
                 self.requests_served += len(group)
                 self.batch_sizes.append(len(group))
         except BaseException as exc:  # never leave a caller waiting, whatever happened
+            error = exc
+            if not isinstance(exc, Exception):  # SystemExit, KeyboardInterrupt: this thread's, not the callers'
+                error = RuntimeError(f"ParallelInference: the worker stopped ({exc!r}) before answering")
+                error.__cause__ = exc
             for r in group:
                 if r.result is None and r.error is None:  # not answered yet
-                    r.answer(error=exc)
+                    r.answer(error=error)
             raise
 
     def _run(self, index: int, group: list[_Request]) -> np.ndarray:
@@ -383,6 +450,7 @@ class _Engine:
         orphans = list(self.pending)
         self.pending.clear()
         self.has_work.notify_all()
+        self._make_room_locked(len(self.room_waiters))  # they try again and find it shut down
         self.has_room.notify_all()
         return orphans
 
@@ -433,6 +501,8 @@ class ParallelInference(ShutsDownOnExit):
         if not isinstance(model, Network):
             raise TypeError(f"ParallelInference needs a kit.nn.Network, got {type(model).__name__}")
         self.mode = InferenceMode(inference_mode)
+        if isinstance(devices, str) or hasattr(devices, "kind"):  # one device, by name or object
+            devices = [devices]
         workers = workers if workers is not None else (len(devices) if devices else 2)
         for name, value in (("workers", workers), ("batch_limit", batch_limit), ("queue_limit", queue_limit)):
             if not isinstance(value, int) or value < 1:
@@ -501,49 +571,78 @@ class ParallelInference(ShutsDownOnExit):
         many requests in flight. A wrong shape or dtype raises here, NaN data fails the Future
         (the worker finds it); a full queue makes this call wait (at most `timeout` seconds, then
         TimeoutError). The answer is wrapped on the device the calling thread is on now; the
-        Future cannot be cancelled once returned (it is queued)."""
+        Future cannot be cancelled once returned (it is queued). Done-callbacks run in a worker's
+        thread (keep them short; one that submits again is queued even past `queue_limit`). In
+        INPLACE mode the forward pass runs here, in this call, and the Future is done on return."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         future.set_running_or_notify_cancel()
         arr, single = self._prepare(x)
         if arr is None:
             future.set_result(single)
-            return future
-        if self.mode is InferenceMode.INPLACE:
-            future.set_result(self._inplace(arr, single))
-            return future
-        deadline = None if timeout is None else time.monotonic() + timeout
-        self._engine.submit(_Request(arr, single, future, device=current_device()), deadline)
+        elif self.mode is InferenceMode.INPLACE:
+            try:
+                future.set_result(self._inplace(arr, single))
+            except Exception as exc:
+                future.set_exception(exc)
+        else:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            self._engine.submit(_Request(arr, single, future, device=current_device()), deadline)
         return future
 
     async def output_async(self, x: Any, timeout: float | None = None) -> NDArray:
         """`output` for asyncio: awaits the answer without a thread per caller, so an event loop
         can serve any number of concurrent requests; a worker answers all of a batch's requests
-        from one loop with one call into it. Waits at most `timeout` seconds (then TimeoutError,
-        and a request still queued is taken back, as when the awaiting task is cancelled). A
-        full queue is waited on in the loop's default executor, never by blocking the loop;
-        INPLACE runs there too."""
+        from one loop with one call into it. Waits at most `timeout` seconds in all (for room in
+        a full queue, which it awaits on the loop, and for the answer), then TimeoutError; a
+        request still queued when it times out or its task is cancelled is taken back. INPLACE
+        runs the forward pass in the loop's default executor (the loop must not block)."""
         arr, single = self._prepare(x)
         if arr is None:
             return single
         loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else time.monotonic() + timeout
         if self.mode is InferenceMode.INPLACE:
-            return await asyncio.wait_for(loop.run_in_executor(None, self._inplace, arr, single), timeout)
+            return await self._inplace_async(loop, arr, single, timeout, deadline)
         engine = self._engine
         request = _Request(arr, single, loop.create_future(), loop, current_device())
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if not engine.submit(request, deadline, wait=False):
-            # a full queue: wait for room off the loop (a TimeoutError here names the queue)
-            await loop.run_in_executor(None, engine.submit, request, deadline)
+        while (waiter := engine.submit_async(request, loop)) is not None:  # a full queue
+            try:
+                if not await _within(waiter, deadline):
+                    raise TimeoutError(f"ParallelInference: the request queue stayed full ({self.queue_limit})")
+            except BaseException:  # timed out or cancelled while waiting for room: never queued
+                waiter.cancel()
+                engine.forget(waiter)
+                raise
         try:
-            if timeout is None:
+            if deadline is None:  # the common case, without asyncio.wait's extra future
                 return await request.future
-            return await asyncio.wait_for(request.future, max(0.0, deadline - time.monotonic()))
-        except TimeoutError:
-            engine.withdraw(request)
-            raise TimeoutError(f"ParallelInference: no result within {timeout} s") from None
+            if not await _within(request.future, deadline):
+                request.future.cancel()
+                engine.withdraw(request)
+                raise TimeoutError(f"ParallelInference: no result within {timeout} s")
         except asyncio.CancelledError:
+            request.future.cancel()
             engine.withdraw(request)  # not run if still queued; an answer already on its way is dropped
             raise
+        return request.future.result()
+
+    async def _inplace_async(
+        self, loop: asyncio.AbstractEventLoop, arr: np.ndarray, single: bool, timeout: float | None, deadline: Any
+    ) -> NDArray:
+        device, gone = current_device(), threading.Event()
+
+        def run() -> NDArray | None:
+            return None if gone.is_set() else self._inplace(arr, single, device)
+
+        job = asyncio.ensure_future(loop.run_in_executor(None, run))
+        try:
+            if not await _within(job, deadline):
+                raise TimeoutError(f"ParallelInference: no result within {timeout} s")
+        except BaseException:
+            gone.set()  # a call still waiting for a replica does not run
+            job.cancel()
+            raise
+        return job.result()
 
     def _prepare(self, x: Any) -> tuple[np.ndarray | None, Any]:
         """The caller's checks, in its own thread: (contiguous features, whether one example),
@@ -568,7 +667,7 @@ class ParallelInference(ShutsDownOnExit):
             return None, asarray(np.zeros((0, *self.model.output_shape), dtype=self.model.dtype))
         return arr, single
 
-    def _inplace(self, arr: np.ndarray, single: bool) -> NDArray:
+    def _inplace(self, arr: np.ndarray, single: bool, device: AnyDevice | None = None) -> NDArray:
         engine = self._engine
         i = self._pool.get()  # FIFO: exclusive use of one replica
         try:
@@ -580,7 +679,7 @@ class ParallelInference(ShutsDownOnExit):
             engine.batches_run += 1
             engine.requests_served += 1
             engine.batch_sizes.append(1)
-        return asarray(out[0] if single else out)
+        return asarray(out[0] if single else out, device=device)
 
     # ---- control -----------------------------------------------------------------------
     def update_model(self, model: Network) -> None:

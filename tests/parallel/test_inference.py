@@ -6,6 +6,7 @@ import os
 import threading
 import time
 import weakref
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -594,7 +595,8 @@ def test_submit_keeps_many_requests_in_flight_from_one_thread(mode):
         pi.submit(x[0])
 
 
-def test_an_answer_is_wrapped_on_the_device_its_caller_was_on(host_devices):
+@pytest.mark.parametrize("mode", list(InferenceMode))
+def test_an_answer_is_wrapped_on_the_device_its_caller_was_on(host_devices, mode):
     if host_devices < 2:
         pytest.skip("needs two simulated host devices")
     net = mlp(8, hidden=(8,), n_out=3)
@@ -604,9 +606,136 @@ def test_an_answer_is_wrapped_on_the_device_its_caller_was_on(host_devices):
         with kit.device(dev):
             return await pi.output_async(x)
 
-    with ParallelInference(net, workers=1, devices=["cpu:0"]) as pi:
+    with ParallelInference(net, workers=1, devices="cpu:0", inference_mode=mode) as pi:  # one device, by name
+        assert [d.name for d in pi.devices] == ["cpu:0"]
         with kit.device("cpu:1"):
             future = pi.submit(x)
+            assert pi.output(x).device.name == "cpu:1"
         assert future.result().device.name == "cpu:1"
-        assert asyncio.run(on("cpu:1")).device.name == "cpu:1"
+        assert asyncio.run(on("cpu:1")).device.name == "cpu:1"  # INPLACE too: it runs in an executor thread
         assert pi.submit(x).result().device.name == "cpu:0"
+
+
+class Slow(Layer):
+    """An identity layer that takes 10 ms: keeps a small queue full."""
+
+    def forward(self, x, mgr, training):
+        time.sleep(0.01)
+        y = mgr.create(mgr_type(), x.shape, x.dtype, x.device)
+        y.data[...] = x.data
+        return y
+
+
+class Recorder(Layer):
+    """An identity layer that remembers every row it ran."""
+
+    rows: ClassVar[list] = []
+
+    def forward(self, x, mgr, training):
+        Recorder.rows.extend(np.array(x.numpy(), copy=True))
+        y = mgr.create(mgr_type(), x.shape, x.dtype, x.device)
+        y.data[...] = x.data
+        return y
+
+
+class Raiser(Layer):
+    """Raises `Raiser.error` on a row whose first value is 9."""
+
+    error: BaseException = TimeoutError("device sync timed out")
+
+    def forward(self, x, mgr, training):
+        if (x.numpy()[:, 0] == 9.0).any():
+            raise Raiser.error
+        y = mgr.create(mgr_type(), x.shape, x.dtype, x.device)
+        y.data[...] = x.data
+        return y
+
+
+def test_a_done_callback_that_submits_again_is_queued_even_past_a_full_queue():
+    """Done-callbacks run in a worker's thread; one that asks again must not wait for room only
+    that worker can make (it would wait for itself)."""
+    net = Network([Slow(), Dense(2)], (3,))
+    x = np.ones(3, np.float32)
+    answered, finished = [], threading.Event()
+
+    def chain(future, left):
+        answered.append(future.exception() is None)
+        if left:
+            pi.submit(x).add_done_callback(lambda f: chain(f, left - 1))
+        elif len(answered) == 3 * 8:
+            finished.set()
+
+    with ParallelInference(net, workers=1, inference_mode="SEQUENTIAL", queue_limit=2) as pi:
+        for _ in range(3):
+            pi.submit(x).add_done_callback(lambda f: chain(f, 7))
+        assert finished.wait(timeout=60), f"{len(answered)} of 24 answered"
+    assert all(answered)
+
+
+def test_a_task_cancelled_while_waiting_for_room_is_never_run_and_no_thread_waits_for_it():
+    Gate.event.clear()
+    Gate.entered.clear()
+    Recorder.rows = []
+    net = Network([Gate(), Recorder(), Dense(2)], (3,))
+    marked = np.full(3, 42.0, np.float32)
+
+    async def main():
+        busy = [asyncio.ensure_future(pi.output_async(np.zeros(3, np.float32))) for _ in range(2)]
+        while pi.queued() < 1:  # one held in the gate, one queued: the queue (limit 1) is full
+            await asyncio.sleep(0.005)
+        waiting = asyncio.ensure_future(pi.output_async(marked))
+        timed_out = asyncio.ensure_future(pi.output_async(marked, timeout=0.05))
+        await asyncio.sleep(0.1)
+        helpers = [t.name for t in threading.enumerate() if not t.name.startswith(("InferenceThread", "MainThread"))]
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        with pytest.raises(TimeoutError, match=r"the request queue stayed full \(1\)"):
+            await timed_out
+        Gate.event.set()
+        await asyncio.gather(*busy)
+        return helpers
+
+    with ParallelInference(net, workers=1, inference_mode="SEQUENTIAL", queue_limit=1) as pi:
+        before = [t.name for t in threading.enumerate() if not t.name.startswith(("InferenceThread", "MainThread"))]
+        helpers = asyncio.run(main())
+        assert pi.output(np.ones(3, np.float32)).shape == (2,)
+    assert helpers == before  # the waits for room were on the loop, in no executor thread
+    assert len(Recorder.rows) == 3 and not any((r == 42.0).all() for r in Recorder.rows)
+
+
+def test_a_models_own_errors_reach_every_kind_of_caller_as_raised():
+    net = Network([Raiser(), Dense(2)], (3,))
+    bad = np.array([9.0, 0, 0], np.float32)
+
+    async def awaited():
+        return await pi.output_async(bad, timeout=30)
+
+    with ParallelInference(net, workers=1) as pi:
+        Raiser.error = TimeoutError("device sync timed out")  # the answer's own, not a wait's
+        with pytest.raises(TimeoutError, match="device sync timed out"):
+            pi.output(bad)
+        with pytest.raises(TimeoutError, match="device sync timed out"):
+            pi.submit(bad).result(timeout=30)
+        with pytest.raises(TimeoutError, match="device sync timed out"):
+            asyncio.run(awaited())
+        Raiser.error = StopIteration()  # asyncio refuses it in a Future: it arrives wrapped
+        with pytest.raises(RuntimeError, match="could not be delivered") as got:
+            asyncio.run(awaited())
+        assert isinstance(got.value.__cause__, StopIteration)
+        assert pi.output(np.zeros(3, np.float32)).shape == (2,)  # the worker carries on
+
+
+def test_inplace_output_async_times_out_with_the_usual_message():
+    Gate.event.clear()
+    Gate.entered.clear()
+    net = Network([Gate(), Dense(2)], (3,))
+
+    async def main():
+        with pytest.raises(TimeoutError, match=r"no result within 0\.05 s"):
+            await pi.output_async(np.ones(3, np.float32), timeout=0.05)
+        Gate.event.set()  # the executor thread still running it finishes (asyncio.run waits for it)
+
+    with ParallelInference(net, workers=1, inference_mode="INPLACE") as pi:
+        asyncio.run(main())
+        assert pi.requests_served == 1  # it had started: it ran, for nobody
