@@ -242,7 +242,6 @@ class _Engine:
         # asyncio callers waiting for room: (their loop, a Future of that loop set when there may be
         # room); they wait on their loop, never in a thread
         self.room_waiters: collections.deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = collections.deque()
-        self.worker_ids: set[int] = set()  # a worker never waits for room: only workers make room
         self.live = 0  # workers that have not exited
         self.batches_run = 0
         self.requests_served = 0
@@ -265,7 +264,7 @@ class _Engine:
         (a Future's done-callback that asks again) queues past the limit: it would wait for itself."""
         with self.lock:
             while not self.closed and len(self.pending) >= self.queue_limit:  # back-pressure
-                if threading.get_ident() in self.worker_ids:
+                if threading.current_thread() in self.threads:  # a worker never waits: only workers make room
                     break
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -316,7 +315,8 @@ class _Engine:
                 loop.call_soon_threadsafe(_wake, waiter)
             except RuntimeError:  # its loop is closed: nobody waits there any more
                 continue
-            n -= 1
+            if loop.is_running():  # a stopped loop tries again when it runs again: not counted
+                n -= 1
 
     def withdraw(self, request: _Request) -> bool:
         """Take a request that timed out back out of the queue; False if a worker has it."""
@@ -331,7 +331,6 @@ class _Engine:
     # ---- worker side -----------------------------------------------------------------
     def _work(self, index: int) -> None:
         attach_thread_to_device(self.devices[index])
-        self.worker_ids.add(threading.get_ident())
         try:
             while True:
                 group = self._take()
@@ -632,14 +631,14 @@ class ParallelInference(ShutsDownOnExit):
         device, gone = current_device(), threading.Event()
 
         def run() -> NDArray | None:
-            return None if gone.is_set() else self._inplace(arr, single, device)
+            return self._inplace(arr, single, device, gone)
 
         job = asyncio.ensure_future(loop.run_in_executor(None, run))
         try:
             if not await _within(job, deadline):
                 raise TimeoutError(f"ParallelInference: no result within {timeout} s")
         except BaseException:
-            gone.set()  # a call still waiting for a replica does not run
+            gone.set()  # a call that has no replica yet does not run at all
             job.cancel()
             raise
         return job.result()
@@ -667,10 +666,14 @@ class ParallelInference(ShutsDownOnExit):
             return None, asarray(np.zeros((0, *self.model.output_shape), dtype=self.model.dtype))
         return arr, single
 
-    def _inplace(self, arr: np.ndarray, single: bool, device: AnyDevice | None = None) -> NDArray:
+    def _inplace(
+        self, arr: np.ndarray, single: bool, device: AnyDevice | None = None, gone: threading.Event | None = None
+    ) -> NDArray | None:
         engine = self._engine
         i = self._pool.get()  # FIFO: exclusive use of one replica
         try:
+            if gone is not None and gone.is_set():  # its caller stopped waiting (output_async)
+                return None
             with engine.locks[i]:
                 out = np.array(engine.replicas[i].output(arr).numpy(), copy=True)
         finally:

@@ -739,3 +739,56 @@ def test_inplace_output_async_times_out_with_the_usual_message():
     with ParallelInference(net, workers=1, inference_mode="INPLACE") as pi:
         asyncio.run(main())
         assert pi.requests_served == 1  # it had started: it ran, for nobody
+
+
+def test_a_task_parked_on_a_stopped_loop_does_not_take_the_room_from_a_running_one():
+    """Room goes to asyncio callers whose loop is running; one on a loop that is stopped (not
+    closed) keeps its place for later without using the wake up."""
+    Gate.event.clear()
+    Gate.entered.clear()
+    net = Network([Gate(), Dense(2)], (3,))
+    x = np.zeros(3, np.float32)
+    answered = {}
+
+    def other_loop():
+        async def main():
+            answered["running loop"] = (await pi.output_async(x, timeout=20)).shape
+
+        asyncio.run(main())
+
+    with ParallelInference(net, workers=1, inference_mode="SEQUENTIAL", queue_limit=1) as pi:
+        held = pi.submit(x)
+        assert Gate.entered.wait(timeout=10)
+        queued = pi.submit(x)  # the queue (limit 1) is full
+        parked_loop = asyncio.new_event_loop()
+        parked = parked_loop.create_task(pi.output_async(x))
+        parked_loop.run_until_complete(asyncio.sleep(0.05))  # waits for room, then its loop stops
+        thread = threading.Thread(target=other_loop)
+        thread.start()
+        while len(pi._engine.room_waiters) < 2:
+            threading.Event().wait(0.005)
+        Gate.event.set()
+        thread.join(timeout=30)
+        assert answered == {"running loop": (2,)}
+        assert held.result(timeout=10).shape == queued.result(timeout=10).shape == (2,)
+        assert parked_loop.run_until_complete(parked).shape == (2,)  # served once its loop runs again
+        parked_loop.close()
+
+
+def test_an_inplace_call_that_timed_out_waiting_for_a_replica_never_runs():
+    Gate.event.clear()
+    Gate.entered.clear()
+    net = Network([Gate(), Dense(2)], (3,))
+
+    async def main():
+        first = asyncio.ensure_future(pi.output_async(np.zeros(3, np.float32)))
+        while not Gate.entered.is_set():  # the only replica is busy in the gate
+            await asyncio.sleep(0.005)
+        with pytest.raises(TimeoutError, match=r"no result within 0\.05 s"):
+            await pi.output_async(np.ones(3, np.float32), timeout=0.05)
+        Gate.event.set()
+        return await first
+
+    with ParallelInference(net, workers=1, inference_mode="INPLACE") as pi:
+        assert asyncio.run(main()).shape == (2,)  # asyncio.run waits for its executor's threads
+        assert pi.requests_served == 1  # the timed-out call got the replica afterwards and let it go
