@@ -8,6 +8,7 @@ import pytest
 from kit import measure
 from kit.compare import Comparison, Job, assess_row, compare_devices, measure_bandwidth, predict_epoch_seconds
 from kit.data import DataSet
+from kit.devices import host_device_count
 from kit.nn import Sgd, mlp
 
 
@@ -90,8 +91,6 @@ def test_a_superlinear_speedup_row_is_flagged_in_table_and_plot():
 
 @pytest.mark.usefixtures("host_devices")
 def test_compare_devices_counts_the_copies_averaging_costs():
-    from kit.devices import host_device_count
-
     rng = np.random.default_rng(0)
     train = DataSet(rng.random((128, 8)), rng.integers(0, 3, 128), num_classes=3)
     job = Job(
