@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="backend, versions, devices, BLAS, memory")
     bench = sub.add_parser("bench", help="benchmarks: ratios taken side by side, medians of repeats")
-    bench.add_argument("name", choices=["arrays", "workspaces", "train", "parallel", "spark"])
+    bench.add_argument("name", choices=["arrays", "workspaces", "train", "parallel", "spark", "d2l"])
     bench.add_argument("--quick", action="store_true", help="fewer repeats (smoke runs)")
     bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     lab = sub.add_parser("lab", help="JupyterLab on the chapters (works as root)")

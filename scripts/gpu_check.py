@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
+import operator
 import os
 import platform
 import re
@@ -57,7 +59,7 @@ def machine(env: dict[str, str]) -> dict[str, Any]:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "numpy": np.__version__,
-        "host": platform.node(),
+        "cpu": platform.machine(),
         "cpu_cores": os.cpu_count(),
         "backend": kit.backend.name(),
         "gpu_status": kit.backend.gpu_status()[1],
@@ -142,11 +144,11 @@ def chapter_cells(notebook: Path, env: dict[str, str], timeout: float) -> dict[s
     }
 
 
-def benchmarks(quick: bool) -> dict[str, Any]:
+def benchmarks(quick: bool, names: list[str]) -> dict[str, Any]:
     from kit import bench
 
     out = {}
-    for name in ("arrays", "workspaces", "train", "parallel"):
+    for name in names:
         t0 = time.perf_counter()
         try:
             out[name] = {"result": bench.run(name, quick=quick), "seconds": round(time.perf_counter() - t0, 1)}
@@ -199,16 +201,118 @@ def resnet_fashion(epochs: int, quick: bool) -> dict[str, Any]:
     return result
 
 
+# datasheet figures (dense, no sparsity) the measured ones are put beside; matched on the device name
+DATASHEETS = {
+    "H100 80GB HBM3": {"hbm_tb_s": 3.35, "fp32_tflops": 67.0, "fp16_tensor_tflops": 989.0, "form": "H100 SXM5"},
+    "H100 PCIe": {"hbm_tb_s": 2.0, "fp32_tflops": 51.0, "fp16_tensor_tflops": 756.0, "form": "H100 PCIe"},
+    "H200": {"hbm_tb_s": 4.8, "fp32_tflops": 67.0, "fp16_tensor_tflops": 989.0, "form": "H200 SXM"},
+}
+
+
+def _event_seconds(cupy: Any, fn: Any, number: int) -> float:
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    for _ in range(number):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return cupy.cuda.get_elapsed_time(start, stop) / 1e3 / number
+
+
+def physical_limits() -> dict[str, Any]:
+    """Device-to-device copy bandwidth and matmul throughput, raw CuPy beside kit, with the datasheet."""
+    import statistics
+
+    import kit
+
+    if not kit.backend.gpu_status()[0]:
+        return {"skipped": "no GPU"}
+    cupy = kit.backend.cupy()
+    name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
+    name = name.decode() if isinstance(name, bytes) else name
+    sheet = next((v for k, v in DATASHEETS.items() if k in name), None)
+    out: dict[str, Any] = {"gpu": name, "datasheet": sheet, "method": "CUDA events, median of 5 repeats"}
+    n = 1 << 28  # 1 GiB of float32
+    a = cupy.ones(n, dtype=cupy.float32)
+    b = cupy.empty_like(a)
+    cupy.copyto(b, a)
+    secs = [_event_seconds(cupy, functools.partial(cupy.copyto, b, a), 10) for _ in range(5)]
+    gbs = [2 * a.nbytes / s / 1e9 for s in secs]  # bytes read + bytes written
+    out["d2d_copy_gb_s"] = {
+        "median": round(statistics.median(gbs), 1),
+        "min": round(min(gbs), 1),
+        "max": round(max(gbs), 1),
+        "bytes": a.nbytes,
+        "counted": "read + written",
+    }
+    ka = kit.asarray(a)
+    secs = [_event_seconds(cupy, ka.dup, 10) for _ in range(5)]
+    gbs = [2 * a.nbytes / s / 1e9 for s in secs]
+    out["kit_dup_gb_s"] = {
+        "median": round(statistics.median(gbs), 1),
+        "min": round(min(gbs), 1),
+        "max": round(max(gbs), 1),
+    }
+    del a, b, ka
+    for dtype in ("float32", "float16"):
+        size = 8192
+        x = cupy.random.random((size, size), dtype=cupy.float32).astype(dtype)
+        y = cupy.random.random((size, size), dtype=cupy.float32).astype(dtype)
+        x @ y
+        secs = [_event_seconds(cupy, functools.partial(cupy.matmul, x, y), 5) for _ in range(5)]
+        tf = [2 * size**3 / s / 1e12 for s in secs]
+        kx, ky = kit.asarray(x), kit.asarray(y)
+        kx @ ky
+        ksecs = [_event_seconds(cupy, functools.partial(operator.matmul, kx, ky), 5) for _ in range(5)]
+        ktf = [2 * size**3 / s / 1e12 for s in ksecs]
+        out[f"matmul_{dtype}_tflops"] = {
+            "size": size,
+            "cupy_median": round(statistics.median(tf), 1),
+            "cupy_min_max": [round(min(tf), 1), round(max(tf), 1)],
+            "kit_median": round(statistics.median(ktf), 1),
+            "kit_min_max": [round(min(ktf), 1), round(max(ktf), 1)],
+        }
+        del x, y, kx, ky
+    if sheet:
+        out["fraction_of_datasheet"] = {
+            "d2d_copy": round(out["d2d_copy_gb_s"]["median"] / 1e3 / sheet["hbm_tb_s"], 3),
+            "matmul_float32_vs_fp32": round(out["matmul_float32_tflops"]["cupy_median"] / sheet["fp32_tflops"], 3),
+            "matmul_float16_vs_tensor": round(
+                out["matmul_float16_tflops"]["cupy_median"] / sheet["fp16_tensor_tflops"], 3
+            ),
+        }
+    cupy.get_default_memory_pool().free_all_blocks()
+    return out
+
+
+def d2l_part(quick: bool, epochs: int) -> dict[str, Any]:
+    from kit.bench.d2l import bench_d2l
+
+    t0 = time.perf_counter()
+    try:
+        result = bench_d2l(quick=quick, epochs=epochs)
+    except Exception as exc:
+        import traceback
+
+        return {"error": traceback.format_exc()[-3000:], "type": type(exc).__name__}
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "gpu-check.json"))
     parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU when no GPU is usable (dry run)")
     parser.add_argument("--quick", action="store_true", help="short benchmarks, quick chapters, a small ResNet run")
     parser.add_argument("--full-suite", action="store_true", help="also run the whole unit suite on the CuPy backend")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: tests,chapters,bench,resnet")
-    parser.add_argument("--epochs", type=int, default=10, help="ResNet-18 epochs on Fashion-MNIST")
+    parser.add_argument(
+        "--skip", default="", help="comma-separated parts to skip: tests,chapters,bench,resnet,limits,d2l"
+    )
+    parser.add_argument("--epochs", type=int, default=1, help="ResNet-18 (Adam) epochs for the memory figures")
+    parser.add_argument("--d2l-epochs", type=int, default=10, help="epochs of the d2l table (kit beside PyTorch)")
+    parser.add_argument("--benches", default="arrays,workspaces,train,parallel", help="benchmarks to run")
     parser.add_argument("--fashion", default=None, help="directory with the four Fashion-MNIST IDX files")
-    parser.add_argument("--chapters", default="0[1-5]", help="glob of the chapter numbers to run (default 0[1-5])")
+    parser.add_argument("--chapters", default="0[1-6]", help="glob of the chapter numbers to run (default 0[1-6])")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per subprocess")
     args = parser.parse_args(argv)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
@@ -245,10 +349,24 @@ def main(argv: list[str] | None = None) -> int:
         }
         save()
     if "bench" not in skip:
-        report["parts"]["benchmarks"] = benchmarks(args.quick)
+        report["parts"]["benchmarks"] = benchmarks(args.quick, args.benches.split(","))
+        save()
+    if "limits" not in skip:
+        try:
+            report["parts"]["physical_limits"] = physical_limits()
+        except Exception as exc:
+            report["parts"]["physical_limits"] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
         save()
     if "resnet" not in skip:
-        report["parts"]["resnet18_fashion_mnist"] = resnet_fashion(1 if args.quick else args.epochs, args.quick)
+        try:
+            report["parts"]["resnet18_fashion_mnist"] = resnet_fashion(args.epochs, args.quick)
+        except Exception:
+            import traceback
+
+            report["parts"]["resnet18_fashion_mnist"] = {"error": traceback.format_exc()[-3000:]}
+        save()
+    if "d2l" not in skip:
+        report["parts"]["d2l"] = d2l_part(args.quick, 1 if args.quick else args.d2l_epochs)
         save()
     print(f"gpu-check report: {out}")
     return 0

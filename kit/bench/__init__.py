@@ -4,6 +4,7 @@
     python -m kit bench workspaces   # plain vs caching allocator vs workspace, MLP-sized cycle
     python -m kit bench train        # training steps: kit vs NumPy (vs PyTorch), modes, ETL
     python -m kit bench parallel     # ParallelWrapper 1 vs 2 workers, averaging frequency, inference
+    python -m kit bench d2l          # d2l's ResNet-18 on Fashion-MNIST, 10 epochs, kit beside PyTorch
 
 Timings are never asserted in tests (shared, noisy machines); each benchmark interleaves the
 variants in every repeat, so drift hits them alike, and reports the median.
@@ -21,6 +22,7 @@ from typing import Any
 import kit
 from kit import measure
 from kit.bench.common import _device_label
+from kit.bench.d2l import bench_d2l
 from kit.bench.parallel import bench_parallel
 from kit.bench.spark import bench_spark
 from kit.bench.train import bench_train
@@ -260,7 +262,9 @@ def run(name: str, quick: bool = False) -> dict[str, Any]:
         return bench_parallel(quick)
     if name == "spark":
         return bench_spark(quick)
-    raise ValueError(f"unknown benchmark {name!r}: arrays, workspaces, train, parallel, spark")
+    if name == "d2l":
+        return bench_d2l(quick)
+    raise ValueError(f"unknown benchmark {name!r}: arrays, workspaces, train, parallel, spark, d2l")
 
 
 def format_result(result: dict[str, Any]) -> str:
