@@ -62,8 +62,10 @@ __all__ = [
     "host_source",
     "logical_devices",
     "reset_transfer_stats",
+    "scalar",
     "seed",
     "set_host_device_count",
+    "to_host",
     "transfer",
     "transfer_stats",
 ]
@@ -354,13 +356,35 @@ def attach_thread_to_device(dev: str | AnyDevice, thread: threading.Thread | Non
         raise DeviceError("attach_thread_to_device: that thread has not started yet")
     with _affinity_lock:
         _affinity[ident] = d
+    if ident == threading.get_ident():
+        _use_for_this_thread(d)
     return d
 
 
 def detach_thread(thread: threading.Thread | None = None) -> None:
     ident = (thread or threading.current_thread()).ident
     with _affinity_lock:
-        _affinity.pop(ident, None)
+        d = _affinity.pop(ident, None)
+    if d is not None and d.kind == "gpu" and ident == threading.get_ident():
+        _use_for_this_thread(None)
+
+
+def _use_for_this_thread(d: AnyDevice | None) -> None:
+    """A thread attached to a GPU launches its kernels there, on that device's own stream (a
+    logical slot's), for as long as it stays attached: CuPy's current device and stream are
+    per thread. Detached (None): back to the default stream. A thread attached to another
+    device from the one it was told to use is the bug this prevents (its kernels went to the
+    default stream while copies to it were queued on the slot's stream)."""
+    if d is not None and d.kind != "gpu":
+        return
+    cupy = backend.cupy() if gpu_count() else None
+    if cupy is None:
+        return
+    if d is None:
+        cupy.cuda.Stream.null.use()
+        return
+    cupy.cuda.Device(d.index).use()
+    (d._stream_for_activate() or cupy.cuda.Stream.null).use()
 
 
 def device_for_thread(thread: threading.Thread) -> AnyDevice:
@@ -457,29 +481,67 @@ def transfer(dst: Any, dst_device: AnyDevice, src: Any, src_device: AnyDevice) -
     src_gpu, dst_gpu = src_device.kind == "gpu", dst_device.kind == "gpu"
     if not src_gpu and not dst_gpu:
         np.copyto(dst, src)
-    elif not dst_gpu:  # device -> host
-        if dst.flags.c_contiguous and src.flags.c_contiguous:
-            src.get(out=dst)
-        else:
-            np.copyto(dst, src.get())
-    elif not src_gpu:  # host -> device
+    elif not dst_gpu:  # device -> host, on the source's stream (it waits for the source's writes)
+        with src_device.activate():
+            if dst.flags.c_contiguous and src.flags.c_contiguous:
+                src.get(out=dst)
+            else:
+                np.copyto(dst, src.get())
+    elif not src_gpu:  # host -> device, on the destination's stream (its later readers follow it)
         with dst_device.activate():
             if dst.flags.c_contiguous:
                 dst.set(np.ascontiguousarray(src))
             else:
                 dst[...] = dst_device.xp.asarray(src)
-    elif dst_device.physical is src_device.physical:  # logical siblings: one memory space
-        with dst_device.activate():
-            dst_device.xp.copyto(dst, src)
-    else:  # peer copy between two GPUs
-        cupy = backend.cupy()
-        with src_device.activate():
-            contiguous = cupy.ascontiguousarray(src)
-        with dst_device.activate():
-            if dst.flags.c_contiguous:
-                dst.data.copy_from_device(contiguous.data, contiguous.nbytes)
-            else:
-                dst[...] = cupy.asarray(contiguous)
+    else:  # GPU -> GPU: logical siblings (one memory space) or a peer copy between two GPUs
+        _gpu_copy(dst, dst_device, src, src_device)
+
+
+def _gpu_copy(dst: Any, dst_device: AnyDevice, src: Any, src_device: AnyDevice) -> None:
+    """A copy between two GPU streams, ordered both ways with events: the destination's stream
+    waits until the source's stream has written `src`, and the source's stream waits until the
+    copy has read it (so the source may overwrite or free `src` at once). Each logical device has
+    its own non-blocking stream, which does not wait for the default stream, nor it for them:
+    without the events a copy can read memory still being written (seen on an H100: a worker's
+    label rows read as zeros)."""
+    cupy = backend.cupy()
+    with src_device.activate():
+        src_stream = cupy.cuda.get_current_stream()
+        written = src_stream.record()
+        if dst_device.physical is not src_device.physical:
+            src = cupy.ascontiguousarray(src)  # on the source's stream, before `written` is waited on
+            written = src_stream.record()
+    with dst_device.activate():
+        dst_stream = cupy.cuda.get_current_stream()
+        if dst_stream != src_stream:
+            dst_stream.wait_event(written)
+        if dst_device.physical is src_device.physical:
+            cupy.copyto(dst, src)
+        elif dst.flags.c_contiguous:
+            dst.data.copy_from_device_async(src.data, src.nbytes, dst_stream)
+        else:
+            dst[...] = cupy.asarray(src)
+        read = dst_stream.record()
+    if dst_stream != src_stream:
+        src_stream.wait_event(read)
+
+
+def to_host(raw: Any, device: AnyDevice) -> np.ndarray:
+    """A NumPy copy of the raw array `raw` on `device`, through the counted transfer path (on a
+    GPU: read on the device's own stream, so the copy waits for the writes queued there)."""
+    if device.kind != "gpu":
+        return raw
+    out = np.empty(raw.shape, raw.dtype)
+    transfer(out, host_source(device), raw, device)
+    return out
+
+
+def scalar(raw: Any, device: AnyDevice) -> Any:
+    """The one element of `raw` as a Python scalar, read on the device's own stream."""
+    if device.kind != "gpu":
+        return raw.item()
+    with device.activate():
+        return raw.item()
 
 
 def host_source(device: AnyDevice) -> AnyDevice:

@@ -36,9 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from kit import backend
 from kit.context import _tls as _context
-from kit.devices import AnyDevice, Device, gpu_count
+from kit.devices import AnyDevice, Device
 
 __all__ = [
     "allocate",
@@ -245,13 +244,13 @@ def set_max_host_cache(nbytes: int) -> None:
 
 
 def set_max_device_cache(nbytes: int) -> None:
-    """GPU: cap CuPy's memory pool at nbytes and keep freed device blocks in kit's cache.
-    (ND4J default 512 MB.) 0 switches kit's device cache off and removes the pool cap."""
+    """GPU: keep up to nbytes of freed device blocks in kit's cache (ND4J's maximum device cache,
+    default 512 MB); 0 switches kit's device cache off. It bounds what is *kept*, not what may be
+    allocated: CuPy's pool is not capped (a cap there made a ResNet-18 step run out of memory on
+    an 80 GB H100 once a benchmark had set 512 MB)."""
     _cache.max_device_cache = _check_bytes("set_max_device_cache", nbytes)
     _cache.max_device_cache_kit = nbytes
     _cache.on = _cache.max_host_cache > 0 or _cache.max_device_cache_kit > 0
-    if gpu_count():
-        backend.cupy().get_default_memory_pool().set_limit(size=nbytes)
 
 
 def set_max_cacheable_length(nbytes: int) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 from kit import backend
 from kit.context import _tls as _context
 from kit.context import current_workspace, scope_out_of_workspaces
-from kit.devices import AnyDevice, DeviceError, as_device, host_source, transfer
+from kit.devices import AnyDevice, DeviceError, as_device, host_source, scalar, to_host, transfer
 from kit.memory import _cache, _Lease, _thread_counters, allocate
 from kit.memory import _tls as _counters
 from kit.shapes import (
@@ -510,7 +510,7 @@ class NDArray:
         GPU memory is copied to the host. (`.data` is the raw view, for kernels: unsafe to keep.)"""
         a = self._check("numpy")
         if self._device.kind != "cpu":
-            return a.get()
+            return to_host(a, self._device)  # on the array's stream, counted as a transfer
         return a.copy() if self._owner.__class__ is Workspace else a
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -519,23 +519,34 @@ class NDArray:
             return a.astype(dtype)
         return a.copy() if copy and a is self._data else a
 
+    # host reads of GPU data happen on the array's own stream (devices.scalar / to_host), so they
+    # wait for what is queued there: a logical device's stream does not wait for the default one
     def item(self) -> Any:
-        return self._check("item").item()
+        return scalar(self._check("item"), self._device)
 
     def tolist(self) -> Any:
-        return self._check("tolist").tolist()
+        a = self._check("tolist")
+        return (to_host(a, self._device) if self._device.kind == "gpu" else a).tolist()
 
     def __float__(self) -> float:
-        return float(self._check("float"))
+        return float(self._on_host("float"))
 
     def __int__(self) -> int:
-        return int(self._check("int"))
+        return int(self._on_host("int"))
 
     def __bool__(self) -> bool:
-        return bool(self._check("bool"))
+        return bool(self._on_host("bool"))
 
     def __index__(self) -> int:
-        return operator.index(self._check("index").item())
+        return operator.index(self.item())
+
+    def _on_host(self, what: str) -> Any:
+        """The raw data for a Python conversion; one GPU element is read on the array's stream
+        (more than one is left to CuPy, which refuses them as NumPy does)."""
+        a = self._check(what)
+        if self._device.kind == "gpu" and a.size == 1:
+            return scalar(a, self._device)
+        return a
 
     def __repr__(self) -> str:
         d = self._data

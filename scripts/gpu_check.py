@@ -87,7 +87,9 @@ def machine(env: dict[str, str]) -> dict[str, Any]:
 
 def pytest_part(env: dict[str, str], full: bool, timeout: float) -> dict[str, Any]:
     # addopts emptied: nbval and pytest-timeout need not be installed on a bare GPU machine
-    base = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-q", "-rf", "tests"]
+    # modules that need what a GPU machine lacks (nbformat, pyspark) are reported, not fatal
+    base = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovider", "-q", "-rf"]
+    base += ["--continue-on-collection-errors", "tests"]
     if not full:
         base += ["-m", "gpu"]
     result = _run(base, env, timeout)
@@ -105,13 +107,17 @@ def chapter_cells(notebook: Path, env: dict[str, str], timeout: float) -> dict[s
         lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith(("!", "%"))]
         sources.append("\n".join(lines))
     program = (
-        "import json, sys, time, traceback\n"
+        "import ast, asyncio, inspect, json, sys, time, traceback\n"
         "records, ns = [], {'__name__': '__main__'}\n"
         f"cells = {json.dumps(sources)}\n"
         "for i, src in enumerate(cells):\n"
         "    t0 = time.perf_counter()\n"
         "    try:\n"
-        "        exec(compile(src, f'cell {i}', 'exec'), ns)\n"
+        "        code = compile(src, f'cell {i}', 'exec', flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)\n"
+        "        if code.co_flags & inspect.CO_COROUTINE:  # top-level await, run as IPython runs it\n"
+        "            asyncio.run(eval(code, ns))\n"
+        "        else:\n"
+        "            exec(code, ns)\n"
         "        records.append({'cell': i, 'ok': True, 'seconds': round(time.perf_counter() - t0, 3)})\n"
         "    except BaseException as exc:\n"
         "        line = traceback.format_exception_only(type(exc), exc)[-1].strip()\n"
@@ -175,13 +181,26 @@ def resnet_fashion(epochs: int, quick: bool) -> dict[str, Any]:
         net = resnet18(device=dev, updater=Adam(1e-3), training_workspace_mode=mode)
         it = ArrayIterator(train, 256, shuffle=True, seed=0)
         batch = next(iter(it))
-        net.fit_batch(batch)
-        kit.backend.sync()
-        t0 = time.perf_counter()
-        for _ in range(3 if quick else 10):
+        warm = []
+        for _ in range(4):  # the first steps: kernel compilation, workspace learning, pool growth
+            t0 = time.perf_counter()
             net.fit_batch(batch)
-        kit.backend.sync()
-        result[f"step_ms_{mode.value}"] = round((time.perf_counter() - t0) * 1e3 / (3 if quick else 10), 2)
+            kit.backend.sync()
+            warm.append(round((time.perf_counter() - t0) * 1e3, 2))
+        result[f"first_steps_ms_{mode.value}"] = warm
+        steps = []
+        for _ in range(5 if quick else 15):
+            t0 = time.perf_counter()
+            net.fit_batch(batch)
+            kit.backend.sync()
+            steps.append((time.perf_counter() - t0) * 1e3)
+        result[f"step_ms_{mode.value}"] = round(sorted(steps)[len(steps) // 2], 2)
+        result[f"step_ms_{mode.value}_min_max"] = [round(min(steps), 2), round(max(steps), 2)]
+        ws = kit.readings.stats()["workspaces"]
+        result[f"workspaces_{mode.value}"] = [
+            {k: w.get(k) for k in ("name", "capacity", "peak_used", "device")} for w in ws
+        ][:40]
+        del net
     kit.memory.reset_counters()
     net = resnet18(device=dev, updater=Adam(1e-3))
     epoch_seconds = []

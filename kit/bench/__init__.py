@@ -151,8 +151,8 @@ def _regimes() -> dict[str, Callable[[Callable[[], float]], Callable[[], float]]
 
 def _set_regime(name: str) -> None:
     kit.memory.set_max_host_cache(256 << 20 if name == "caching" else 0)
-    if name == "caching" and kit.current_device().kind == "gpu":
-        kit.memory.set_max_device_cache(512 << 20)
+    if kit.current_device().kind == "gpu":  # "plain" turns it off again: nothing leaks into later benchmarks
+        kit.memory.set_max_device_cache(512 << 20 if name == "caching" else 0)
 
 
 def bench_workspaces(quick: bool = False) -> dict[str, Any]:
