@@ -482,13 +482,13 @@ def transfer(dst: Any, dst_device: AnyDevice, src: Any, src_device: AnyDevice) -
     if not src_gpu and not dst_gpu:
         np.copyto(dst, src)
     elif not dst_gpu:  # device -> host, on the source's stream (it waits for the source's writes)
-        with src_device.activate():
+        with _on_own_stream(src_device):
             if dst.flags.c_contiguous and src.flags.c_contiguous:
                 src.get(out=dst)
             else:
                 np.copyto(dst, src.get())
     elif not src_gpu:  # host -> device, on the destination's stream (its later readers follow it)
-        with dst_device.activate():
+        with _on_own_stream(dst_device):
             if dst.flags.c_contiguous:
                 dst.set(np.ascontiguousarray(src))
             else:
@@ -497,22 +497,34 @@ def transfer(dst: Any, dst_device: AnyDevice, src: Any, src_device: AnyDevice) -
         _gpu_copy(dst, dst_device, src, src_device)
 
 
+def _stream_of(d: AnyDevice) -> Any:
+    """The CUDA stream kit's work for `d` runs on: a logical slot's own stream, else the default
+    (null) stream of the physical GPU, whichever thread asks."""
+    own = d._stream_for_activate()
+    return own if own is not None else backend.cupy().cuda.Stream.null
+
+
+@contextlib.contextmanager
+def _on_own_stream(d: AnyDevice) -> Iterator[Any]:
+    cupy = backend.cupy()
+    stream = _stream_of(d)
+    with cupy.cuda.Device(d.index), stream:
+        yield stream
+
+
 def _gpu_copy(dst: Any, dst_device: AnyDevice, src: Any, src_device: AnyDevice) -> None:
     """A copy between two GPU streams, ordered both ways with events: the destination's stream
     waits until the source's stream has written `src`, and the source's stream waits until the
     copy has read it (so the source may overwrite or free `src` at once). Each logical device has
     its own non-blocking stream, which does not wait for the default stream, nor it for them:
     without the events a copy can read memory still being written (seen on an H100: a worker's
-    label rows read as zeros)."""
+    label rows read as zeros, then a NaN loss)."""
     cupy = backend.cupy()
-    with src_device.activate():
-        src_stream = cupy.cuda.get_current_stream()
-        written = src_stream.record()
+    with _on_own_stream(src_device) as src_stream:
         if dst_device.physical is not src_device.physical:
-            src = cupy.ascontiguousarray(src)  # on the source's stream, before `written` is waited on
-            written = src_stream.record()
-    with dst_device.activate():
-        dst_stream = cupy.cuda.get_current_stream()
+            src = cupy.ascontiguousarray(src)  # on the source's stream, before `written` is recorded
+        written = src_stream.record()
+    with _on_own_stream(dst_device) as dst_stream:
         if dst_stream != src_stream:
             dst_stream.wait_event(written)
         if dst_device.physical is src_device.physical:
@@ -540,7 +552,7 @@ def scalar(raw: Any, device: AnyDevice) -> Any:
     """The one element of `raw` as a Python scalar, read on the device's own stream."""
     if device.kind != "gpu":
         return raw.item()
-    with device.activate():
+    with _on_own_stream(device):
         return raw.item()
 
 

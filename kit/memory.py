@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from kit.context import _tls as _context
-from kit.devices import AnyDevice, Device
+from kit.devices import AnyDevice, Device, gpu_count
 
 __all__ = [
     "allocate",
@@ -99,6 +99,8 @@ def allocate_heap(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) ->
         return _cache.take(shape, dtype, device, nbytes)
     if device.kind == "cpu":
         return np.empty(shape, dtype), None
+    if gpu_count() == 1:  # the only GPU is always CuPy's current one: no device switch per result
+        return device.xp.empty(shape, dtype), None
     with device.physical.activate():
         return device.xp.empty(shape, dtype), None
 

@@ -337,9 +337,12 @@ class NDArray:
                 np.minimum.reduce(a, axis=axes, out=out, keepdims=keepdims)
             else:
                 np.var(a, axis=axes, out=out, keepdims=keepdims)
-        elif a.dtype == _HALF and op == "mean":  # accumulate in float32, as NumPy's mean does
+        elif a.dtype == _HALF and op != "max" and op != "min":
+            # float16 sum, mean and var accumulate in float32 on both backends (NumPy's mean does;
+            # its var and sum, and CuPy's var, add in float16: the var of 100,000 ones came out inf
+            # on the CPU and NaN on an H100, where the answer, 0, is a float16)
             out[...] = getattr(xp, op)(a, axis=axes, dtype=np.float32, keepdims=keepdims)
-        else:  # CuPy, and float16 sum/max/min (NumPy's own float16 loops)
+        else:  # CuPy, and float16 max/min (exact in any precision)
             getattr(xp, op)(a, axis=axes, out=out, keepdims=keepdims)
         return _wrap(out, dev, owner)
 

@@ -12,9 +12,12 @@ checkout. What it does, each part recorded with its outcome and timings:
    on the CuPy backend (`--full-suite`), as pass/fail counts and the failures' first lines;
 3. the chapters' code cells (chapters 1-5, quick mode, KIT_BACKEND=cupy), cell by cell;
 4. the benchmarks (`kit bench arrays | workspaces | train | parallel`) on the GPU;
-5. with Fashion-MNIST files (`--fashion DIR` or KIT_DATA): ResNet-18 (kit's zoo form), batch
-   256: epoch time, test accuracy after `--epochs` epochs, workspace vs plain step time, the
-   device memory peak and the caching allocator's hit rate.
+5. the physical limits: device-to-device copy bandwidth and matmul TFLOP/s (raw CuPy and kit)
+   beside the datasheet;
+6. with Fashion-MNIST files (`--fashion DIR` or KIT_DATA): ResNet-18 (kit's zoo form), batch
+   256: plain vs plain + kit's device cache vs workspace step time, the device memory each holds
+   and kit's cache hit rate; then the d2l table (`kit bench d2l`: 10 epochs, SGD lr 0.1, kit and
+   PyTorch in turn each epoch, test accuracy).
 
 The report is what data/reference_runs/*.json holds: copy it there with the device name and date.
 """
@@ -24,11 +27,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
+import gc
 import json
 import operator
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -163,8 +168,7 @@ def benchmarks(quick: bool, names: list[str]) -> dict[str, Any]:
     return out
 
 
-def resnet_fashion(epochs: int, quick: bool) -> dict[str, Any]:
-    import numpy as np
+def resnet_fashion(quick: bool) -> dict[str, Any]:
 
     import kit
     from kit.data import ArrayIterator, DataNotFoundError, load_fashion_mnist
@@ -176,47 +180,52 @@ def resnet_fashion(epochs: int, quick: bool) -> dict[str, Any]:
         return {"skipped": str(exc)}
     dev = kit.Device("gpu:0") if kit.backend.gpu_status()[0] else kit.Device("cpu:0")
     train, test = train.to(dev), test.to(dev)
-    result: dict[str, Any] = {"device": str(dev), "batch": 256, "epochs": epochs, "train_examples": len(train)}
-    for mode in (WorkspaceMode.NONE, WorkspaceMode.SEPARATE):  # plain vs workspace step time
+    result: dict[str, Any] = {"device": str(dev), "batch": 256, "updater": "Adam(1e-3)"}
+    batch = next(iter(ArrayIterator(train, 256, shuffle=True, seed=0)))
+    pool = kit.backend.cupy().get_default_memory_pool() if dev.kind == "gpu" else None
+    # plain (CuPy's pool alone), plain with kit's device cache on top (its hit rate), workspaces
+    regimes = {"plain": (WorkspaceMode.NONE, 0), "plain+kit cache": (WorkspaceMode.NONE, 2 << 30)}
+    regimes["workspace"] = (WorkspaceMode.SEPARATE, 0)
+    for label, (mode, cache_bytes) in regimes.items():
+        gc.collect()
+        if pool is not None:
+            pool.free_all_blocks()
+            kit.memory.set_max_device_cache(cache_bytes)
+        kit.memory.reset_counters()
         net = resnet18(device=dev, updater=Adam(1e-3), training_workspace_mode=mode)
-        it = ArrayIterator(train, 256, shuffle=True, seed=0)
-        batch = next(iter(it))
         warm = []
         for _ in range(4):  # the first steps: kernel compilation, workspace learning, pool growth
             t0 = time.perf_counter()
             net.fit_batch(batch)
             kit.backend.sync()
             warm.append(round((time.perf_counter() - t0) * 1e3, 2))
-        result[f"first_steps_ms_{mode.value}"] = warm
+        hits0 = kit.memory.cache_stats()
         steps = []
-        for _ in range(5 if quick else 15):
+        for _ in range(5 if quick else 20):
             t0 = time.perf_counter()
             net.fit_batch(batch)
             kit.backend.sync()
             steps.append((time.perf_counter() - t0) * 1e3)
-        result[f"step_ms_{mode.value}"] = round(sorted(steps)[len(steps) // 2], 2)
-        result[f"step_ms_{mode.value}_min_max"] = [round(min(steps), 2), round(max(steps), 2)]
-        ws = kit.readings.stats()["workspaces"]
-        result[f"workspaces_{mode.value}"] = [
-            {k: w.get(k) for k in ("name", "capacity", "peak_used", "device")} for w in ws
-        ][:40]
+        cache = kit.memory.cache_stats()
+        hits, misses = cache["hits"] - hits0["hits"], cache["misses"] - hits0["misses"]
+        row: dict[str, Any] = {
+            "first_steps_ms": warm,
+            "step_ms_median": round(statistics.median(steps), 2),
+            "step_ms_min_max": [round(min(steps), 2), round(max(steps), 2)],
+            "kit_cache_hit_rate_steady": round(hits / (hits + misses), 4) if hits + misses else None,
+            "workspaces": [
+                {k: w.get(k) for k in ("name", "capacity", "peak_used")}
+                for w in kit.readings.stats()["workspaces"]
+                if w.get("name", "").startswith(f"{net._name}/")
+            ],
+        }
+        if pool is not None:  # the device memory this regime holds: the pool after its steps
+            row["pool_total_bytes"] = int(pool.total_bytes())
+            row["pool_used_bytes"] = int(pool.used_bytes())
+        result[label] = row
         del net
-    kit.memory.reset_counters()
-    net = resnet18(device=dev, updater=Adam(1e-3))
-    epoch_seconds = []
-    for _ in range(epochs):
-        t0 = time.perf_counter()
-        net.fit(ArrayIterator(train, 256, shuffle=True, seed=len(epoch_seconds)), epochs=1)
-        kit.backend.sync()
-        epoch_seconds.append(round(time.perf_counter() - t0, 2))
-    result["epoch_seconds"] = epoch_seconds
-    result["test_accuracy"] = round(float(net.evaluate(ArrayIterator(test, 512)).accuracy()), 4)
-    stats = kit.readings.stats()
-    cache = stats["cache"]
-    total = cache["hits"] + cache["misses"]
-    result["cache_hit_rate"] = round(cache["hits"] / total, 4) if total else None
-    result["gpus"] = stats["gpus"]
-    result["peak_workspace_bytes"] = int(np.sum([w["peak_used"] for w in stats["workspaces"]]))
+    if pool is not None:
+        kit.memory.set_max_device_cache(0)
     return result
 
 
@@ -327,7 +336,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip", default="", help="comma-separated parts to skip: tests,chapters,bench,resnet,limits,d2l"
     )
-    parser.add_argument("--epochs", type=int, default=1, help="ResNet-18 (Adam) epochs for the memory figures")
     parser.add_argument("--d2l-epochs", type=int, default=10, help="epochs of the d2l table (kit beside PyTorch)")
     parser.add_argument("--benches", default="arrays,workspaces,train,parallel", help="benchmarks to run")
     parser.add_argument("--fashion", default=None, help="directory with the four Fashion-MNIST IDX files")
@@ -378,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
     if "resnet" not in skip:
         try:
-            report["parts"]["resnet18_fashion_mnist"] = resnet_fashion(args.epochs, args.quick)
+            report["parts"]["resnet18_fashion_mnist"] = resnet_fashion(args.quick)
         except Exception:
             import traceback
 

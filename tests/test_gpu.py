@@ -68,11 +68,21 @@ def test_copies_between_host_and_gpu_go_through_the_transfer_path():
         host + on_gpu
 
 
-def test_float16_reductions_on_the_gpu_match_numpy():
-    x = np.ones(100_000, np.float16)
-    g = kit.asarray(x, device="gpu:0")
-    assert float(g.mean()) == float(np.mean(x)) == 1.0
-    np.testing.assert_allclose(float(g.var()), float(np.var(x)))
+def test_float16_reductions_on_the_gpu_match_the_cpu_and_float64():
+    """The sweep of tests/test_ndarray.py on the GPU: float16 sum, mean, var, max and min agree
+    with the float64 answer cast to float16, and with kit on the CPU (NumPy's own float16 var of
+    100,000 ones is inf; CuPy's was NaN)."""
+    from tests.test_ndarray import float16_cases, float16_reference
+
+    for x in float16_cases():
+        for op in ("sum", "mean", "var", "max", "min"):
+            for axis in (None, 0):
+                got = getattr(kit.asarray(x, device="gpu:0"), op)(axis=axis).numpy()
+                on_cpu = getattr(kit.asarray(x, device="cpu:0"), op)(axis=axis).numpy()
+                want = float16_reference(x, op, axis)
+                assert got.dtype == np.float16, (op, axis)
+                np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=1e-3, err_msg=f"{op} {axis}")
+                np.testing.assert_allclose(got, on_cpu, rtol=2e-3, atol=1e-3, err_msg=f"{op} {axis} vs CPU")
 
 
 def test_a_host_copy_of_a_gpu_workspace_array_does_not_change_later():
@@ -132,3 +142,58 @@ def test_early_stopping_on_the_gpu_keeps_the_best_model():
     result = EarlyStoppingTrainer(cfg, net, ArrayIterator(tr, 64)).fit()
     assert result.total_epochs == 3 and result.best_model.device.kind == "gpu"
     assert result.best_model.epoch == result.best_model_epoch
+
+
+def test_copies_between_gpu_streams_wait_for_the_writer_both_ways():
+    """A logical slot's stream does not wait for the default stream: a copy queued there right
+    after a long kernel on the default stream read the memory before the kernel wrote it (a
+    worker's labels read as zeros, then NaN losses in chapter 4 on an H100). Every copy path
+    between GPU streams and to the host is swept: default -> slot, slot -> slot, slot -> host,
+    slot -> default, and a scalar read."""
+    import threading
+
+    cupy = kit.backend.cupy()
+    g = kit.Device("gpu:0")
+    slots = kit.logical_devices(2, "gpu:0")
+    a = kit.asarray(np.full((4096, 4096), 1 / 4096, np.float32), device=g)
+    for round_ in range(5):
+        big = a @ a  # ~0.1 TFLOP queued on the default stream; the copy is queued at once
+        big = big + float(round_)
+        on_slot = big.to(slots[0])
+        want = 1 / 4096 + round_
+        assert float(on_slot[4095, 4095]) == pytest.approx(want, rel=1e-5)
+        other = on_slot.to(slots[1])  # slot -> slot
+        back = other.to(g)  # slot -> default
+        np.testing.assert_allclose(back.numpy()[::512, ::512], want, rtol=1e-5)
+
+    seen = {}
+
+    def worker():
+        kit.attach_thread_to_device(slots[1])
+        try:
+            seen["stream"] = cupy.cuda.get_current_stream()
+            x = kit.asarray(np.full((4096, 4096), 1 / 4096, np.float32), device=slots[1])
+            seen["result"] = (x @ x) * 2.0  # still running on the slot's stream when handed over
+        finally:
+            kit.devices.detach_thread()
+        seen["after"] = cupy.cuda.get_current_stream()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(60)
+    assert not t.is_alive()
+    assert seen["stream"] == slots[1]._stream_for_activate()  # the attached thread launches there
+    assert seen["after"] == cupy.cuda.Stream.null
+    np.testing.assert_allclose(seen["result"].numpy()[::512, ::512], 2 / 4096, rtol=1e-5)  # slot -> host
+    assert float(seen["result"][0, 0]) == pytest.approx(2 / 4096, rel=1e-5)  # a scalar read
+
+
+def test_a_device_cache_limit_does_not_cap_what_may_be_allocated():
+    cupy = kit.backend.cupy()
+    kit.memory.set_max_device_cache(1 << 20)
+    try:
+        assert cupy.get_default_memory_pool().get_limit() == 0
+        x = kit.zeros((64 << 20,), device="gpu:0")  # 256 MiB > the 1 MiB cache limit
+        assert x.shape == (64 << 20,)
+    finally:
+        kit.memory.set_max_device_cache(0)

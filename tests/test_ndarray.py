@@ -288,4 +288,32 @@ def test_gpu_round_trip_and_ops_match_cpu():
     np.testing.assert_allclose((x @ x.T).sum(axis=1).numpy(), (a @ a.T).sum(axis=1), rtol=1e-4)
     np.testing.assert_array_equal(x.to("cpu:0").numpy(), a)
     with pytest.raises(kit.DeviceMismatchError, match="gpu:0"):
-        x + kit.array(a)
+        x + kit.array(a, device="cpu:0")  # named: under KIT_BACKEND=cupy the default device is the GPU
+
+
+def float16_cases() -> list[np.ndarray]:
+    rng = np.random.default_rng(3)
+    return [
+        np.ones((100_000, 2), np.float16),  # a float16 accumulator overflows (65504) on the way to the sum
+        (rng.standard_normal((4096, 3)) * 100 + 1000).astype(np.float16),  # large mean, small spread
+        rng.random((7, 5)).astype(np.float16),
+    ]
+
+
+def float16_reference(x: np.ndarray, op: str, axis: int | None) -> np.ndarray:
+    """The float64 answer, cast to float16 as kit's result is (inf where it does not fit)."""
+    with np.errstate(over="ignore"):
+        return getattr(np, op)(x.astype(np.float64), axis=axis).astype(np.float16).astype(np.float64)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "var", "max", "min"])
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_every_float16_reduction_agrees_with_float64(op, axis):
+    """float16 reductions accumulate in float32: NumPy's float16 var of 100,000 ones is inf."""
+    for x in float16_cases():
+        got = getattr(kit.asarray(x, device="cpu:0"), op)(axis=axis).numpy()
+        assert got.dtype == np.float16
+        np.testing.assert_allclose(got.astype(np.float64), float16_reference(x, op, axis), rtol=2e-3, atol=1e-3)
+        with kit.workspace.get_workspace_for_current_thread(name="F16_REDUCE", device="cpu:0") as _:
+            in_ws = getattr(kit.asarray(x, device="cpu:0"), op)(axis=axis).numpy()
+        np.testing.assert_array_equal(in_ws, got)

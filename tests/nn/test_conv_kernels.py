@@ -120,7 +120,7 @@ def run_layer(layer, x, eps, mode, training=True, params=None):
         y = net._forward(kit.asarray(x), mgr, training)
         y_host = y.numpy().copy()
         e = mgr.create(ArrayType.ACTIVATION_GRAD, y.shape, y.dtype, y.device)
-        e.data[...] = eps
+        e.assign(eps)  # through kit: a raw CuPy array refuses a NumPy source
         dx = net._backward(e, mgr).numpy().copy()
     grads = {name: g.numpy().copy() for name, g in layer.grads.items()}
     return y_host, grads, dx
