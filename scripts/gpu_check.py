@@ -52,7 +52,7 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
         out, code = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:
         out, code = f"{exc.stdout or ''}{exc.stderr or ''}\ntimed out after {timeout} s", 124
-    return {"returncode": code, "seconds": round(time.perf_counter() - t0, 2), "tail": out[-4000:]}
+    return {"returncode": code, "seconds": round(time.perf_counter() - t0, 2), "tail": out[-12000:]}
 
 
 def machine(env: dict[str, str]) -> dict[str, Any]:

@@ -152,6 +152,8 @@ def test_copies_between_gpu_streams_wait_for_the_writer_both_ways():
     slot -> default, and a scalar read."""
     import threading
 
+    from kit.devices import detach_thread
+
     cupy = kit.backend.cupy()
     g = kit.Device("gpu:0")
     slots = kit.logical_devices(2, "gpu:0")
@@ -175,7 +177,7 @@ def test_copies_between_gpu_streams_wait_for_the_writer_both_ways():
             x = kit.asarray(np.full((4096, 4096), 1 / 4096, np.float32), device=slots[1])
             seen["result"] = (x @ x) * 2.0  # still running on the slot's stream when handed over
         finally:
-            kit.devices.detach_thread()
+            detach_thread()
         seen["after"] = cupy.cuda.get_current_stream()
 
     t = threading.Thread(target=worker)
@@ -197,3 +199,20 @@ def test_a_device_cache_limit_does_not_cap_what_may_be_allocated():
         assert x.shape == (64 << 20,)
     finally:
         kit.memory.set_max_device_cache(0)
+
+
+def test_heap_shortcuts_on_the_gpu_count_and_match_the_general_path():
+    """Heap results that CuPy allocates itself (same-dtype operators, reductions) are counted like
+    every allocation and equal what the general path (inside a workspace) gives."""
+    rng = np.random.default_rng(1)
+    x, y = (rng.standard_normal((33, 17)).astype(np.float32) for _ in range(2))
+    a, b = kit.asarray(x, device="gpu:0"), kit.asarray(y, device="gpu:0")
+    before = kit.memory.heap_allocations("gpu:0", this_thread=True)
+    results = [a + b, b - a, a * b, a / b, a < b, a.sum(), a.mean(axis=0), a.var(axis=1), a.max(), a.min(axis=0)]
+    assert kit.memory.heap_allocations("gpu:0", this_thread=True) - before == len(results)
+    with kit.get_workspace_for_current_thread(name="GPU_SHORTCUT", device="gpu:0"):
+        general = [a + b, b - a, a * b, a / b, a < b, a.sum(), a.mean(axis=0), a.var(axis=1), a.max(), a.min(axis=0)]
+        general = [g.numpy() for g in general]
+    for got, want in zip(results, general):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
