@@ -373,8 +373,12 @@ class NDArray:
             # its var and sum, and CuPy's var, add in float16: the var of 100,000 ones came out inf
             # on the CPU and NaN on an H100, where the answer, 0, is a float16)
             out[...] = getattr(xp, op)(a.astype(np.float32), axis=axes, keepdims=keepdims)
-        else:  # CuPy, and float16 max/min (exact in any precision)
+        elif xp is np:  # float16 max/min (exact in any precision)
             getattr(xp, op)(a, axis=axes, out=out, keepdims=keepdims)
+        else:  # CuPy reduces into its pool and the result is copied into `out`: with out= a CUB
+            # reduction refused a float32 min on an H100 (CuPy 14.2 beside NumPy 2.5: "operand
+            # type(s) all returned NotImplemented ... Float32DType")
+            out[...] = getattr(a, op)(axis=axes, keepdims=keepdims)
         return _wrap(out, dev, owner)
 
     def sum(self, axis: Any = None, keepdims: bool = False) -> NDArray:

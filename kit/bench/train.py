@@ -152,6 +152,7 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
 
     # ---- ETL: a slow source, with and without prefetch --------------------------------------
     etl = _etl_rows(quick)
+    on_gpu = kit.current_device().kind == "gpu"
     return {
         "benchmark": "train",
         "device": _device_label(),
@@ -159,6 +160,15 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
         "columns": list(COLUMNS),
         "rows": [{c: r.get(c, "") for c in COLUMNS} for r in rows],
         "summary": {
+            **(
+                {
+                    "read_first": "kit ran on the GPU, while NumPy and PyTorch here run on the CPU (one thread): "
+                    "these ratios compare devices, not libraries (`kit bench d2l` compares kit and PyTorch "
+                    "on one GPU)"
+                }
+                if on_gpu
+                else {}
+            ),
             **etl,
             "pytorch": "installed" if torch_step is not None else "not installed (pip install kit[bench] to compare)",
             "mlp_threads": "kit and NumPy: 1 BLAS thread each (threadpoolctl)",
