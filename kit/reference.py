@@ -54,7 +54,16 @@ from typing import Any
 
 import kit
 
-__all__ = ["NO_RUN_YET", "Beside", "beside", "lookup", "reference_runs", "reported", "run_label"]
+__all__ = [
+    "NO_RUN_YET",
+    "Beside",
+    "beside",
+    "lookup",
+    "physical_limits_table",
+    "reference_runs",
+    "reported",
+    "run_label",
+]
 
 NO_RUN_YET = (
     "no reference run recorded yet: run scripts/gpu-check on a GPU machine and copy its report into\n"
@@ -224,3 +233,33 @@ def _chapter_figure(report: dict[str, Any], name: str) -> Any:
         if name in figures:
             return figures[name]
     return None
+
+
+def physical_limits_table(report: dict[str, Any]) -> str:
+    """A reference run's device-to-device copy and matmul figures beside the datasheet's (from the
+    report; `scripts/gpu-check` measures them with CUDA events)."""
+    p = report.get("parts", {}).get("physical_limits")
+    if not p or "d2d_copy_gb_s" not in p:
+        return f"{run_label(report)}: no physical limits measured in this run"
+    sheet = p.get("datasheet") or {}
+
+    def share(value: float, peak: float | None) -> str:
+        return f"{value / peak:.0%} of {peak:g}" if peak else "no datasheet figure"
+
+    copy, kit_copy = p["d2d_copy_gb_s"]["median"], p["kit_dup_gb_s"]["median"]
+    f32, f16 = p["matmul_float32_tflops"], p["matmul_float16_tflops"]
+    hbm = sheet.get("hbm_tb_s")
+    rows = [
+        ("device-to-device copy, GB/s (read + written)", f"{copy:.0f}", f"{kit_copy:.0f}",
+         share(copy / 1e3, hbm) + " TB/s" if hbm else share(copy, None)),
+        (f"float32 matmul {f32['size']}^3, TFLOP/s", f"{f32['cupy_median']:.1f}", f"{f32['kit_median']:.1f}",
+         share(f32["cupy_median"], sheet.get("fp32_tflops"))),
+        (f"float16 matmul {f16['size']}^3, TFLOP/s", f"{f16['cupy_median']:.1f}", f"{f16['kit_median']:.1f}",
+         share(f16["cupy_median"], sheet.get("fp16_tensor_tflops")) + " (dense tensor cores)"),
+    ]  # fmt: skip
+    head = ("", "CuPy", "kit", "raw CuPy against the datasheet" + (f" ({sheet['form']})" if sheet else ""))
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
+    at = f" (this part at commit {p['commit'][:7]})" if p.get("commit") else ""
+    lines = [f"on {run_label(report)}{at}; {p['method']}"]
+    lines += [" | ".join(v.ljust(w) for v, w in zip(r, widths)) for r in [head, *rows]]
+    return "\n".join(lines)

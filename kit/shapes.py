@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ShapeError"]
+__all__ = ["ShapeError", "accumulator"]
 
 
 class ShapeError(ValueError):
@@ -121,6 +121,15 @@ def _matmul_shape(s1: tuple, s2: tuple) -> tuple:
 
 
 _BOOL = np.dtype(bool)
+
+
+def accumulator(dtype: Any) -> Any:
+    """The dtype sums, means, variances, losses and normalisation statistics add in: float32 for
+    float16 data (as NumPy's mean and PyTorch do: a float16 sum passes 65,504 after a few thousand
+    terms), else the data's own."""
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
 _BOOL_RESULT = frozenset(
     {np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal, np.logical_and, np.logical_or}
 )

@@ -189,7 +189,7 @@ def test_averaging_costs_exactly_the_copies_it_needs(three_hosts):
         pw.fit(ArrayIterator(data, 8), epochs=1)
     stats = transfer_stats()
     params = net.num_params * 4
-    batch = 8 * 6 * 4 + 8 * 3 * 4
+    batch = 8 * 6 * 8 + 8 * 3 * 8  # float64 data travel as given, cast where they meet the network
     # per round: worker 1's batch goes to cpu:1, its parameters come to cpu:0 for the mean, the
     # mean goes back to cpu:1 (Sgd keeps no updater state to average)
     assert stats[("cpu:1", "cpu:0")] == (rounds, rounds * params)

@@ -127,3 +127,61 @@ def test_a_quantity_without_a_pick_is_found_among_the_chapters_figures(tmp_path)
     table = reference.beside({"BATCHED / SEQUENTIAL": 3.0, "other": 1.0}, directory=tmp_path, device="cpu:0")
     assert table.rows == [["BATCHED / SEQUENTIAL", 3.0, 6.5], ["other", 1.0, None]]
     assert reference.reported()["BATCHED / SEQUENTIAL"] == 3.0
+
+
+def _shipped_runs_with(part: str) -> list[dict]:
+    runs = [r for r in reference.reference_runs() if part in r.get("parts", {})]
+    assert runs, f"no shipped reference run has a {part!r} part"
+    return runs
+
+
+def test_the_d2l_table_says_what_its_report_measured():
+    """Every number and direction in the d2l sentences comes from the report (chapter 4 prints them)."""
+    from kit.bench.d2l import ACCURACY_GOAL, EPOCH_RATIO_GOAL, d2l_table
+
+    for run in _shipped_runs_with("d2l"):
+        d, text = run["parts"]["d2l"], d2l_table(run)
+        assert reference.run_label(run) in text
+        acc = d["kit"]["test_accuracy"]
+        assert f"{acc:.4f}, {'reaches' if acc >= ACCURACY_GOAL else 'falls short of'} d2l's" in text
+        for key in ("pytorch", "pytorch_fp32"):
+            assert f"{d[key]['median_epoch_seconds']:.2f}" in text and f"{d[key]['test_accuracy']:.4f}" in text
+        r = d["pytorch"]["kit_over_this_epoch_ratio"]
+        assert f"{r:.2f} x PyTorch's" in text
+        assert f"goal <= {EPOCH_RATIO_GOAL} x: {'met' if r <= EPOCH_RATIO_GOAL else 'NOT met'})" in text
+        assert f"ratio is {d['pytorch_fp32']['kit_over_this_epoch_ratio']:.2f} x" in text
+        # the median the table prints is the median of the epochs the report holds
+        epochs = sorted(d["kit"]["epoch_seconds"])
+        mid = (epochs[len(epochs) // 2] + epochs[(len(epochs) - 1) // 2]) / 2
+        assert abs(d["kit"]["median_epoch_seconds"] - mid) < 1e-3
+        if run["machine"].get("gpu_count", 1) == 1:
+            assert "there is no 2-GPU row" in text and "logical slots of the one GPU" in text
+
+
+def test_the_d2l_table_turns_with_the_numbers(tmp_path):
+    """The same sentences with the goals met, and a run without the part says so."""
+    from kit.bench.d2l import d2l_table
+
+    run = json.loads(json.dumps(_shipped_runs_with("d2l")[0]))
+    d = run["parts"]["d2l"]
+    d["kit"]["test_accuracy"] = 0.9312
+    d["pytorch"]["kit_over_this_epoch_ratio"] = 1.2
+    text = d2l_table(run)
+    assert "0.9312, reaches d2l's 0.91" in text and "1.20 x PyTorch's" in text and "x: met)" in text
+    run["machine"]["gpu_count"] = 2
+    assert "no 2-GPU row" not in d2l_table(run)
+    del run["parts"]["d2l"]
+    assert d2l_table(run).endswith("no d2l table in this run")
+
+
+def test_the_physical_limits_table_puts_the_measured_beside_the_datasheet():
+    for run in _shipped_runs_with("physical_limits"):
+        p, text = run["parts"]["physical_limits"], reference.physical_limits_table(run)
+        sheet = p["datasheet"]
+        assert f"{p['d2d_copy_gb_s']['median']:.0f}" in text
+        assert f"{p['d2d_copy_gb_s']['median'] / 1e3 / sheet['hbm_tb_s']:.0%} of {sheet['hbm_tb_s']:g} TB/s" in text
+        for dtype, peak in (("float32", "fp32_tflops"), ("float16", "fp16_tensor_tflops")):
+            m = p[f"matmul_{dtype}_tflops"]
+            assert f"{m['cupy_median']:.1f}" in text and f"{m['kit_median']:.1f}" in text
+            assert f"{m['cupy_median'] / sheet[peak]:.0%} of {sheet[peak]:g}" in text
+        assert p["commit"][:7] in text  # the part's own commit, where it differs from the run's

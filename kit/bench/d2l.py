@@ -23,8 +23,11 @@ import numpy as np
 
 import kit
 from kit.bench.common import _device_label
+from kit.data import ArrayIterator, DataNotFoundError, load_fashion_mnist
+from kit.nn import Sgd, resnet18
+from kit.reference import run_label
 
-__all__ = ["bench_d2l", "torch_resnet18"]
+__all__ = ["bench_d2l", "d2l_table", "torch_resnet18"]
 
 EPOCH_RATIO_GOAL = 1.5  # the issue's goal: kit's epoch time at most 1.5 x PyTorch's on the same device
 ACCURACY_GOAL = 0.91  # d2l reports about 0.91-0.92 after 10 epochs
@@ -129,9 +132,6 @@ def bench_d2l(
 ) -> dict[str, Any]:
     """kit's ResNet-18 and PyTorch's, trained in turn epoch by epoch on the current device;
     `limit` keeps the first N examples of each split (quick: 2,048)."""
-    from kit.data import ArrayIterator, DataNotFoundError, load_fashion_mnist
-    from kit.nn import Sgd, resnet18
-
     epochs = (1 if quick else 10) if epochs is None else epochs
     try:
         train, test = load_fashion_mnist(limit=limit if limit is not None else (2048 if quick else None))
@@ -217,3 +217,69 @@ def bench_d2l(
         )
     result["summary"] = summary
     return result
+
+
+def _gb(n: Any) -> str:
+    return f"{n / 1e9:.1f} GB" if isinstance(n, (int, float)) else "—"
+
+
+def d2l_table(report: dict[str, Any]) -> str:
+    """The d2l table of one reference run (`kit/data/reference_runs/*.json`), with the sentences
+    that read it, every number taken from the report."""
+    d = report.get("parts", {}).get("d2l")
+    if not d or "kit" not in d:
+        return f"{run_label(report)}: no d2l table in this run"
+    rows = [("kit (CuPy; float32 matmuls)", d["kit"], _gb(d["kit"].get("device_pool_bytes")) + " held by CuPy's pool")]
+    for key, label in (("pytorch", "TF32 convolutions, its default"), ("pytorch_fp32", "float32 convolutions")):
+        if key in d:
+            side = d[key]
+            version = side["version"].split("+")[0]
+            rows.append(
+                (f"PyTorch {version} ({label})", side, _gb(side.get("peak_allocated_bytes")) + " peak allocated")
+            )
+    head = ("", "epoch, median s", "test accuracy", "GPU memory")
+    cells = [(n, f"{s['median_epoch_seconds']:.2f}", f"{s['test_accuracy']:.4f}", m) for n, s, m in rows]
+    widths = [max(len(r[i]) for r in [head, *cells]) for i in range(4)]
+    lines = [f"{d['setup']}", f"on {run_label(report)}", ""]
+    lines += [" | ".join(v.ljust(w) for v, w in zip(r, widths)) for r in [head, *cells]]
+    lines.append("-" * len(lines[-1]))
+    acc = d["kit"]["test_accuracy"]
+    reach = "reaches" if acc >= ACCURACY_GOAL else "falls short of"
+    text = [f"kit's test accuracy after the last epoch, {acc:.4f}, {reach} d2l's {ACCURACY_GOAL}."]
+    if "pytorch" in d:
+        p = d["pytorch"]
+        r = p["kit_over_this_epoch_ratio"]
+        met = "met" if r <= EPOCH_RATIO_GOAL else "NOT met"
+        text.append(
+            f"PyTorch reached {p['test_accuracy']:.4f} on the same data. kit's epoch took {r:.2f} x PyTorch's with "
+            f"PyTorch's defaults (epochs 2 on; spread {p['ratio_min_max'][0]:.2f}-{p['ratio_min_max'][1]:.2f} x; "
+            f"goal <= {EPOCH_RATIO_GOAL} x: {met})."
+        )
+    if "pytorch_fp32" in d:
+        r32 = d["pytorch_fp32"]["kit_over_this_epoch_ratio"]
+        text.append(
+            f"With float32 convolutions in PyTorch too the ratio is {r32:.2f} x: the gap between PyTorch's two rows "
+            "is what TF32 on the tensor cores buys it here, and kit's CuPy matmuls run in float32."
+        )
+    text += _several_device_rows(report)
+    return "\n".join(lines + text)
+
+
+def _several_device_rows(report: dict[str, Any]) -> list[str]:
+    """The rows for more than one device, from the run's `kit bench parallel`, labelled for what they are."""
+    par = report.get("parts", {}).get("benchmarks", {}).get("parallel", {}).get("result")
+    if not par:
+        return []
+    rows = {r["case"]: r for r in par["rows"]}
+    two = next((r for c, r in rows.items() if c.endswith(", 2 workers")), None)
+    host = next((r for c, r in rows.items() if c.endswith(", 2 simulated host devices")), None)
+    gpus = report.get("machine", {}).get("gpu_count", 1)
+    if gpus > 1 or two is None or host is None:
+        return []
+    mode = "quick mode, " if report["parts"]["benchmarks"]["parallel"].get("quick") else ""
+    return [
+        f"This run had {gpus} GPU, so there is no 2-GPU row: the several-device figures are `kit bench parallel`'s "
+        f"({mode}an MLP, not this ResNet): 2 workers on two logical slots of the one GPU ran at "
+        f"{two['speedup_vs_1']:.2f} x one worker's samples/s, and 2 simulated host devices (the CPU) at "
+        f"{host['speedup_vs_1']:.2f} x."
+    ]

@@ -42,7 +42,8 @@ class DataSet:
         dev = as_device(device) if device is not None else getattr(features, "device", None)
         dev = dev if dev is not None and not isinstance(dev, str) else as_device(None)
         self.features = _as_features(features, dev)
-        self.labels = _as_labels(labels, self.features.shape[0], num_classes, dev)
+        # the labels take the features' dtype: one data set, one dtype (a float16 network gets float16 both)
+        self.labels = _as_labels(labels, self.features.shape[0], num_classes, dev, self.features.dtype)
 
     @property
     def num_examples(self) -> int:
@@ -105,10 +106,13 @@ def _as_features(x: Any, dev: Any) -> NDArray:
         raise TypeError(f"features must be numbers, got dtype {arr.dtype}")
     if arr.ndim < 2:
         raise ValueError(f"features need a batch axis: shape (N, ...), got {arr.shape}")
-    return asarray(arr.astype(backend.get_default_dtype(), copy=False), device=dev)
+    # floating data keeps the dtype it was given (a float16 network trains on float16 data);
+    # whole numbers and booleans become the default floating dtype
+    dtype = arr.dtype if arr.dtype.kind == "f" else backend.get_default_dtype()
+    return asarray(arr.astype(dtype, copy=False), device=dev)
 
 
-def _as_labels(y: Any, n: int, num_classes: int | None, dev: Any) -> NDArray:
+def _as_labels(y: Any, n: int, num_classes: int | None, dev: Any, dtype: Any = None) -> NDArray:
     """One rule, decided by shape alone: (N,) are class indices (whole numbers, made one-hot);
     (N, C) are rows used as they are (one-hot or probabilities for a classifier, targets for
     a regression; a (N, 1) column is one target per example, whatever its dtype)."""
@@ -138,7 +142,8 @@ def _as_labels(y: Any, n: int, num_classes: int | None, dev: Any) -> NDArray:
                 f"label {int(raw[i])} at index {i} is out of range for {num_classes} classes "
                 f"(valid: 0..{num_classes - 1}); {bad.size} label(s) out of range in all"
             )
-        onehot = np.zeros((n, num_classes), dtype=backend.get_default_dtype())
+        dtype = backend.get_default_dtype() if dtype is None else dtype
+        onehot = np.zeros((n, num_classes), dtype=dtype)
         onehot[np.arange(n), raw] = 1
         return asarray(onehot, device=dev)
     if raw.ndim != 2:
@@ -148,7 +153,8 @@ def _as_labels(y: Any, n: int, num_classes: int | None, dev: Any) -> NDArray:
     if not np.all(np.isfinite(raw)):
         i = int(np.argwhere(~np.isfinite(raw))[0][0])
         raise ValueError(f"labels contain NaN or infinity (first at row {i})")
-    return asarray(raw.astype(backend.get_default_dtype(), copy=False), device=dev)
+    dtype = backend.get_default_dtype() if dtype is None else dtype
+    return asarray(raw.astype(dtype, copy=False), device=dev)
 
 
 class DataSetIterator:

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
+
 from kit.ndarray import NDArray
 from kit.nn.im2col import col2im_add, im2col_into, out_size, pad_into
 from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ParamSpec, ReLU, call_backward, call_forward, relu_grad_into
 from kit.nn.pooling import AvgPool2D, GlobalAvgPool, MaxPool2D
 from kit.nn.workspace_mgr import LayerWorkspaceMgr
+from kit.shapes import accumulator
 
 __all__ = ["AvgPool2D", "BatchNorm", "Conv2D", "GlobalAvgPool", "MaxPool2D", "Residual"]
 
@@ -215,15 +218,24 @@ class Conv2D(Layer):
 
 def _channel_sums(a: Any, out: Any, mgr: LayerWorkspaceMgr, kind: Any, device: Any, squares: bool = False) -> None:
     """out (C,) = the sum of a (B, C[, H, W]) over everything but the channel axis (of a*a
-    with squares=True). For images: one matrix-vector product per channel row, which runs
-    at memory speed, where a reduction over the axes (0, 2, 3) does not."""
+    with squares=True), added in `out`'s dtype (float32 for float16 data: a float16 sum of
+    squares overflowed and BatchNorm's variance became inf). For images: one matrix-vector
+    product per channel row, which runs at memory speed, where a reduction over the axes
+    (0, 2, 3) does not."""
     xp = device.xp
+    if a.dtype != out.dtype:  # float16 data, float32 statistics: work on a float32 copy
+        wide = mgr.create(kind, a.shape, out.dtype, device).data
+        xp.copyto(wide, a)
+        a = wide
     if a.ndim == 2:
         if squares:
             sq = mgr.create(kind, a.shape, a.dtype, device).data
             xp.multiply(a, a, out=sq)
             a = sq
-        xp.sum(a, axis=0, out=out)
+        if xp is np:
+            xp.sum(a, axis=0, out=out)
+        else:  # CuPy: reduce into its pool, then copy (see NDArray._reduce)
+            out[...] = a.sum(axis=0)
         return
     b, c = a.shape[:2]
     rows = a.reshape(b * c, -1)  # (B*C, H*W)
@@ -234,7 +246,10 @@ def _channel_sums(a: Any, out: Any, mgr: LayerWorkspaceMgr, kind: Any, device: A
         ones = mgr.create(kind, (rows.shape[1],), a.dtype, device).data
         ones.fill(1)
         xp.matmul(rows, ones, out=per_row)
-    xp.sum(per_row.reshape(b, c), axis=0, out=out)
+    if xp is np:
+        xp.sum(per_row.reshape(b, c), axis=0, out=out)
+    else:
+        out[...] = per_row.reshape(b, c).sum(axis=0)
 
 
 class BatchNorm(Layer):
@@ -275,17 +290,23 @@ class BatchNorm(Layer):
         c = view[1]
         n = d.size // c
         self._training = training
-        stat = mgr.create(ACT, (2, c), d.dtype, dev).data  # [mean, 1/std] kept for backward
+        acc = accumulator(d.dtype)  # statistics of float16 data in float32
+        stat = mgr.create(ACT, (2, c), acc, dev).data  # [mean, 1/std] kept for backward
         mean, inv_std = stat[0], stat[1]
         xhat = mgr.create(ACT, d.shape, d.dtype, dev).data
         if training:
             _channel_sums(d, mean, mgr, FF, dev)
             mean *= 1.0 / n
             xp.subtract(d, mean.reshape(view), out=xhat)
-            var = mgr.create(FF, (c,), d.dtype, dev).data
-            _channel_sums(xhat, var, mgr, FF, dev, squares=True)
+            var = mgr.create(FF, (c,), acc, dev).data
+            if acc == d.dtype:
+                _channel_sums(xhat, var, mgr, FF, dev, squares=True)
+            else:  # the centred data in float32, so its squares neither overflow nor lose the small ones
+                centred = mgr.create(FF, d.shape, acc, dev).data
+                xp.subtract(d, mean.reshape(view), out=centred)
+                _channel_sums(centred, var, mgr, FF, dev, squares=True)
             var *= 1.0 / n  # biased batch variance, no hidden temporaries
-            tmp = mgr.create(FF, (c,), d.dtype, dev).data
+            tmp = mgr.create(FF, (c,), acc, dev).data
             for running, batch in ((self.params["mean"].data, mean), (self.params["var"].data, var)):
                 running *= self.decay
                 xp.multiply(batch, 1 - self.decay, out=tmp)

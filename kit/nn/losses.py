@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from kit.ndarray import NDArray
 from kit.nn.layers import softmax_into
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
+from kit.shapes import accumulator
 
 __all__ = ["MSE", "Loss", "SoftmaxCrossEntropy", "loss_from_config"]
 
@@ -66,7 +67,7 @@ class SoftmaxCrossEntropy(Loss):
         xp.log(row, out=row)
         logp -= row
         logp *= t
-        loss = -float(logp.sum()) / b
+        loss = -float(logp.sum(dtype=accumulator(logp.dtype))) / b
         p -= t
         p *= 1.0 / b  # d loss / d logits = (softmax - labels) / B
         return loss, grad
@@ -81,9 +82,9 @@ class MSE(Loss):
         xp, dev, y, t = out.device.xp, out.device, out.data, labels.data
         g = mgr.create(ArrayType.ACTIVATION_GRAD, y.shape, y.dtype, dev)
         xp.subtract(y, t, out=g.data)
-        sq = mgr.create(ArrayType.BP_WORKING_MEM, y.shape, y.dtype, dev).data
-        xp.multiply(g.data, g.data, out=sq)
-        total = mgr.create(ArrayType.BP_WORKING_MEM, (), y.dtype, dev).data
-        xp.sum(sq, out=total)
+        acc = accumulator(y.dtype)  # squares of float16 differences above 255 overflow float16
+        sq = mgr.create(ArrayType.BP_WORKING_MEM, y.shape, acc, dev).data
+        xp.multiply(g.data, g.data, out=sq, dtype=acc)
+        total = float(sq.sum())
         g.data *= 2.0 / y.size
-        return float(total) / y.size, g
+        return total / y.size, g

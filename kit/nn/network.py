@@ -54,6 +54,7 @@ from kit.nn.persistence import ModelFileError, read_model, write_model
 from kit.nn.plan import InferencePlan
 from kit.nn.updaters import Adam, Updater, state_dtype, updater_from_config
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
+from kit.shapes import accumulator
 from kit.workspace import scope_out_of_workspaces
 
 __all__ = ["ModelFileError", "Network"]
@@ -177,10 +178,14 @@ class Network:
                 f"features are on {x.device} but the network is on {self.device}; use .to({self.device.name!r})"
             )
         if x.dtype != self.dtype:
-            raise TypeError(
-                f"features have dtype {x.dtype} but the network computes in {self.dtype}; "
-                f"convert with .astype('{self.dtype}')"
-            )
+            if x.dtype.kind != "f":
+                raise TypeError(
+                    f"features have dtype {x.dtype} but the network computes in {self.dtype}; "
+                    f"convert with .astype('{self.dtype}')"
+                )
+            # data keeps the dtype it was given and is cast where it meets the network, to the
+            # network's dtype (DL4J does the same), never to a process-wide default
+            x = x.astype(self.dtype)
         if x.shape[1:] != self.input_shape:
             raise ValueError(
                 f"features of shape {x.shape} do not fit the first layer, which expects "
@@ -192,7 +197,8 @@ class Network:
         raw = x.data  # one pass; only a non-finite sum triggers the search below
         # (np.dot(flat, flat) would be 3x faster, but a BLAS call here on every step starves other
         # threads of this process: save() from another thread took seconds instead of milliseconds)
-        total = float(np.add.reduce(raw, axis=None) if x.device.kind == "cpu" else raw.sum())
+        acc = accumulator(raw.dtype)  # float16 data summed in float32: a finite batch must not sum to inf
+        total = float(np.add.reduce(raw, axis=None, dtype=acc) if x.device.kind == "cpu" else raw.sum(dtype=acc))
         if math.isfinite(total):
             return
         host = x.numpy()
@@ -208,8 +214,8 @@ class Network:
                 f"labels of shape {y.shape} do not match the network's output {expected}: "
                 f"{self.output_shape[0]} classes/outputs per example"
             )
-        if y.dtype != self.dtype:
-            raise TypeError(f"labels have dtype {y.dtype} but the network computes in {self.dtype}")
+        if y.dtype != self.dtype:  # cast where the data meets the network, as the features are
+            y = y.astype(self.dtype)
         if self.loss.classification:
             _check_label_rows(y)
         return y
@@ -351,6 +357,8 @@ class Network:
         with self._lock, scope_out_of_workspaces():
             mgr = self._infer_mgr
             for ds in batches:
+                if ds.num_examples == 0:  # an empty batch adds nothing to a mean (it divided by zero)
+                    continue
                 x = self._features(ds.features)
                 y = self._labels(ds.labels, x.shape[0])
                 with mgr.iteration():
@@ -360,7 +368,7 @@ class Network:
                 total += value * x.shape[0]
                 count += x.shape[0]
         if count == 0:
-            raise ValueError("score: no examples")
+            raise ValueError("score: no examples (every batch was empty); give a DataSet with at least one row")
         return total / count
 
     def evaluate(self, data: Iterable[DataSet]) -> Any:

@@ -50,6 +50,11 @@ def write_model(path: str | os.PathLike, config: dict[str, Any], arrays: dict[st
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"save({path!r}): the directory {folder!r} does not exist; create it first")
+    if os.path.isdir(path):  # before anything is written: the error names the target, not a temporary file
+        raise IsADirectoryError(
+            f"save({path!r}): that path is a directory; give a file name inside it, e.g. "
+            f"{os.path.join(path, 'model.npz')!r}"
+        )
     digests = {k: _digest(v) for k, v in arrays.items()}
     meta = {
         "config": config,

@@ -21,7 +21,8 @@ def small(n=100, features=4, classes=3, seed=0):
 def test_dataset_one_hot_and_checks():
     ds = DataSet(np.zeros((3, 2)), [2, 0, 1], num_classes=3)
     assert ds.labels.numpy().tolist() == [[0, 0, 1], [1, 0, 0], [0, 1, 0]]
-    assert ds.features.dtype == np.float32 and ds.num_classes == 3
+    assert ds.features.dtype == np.float64 and ds.num_classes == 3  # floating data keep their dtype
+    assert ds.labels.dtype == np.float64  # and the labels follow the features
     with pytest.raises(ValueError, match="3 feature rows but 2 labels"):
         DataSet(np.zeros((3, 2)), [0, 1])
     with pytest.raises(ValueError, match=r"label -1 at index 0 is out of range"):

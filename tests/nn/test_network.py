@@ -178,8 +178,12 @@ def test_bad_input_gets_clear_errors(digits):
     bad[2, 5] = np.nan
     with pytest.raises(ValueError, match=r"features contain NaN or infinity \(1 values; first at index \[2, 5\]\)"):
         net.fit(DataSet(bad, [0, 1, 2, 3], num_classes=10))
-    with pytest.raises(TypeError, match="features have dtype float64 but the network computes in float32"):
-        net.output(kit.zeros((2, 64), dtype="float64"))
+    # floating data of another dtype is cast where it meets the network (issue 21, item 16)
+    np.testing.assert_array_equal(
+        net.output(kit.zeros((2, 64), dtype="float64")).numpy(), net.output(kit.zeros((2, 64))).numpy()
+    )
+    with pytest.raises(TypeError, match=r"features must be floating point, got dtype int64"):
+        DataSet(kit.zeros((2, 64), dtype="int64"), [0, 1], num_classes=10)
     with pytest.raises(ValueError, match=r"labels of shape \(2, 3\) do not match the network's output \(2, 10\)"):
         net.fit(DataSet(np.zeros((2, 64)), [0, 2], num_classes=3))
     with pytest.raises(ValueError, match="Dense needs flat inputs"):
@@ -258,3 +262,16 @@ def test_half_precision_networks_train_with_every_updater_and_keep_float32_state
             assert all(s.dtype == np.float32 for s in net.updater_state.values())
     finally:
         kit.backend.set_default_dtype(previous)
+
+
+def test_score_skips_empty_batches_and_says_when_there_is_nothing():
+    """score() on a data set whose first or only batch was empty divided by zero (issue 21, item 18)."""
+    net = mlp(3, hidden=(4,), n_out=2)
+    empty = DataSet(np.zeros((0, 3), np.float32), np.zeros((0,), np.int64), num_classes=2)
+    full = DataSet(np.ones((4, 3), np.float32), [0, 1, 0, 1], num_classes=2)
+    assert net.score([empty, full]) == net.score(full) == net.score([full, empty])
+    with pytest.raises(ValueError, match=r"score: no examples \(every batch was empty\)"):
+        net.score(empty)
+    with pytest.raises(ValueError, match="score: no examples"):
+        net.score([empty, empty])
+    assert net.evaluate([empty, full]).accuracy() == net.evaluate([full]).accuracy()

@@ -126,6 +126,22 @@ def test_save_into_a_missing_directory_names_the_directory(tmp_path):
     assert ".tmp-" not in str(info.value)
 
 
+def test_save_onto_a_directory_names_the_target_and_its_remedy_runs(tmp_path):
+    """It named the temporary file (issue 21, item 19); the remedy it prints is a path that saves."""
+    import re
+
+    target = tmp_path / "models"
+    target.mkdir()
+    with pytest.raises(IsADirectoryError, match="that path is a directory") as info:
+        small_net().save(target)
+    message = str(info.value)
+    assert ".tmp-" not in message and str(target) in message
+    assert list(target.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["models"]
+    suggested = re.search(r"e\.g\. '([^']+)'", message).group(1)
+    small_net().save(suggested)
+    assert Network.load(suggested).num_params == small_net().num_params
+
+
 def test_every_file_saved_during_training_loads(tmp_path):
     rng = np.random.default_rng(0)
     ds = DataSet(rng.random((256, 6)), rng.integers(0, 3, 256), num_classes=3)
