@@ -78,22 +78,10 @@ def _wrap(data: Any, device: AnyDevice, owner: Any) -> NDArray:
 
 
 def _heap_result(out: Any, dev: AnyDevice) -> NDArray:
-    """Wrap an array NumPy allocated itself for a heap result, counted as `allocate` counts."""
-    if out.__class__ is not _NDARRAY:  # a ufunc over 0-d operands returns a NumPy scalar
+    """Wrap an array NumPy (or CuPy, from its pool) allocated itself for a heap result, counted as
+    `allocate` counts."""
+    if out.__class__ is not _NDARRAY and dev.kind == "cpu":  # a ufunc over 0-d operands returns a NumPy scalar
         out = np.asarray(out)
-    c = (_counters.counts or _thread_counters())[dev.physical]
-    c[0] += 1
-    c[1] += out.nbytes
-    arr = object.__new__(NDArray)
-    arr._data = out
-    arr._device = dev
-    arr._owner = None
-    arr._gen = 0
-    return arr
-
-
-def _gpu_heap_result(out: Any, dev: AnyDevice) -> NDArray:
-    """Wrap an array CuPy allocated itself (from its pool) for a heap result, counted as `allocate` counts."""
     c = (_counters.counts or _thread_counters())[dev.physical]
     c[0] += 1
     c[1] += out.nbytes
@@ -354,7 +342,7 @@ class NDArray:
             r = getattr(a, op)(axis=axes, keepdims=keepdims)
             if r.dtype != out_dtype:
                 r = r.astype(out_dtype)
-            return _gpu_heap_result(r, dev)
+            return _heap_result(r, dev)
         out, owner = allocate(shape, out_dtype, dev)
         xp = dev.xp
         if xp is np and a.dtype != _HALF:  # ufunc.reduce: numpy's fast path, no wrapper layers
@@ -724,7 +712,7 @@ def _binary_method(ufunc: np.ufunc, name: str, reflected: bool) -> Any:
                 out = f(other._data, self._data) if reflected else f(self._data, other._data)
             except (ValueError, TypeError):
                 return self._binary(other, ufunc, name, reflected)
-            return _gpu_heap_result(out, dev)
+            return _heap_result(out, dev)
         return self._binary(other, ufunc, name, reflected)
 
     return method

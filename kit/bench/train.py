@@ -28,6 +28,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 import kit
 from kit import measure
 from kit.bench.common import _device_label, _time
+from kit.bench.d2l import torch_resnet18
 from kit.bench.kernels import kernel_rows
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
 from kit.nn import Conv2D, Network, Sgd, WorkspaceMode, lenet, mlp, resnet18
@@ -289,24 +290,7 @@ def _torch_conv_steps(lenet_batch: int, resnet_batch: int) -> dict[str, Callable
     loss_fn = nn.CrossEntropyLoss()
     lx, ly = torch.rand(lenet_batch, 1, 28, 28), torch.randint(0, 10, (lenet_batch,))
 
-    class Residual(nn.Module):
-        def __init__(self, cin: int, cout: int, use_1x1conv: bool = False, stride: int = 1) -> None:
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, padding=1, stride=stride)
-            self.conv2 = nn.Conv2d(cout, cout, 3, padding=1)
-            self.conv3 = nn.Conv2d(cin, cout, 1, stride=stride) if use_1x1conv else None
-            self.bn1, self.bn2 = nn.BatchNorm2d(cout), nn.BatchNorm2d(cout)
-
-        def forward(self, x: Any) -> Any:
-            y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
-            return torch.relu(y + (self.conv3(x) if self.conv3 is not None else x))
-
-    blocks: list[Any] = [nn.Conv2d(1, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU()]
-    cin = 64
-    for i, c in enumerate((64, 128, 256, 512)):
-        blocks += [Residual(cin, c, use_1x1conv=i > 0, stride=1 if i == 0 else 2), Residual(c, c)]
-        cin = c
-    res = nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 10))
+    res = torch_resnet18()  # d2l's ResNet-18, the architecture of kit's zoo.resnet18
     rx, ry = torch.rand(resnet_batch, 1, 28, 28), torch.randint(0, 10, (resnet_batch,))
 
     def lenet_step() -> None:
