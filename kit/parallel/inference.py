@@ -409,6 +409,12 @@ class _Engine:
                 n = r.features.shape[0]
                 parts.append(out[start] if r.single else out[start : start + n])
                 start += n
+            # counted before any caller is released: a caller that has its answer finds it counted
+            # (counted after, a test read 160 of 192 under load)
+            with self.lock:
+                self.batches_run += 1
+                self.requests_served += len(group)
+                self.batch_sizes.append(len(group))
             loops: dict[asyncio.AbstractEventLoop, list[_Settled]] | None = None
             for r, part in zip(group, parts):
                 if r.loop is None:
@@ -422,10 +428,6 @@ class _Engine:
                     _settle_in_loop(loop, answers)
                     for r, part, _ in answers:
                         r.result = part  # on its way: not to be answered again below
-            with self.lock:
-                self.batches_run += 1
-                self.requests_served += len(group)
-                self.batch_sizes.append(len(group))
         except BaseException as exc:  # never leave a caller waiting, whatever happened
             error = exc
             if not isinstance(exc, Exception):  # SystemExit, KeyboardInterrupt: this thread's, not the callers'
