@@ -37,12 +37,14 @@ __all__ = [
     "choose",
     "cupy",
     "get_default_dtype",
+    "get_matmul_precision",
     "gpu_status",
     "is_cupy_array",
     "name",
     "nvml",
     "resolve_dtype",
     "set_default_dtype",
+    "set_matmul_precision",
     "supported_dtypes",
     "sync",
 ]
@@ -143,6 +145,8 @@ def current() -> BackendChoice:
         with _lock:
             if _choice is None:
                 _choice = choose()
+                if _choice.name == "cupy" and get_matmul_precision() == "high":
+                    _apply_matmul_precision()
     return _choice
 
 
@@ -235,6 +239,56 @@ def set_default_dtype(dtype: object) -> np.dtype:
     previous = get_default_dtype()
     _default_dtype = resolve_dtype(dtype, floating_only=True)
     return previous
+
+
+MATMUL_PRECISIONS = {
+    "highest": "float32 products and sums (CuPy's and NumPy's default)",
+    "high": "TF32 on a GPU's tensor cores (10-bit mantissa inputs, float32 sums); PyTorch's default for convolutions",
+}
+_matmul_precision: str | None = None
+
+
+def get_matmul_precision() -> str:
+    """How float32 matrix products run on a GPU: 'highest' (float32) or 'high' (TF32)."""
+    global _matmul_precision
+    if _matmul_precision is None:
+        env = os.environ.get("KIT_MATMUL_PRECISION")
+        if env is None:  # CuPy's own switch, when set, is what runs: say so
+            env = "high" if os.environ.get("CUPY_TF32", "0").strip() not in ("", "0") else "highest"
+            _matmul_precision = env
+        else:
+            _matmul_precision = _check_precision(env, f"KIT_MATMUL_PRECISION={env!r}")
+    return _matmul_precision
+
+
+def _check_precision(value: object, where: str) -> str:
+    if value not in MATMUL_PRECISIONS:
+        raise ValueError(
+            f"{where}: the float32 matrix-product precision is one of {sorted(MATMUL_PRECISIONS)} "
+            "('highest': float32; 'high': TF32 on tensor cores), e.g. kit.backend.set_matmul_precision('high')"
+        )
+    return str(value)
+
+
+def set_matmul_precision(precision: str) -> str:
+    """Set how float32 matrix products (and so kit's convolutions, which are matrix products)
+    run on a GPU; returns the previous setting. 'high' lets cuBLAS use TF32 on tensor cores
+    (Ampere and later), as PyTorch does for convolutions by default; 'highest' keeps float32.
+    NumPy has no TF32: on the CPU the setting is kept and changes nothing. CuPy's batched
+    products (3-D and more) stay float32 either way."""
+    global _matmul_precision
+    previous = get_matmul_precision()
+    _matmul_precision = _check_precision(precision, f"set_matmul_precision({precision!r})")
+    if name() == "cupy":
+        _apply_matmul_precision()
+    return previous
+
+
+def _apply_matmul_precision() -> None:
+    from cupy._core import _routines_linalg as linalg  # CuPy's own switch (what CUPY_TF32=1 sets)
+
+    high = get_matmul_precision() == "high"
+    linalg.set_compute_type(np.float32, linalg.COMPUTE_TYPE_TF32 if high else linalg.COMPUTE_TYPE_DEFAULT)
 
 
 def sync() -> None:

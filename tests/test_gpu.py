@@ -216,3 +216,42 @@ def test_heap_shortcuts_on_the_gpu_count_and_match_the_general_path():
     for got, want in zip(results, general):
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_matmul_precision_high_uses_tf32_and_highest_restores_float32():
+    """TF32 keeps 10 mantissa bits: 1 + 2**-12 rounds to 1 in the inputs, so a 1024-term dot
+    product of those values gives exactly 1024 with 'high' and about 1024.25 with 'highest'."""
+    a = kit.full((256, 1024), 1 + 2.0**-12, device="gpu:0")
+    b = kit.ones((1024, 256), device="gpu:0")
+    previous = kit.backend.set_matmul_precision("high")
+    try:
+        fast = float((a @ b).numpy()[0, 0])
+    finally:
+        kit.backend.set_matmul_precision(previous)
+    assert kit.backend.get_matmul_precision() == previous == "highest"
+    full = float((a @ b).numpy()[0, 0])
+    assert fast == 1024.0
+    assert full == pytest.approx(1024 * (1 + 2.0**-12), rel=1e-6)
+
+
+def test_a_resnet_step_in_tf32_stays_close_to_float32():
+    """kit's convolutions are matmuls: with 'high' a ResNet-18 step's loss stays within TF32's
+    precision of the float32 one, and the parameters move by about the same amounts."""
+    from kit.nn import Sgd, resnet18
+
+    rng = np.random.default_rng(0)
+    x = rng.random((32, 1, 28, 28), dtype=np.float32)
+    y = rng.integers(0, 10, 32)
+    out = {}
+    for precision in ("highest", "high"):
+        net = resnet18(device="gpu:0", updater=Sgd(0.1), seed=0)
+        before = net.params().numpy()
+        previous = kit.backend.set_matmul_precision(precision)
+        try:
+            score = net.fit_batch(DataSet(x, y, num_classes=10, device="gpu:0"))
+        finally:
+            kit.backend.set_matmul_precision(previous)
+        out[precision] = score, net.params().numpy() - before
+    assert out["high"][0] == pytest.approx(out["highest"][0], rel=1e-2)
+    moved_32, moved_tf = out["highest"][1], out["high"][1]
+    assert np.linalg.norm(moved_tf - moved_32) < 0.05 * np.linalg.norm(moved_32)

@@ -142,14 +142,18 @@ def test_the_d2l_table_says_what_its_report_measured():
     for run in _shipped_runs_with("d2l"):
         d, text = run["parts"]["d2l"], d2l_table(run)
         assert reference.run_label(run) in text
-        acc = d["kit"]["test_accuracy"]
-        assert f"{acc:.4f}, {'reaches' if acc >= ACCURACY_GOAL else 'falls short of'} d2l's" in text
+        for key in ("kit", "kit_tf32"):
+            if key in d:
+                acc = d[key]["test_accuracy"]
+                assert f"{acc:.4f}, {'reaches' if acc >= ACCURACY_GOAL else 'falls short of'} d2l's" in text
         for key in ("pytorch", "pytorch_fp32"):
             assert f"{d[key]['median_epoch_seconds']:.2f}" in text and f"{d[key]['test_accuracy']:.4f}" in text
+            r = d[key]["kit_over_this_epoch_ratio"]
+            kit_key = d[key].get("kit_side", "kit")
+            label = {"kit": "float32 matmuls", "kit_tf32": "TF32 matmuls"}[kit_key]
+            assert f"kit's epoch with {label} took {r:.2f} x its epoch" in text
         r = d["pytorch"]["kit_over_this_epoch_ratio"]
-        assert f"{r:.2f} x PyTorch's" in text
         assert f"goal <= {EPOCH_RATIO_GOAL} x: {'met' if r <= EPOCH_RATIO_GOAL else 'NOT met'})" in text
-        assert f"ratio is {d['pytorch_fp32']['kit_over_this_epoch_ratio']:.2f} x" in text
         # the median the table prints is the median of the epochs the report holds
         epochs = sorted(d["kit"]["epoch_seconds"])
         mid = (epochs[len(epochs) // 2] + epochs[(len(epochs) - 1) // 2]) / 2
@@ -167,7 +171,14 @@ def test_the_d2l_table_turns_with_the_numbers(tmp_path):
     d["kit"]["test_accuracy"] = 0.9312
     d["pytorch"]["kit_over_this_epoch_ratio"] = 1.2
     text = d2l_table(run)
-    assert "0.9312, reaches d2l's 0.91" in text and "1.20 x PyTorch's" in text and "x: met)" in text
+    assert "0.9312, reaches d2l's 0.91" in text and "took 1.20 x its epoch" in text and "x: met)" in text
+    # a run with kit in TF32 beside it: PyTorch's default row is timed against that one
+    d["kit_tf32"] = dict(d["kit"], test_accuracy=0.8999, test_accuracy_per_epoch=[0.8, 0.85, 0.9, 0.88, 0.8999])
+    d["pytorch"]["kit_side"] = "kit_tf32"
+    text = d2l_table(run)
+    assert "kit (CuPy; TF32 matmuls)" in text and "with TF32 matmuls after the last epoch, 0.8999, falls short" in text
+    assert "(epochs 3-5: 0.8800-0.9000)" in text and "kit's epoch with TF32 matmuls took 1.20 x" in text
+    assert "kit's CuPy matmuls ran in float32" not in text
     run["machine"]["gpu_count"] = 2
     assert "no 2-GPU row" not in d2l_table(run)
     del run["parts"]["d2l"]
@@ -185,3 +196,10 @@ def test_the_physical_limits_table_puts_the_measured_beside_the_datasheet():
             assert f"{m['cupy_median']:.1f}" in text and f"{m['kit_median']:.1f}" in text
             assert f"{m['cupy_median'] / sheet[peak]:.0%} of {sheet[peak]:g}" in text
         assert p["commit"][:7] in text  # the part's own commit, where it differs from the run's
+
+
+def test_bench_d2l_refuses_an_unknown_initialisation_before_loading_anything():
+    from kit.bench.d2l import bench_d2l
+
+    with pytest.raises(ValueError, match=r"bench_d2l\(init='he'\): 'd2l' .* or 'default'"):
+        bench_d2l(init="he")

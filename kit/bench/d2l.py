@@ -6,11 +6,15 @@
 d2l trains its small-input ResNet-18 (3x3 stem, no max-pool, four stages of two residual blocks)
 on Fashion-MNIST with minibatch SGD, lr 0.1, batch 256, for 10 epochs and reports a test accuracy
 of about 0.91-0.92. kit's `zoo.resnet18` is that network; PyTorch's twin is built here layer for
-layer. The two train **epoch by epoch in turn** on the same device, so drift in the machine hits
-both alike, and each epoch's time is taken with the device synchronised at both ends. Each keeps
-its own default weight initialisation (d2l draws N(0, 0.01) for both); the data are the same
-arrays, shuffled per epoch by each library's own generator, held on the device before timing starts
-(d2l's DataLoader reads from the host: its epoch times include that copy).
+layer. Every side trains **epoch by epoch in turn** on the same device, so drift in the machine
+hits all alike, and each epoch's time is taken with the device synchronised at both ends; the
+test accuracy after each epoch is taken outside the clock. On a GPU there are four sides: kit with
+float32 and with TF32 matmuls (`kit.backend.set_matmul_precision`), PyTorch with TF32 convolutions
+(its default) and with float32 ones; each PyTorch row is timed against the kit row with the same
+arithmetic. Weights follow d2l's recipe (every convolution and dense weight from N(0, 0.01), in
+both libraries; `init='default'` keeps each library's own); the data are the same arrays, shuffled
+per epoch by each library's own generator, held on the device before timing starts (d2l's
+DataLoader reads from the host: its epoch times include that copy).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 import kit
 from kit.bench.common import _device_label
 from kit.data import ArrayIterator, DataNotFoundError, load_fashion_mnist
+from kit.listeners import TrainingListener
 from kit.nn import Sgd, resnet18
 from kit.reference import run_label
 
@@ -63,19 +68,26 @@ def _class_indices(labels: np.ndarray) -> np.ndarray:
     return (labels.argmax(axis=1) if labels.ndim == 2 else labels).astype(np.int64)
 
 
+D2L_INIT = "normal:0.01"  # d2l's init_weights: every Conv2d and Linear weight from N(0, 0.01)
+
+
 def _torch_side(
-    train: Any, test: Any, device_kind: str, lr: float, batch: int, tf32: bool = True
+    train: Any, test: Any, device_kind: str, lr: float, batch: int, tf32: bool = True, d2l_init: bool = True
 ) -> dict[str, Any] | None:
     """PyTorch's model, data and epoch function. `tf32=True` is PyTorch's default on a GPU:
-    cuDNN convolutions in TF32 on the tensor cores (kit's CuPy matmuls run in full float32);
-    False forces float32 convolutions, like for like with kit."""
+    cuDNN convolutions in TF32 on the tensor cores; False forces float32 convolutions."""
     try:
         import torch
     except ImportError:
         return None
     tdev = torch.device("cuda:0" if device_kind == "gpu" and torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
-    model = torch_resnet18().to(tdev)
+    model = torch_resnet18()
+    if d2l_init:
+        for m in model.modules():
+            if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+                torch.nn.init.normal_(m.weight, std=0.01)
+    model = model.to(tdev)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loss_fn = torch.nn.CrossEntropyLoss()
     x = torch.as_tensor(train.features.numpy()).to(tdev)
@@ -89,7 +101,7 @@ def _torch_side(
         if tdev.type == "cuda":
             torch.cuda.synchronize()
 
-    def epoch() -> float:
+    def epoch() -> Any:
         torch.backends.cudnn.allow_tf32 = tf32  # a process-wide flag: set for each side's epoch
         if tdev.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -105,7 +117,7 @@ def _torch_side(
             total += loss.detach() * len(idx)
         if tdev.type == "cuda":
             peak.append(torch.cuda.max_memory_allocated())
-        return float(total) / len(x)
+        return total  # read after the clock stops: no host read inside the timed epoch
 
     def accuracy() -> float:
         torch.backends.cudnn.allow_tf32 = tf32
@@ -124,14 +136,62 @@ def _torch_side(
         "accuracy": accuracy,
         "sync": sync,
         "peak": peak,
+        "examples": len(x),
     }
 
 
+class _EpochLoss(TrainingListener):
+    """The mean training loss of an epoch, from the scores fit already reads."""
+
+    def __init__(self) -> None:
+        self.total, self.count = 0.0, 0
+
+    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+        self.total += info["score"] * info["batch_size"]
+        self.count += info["batch_size"]
+
+
+def _kit_side(net: Any, train_d: Any, test_d: Any, batch: int, precision: str) -> dict[str, Any]:
+    def epoch(seed: int) -> float:
+        loss = _EpochLoss()
+        previous = kit.backend.set_matmul_precision(precision)
+        try:
+            net.fit(ArrayIterator(train_d, batch, shuffle=True, seed=seed), epochs=1, listeners=[loss])
+        finally:
+            kit.backend.set_matmul_precision(previous)
+        return loss.total / max(loss.count, 1)
+
+    def accuracy() -> float:
+        previous = kit.backend.set_matmul_precision(precision)
+        try:
+            return float(net.evaluate(ArrayIterator(test_d, 1024)).accuracy())
+        finally:
+            kit.backend.set_matmul_precision(previous)
+
+    label = {"highest": "float32", "high": "TF32 (kit.backend.set_matmul_precision('high'))"}[precision]
+    return {"epoch": epoch, "accuracy": accuracy, "matmuls": label, "precision": precision}
+
+
+# which kit side each PyTorch side is timed against: the same arithmetic on both sides
+_PAIRED = {"pytorch": "kit_tf32", "pytorch_fp32": "kit"}
+
+
 def bench_d2l(
-    quick: bool = False, epochs: int | None = None, batch: int = 256, lr: float = 0.1, limit: int | None = None
+    quick: bool = False,
+    epochs: int | None = None,
+    batch: int = 256,
+    lr: float = 0.1,
+    limit: int | None = None,
+    init: str = "d2l",
 ) -> dict[str, Any]:
     """kit's ResNet-18 and PyTorch's, trained in turn epoch by epoch on the current device;
-    `limit` keeps the first N examples of each split (quick: 2,048)."""
+    `limit` keeps the first N examples of each split (quick: 2,048). On a GPU kit trains twice,
+    with float32 and with TF32 matmuls, and PyTorch twice, with TF32 (its default) and float32
+    convolutions; each PyTorch row is timed against the kit row with the same arithmetic.
+    `init='d2l'` draws every convolution and dense weight from N(0, 0.01) in both libraries, as
+    d2l's recipe does; 'default' keeps each library's own."""
+    if init not in ("d2l", "default"):
+        raise ValueError(f"bench_d2l(init={init!r}): 'd2l' (N(0, 0.01), d2l's recipe) or 'default' (each library's)")
     epochs = (1 if quick else 10) if epochs is None else epochs
     try:
         train, test = load_fashion_mnist(limit=limit if limit is not None else (2048 if quick else None))
@@ -139,82 +199,98 @@ def bench_d2l(
         return {"benchmark": "d2l", "skipped": str(exc)}
     dev = kit.current_device()
     train_d, test_d = train.to(dev), test.to(dev)
-    net = resnet18(device=dev, updater=Sgd(lr))
+    weight_init = D2L_INIT if init == "d2l" else "he"
     sides: dict[str, dict[str, Any]] = {}
+    for name, precision in (("kit", "highest"), ("kit_tf32", "high")):
+        if precision == "highest" or dev.kind == "gpu":  # the CPU has no TF32
+            net = resnet18(device=dev, updater=Sgd(lr), weight_init=weight_init)
+            sides[name] = {"net": net, **_kit_side(net, train_d, test_d, batch, precision)}
     for name, tf32 in (("pytorch", True), ("pytorch_fp32", False)):
-        side = _torch_side(train, test, dev.kind, lr, batch, tf32=tf32)
+        side = _torch_side(train, test, dev.kind, lr, batch, tf32=tf32, d2l_init=init == "d2l")
         if side is not None and (tf32 or dev.kind == "gpu"):  # on the CPU there is no TF32 to turn off
             sides[name] = side
-    seconds: dict[str, list[float]] = {"kit": [], **{n: [] for n in sides}}
+    seconds: dict[str, list[float]] = {n: [] for n in sides}
     losses: dict[str, list[float]] = {n: [] for n in sides}
+    accuracy: dict[str, list[float]] = {n: [] for n in sides}
     pool = kit.backend.cupy().get_default_memory_pool() if dev.kind == "gpu" else None
-    for e in range(epochs):  # each epoch: kit, then each PyTorch variant, in turn
-        kit.backend.sync()
-        t0 = time.perf_counter()
-        net.fit(ArrayIterator(train_d, batch, shuffle=True, seed=e), epochs=1)
-        kit.backend.sync()
-        seconds["kit"].append(time.perf_counter() - t0)
+    for e in range(epochs):  # each epoch: every side in turn, the clock around the training only
         for name, side in sides.items():
-            side["sync"]()
+            is_kit = name.startswith("kit")
+            wait = kit.backend.sync if is_kit else side["sync"]
+            wait()
             t0 = time.perf_counter()
-            losses[name].append(side["epoch"]())
-            side["sync"]()
+            loss = side["epoch"](e) if is_kit else side["epoch"]()
+            wait()
             seconds[name].append(time.perf_counter() - t0)
-    kit_acc = float(net.evaluate(ArrayIterator(test_d, 1024)).accuracy())
+            losses[name].append(float(loss) if is_kit else float(loss) / side["examples"])
+            accuracy[name].append(side["accuracy"]())
     result: dict[str, Any] = {
         "benchmark": "d2l",
         "device": _device_label(),
         "setup": f"ResNet-18 (d2l, 28x28), Fashion-MNIST {len(train)} train / {len(test)} test, batch {batch}, "
-        f"SGD lr {lr}, {epochs} epoch(s); kit and PyTorch in turn each epoch, on the same device",
-        "kit": {
-            "epoch_seconds": [round(v, 3) for v in seconds["kit"]],
-            "median_epoch_seconds": statistics.median(seconds["kit"]),
-            "test_accuracy": round(kit_acc, 4),
-            "matmuls": "float32 (CuPy's default: no TF32)" if dev.kind == "gpu" else "float32",
-        },
+        f"SGD lr {lr}, {epochs} epoch(s), weights "
+        f"{'N(0, 0.01) (d2l)' if init == 'd2l' else 'each library default'}; every side in turn each epoch, "
+        "on the same device",
+        "init": init,
     }
-    if pool is not None:
-        result["kit"]["device_pool_bytes"] = int(pool.total_bytes())
     # the first epoch holds one-time work (kernel compilation, cuDNN autotuning, pool growth)
     steady = slice(1, None) if epochs > 2 else slice(None)
     for name, side in sides.items():
-        ratios = [k / t for k, t in zip(seconds["kit"][steady], seconds[name][steady])]
-        result[name] = {
-            "device": side["device"],
-            "version": side["version"],
-            "convolutions": side["convolutions"],
+        entry: dict[str, Any] = {
             "epoch_seconds": [round(v, 3) for v in seconds[name]],
             "median_epoch_seconds": statistics.median(seconds[name]),
             "train_loss": [round(v, 4) for v in losses[name]],
-            "test_accuracy": round(side["accuracy"](), 4),
-            "peak_allocated_bytes": max(side["peak"]) if side["peak"] else None,
-            "kit_over_this_epoch_ratio": round(statistics.median(ratios), 3),
-            "ratio_min_max": [round(min(ratios), 3), round(max(ratios), 3)],
+            "test_accuracy_per_epoch": [round(v, 4) for v in accuracy[name]],
+            "test_accuracy": round(accuracy[name][-1], 4),
         }
+        if name.startswith("kit"):
+            entry["matmuls"] = side["matmuls"]
+            if pool is not None:
+                entry["device_pool_bytes"] = int(pool.total_bytes())  # both kit sides share CuPy's pool
+        else:
+            entry.update(
+                device=side["device"],
+                version=side["version"],
+                convolutions=side["convolutions"],
+                peak_allocated_bytes=max(side["peak"]) if side["peak"] else None,
+            )
+            kit_name = _PAIRED[name] if _PAIRED[name] in sides else "kit"
+            ratios = [k / t for k, t in zip(seconds[kit_name][steady], seconds[name][steady])]
+            entry.update(
+                kit_side=kit_name,
+                kit_over_this_epoch_ratio=round(statistics.median(ratios), 3),
+                ratio_min_max=[round(min(ratios), 3), round(max(ratios), 3)],
+            )
+        result[name] = entry
     rows = []
     for e in range(epochs):
-        row: dict[str, Any] = {"epoch": e + 1, "kit_s": seconds["kit"][e]}
+        row: dict[str, Any] = {"epoch": e + 1}
         for name in sides:
             row[f"{name}_s"] = seconds[name][e]
-            row[f"kit/{name}"] = seconds["kit"][e] / seconds[name][e]
+        for name in sides:
+            if not name.startswith("kit"):
+                kit_name = result[name]["kit_side"]
+                row[f"{kit_name}/{name}"] = seconds[kit_name][e] / seconds[name][e]
         rows.append(row)
     result["rows"], result["columns"] = rows, list(rows[0])
     result["repeats"] = f"{epochs} epoch(s); one row each,"
-    summary: dict[str, Any] = {"kit test accuracy": result["kit"]["test_accuracy"]}
-    for name in sides:
-        summary[f"{name} test accuracy"] = result[name]["test_accuracy"]
+    summary: dict[str, Any] = {f"{n} test accuracy": result[n]["test_accuracy"] for n in sides}
     if "pytorch" in sides:
-        ratio = result["pytorch"]["kit_over_this_epoch_ratio"]
+        p = result["pytorch"]
+        ratio = p["kit_over_this_epoch_ratio"]
         summary["goal"] = (
-            f"kit epoch <= {EPOCH_RATIO_GOAL} x PyTorch's (its defaults): {ratio:.2f} x "
+            f"{p['kit_side']} epoch <= {EPOCH_RATIO_GOAL} x PyTorch's (its defaults): {ratio:.2f} x "
             f"({'met' if ratio <= EPOCH_RATIO_GOAL else 'NOT met'})"
         )
     if "pytorch_fp32" in sides:
-        summary["kit / PyTorch with float32 convolutions"] = result["pytorch_fp32"]["kit_over_this_epoch_ratio"]
+        summary["kit / PyTorch, both float32"] = result["pytorch_fp32"]["kit_over_this_epoch_ratio"]
     if not quick:
-        summary["accuracy goal"] = (
-            f"kit test accuracy >= {ACCURACY_GOAL}: {kit_acc:.4f} ({'met' if kit_acc >= ACCURACY_GOAL else 'NOT met'})"
-        )
+        for n in sides:
+            if n.startswith("kit"):
+                acc = result[n]["test_accuracy"]
+                summary[f"accuracy goal ({n})"] = (
+                    f"test accuracy >= {ACCURACY_GOAL}: {acc:.4f} ({'met' if acc >= ACCURACY_GOAL else 'NOT met'})"
+                )
     result["summary"] = summary
     return result
 
@@ -223,13 +299,29 @@ def _gb(n: Any) -> str:
     return f"{n / 1e9:.1f} GB" if isinstance(n, (int, float)) else "—"
 
 
+_KIT_ROWS = {"kit": "float32 matmuls", "kit_tf32": "TF32 matmuls"}
+
+
+def _accuracy_range(side: dict[str, Any]) -> str:
+    """The last half of the epochs' test accuracies, lowest to highest, where the report has them."""
+    per = side.get("test_accuracy_per_epoch")
+    if not per or len(per) < 4:
+        return ""
+    tail = per[len(per) // 2 :]
+    return f" (epochs {len(per) - len(tail) + 1}-{len(per)}: {min(tail):.4f}-{max(tail):.4f})"
+
+
 def d2l_table(report: dict[str, Any]) -> str:
     """The d2l table of one reference run (`kit/data/reference_runs/*.json`), with the sentences
     that read it, every number taken from the report."""
     d = report.get("parts", {}).get("d2l")
     if not d or "kit" not in d:
         return f"{run_label(report)}: no d2l table in this run"
-    rows = [("kit (CuPy; float32 matmuls)", d["kit"], _gb(d["kit"].get("device_pool_bytes")) + " held by CuPy's pool")]
+    rows = []
+    for key, label in _KIT_ROWS.items():
+        if key in d:
+            pool = _gb(d[key].get("device_pool_bytes")) + " held by CuPy's pool"
+            rows.append((f"kit (CuPy; {label})", d[key], pool))
     for key, label in (("pytorch", "TF32 convolutions, its default"), ("pytorch_fp32", "float32 convolutions")):
         if key in d:
             side = d[key]
@@ -243,23 +335,32 @@ def d2l_table(report: dict[str, Any]) -> str:
     lines = [f"{d['setup']}", f"on {run_label(report)}", ""]
     lines += [" | ".join(v.ljust(w) for v, w in zip(r, widths)) for r in [head, *cells]]
     lines.append("-" * len(lines[-1]))
-    acc = d["kit"]["test_accuracy"]
-    reach = "reaches" if acc >= ACCURACY_GOAL else "falls short of"
-    text = [f"kit's test accuracy after the last epoch, {acc:.4f}, {reach} d2l's {ACCURACY_GOAL}."]
-    if "pytorch" in d:
-        p = d["pytorch"]
+    text = []
+    for key, label in _KIT_ROWS.items():
+        if key in d:
+            acc = d[key]["test_accuracy"]
+            reach = "reaches" if acc >= ACCURACY_GOAL else "falls short of"
+            text.append(
+                f"kit's test accuracy with {label} after the last epoch, {acc:.4f}, {reach} d2l's {ACCURACY_GOAL}"
+                f"{_accuracy_range(d[key])}."
+            )
+    for key, label in (("pytorch", "with its defaults"), ("pytorch_fp32", "with float32 convolutions")):
+        if key not in d:
+            continue
+        p = d[key]
         r = p["kit_over_this_epoch_ratio"]
-        met = "met" if r <= EPOCH_RATIO_GOAL else "NOT met"
-        text.append(
-            f"PyTorch reached {p['test_accuracy']:.4f} on the same data. kit's epoch took {r:.2f} x PyTorch's with "
-            f"PyTorch's defaults (epochs 2 on; spread {p['ratio_min_max'][0]:.2f}-{p['ratio_min_max'][1]:.2f} x; "
-            f"goal <= {EPOCH_RATIO_GOAL} x: {met})."
+        kit_label = _KIT_ROWS[p.get("kit_side", "kit")]
+        sentence = (
+            f"PyTorch {label} reached {p['test_accuracy']:.4f}{_accuracy_range(p)}; kit's epoch with {kit_label} "
+            f"took {r:.2f} x its epoch (epochs 2 on; spread {p['ratio_min_max'][0]:.2f}-{p['ratio_min_max'][1]:.2f} x"
         )
-    if "pytorch_fp32" in d:
-        r32 = d["pytorch_fp32"]["kit_over_this_epoch_ratio"]
+        if key == "pytorch":
+            sentence += f"; goal <= {EPOCH_RATIO_GOAL} x: {'met' if r <= EPOCH_RATIO_GOAL else 'NOT met'}"
+        text.append(sentence + ").")
+    if "pytorch" in d and "pytorch_fp32" in d and "kit_tf32" not in d:
         text.append(
-            f"With float32 convolutions in PyTorch too the ratio is {r32:.2f} x: the gap between PyTorch's two rows "
-            "is what TF32 on the tensor cores buys it here, and kit's CuPy matmuls run in float32."
+            "The gap between PyTorch's two rows is what TF32 on the tensor cores buys it here; kit's CuPy matmuls "
+            "ran in float32 in this run."
         )
     text += _several_device_rows(report)
     return "\n".join(lines + text)

@@ -361,20 +361,24 @@ class Residual(Layer):
     """d2l's residual block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), with a 1x1
     convolution on the shortcut when the shape changes (use_1x1conv)."""
 
-    def __init__(self, channels: int, use_1x1conv: bool = False, stride: int = 1) -> None:
+    def __init__(self, channels: int, use_1x1conv: bool = False, stride: int = 1, weight_init: str = "he") -> None:
         super().__init__()
         self.channels, self.use_1x1conv, self.stride = channels, use_1x1conv, stride
+        self.weight_init = weight_init
         self.main = [
-            Conv2D(channels, 3, stride=stride, padding=1),
+            Conv2D(channels, 3, stride=stride, padding=1, weight_init=weight_init),
             BatchNorm(),
             ReLU(),
-            Conv2D(channels, 3, padding=1),
+            Conv2D(channels, 3, padding=1, weight_init=weight_init),
             BatchNorm(),
         ]
-        self.shortcut = [Conv2D(channels, 1, stride=stride)] if use_1x1conv else []
+        self.shortcut = [Conv2D(channels, 1, stride=stride, weight_init=weight_init)] if use_1x1conv else []
 
     def config(self) -> dict[str, Any]:
-        return {"type": "Residual", "channels": self.channels, "use_1x1conv": self.use_1x1conv, "stride": self.stride}
+        cfg = {"type": "Residual", "channels": self.channels, "use_1x1conv": self.use_1x1conv, "stride": self.stride}
+        if self.weight_init != "he":  # files written before the argument existed stay readable
+            cfg["weight_init"] = self.weight_init
+        return cfg
 
     def sublayers(self) -> list[Layer]:
         return self.main + self.shortcut
