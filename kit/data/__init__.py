@@ -1,6 +1,6 @@
 """kit.data: DataSet, iterators (array, async prefetch, shield) and data sets (digits, Fashion-MNIST)."""
 
-from kit.data.async_iter import AsyncPrefetchIterator, AsyncShieldIterator
+from kit.data.async_iter import AsyncPrefetchIterator, AsyncShieldIterator, IteratorShutDownError
 from kit.data.dataset import ArrayIterator, DataSet, DataSetIterator
 from kit.data.datasets import DataNotFoundError, load_digits, load_fashion_mnist, read_idx
 
@@ -11,6 +11,7 @@ __all__ = [
     "DataNotFoundError",
     "DataSet",
     "DataSetIterator",
+    "IteratorShutDownError",
     "load_digits",
     "load_fashion_mnist",
     "read_idx",

@@ -18,6 +18,10 @@ keep, because its memory will be overwritten. ND4J does not check it (dl4j#3281:
 silently changes); kit raises ArrayOverwrittenError once the ring has really laid new data
 over the kept batch.
 
+A `shutdown()` from any thread ends the iterator for its consumer with IteratorShutDownError at
+the next batch it asks for, never with a silent end of the epoch: an epoch cut short must not read
+as the data having ended. shutdown() waits at most `timeout` seconds for the background thread.
+
 AsyncShieldIterator wraps an iterator so that nothing prefetches it (async_supported False).
 """
 
@@ -26,6 +30,8 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import time
+import warnings
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -42,9 +48,15 @@ from kit.workspace import (
     get_workspace_for_current_thread,
 )
 
-__all__ = ["AsyncPrefetchIterator", "AsyncShieldIterator"]
+__all__ = ["AsyncPrefetchIterator", "AsyncShieldIterator", "IteratorShutDownError"]
 
-_EPOCH, _STOP, _END = object(), object(), object()
+_EPOCH, _STOP, _END, _CUT = object(), object(), object(), object()  # _CUT: an epoch stopped before its end
+
+
+class IteratorShutDownError(RuntimeError):
+    """The iterator was shut down while its consumer was still in an epoch: the data did not end."""
+
+
 _serial = itertools.count()
 
 
@@ -83,6 +95,7 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
         self._requests: queue.Queue = queue.Queue()
         self._out: queue.Queue = queue.Queue(maxsize=self.prefetch)
         self._abort = threading.Event()
+        self._shut = threading.Event()  # shutdown() was called: the consumer must hear of it
         self._thread: threading.Thread | None = None
         self._closed = False
         self.etl_ms_total = 0.0
@@ -110,9 +123,11 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
             ws.destroy()
 
     def _epoch(self, ws: Any) -> None:
+        end = _END
         try:
             for ds in self.base:
                 if self._abort.is_set():
+                    end = _CUT
                     break
                 if self.use_workspace:
                     with ws:  # a copy in the ring, on this iterator's device
@@ -120,12 +135,13 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
                 else:
                     batch = (ds.detach() if ds.features.is_attached else ds).to(self.device)
                 if not self._put(batch):
+                    end = _CUT
                     break
             if hasattr(self.base, "reset"):
                 self.base.reset()
         except BaseException as exc:  # reaches the consumer, never a silent hang
             self._put(_Failure(exc))
-        self._put(_END, force=True)
+        self._put(end, force=True)
 
     def _put(self, item: Any, force: bool = False) -> bool:
         while True:
@@ -140,7 +156,7 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
     # ---- the consumer --------------------------------------------------------------
     def __iter__(self) -> Iterator[DataSet]:
         if self._closed:
-            raise RuntimeError("AsyncPrefetchIterator was shut down; make a new one")
+            raise IteratorShutDownError("AsyncPrefetchIterator was shut down; make a new one")
         if self._thread is None:
             args = (weakref.ref(self), self._requests, self.device, self.config)
             self._thread = threading.Thread(
@@ -149,22 +165,44 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
             self._thread.start()
         self._abort.clear()
         self._requests.put(_EPOCH)
-        finished = False
+        finished, delivered = False, 0
         try:
             while True:
-                item = self._out.get()
+                if self._shut.is_set():
+                    finished = True
+                    raise self._shut_down_error(delivered)
+                try:
+                    item = self._out.get(timeout=0.05)
+                except queue.Empty:
+                    if not self._thread.is_alive():
+                        finished = True
+                        raise RuntimeError(
+                            f"AsyncPrefetchIterator: the prefetch thread ended after {delivered} batch(es) of this "
+                            "epoch without finishing it"
+                        ) from None
+                    continue
                 if item is _END:
                     finished = True
                     return
+                if item is _CUT or self._shut.is_set():  # a batch of a shut-down iterator: its ring is gone
+                    finished = True
+                    raise self._shut_down_error(delivered)
                 if isinstance(item, _Failure):
                     self._drain()
                     finished = True
                     raise item.exc
+                delivered += 1
                 yield item
         finally:
             if not finished:  # the consumer stopped early: stop the producer's epoch cleanly
                 self._abort.set()
                 self._drain()
+
+    def _shut_down_error(self, delivered: int) -> IteratorShutDownError:
+        return IteratorShutDownError(
+            f"AsyncPrefetchIterator was shut down during an epoch, after {delivered} batch(es): the data did not "
+            "end. Shut it down after the loop (or use it in a with-block), and make a new one to iterate again"
+        )
 
     def _drain(self) -> None:
         """Discard queued batches until the producer's end marker (or the producer is gone)."""
@@ -175,27 +213,45 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
                 if self._thread is None or not self._thread.is_alive():
                     return
                 continue
-            if item is _END:
+            if item is _END or item is _CUT:
                 return
 
     def reset(self) -> None:
         """Each iteration is a new epoch; nothing to do."""
 
-    def shutdown(self) -> None:
-        """Stop the background thread and release its workspace."""
+    def shutdown(self, timeout: float = 10.0) -> bool:
+        """Stop the background thread and release its workspace; a consumer still in an epoch
+        gets IteratorShutDownError at its next batch. Waits at most `timeout` seconds for the
+        thread (a base iterator blocked in its own code cannot be interrupted); returns True when
+        it ended, else warns and lets it end by itself at its next batch."""
+        if not isinstance(timeout, (int, float)) or not timeout >= 0:
+            raise ValueError(f"AsyncPrefetchIterator.shutdown(timeout={timeout!r}): seconds >= 0")
+        self._shut.set()
+        self._closed = True
         if self._thread is threading.current_thread():  # collected on its own thread: it ends by itself
             self._abort.set()
             self._requests.put(_STOP)
-        elif self._thread is not None and self._thread.is_alive():
-            self._abort.set()
-            self._requests.put(_STOP)
-            while self._thread.is_alive():  # make room so a blocked producer can finish
-                try:
-                    self._out.get_nowait()
-                except queue.Empty:
-                    pass
-                self._thread.join(timeout=0.05)
-        self._closed = True
+            return False
+        if self._thread is None or not self._thread.is_alive():
+            return True
+        self._abort.set()
+        self._requests.put(_STOP)
+        deadline = time.monotonic() + timeout
+        while self._thread.is_alive() and time.monotonic() < deadline:  # room, so a blocked producer can finish
+            try:
+                self._out.get_nowait()
+            except queue.Empty:
+                pass
+            self._thread.join(timeout=0.05)
+        if self._thread.is_alive():
+            warnings.warn(
+                f"AsyncPrefetchIterator.shutdown: the prefetch thread is still inside the base iterator after "
+                f"{timeout} s; it stops at its next batch and releases its workspace then",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return False
+        return True
 
 
 def _copy_to(array: Any, device: Any) -> Any:

@@ -209,3 +209,113 @@ def test_a_download_is_checked_against_its_pinned_sha256_before_it_is_opened(tmp
         server.shutdown()
     assert not (target / "train-images-idx3-ubyte.gz").exists()  # the bad file is not kept
     assert ds_module.FASHION_MNIST_DOWNLOAD_SHA256.keys() == ds_module.FASHION_MNIST_FILES.keys()
+
+
+def _shut_down_from_another_thread(it):
+    t = threading.Thread(target=it.shutdown)
+    t.start()
+    t.join(timeout=30)
+    assert not t.is_alive()
+
+
+@pytest.mark.parametrize("use_workspace", [True, False])
+def test_a_shutdown_from_another_thread_mid_epoch_is_an_error_not_the_end_of_the_data(use_workspace):
+    """Issue 21 item 12: the epoch used to end silently after the batches already seen."""
+    from kit.data import IteratorShutDownError
+
+    it = AsyncPrefetchIterator(ArrayIterator(small(400), 10), prefetch=2, min_size=0, use_workspace=use_workspace)
+    batches = iter(it)
+    seen = [next(batches) for _ in range(3)]
+    _shut_down_from_another_thread(it)
+    with pytest.raises(IteratorShutDownError, match="shut down during an epoch, after 3 batch"):
+        next(batches)
+    assert len(seen) == 3
+    with pytest.raises(IteratorShutDownError, match="make a new one"):  # and every later epoch says so too
+        next(iter(it))
+
+
+def test_every_way_of_stopping_the_iterator_tells_its_consumer():
+    """The class: a consumer blocked waiting, one that shuts it down itself inside its loop, a
+    finished epoch then shutdown (no error: the data did end), and Network.fit(prefetch=) whose
+    iterator is shut down from another thread mid-fit."""
+    from kit.data import IteratorShutDownError
+    from kit.nn import Sgd, mlp
+
+    # a consumer blocked in next() while the producer waits inside a slow base iterator
+    release, inside, got_first = threading.Event(), threading.Event(), threading.Event()
+
+    class Slow:
+        batch_size = 10
+
+        def __iter__(self):
+            yield small(10)
+            inside.set()
+            release.wait(timeout=30)  # bounded: the test releases it
+            yield small(10)
+
+    it = AsyncPrefetchIterator(Slow(), prefetch=2, min_size=0)
+    outcome = []
+
+    def consume():
+        try:
+            for _ in it:
+                got_first.set()
+            outcome.append("ended")
+        except IteratorShutDownError as exc:
+            outcome.append(str(exc))
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    assert inside.wait(timeout=30) and got_first.wait(timeout=30)  # the consumer now waits for batch 2
+    with pytest.warns(RuntimeWarning, match="still inside the base iterator"):
+        assert it.shutdown(timeout=0.2) is False  # the producer is stuck in Slow: bounded, says so
+    consumer.join(timeout=30)
+    assert not consumer.is_alive() and outcome and "after 1 batch" in outcome[0]
+    release.set()
+    it._thread.join(timeout=30)
+    assert not it._thread.is_alive()
+
+    # the consumer shuts it down itself inside its loop: the next batch raises
+    it = AsyncPrefetchIterator(ArrayIterator(small(100), 10), prefetch=2, min_size=0)
+    with pytest.raises(IteratorShutDownError, match="after 2 batch"):
+        for i, _ in enumerate(it):
+            if i == 1:
+                it.shutdown()
+
+    # a whole epoch, then shutdown: the epoch really ended, nothing to report
+    it = AsyncPrefetchIterator(ArrayIterator(small(100), 10), prefetch=2, min_size=0)
+    assert len(list(it)) == 10
+    assert it.shutdown() is True
+
+    # Network.fit with prefetch: the loop's iterator is shut down from another thread
+    net = mlp(4, hidden=(8,), n_out=3, updater=Sgd(0.1))
+    data = ArrayIterator(small(2000), 10)
+    wrapped = []
+    real = AsyncPrefetchIterator.__iter__
+
+    def spy(self):  # keep a handle on fit's iterator; the real one runs
+        wrapped.append(self)
+        return real(self)
+
+    from kit.listeners import TrainingListener
+
+    class Stopper(TrainingListener):
+        def iteration_done(self, model, iteration, epoch, **info):
+            if iteration == 5:
+                _shut_down_from_another_thread(wrapped[0])
+
+    AsyncPrefetchIterator.__iter__ = spy
+    try:
+        with pytest.raises(IteratorShutDownError, match="after 5 batch"):
+            net.fit(data, epochs=1, prefetch=2, listeners=[Stopper()])
+    finally:
+        AsyncPrefetchIterator.__iter__ = real
+    assert net.iteration == 5
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), "1"])
+def test_shutdown_refuses_a_bad_timeout(bad):
+    it = AsyncPrefetchIterator(ArrayIterator(small(20), 10), prefetch=2, min_size=0)
+    with pytest.raises(ValueError, match=r"shutdown\(timeout="):
+        it.shutdown(timeout=bad)
+    assert it.shutdown() is True
