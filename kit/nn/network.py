@@ -164,7 +164,8 @@ class Network:
         if not np.all(np.isfinite(cast)):
             worst = float(np.max(np.abs(src)))
             raise ValueError(f"set_params: a value of magnitude {worst:.3g} does not fit this network's {self.dtype}")
-        self.flat_params.assign(cast)
+        with self._lock:  # save() from another thread sees the old parameters or the new, never a mix
+            self.flat_params.assign(cast)
 
     # ---- validation ----------------------------------------------------------------
     def _features(self, x: Any) -> NDArray:
@@ -448,7 +449,8 @@ class Network:
                 f"{type(self.updater).__name__} needs {sorted(ours)}; use the same updater, or set_params() "
                 "to copy parameters only"
             )
-        with other._lock:
+        first, second = sorted((self, other), key=id)  # one order for every pair: two copies the other way round
+        with first._lock, second._lock:  # cannot deadlock; save() on either side sees one whole state
             for key, dst in ours.items():
                 dst.assign(source[key])
             self.iteration, self.epoch = other.iteration, other.epoch

@@ -238,3 +238,73 @@ def test_copy_state_between_architectures_or_updaters_is_refused():
         mlp(6, hidden=(5,), n_out=3).copy_state_from(mlp(6, hidden=(4,), n_out=3))
     with pytest.raises(ValueError, match=r"updater Sgd keeps state \[.*\] but Adam needs"):
         small_net(updater=Adam()).copy_state_from(small_net(updater=Sgd()))
+
+
+@pytest.mark.parametrize("mutator", ["set_params", "copy_state_from", "both"])
+def test_a_file_saved_while_another_thread_replaces_the_state_is_one_whole_state(tmp_path, mutator):
+    """Issue 21 item 11: set_params and copy_state_from ran outside the network's lock, so a
+    save() could write step A's parameters beside B's (or A's parameters with B's updater state
+    and counters). Two states, every value of each marked with its number; every saved file must
+    hold exactly one of them."""
+    net = mlp(256, hidden=(1024, 1024), n_out=10, updater=Adam(1e-3), seed=0)  # ~1.3 M parameters
+    sources = []
+    for k in (1, 2):
+        src = Network.from_config(net.configuration)
+        src.set_params(np.full(src.num_params, float(k)))
+        for arr in src.updater_state.values():
+            arr.assign(np.full(arr.shape, float(k), dtype=arr.dtype))
+        src.iteration, src.epoch = 10 * k, k
+        sources.append(src)
+    net.copy_state_from(sources[0])
+    stop = threading.Event()
+
+    def replace():
+        k = 0
+        while not stop.is_set():
+            k = 1 - k
+            use_set = mutator == "set_params" or (mutator == "both" and k == 0)
+            if use_set:  # set_params: the parameters only (updater state and counters stay)
+                net.set_params(np.full(net.num_params, float(k + 1)))
+            else:
+                net.copy_state_from(sources[k])
+
+    t = threading.Thread(target=replace)
+    t.start()
+    try:
+        paths = []
+        for i in range(30):
+            paths.append(tmp_path / f"snap{i}.npz")
+            net.save(paths[-1])
+    finally:
+        stop.set()
+        t.join(timeout=60)
+    assert not t.is_alive()
+    kinds = set()
+    for p in paths:
+        loaded = Network.load(p)
+        params = np.unique(loaded.flat_params.numpy())
+        assert params.size == 1, f"{p.name}: parameters from two states {params}"
+        states = {float(v) for arr in loaded.updater_state.values() for v in np.unique(arr.numpy())}
+        assert len(states) == 1, f"{p.name}: updater state from two states {states}"
+        if mutator == "copy_state_from":  # a whole copy: parameters, updater state and counters agree
+            k = float(params[0])
+            assert states == {k} and (loaded.iteration, loaded.epoch) == (10 * k, k), p.name
+        kinds.add(float(params[0]))
+    assert kinds <= {1.0, 2.0}
+
+
+def test_two_networks_copying_state_from_each_other_at_once_do_not_deadlock():
+    a, b = small_net(updater=Adam()), small_net(updater=Adam())
+    done = []
+
+    def copy(dst, src):
+        for _ in range(300):
+            dst.copy_state_from(src)
+        done.append(1)
+
+    threads = [threading.Thread(target=copy, args=(a, b)), threading.Thread(target=copy, args=(b, a))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(done) == 2
