@@ -223,6 +223,7 @@ class SparkNetwork:
     def fit(self, data: Any, epochs: int = 1, listeners: Iterable[Any] = ()) -> Network:
         """Train on an RDD of (features, labels) pairs or a DataFrame; returns the network."""
         master = self.training_master
+        self._adopt_local_progress()
         rdd = as_rdd(data)
         prepared = master.prepare(self.sc, rdd, self.run_job)
         if prepared.rounds == 0:
@@ -251,6 +252,17 @@ class SparkNetwork:
             self.network.last_score = self.last_score
         self._stats = stats if keep else None
         return self.network
+
+    def _adopt_local_progress(self) -> None:
+        """Training (or a state copy) on the Network itself between two Spark fits moved its
+        counters: go on from them, so the executors' base iteration (Adam's bias correction) and
+        the listeners' numbering continue where the network is, as one Network.fit after another
+        would."""
+        moved = self.network.iteration - self.worker_iteration
+        if moved:
+            self.iteration = max(0, self.iteration + moved)
+            self.worker_iteration = self.network.iteration
+        self.epoch = self.network.epoch
 
     def stop_fit(self) -> None:
         if self.loop is not None:

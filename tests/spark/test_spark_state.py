@@ -1,0 +1,56 @@
+"""kit.spark keeps the network's whole training state between fits (issue 21 items 3 and 4)."""
+
+import numpy as np
+import pytest
+
+from kit.data import ArrayIterator, DataSet, load_digits
+from kit.nn import Adam, mlp
+from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, to_rdd
+
+
+@pytest.fixture(scope="module")
+def digits():
+    train, _ = load_digits()
+    return DataSet(train.features.numpy()[:240], train.labels.numpy()[:240])
+
+
+class Numbers:
+    def __init__(self):
+        self.iterations = []
+
+    def iteration_done(self, model, iteration, epoch, **info):
+        self.iterations.append((iteration, epoch))
+
+
+@pytest.mark.parametrize("between", ["fit", "fit_batch", "copy_state_from"])
+def test_training_on_the_network_between_two_spark_fits_is_carried_on(sc, digits, between):
+    """Item 4: the executors started the second Spark fit from the iteration count of the first
+    (Adam's bias correction wrong) and the network's counters went back. One worker, frequency 1,
+    save_updater: Spark fit, local work, Spark fit equals the same three on one Network."""
+    net = mlp(64, hidden=(32,), n_out=10, updater=Adam(1e-2), seed=0)
+    ref = net.clone()
+    tm = ParameterAveragingTrainingMaster(20, 1, num_workers=1, rdd_training_approach="DIRECT", save_updater=True)
+    spark = SparkNetwork(sc, net, tm)
+    spark.fit(to_rdd(sc, digits))
+    ref.fit(ArrayIterator(digits, 20))
+    local = DataSet(digits.features.numpy()[:60], digits.labels.numpy()[:60])
+    if between == "fit":
+        net.fit(ArrayIterator(local, 20))
+        ref.fit(ArrayIterator(local, 20))
+    elif between == "fit_batch":
+        net.fit_batch(local)
+        ref.fit_batch(local)
+    else:  # a state trained elsewhere, copied in (iteration 7 of another run)
+        other = mlp(64, hidden=(32,), n_out=10, updater=Adam(1e-2), seed=3)
+        other.fit(ArrayIterator(local, 20), epochs=2)
+        other.fit_batch(local)
+        net.copy_state_from(other)
+        ref.copy_state_from(other)
+    spark_numbers, local_numbers = Numbers(), Numbers()
+    spark.fit(to_rdd(sc, digits), listeners=[spark_numbers])
+    ref.fit(ArrayIterator(digits, 20), listeners=[local_numbers])
+    assert (net.iteration, net.epoch) == (ref.iteration, ref.epoch)
+    assert spark_numbers.iterations == local_numbers.iterations
+    np.testing.assert_allclose(net.params().numpy(), ref.params().numpy(), rtol=1e-5, atol=1e-6)
+    for key in ("updater_m", "updater_v"):
+        np.testing.assert_allclose(net.state_arrays()[key].numpy(), ref.state_arrays()[key].numpy(), atol=1e-6)
