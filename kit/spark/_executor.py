@@ -63,7 +63,6 @@ __all__ = [
 MARK = "[kit.spark] partition"
 
 _NETS: dict[str, Network] = {}  # config JSON -> this executor process's network
-_SHARED: dict[tuple[str, int], dict[str, Any]] = {}  # (fit token, worker) -> residual, updater, tau
 
 
 class PartitionError(RuntimeError):
@@ -87,8 +86,6 @@ class RoundSpec:
     workspace_mode: str | None = None
     periodic_gc: bool = True
     gc_window_ms: int = 5000
-    token: str = ""
-    state_dir: str = ""
     threshold: dict[str, float] = field(default_factory=dict)
 
 
@@ -157,13 +154,14 @@ def _fail(partition: int, what: str, exc: BaseException) -> PartitionError:
 # ---- training --------------------------------------------------------------------------
 
 
-def round_task(spec: RoundSpec, state_bc: Any) -> Any:
+def round_task(spec: RoundSpec, state_bc: Any, workers_bc: Any = None) -> Any:
     """The function Spark runs on each partition for one round (DIRECT: the cached elements;
-    EXPORT: one (worker, path) record per partition)."""
+    EXPORT: one (worker, path) record per partition). `workers_bc` (SharedTrainingMaster): each
+    worker's own state (residual, updater state, threshold) as the driver holds it."""
 
     def run(partition: int, it: Iterator[Any]) -> Iterator[dict[str, Any]]:
         try:
-            yield _train_round(spec, state_bc, partition, it)
+            yield _train_round(spec, state_bc, partition, it, workers_bc)
         except PartitionError:
             raise
         except BaseException as exc:
@@ -187,7 +185,9 @@ def _round_elements(spec: RoundSpec, partition: int, it: Iterator[Any]) -> tuple
     return partition, elements, "direct"
 
 
-def _train_round(spec: RoundSpec, state_bc: Any, partition: int, it: Iterator[Any]) -> dict[str, Any]:
+def _train_round(
+    spec: RoundSpec, state_bc: Any, partition: int, it: Iterator[Any], workers_bc: Any = None
+) -> dict[str, Any]:
     t_start = time.time()
     t0 = time.perf_counter()
     worker, elements, source = _round_elements(spec, partition, it)
@@ -219,7 +219,8 @@ def _train_round(spec: RoundSpec, state_bc: Any, partition: int, it: Iterator[An
     allocs0 = memory.heap_allocations()
     extra: dict[str, Any] = {}
     if spec.mode == "shared":
-        result["messages"], extra = _shared_steps(spec, net, worker, batches, result["scores"])
+        own = workers_bc.value.get(worker) if workers_bc is not None else None
+        result["messages"], extra, result["worker_state"] = _shared_steps(spec, net, batches, result["scores"], own)
     else:
         for ds in batches:
             result["scores"].append(float(net.fit_batch(ds)))
@@ -252,14 +253,26 @@ def _train_round(spec: RoundSpec, state_bc: Any, partition: int, it: Iterator[An
 
 
 def _shared_steps(
-    spec: RoundSpec, net: Network, worker: int, batches: list[DataSet], scores: list[float]
-) -> tuple[list[np.ndarray], dict[str, Any]]:
+    spec: RoundSpec, net: Network, batches: list[DataSet], scores: list[float], own: dict[str, Any] | None
+) -> tuple[list[np.ndarray], dict[str, Any], dict[str, Any]]:
     """SharedTrainingMaster: each step's update goes into the residual, is threshold-encoded,
-    applied locally and sent; the residual and updater state stay with the worker."""
-    state, restored = _worker_state(spec, net, worker)
+    applied locally and sent. The worker's own state (residual, updater state, threshold) comes
+    from the driver and goes back to it with the messages: it lasts the whole training, across
+    rounds, epochs and fits, wherever Spark runs the task, and a retried task starts from exactly
+    the state the failed one had."""
     arrays = net.state_arrays()
-    for key, value in state["updater"].items():
-        arrays[key].assign(value)
+    if own is None:  # a worker's first round: the broadcast updater state, an empty residual
+        state: dict[str, Any] = {
+            "residual": np.zeros(net.num_params, np.float32),
+            "tau": None,
+            "last_dense": None,
+            "last_sparsity": None,
+            "rounds": 0,
+        }
+    else:
+        state = {**own, "residual": own["residual"].copy()}
+        for key, value in own["updater"].items():
+            arrays[key].assign(value)
     algo = AdaptiveThresholdAlgorithm(**spec.threshold)
     messages, counts = [], []
     for ds in batches:
@@ -281,69 +294,14 @@ def _shared_steps(
         state["last_dense"] = message is not None and int(message[3]) == 1
         state["last_sparsity"] = count / old.size
     state["updater"] = {k: arrays[k].numpy().copy() for k in spec.keys[1:]}
-    state["version"] = spec.round
-    _save_worker_state(spec, worker, state)
     extra = {
         "tau": float(state["tau"]),
         "encoded": int(sum(counts)),
         "sparsity": float(np.mean(counts) / net.num_params),
-        "state_from": restored,
+        "state_from": "new" if own is None else f"driver (round {own['rounds']} of this worker)",
     }
-    return messages, extra
-
-
-def _state_path(spec: RoundSpec, worker: int) -> str:
-    return os.path.join(spec.state_dir, f"worker{worker}.npz")
-
-
-def _worker_state(spec: RoundSpec, net: Network, worker: int) -> tuple[dict[str, Any], str]:
-    key = (spec.token, worker)
-    state = _SHARED.get(key)
-    if state is not None and state["version"] == spec.round - 1:
-        return state, "process"
-    path = _state_path(spec, worker)
-    if spec.round > 0 and os.path.exists(path):
-        with np.load(path, allow_pickle=False) as f:
-            state = {
-                "residual": f["residual"].copy(),
-                "updater": {k: f[k].copy() for k in spec.keys[1:]},
-                "tau": float(f["tau"]) if float(f["tau"]) > 0 else None,
-                "last_dense": bool(f["last_dense"]),
-                "last_sparsity": float(f["last_sparsity"]),
-                "version": int(f["version"]),
-            }
-        if state["version"] == spec.round - 1:
-            _SHARED.clear()
-            _SHARED[key] = state
-            return state, "disk"
-    arrays = net.state_arrays()  # a fresh start: the broadcast updater state, an empty residual
-    state = {
-        "residual": np.zeros(net.num_params, np.float32),
-        "updater": {k: arrays[k].numpy().copy() for k in spec.keys[1:]},
-        "tau": None,
-        "last_dense": None,
-        "last_sparsity": None,
-        "version": -1,
-    }
-    if len(_SHARED) > 8:
-        _SHARED.clear()
-    _SHARED[key] = state
-    return state, "new"
-
-
-def _save_worker_state(spec: RoundSpec, worker: int, state: dict[str, Any]) -> None:
-    path = _state_path(spec, worker)
-    tmp = f"{path}.{os.getpid()}.tmp.npz"
-    np.savez(
-        tmp,
-        residual=state["residual"],
-        tau=np.float64(state["tau"] or 0.0),
-        last_dense=np.bool_(bool(state["last_dense"])),
-        last_sparsity=np.float64(state["last_sparsity"] or 0.0),
-        version=np.int64(state["version"]),
-        **state["updater"],
-    )
-    os.replace(tmp, path)
+    state["rounds"] += 1
+    return messages, extra, state
 
 
 def count_task(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int]]:

@@ -20,9 +20,12 @@ it built from the JSON config, fits `averaging_frequency` mini-batches of
 SharedTrainingMaster (DL4J 1.0's default, gradient sharing): each worker adds every step's
 update to its residual, threshold-encodes it (kit.parallel.threshold, adaptive threshold) and
 applies what it encoded; the messages go back through Spark (collect) and the driver applies
-their sum in worker order, then broadcasts the parameters for the next round. The residual,
-the updater state and the threshold stay with each worker between rounds (in the executor
-process, and in `state_dir` files when Spark runs a worker's task in another process).
+their sum in worker order, then broadcasts the parameters for the next round. Each worker's
+residual, updater state and threshold are its own for the whole training, as in DL4J: they go
+back to the driver with the messages and out again with the next round, so they last across
+rounds, epochs and fits whichever executor (or host) runs the task, and a retried task starts
+from exactly the state the failed one started from. The network's updater state after a fit is
+worker 0's.
 
 Assignment of data (both masters, `repartition` ALWAYS): element i of the RDD goes to
 mini-batch i // elements_per_batch, and mini-batch b to worker b % num_workers, in order; so
@@ -37,7 +40,6 @@ import math
 import shutil
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,8 +79,6 @@ class Prepared:
     elements_per_batch: int
     paths: dict[tuple[int, int], str] = field(default_factory=dict)  # EXPORT: (worker, round) -> file
     export_dir: str | None = None
-    state_dir: str | None = None
-    token: str = ""
     setup: dict[str, Any] = field(default_factory=dict)
 
 
@@ -175,9 +175,6 @@ class TrainingMaster:
             rounds = max((math.ceil(n / per_round) for _, n in sizes), default=0)
             data = Prepared(prepared, workers, rounds, per_batch)
             setup["elements_per_worker"] = [n for _, n in sorted(sizes)]
-        data.token = uuid.uuid4().hex
-        if self.mode == "shared":
-            data.state_dir = tempfile.mkdtemp(prefix="kit-spark-shared-")
         setup["rounds"] = data.rounds
         setup["prepare_ms"] = (time.perf_counter() - t0) * 1e3
         data.setup = setup
@@ -186,9 +183,8 @@ class TrainingMaster:
     def release(self, data: Prepared) -> None:
         if data.rdd is not None:
             data.rdd.unpersist()
-        for d in (data.export_dir, data.state_dir):
-            if d:
-                shutil.rmtree(d, ignore_errors=True)
+        if data.export_dir:
+            shutil.rmtree(data.export_dir, ignore_errors=True)
 
     # ---- one round -----------------------------------------------------------------------
     def _spec(self, owner: Any, data: Prepared, k: int, keys: tuple[str, ...], sizes: tuple[int, ...]) -> ex.RoundSpec:
@@ -206,13 +202,14 @@ class TrainingMaster:
             workspace_mode=self.worker_workspace_mode,
             periodic_gc=self.worker_periodic_gc,
             gc_window_ms=self.worker_gc_window_ms,
-            token=data.token,
-            state_dir=data.state_dir or "",
             threshold=getattr(self, "threshold", {}),
         )
 
-    def _submit(self, owner: Any, data: Prepared, k: int, keys: tuple[str, ...]) -> tuple[list[dict], dict]:
-        """Broadcast the state, run the round's job; returns the workers' results and timings."""
+    def _submit(
+        self, owner: Any, data: Prepared, k: int, keys: tuple[str, ...], workers: dict[int, Any] | None = None
+    ) -> tuple[list[dict], dict]:
+        """Broadcast the state (and `workers`, each worker's own state), run the round's job;
+        returns the workers' results and timings."""
         sc, net = owner.sc, owner.network
         arrays = net.state_arrays()
         sizes = tuple(arrays[key].shape[0] for key in keys)
@@ -220,9 +217,10 @@ class TrainingMaster:
         t0 = time.perf_counter()
         flat = np.concatenate([arrays[key].numpy().reshape(-1) for key in keys]).astype(np.float32, copy=False)
         bc = sc.broadcast(flat)
+        workers_bc = sc.broadcast(workers) if workers is not None else None
         t1 = time.perf_counter()
         try:
-            fn = ex.round_task(self._spec(owner, data, k, keys, sizes), bc)
+            fn = ex.round_task(self._spec(owner, data, k, keys, sizes), bc, workers_bc)
             if data.rdd is not None:
                 job = data.rdd.mapPartitionsWithIndex(fn, True)
             else:
@@ -231,6 +229,8 @@ class TrainingMaster:
             results = owner.run_job(job, f"round {k}")
         finally:
             bc.destroy()
+            if workers_bc is not None:
+                workers_bc.destroy()
         t2 = time.perf_counter()
         timing = {"start": start, "broadcast_ms": (t1 - t0) * 1e3, "job_ms": (t2 - t1) * 1e3}
         return sorted(results, key=lambda r: r["worker"]), timing
@@ -365,14 +365,24 @@ class SharedTrainingMaster(TrainingMaster):
     def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
         net = owner.network
         keys = tuple(net.state_arrays())  # updater state: the start of a worker that has none yet
-        results, timing = self._submit(owner, data, k, keys)
+        states = owner.shared_worker_states
+        results, timing = self._submit(owner, data, k, keys, states)
         t0 = time.perf_counter()
         total = np.zeros(net.num_params, np.float32)
         for r in results:  # worker order
             for message in r.get("messages") or []:
                 threshold_decode(message, total)
         if results:
-            net.set_params(net.params().numpy() - total)
+            for r in results:
+                if r.get("worker_state") is not None:
+                    states[r["worker"]] = r["worker_state"]
+            arrays = net.state_arrays()
+            with net._lock:  # a save() in between sees the round whole
+                net.set_params(net.params().numpy() - total)
+                if states:  # the network's updater state: worker 0's (the lowest worker that has one)
+                    first = states[min(states)]
+                    for key, value in first["updater"].items():
+                        arrays[key].assign(value)
             owner.worker_iteration += max((len(r["scores"]) for r in results), default=0)
         timing["aggregate_ms"] = (time.perf_counter() - t0) * 1e3
         return self._results(owner, results), timing, [r["stats"] for r in results]

@@ -194,6 +194,9 @@ class SparkNetwork:
         self.iteration = network.iteration  # loop steps (rounds): what listeners number
         self.epoch = network.epoch
         self.worker_iteration = network.iteration  # updater steps per worker
+        # SharedTrainingMaster: each worker's residual, updater state and threshold, kept here
+        # between rounds, epochs and fits (worker -> state)
+        self.shared_worker_states: dict[int, dict[str, Any]] = {}
         self.last_score = float("nan")
         self.loop: TrainingLoop | None = None
         self._stats: SparkTrainingStats | None = None

@@ -54,3 +54,44 @@ def test_training_on_the_network_between_two_spark_fits_is_carried_on(sc, digits
     np.testing.assert_allclose(net.params().numpy(), ref.params().numpy(), rtol=1e-5, atol=1e-6)
     for key in ("updater_m", "updater_v"):
         np.testing.assert_allclose(net.state_arrays()[key].numpy(), ref.state_arrays()[key].numpy(), atol=1e-6)
+
+
+def _shared(sc, data, epochs, fits, workers=2, rdd=None, local_fit=False):
+    from kit.spark import SharedTrainingMaster
+
+    net = mlp(64, hidden=(32,), n_out=10, updater=Adam(1e-2), seed=0)
+    tm = SharedTrainingMaster(20, 3, num_workers=workers, collect_training_stats=True, initial_threshold=1e-3)
+    spark = SparkNetwork(sc, net, tm)
+    for _ in range(fits):
+        spark.fit(rdd if rdd is not None else to_rdd(sc, data), epochs=epochs)
+    return net, spark
+
+
+def test_shared_training_keeps_each_workers_state_across_epochs_and_fits(sc, digits):
+    """Item 3: the residual, Adam moments and threshold of each worker restarted at every epoch
+    boundary and every fit. With the state kept, 2 epochs over the data equal 1 epoch over the
+    data twice in a row (the same mini-batches reach the same workers in the same order), and so
+    do 2 fits of one epoch."""
+    doubled = DataSet(np.concatenate([digits.features.numpy()] * 2), np.concatenate([digits.labels.numpy()] * 2))
+    one_long, _ = _shared(sc, None, 1, 1, rdd=to_rdd(sc, doubled))
+    two_epochs, spark = _shared(sc, digits, 2, 1)
+    two_fits, _ = _shared(sc, digits, 1, 2)
+    reference = one_long.params().numpy()
+    np.testing.assert_allclose(two_epochs.params().numpy(), reference, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(two_fits.params().numpy(), reference, rtol=1e-5, atol=1e-6)
+    assert two_epochs.iteration == two_fits.iteration == one_long.iteration
+    # the numbers say so too: in epoch 2, every worker goes on from its own earlier rounds
+    workers = [w for w in spark.get_training_stats().workers if w["examples"]]
+    second = [w["state_from"] for w in workers if w["epoch"] == 1]
+    assert second and all(s.startswith("driver (round ") and not s.startswith("driver (round 0") for s in second)
+
+
+def test_the_networks_updater_state_after_shared_training_is_a_workers(sc, digits):
+    """Item 3: the driver's updater state was never updated (Adam's moments stayed 0), so a save
+    after Spark training, or a local fit after it, started Adam again."""
+    net, spark = _shared(sc, digits, 1, 1, workers=1)
+    state = spark.shared_worker_states[0]
+    for key in ("updater_m", "updater_v"):
+        value = net.state_arrays()[key].numpy()
+        assert np.abs(value).max() > 0
+        np.testing.assert_array_equal(value, state["updater"][key])
