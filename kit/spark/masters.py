@@ -29,8 +29,11 @@ worker 0's.
 
 Assignment of data (both masters, `repartition` ALWAYS): element i of the RDD goes to
 mini-batch i // elements_per_batch, and mini-batch b to worker b % num_workers, in order; so
-round r of worker w trains on the same mini-batches as ParallelWrapper's worker w between its
-averagings. With NEVER each existing partition is one worker and keeps its order.
+in the first epoch, round r of worker w trains on the same mini-batches as ParallelWrapper's
+worker w between its averagings. Spark starts a new round at each epoch while ParallelWrapper
+counts its averaging period across the boundary, so later epochs keep this only when each
+worker's mini-batches per epoch are a multiple of the frequency. With NEVER each existing
+partition is one worker and keeps its order.
 """
 
 from __future__ import annotations

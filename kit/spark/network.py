@@ -20,9 +20,13 @@ kit DataSet.
 
 Training drives kit's TrainingLoop on the driver: one loop step is one round of the training
 master (one Spark job), so listeners see DL4J's numbering, one `iteration_done` per worker
-per round (with `worker=`), as with ParallelWrapper. With one worker and averaging frequency
-1, fit() equals Network.fit on the same mini-batches. After fit, `network.iteration` counts
-the updater steps each worker took (what Adam's bias correction needs to continue).
+per round (with `worker=`), as with ParallelWrapper. With one worker, averaging frequency 1
+and `save_updater=True` (or an updater that keeps no state, such as Sgd without momentum),
+fit() equals Network.fit on the same mini-batches; with DL4J's default save_updater=False each
+round's updater starts afresh, so Adam, Nesterov and the like take other steps. After fit,
+`network.iteration` counts the updater steps each worker took (what Adam's bias correction
+needs to continue), and the next fit goes on from the network's counters, local training
+in between included.
 
 A task that fails (bad labels, NaN features, a crash) stops fit() with SparkTrainingError
 naming the partition, and the job group is cancelled so no Spark job is left running.

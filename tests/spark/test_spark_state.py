@@ -95,3 +95,43 @@ def test_the_networks_updater_state_after_shared_training_is_a_workers(sc, digit
         value = net.state_arrays()[key].numpy()
         assert np.abs(value).max() > 0
         np.testing.assert_array_equal(value, state["updater"][key])
+
+
+@pytest.mark.parametrize(
+    ("updater", "save_updater", "equal"), [("adam", True, True), ("sgd", False, True), ("adam", False, False)]
+)
+def test_one_worker_equals_network_fit_exactly_when_the_docstring_says(sc, digits, updater, save_updater, equal):
+    """Item 17: kit.spark's docstring said one worker at frequency 1 equals Network.fit, which
+    holds only with save_updater=True or a stateless updater; it now says so, and this checks
+    each case in both directions."""
+    from kit.nn import Sgd
+
+    make = (lambda: Adam(1e-2)) if updater == "adam" else (lambda: Sgd(0.1))
+    net = mlp(64, hidden=(32,), n_out=10, updater=make(), seed=0)
+    ref = net.clone()
+    tm = ParameterAveragingTrainingMaster(
+        20, 1, num_workers=1, rdd_training_approach="DIRECT", save_updater=save_updater
+    )
+    SparkNetwork(sc, net, tm).fit(to_rdd(sc, digits), epochs=2)
+    ref.fit(ArrayIterator(digits, 20), epochs=2)
+    same = np.allclose(net.params().numpy(), ref.params().numpy(), rtol=1e-5, atol=1e-6)
+    assert same is equal
+
+
+@pytest.mark.parametrize(("frequency", "equal"), [(3, True), (4, False)])
+def test_spark_and_parallel_wrapper_share_mini_batches_after_epoch_one_only_as_documented(sc, digits, frequency, equal):
+    """Item 17: 240 examples in mini-batches of 20 give each of 2 workers 6 per epoch. With
+    frequency 3 (6 is a multiple) two epochs equal ParallelWrapper's; with 4, Spark's epoch 2
+    starts a new round where ParallelWrapper's period runs on, and the two part."""
+    from kit.parallel import ParallelWrapper
+
+    net = mlp(64, hidden=(32,), n_out=10, updater=Adam(1e-2), seed=0)
+    ref = net.clone()
+    tm = ParameterAveragingTrainingMaster(
+        20, frequency, num_workers=2, rdd_training_approach="DIRECT", save_updater=True
+    )
+    SparkNetwork(sc, net, tm).fit(to_rdd(sc, digits, num_slices=3), epochs=2)
+    with ParallelWrapper(ref, workers=2, prefetch_buffer=0, averaging_frequency=frequency) as pw:
+        pw.fit(ArrayIterator(digits, 20), epochs=2)
+    same = np.allclose(net.params().numpy(), ref.params().numpy(), rtol=1e-4, atol=1e-5)
+    assert same is equal
