@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import enum
 import math
+import os
 import shutil
 import tempfile
 import time
@@ -91,6 +92,29 @@ def _check_int(owner: str, name: str, value: Any, minimum: int) -> int:
     return value
 
 
+def _check_bool(owner: str, name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{owner}({name}={value!r}): must be True or False")
+    return bool(value)
+
+
+def _check_enum(owner: str, name: str, value: Any, kind: type[enum.Enum]) -> Any:
+    try:
+        return kind(value.value if isinstance(value, kind) else value)
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in kind)
+        raise ValueError(f"{owner}({name}={value!r}): must be one of {choices}") from None
+
+
+def _check_real(owner: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise ValueError(f"{owner}({name}={value!r}): must be a number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{owner}({name}={value!r}): must be finite")
+    return value
+
+
 class TrainingMaster:
     """What both masters share: the data knobs, preparation, the job runner."""
 
@@ -113,7 +137,9 @@ class TrainingMaster:
     ) -> None:
         name = type(self).__name__
         self.batch_size_per_worker = _check_int(name, "batch_size_per_worker", batch_size_per_worker, 1)
-        self._batches_per_round = _check_int(name, "batches per round", batches_per_round, 1)
+        self._batches_per_round = _check_int(
+            name, "averaging_frequency" if self.mode == "averaging" else "batches_per_round", batches_per_round, 1
+        )
         if num_workers is not None:
             _check_int(name, "num_workers", num_workers, 1)
         self.num_workers = num_workers
@@ -121,12 +147,25 @@ class TrainingMaster:
         self.worker_prefetch_num_batches = _check_int(
             name, "worker_prefetch_num_batches", worker_prefetch_num_batches, 0
         )
-        self.repartition = Repartition(repartition)
-        self.rdd_training_approach = RDDTrainingApproach(rdd_training_approach)
+        self.repartition = _check_enum(name, "repartition", repartition, Repartition)
+        self.rdd_training_approach = _check_enum(
+            name, "rdd_training_approach", rdd_training_approach, RDDTrainingApproach
+        )
+        if export_directory is not None and not os.path.isdir(export_directory):
+            raise ValueError(
+                f"{name}(export_directory={export_directory!r}): not a directory on the driver; give an existing "
+                "directory (EXPORT writes each fit's mini-batch files under it) or None for the system's temporary one"
+            )
         self.export_directory = export_directory
-        self.collect_training_stats = bool(collect_training_stats)
+        self.collect_training_stats = _check_bool(name, "collect_training_stats", collect_training_stats)
+        if worker_workspace_mode is not None:
+            from kit.nn.workspace_mgr import WorkspaceMode
+
+            worker_workspace_mode = _check_enum(
+                name, "worker_workspace_mode", worker_workspace_mode, WorkspaceMode
+            ).value
         self.worker_workspace_mode = worker_workspace_mode
-        self.worker_periodic_gc = bool(worker_periodic_gc)
+        self.worker_periodic_gc = _check_bool(name, "worker_periodic_gc", worker_periodic_gc)
         self.worker_gc_window_ms = _check_int(name, "worker_gc_window_ms", worker_gc_window_ms, 0)
 
     # ---- preparation -------------------------------------------------------------------
@@ -276,10 +315,6 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
         worker_periodic_gc: bool = True,
         worker_gc_window_ms: int = 5000,
     ) -> None:
-        if not isinstance(averaging_frequency, int) or averaging_frequency < 1:
-            raise ValueError(
-                f"ParameterAveragingTrainingMaster(averaging_frequency={averaging_frequency!r}): must be >= 1"
-            )
         super().__init__(
             batch_size_per_worker,
             averaging_frequency,
@@ -295,7 +330,7 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
             worker_gc_window_ms,
         )
         self.averaging_frequency = averaging_frequency
-        self.save_updater = bool(save_updater)
+        self.save_updater = _check_bool("ParameterAveragingTrainingMaster", "save_updater", save_updater)
 
     def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
         net = owner.network
@@ -358,12 +393,25 @@ class SharedTrainingMaster(TrainingMaster):
             worker_gc_window_ms,
         )
         self.batches_per_round = batches_per_round
+        name = "SharedTrainingMaster"
         self.threshold = {
-            "initial_threshold": float(initial_threshold),
-            "min_target_sparsity": float(min_target_sparsity),
-            "max_target_sparsity": float(max_target_sparsity),
-            "decay_rate": float(decay_rate),
+            "initial_threshold": _check_real(name, "initial_threshold", initial_threshold),
+            "min_target_sparsity": _check_real(name, "min_target_sparsity", min_target_sparsity),
+            "max_target_sparsity": _check_real(name, "max_target_sparsity", max_target_sparsity),
+            "decay_rate": _check_real(name, "decay_rate", decay_rate),
         }
+        t = self.threshold
+        if not t["initial_threshold"] > 0:
+            raise ValueError(f"{name}(initial_threshold={initial_threshold!r}): must be > 0 (DL4J's default: 1e-4)")
+        if not 0 < t["min_target_sparsity"] < t["max_target_sparsity"] <= 1:
+            raise ValueError(
+                f"{name}(min_target_sparsity={min_target_sparsity!r}, max_target_sparsity={max_target_sparsity!r}): "
+                "need 0 < min_target_sparsity < max_target_sparsity <= 1 (DL4J's defaults: 1e-4 and 1e-2)"
+            )
+        if not 0.5 <= t["decay_rate"] < 1:
+            raise ValueError(
+                f"{name}(decay_rate={decay_rate!r}): must be in [0.5, 1) (DL4J's default: 0.5 ** (1 / 20) = 0.966)"
+            )
 
     def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
         net = owner.network

@@ -135,3 +135,71 @@ def test_spark_and_parallel_wrapper_share_mini_batches_after_epoch_one_only_as_d
         pw.fit(ArrayIterator(digits, 20), epochs=2)
     same = np.allclose(net.params().numpy(), ref.params().numpy(), rtol=1e-4, atol=1e-5)
     assert same is equal
+
+
+_BAD_ARGUMENTS = [
+    ("both", "batch_size_per_worker", 0),
+    ("both", "batch_size_per_worker", 2.5),
+    ("both", "num_workers", 0),
+    ("both", "num_workers", True),
+    ("both", "rdd_data_set_num_examples", 0),
+    ("both", "worker_prefetch_num_batches", -1),
+    ("both", "repartition", "SOMETIMES"),
+    ("both", "rdd_training_approach", "SHARED_DISK"),
+    ("both", "export_directory", "/nonexistent/kit-export"),
+    ("both", "collect_training_stats", "yes"),
+    ("both", "worker_workspace_mode", "HALF"),
+    ("both", "worker_periodic_gc", 1),
+    ("both", "worker_gc_window_ms", -5),
+    ("averaging", "averaging_frequency", 0),
+    ("averaging", "averaging_frequency", True),
+    ("averaging", "save_updater", "no"),
+    ("shared", "batches_per_round", 0),
+    ("shared", "initial_threshold", 0),
+    ("shared", "initial_threshold", float("nan")),
+    ("shared", "initial_threshold", float("inf")),
+    ("shared", "initial_threshold", -1e-3),
+    ("shared", "initial_threshold", "1e-3"),
+    ("shared", "min_target_sparsity", 0.5),  # above the default maximum 1e-2
+    ("shared", "max_target_sparsity", 2.0),
+    ("shared", "decay_rate", 1),
+    ("shared", "decay_rate", 0.1),
+    ("shared", "decay_rate", float("nan")),
+]
+
+
+@pytest.mark.parametrize(("which", "name", "value"), _BAD_ARGUMENTS)
+def test_every_master_argument_is_checked_at_the_call_naming_it(which, name, value):
+    """Item 16: SharedTrainingMaster(initial_threshold=0 or nan, min > max sparsity, decay_rate=1)
+    was accepted and failed on the executors after the data had been shuffled. Every argument of
+    both masters is checked when the master is made, and the error names it with its value.
+    (No SparkContext is needed: nothing reaches Spark.)"""
+    from kit.spark import SharedTrainingMaster
+
+    classes = {"averaging": [ParameterAveragingTrainingMaster], "shared": [SharedTrainingMaster]}
+    classes["both"] = classes["averaging"] + classes["shared"]
+    for cls in classes[which]:
+        with pytest.raises(ValueError, match=rf"{cls.__name__}\(.*{name}={value!r}"):
+            cls(**{name: value})
+    for cls in classes[which]:  # the defaults, and each knob's good values, are accepted
+        cls()
+
+
+def test_good_master_arguments_are_kept(tmp_path):
+    from kit.spark import SharedTrainingMaster
+
+    tm = ParameterAveragingTrainingMaster(
+        repartition="NEVER",
+        rdd_training_approach="DIRECT",
+        export_directory=str(tmp_path),
+        worker_workspace_mode="NONE",
+    )
+    assert (tm.repartition.value, tm.rdd_training_approach.value, tm.worker_workspace_mode) == (
+        "NEVER",
+        "DIRECT",
+        "NONE",
+    )
+    shared = SharedTrainingMaster(
+        initial_threshold=1e-3, min_target_sparsity=1e-3, max_target_sparsity=0.1, decay_rate=0.5
+    )
+    assert shared.threshold["decay_rate"] == 0.5
