@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.nn.loop import StepResult
+from kit.nn.loop import NonFiniteScoreError, StepResult
 from kit.parallel.threshold import threshold_decode
 from kit.spark import _executor as ex
 
@@ -338,6 +338,8 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
         results, timing = self._submit(owner, data, k, keys)
         t0 = time.perf_counter()
         trained = [r for r in results if r["state"] is not None]
+        if _diverged(results, k, owner):  # nothing applied: the loop raises NonFiniteScoreError naming the worker
+            trained = []
         if trained:
             mean = trained[0]["state"].astype(np.float64)
             for r in trained[1:]:  # worker order: the same sum on every run
@@ -420,6 +422,8 @@ class SharedTrainingMaster(TrainingMaster):
         results, timing = self._submit(owner, data, k, keys, states)
         t0 = time.perf_counter()
         total = np.zeros(net.num_params, np.float32)
+        if _diverged(results, k, owner):
+            results = [{**r, "messages": None, "worker_state": None} for r in results]
         for r in results:  # worker order
             for message in r.get("messages") or []:
                 threshold_decode(message, total)
@@ -437,6 +441,23 @@ class SharedTrainingMaster(TrainingMaster):
             owner.worker_iteration += max((len(r["scores"]) for r in results), default=0)
         timing["aggregate_ms"] = (time.perf_counter() - t0) * 1e3
         return self._results(owner, results), timing, [r["stats"] for r in results]
+
+
+def _diverged(results: list[dict], k: int, owner: Any) -> bool:
+    """A round whose loss was not finite on some worker is not applied (the TrainingLoop then
+    raises NonFiniteScoreError naming the worker, or an early-stopping condition stops); a state
+    that is not finite after finite losses is refused here, naming the round and worker."""
+    if any(not math.isfinite(v) for r in results for v in r["scores"]):
+        return True
+    for r in results:
+        state = r.get("state")
+        if state is not None and not np.all(np.isfinite(state)):
+            raise NonFiniteScoreError(
+                f"Spark round {k} (epoch {owner.epoch}), worker {r['worker']}: its parameters are no longer finite "
+                "after finite losses; the network keeps the state from before this round. Lower the learning "
+                "rate or scale the features"
+            )
+    return False
 
 
 def timing_sizes(net: Any, keys: tuple[str, ...]) -> tuple[int, ...]:

@@ -73,6 +73,11 @@ class SparkTrainingError(RuntimeError):
     """A Spark task failed; the message names the partition (and round), the cause is chained."""
 
 
+def _is_spark_error(exc: BaseException) -> bool:
+    """An error raised by Spark itself (Py4J's Java errors), not by kit's own checks on the driver."""
+    return type(exc).__module__.startswith(("py4j", "pyspark"))
+
+
 def spark_missing() -> str | None:
     """Why Spark cannot start here (None when PySpark and Java are both present)."""
     try:
@@ -179,6 +184,28 @@ def _combine(a: tuple[Any, ...] | None, b: tuple[Any, ...] | None) -> tuple[Any,
 
 
 _MARK = re.compile(r"\[kit\.spark\] partition (\d+)[^\n]*")
+_LOST = re.compile(r"Lost task (\d+)\.\d+ in stage (\d+)\.\d+")
+_CRASHED = "Python worker exited unexpectedly"
+
+
+def spark_error(exc: BaseException, what: str) -> SparkTrainingError:
+    """What a failed Spark action says to the user: kit's own partition message when a kit task
+    raised; a Python worker that died said in words (the process crashed or was killed), with
+    the partition Spark lost; else the first line of Spark's error, never a Java stack."""
+    text = str(exc)
+    found = _MARK.search(text)
+    if found:
+        return SparkTrainingError(f"Spark {what} failed in {found.group(0)[len('[kit.spark] ') :]}")
+    lost = _LOST.search(text)
+    where = f"partition {lost.group(1)} (stage {lost.group(2)})" if lost else "a partition"
+    if _CRASHED in text:
+        return SparkTrainingError(
+            f"Spark {what} failed: the Python worker process computing {where} died (crashed or was killed: out "
+            "of memory, a signal, os._exit in code that builds the RDD); nothing of it reached the network. Check "
+            "the executors' memory (spark.executor.memory; driver_memory in local mode) and the RDD's own functions"
+        )
+    first = next((line.strip() for line in text.splitlines() if "Exception" in line or "Error" in line), text[:300])
+    return SparkTrainingError(f"Spark {what} failed in {where}: {type(exc).__name__}: {first[:600]}")
 
 
 class SparkNetwork:
@@ -218,11 +245,7 @@ class SparkNetwork:
             return rdd.collect()
         except Exception as exc:
             self.sc.cancelJobGroup(group)
-            text = str(exc)
-            found = _MARK.search(text)
-            if found:
-                raise SparkTrainingError(f"Spark {what} failed in {found.group(0)[len('[kit.spark] ') :]}") from exc
-            raise SparkTrainingError(f"Spark {what} failed: {type(exc).__name__}: {text[:600]}") from exc
+            raise spark_error(exc, what) from exc
         finally:
             self.sc.setLocalProperty("spark.jobGroup.id", None)
 
@@ -232,7 +255,14 @@ class SparkNetwork:
         master = self.training_master
         self._adopt_local_progress()
         rdd = as_rdd(data)
-        prepared = master.prepare(self.sc, rdd, self.run_job)
+        try:
+            prepared = master.prepare(self.sc, rdd, self.run_job)
+        except SparkTrainingError:
+            raise
+        except Exception as exc:  # Spark's own actions in preparing (zipWithIndex counts partitions)
+            if not _is_spark_error(exc):
+                raise
+            raise spark_error(exc, "data preparation") from exc
         if prepared.rounds == 0:
             master.release(prepared)
             raise ValueError("SparkNetwork.fit: the RDD holds no elements")
@@ -294,9 +324,7 @@ class SparkNetwork:
             result = rdd.mapPartitionsWithIndex(fn).treeAggregate(None, _combine, _combine, depth)
         except Exception as exc:
             self.sc.cancelJobGroup(group)
-            found = _MARK.search(str(exc))
-            where = found.group(0)[len("[kit.spark] ") :] if found else f"{type(exc).__name__}: {str(exc)[:600]}"
-            raise SparkTrainingError(f"Spark evaluation failed in {where}") from exc
+            raise spark_error(exc, "evaluation") from exc
         finally:
             self.sc.setLocalProperty("spark.jobGroup.id", None)
             bc.destroy()

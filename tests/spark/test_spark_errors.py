@@ -1,0 +1,59 @@
+"""What kit.spark says when training goes wrong (issue 21 item 16): a diverging run, a Python
+worker that dies; in words that name where, never a bare ValueError or a Java stack."""
+
+import os
+
+import numpy as np
+import pytest
+
+from kit.data import DataSet, load_digits
+from kit.nn import Sgd, mlp
+from kit.nn.loop import NonFiniteScoreError
+from kit.spark import (
+    ParameterAveragingTrainingMaster,
+    SharedTrainingMaster,
+    SparkNetwork,
+    SparkTrainingError,
+    to_rdd,
+)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    train, _ = load_digits()
+    return DataSet(train.features.numpy()[:120], train.labels.numpy()[:120])
+
+
+@pytest.mark.parametrize("master", ["averaging", "shared"])
+def test_a_diverging_spark_run_raises_non_finite_score_naming_the_worker(sc, digits, master):
+    """It raised `ValueError: set_params: the values contain NaN or infinity` from the driver's
+    averaging. Now the round is not applied and the loop says which worker's loss went NaN."""
+    huge = DataSet(digits.features.numpy() * 1e18, digits.labels.numpy())
+    net = mlp(64, hidden=(8,), n_out=10, updater=Sgd(1e18), seed=0)
+    if master == "averaging":
+        tm = ParameterAveragingTrainingMaster(20, 1, num_workers=2, rdd_training_approach="DIRECT")
+    else:  # shared training moves by the threshold only: make the loss itself overflow
+        huge = DataSet(digits.features.numpy() * 3e38, digits.labels.numpy())
+        tm = SharedTrainingMaster(20, 1, num_workers=2, rdd_training_approach="DIRECT")
+    with pytest.raises(NonFiniteScoreError, match=r"\(epoch 0, worker [01]\): the loss is (nan|inf)"):
+        SparkNetwork(sc, net, tm).fit(to_rdd(sc, huge), epochs=3)
+    assert np.all(np.isfinite(net.params().numpy()))  # the network keeps its last finite state
+
+
+@pytest.mark.parametrize("approach", ["DIRECT", "EXPORT"])
+def test_a_python_worker_that_dies_is_said_in_words_naming_the_partition(sc, digits, approach):
+    """A Python worker that dies (here: os._exit in the RDD's own map) was reported as
+    `Py4JJavaError: An error occurred while calling z:...collectAndServe` with a Java stack."""
+    rdd = to_rdd(sc, digits, num_slices=2).zipWithIndex().map(lambda p: os._exit(3) if p[1] == 70 else p[0])
+    net = mlp(64, hidden=(8,), n_out=10, updater=Sgd(0.1), seed=0)
+    before = net.params().numpy()
+    tm = ParameterAveragingTrainingMaster(20, 1, num_workers=2, rdd_training_approach=approach)
+    with pytest.raises(SparkTrainingError) as info:
+        SparkNetwork(sc, net, tm).fit(rdd)
+    text = str(info.value)
+    assert "Python worker process computing partition 1" in text and "died" in text
+    assert "Py4J" not in text and "\tat " not in text
+    np.testing.assert_array_equal(net.params().numpy(), before)
+    # the same words from a distributed evaluation
+    with pytest.raises(SparkTrainingError, match="Spark evaluation failed: the Python worker process computing"):
+        SparkNetwork(sc, net, tm).evaluate(rdd)
