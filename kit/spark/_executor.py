@@ -10,11 +10,15 @@ A task is a plain function of (partition index, iterator of elements), so it als
     >>> import numpy as np
     >>> from kit.spark._executor import count_task
     >>> pair = (np.zeros((1, 4), np.float32), np.array([1]))   # one element: (features, labels)
-    >>> list(count_task(3, iter([pair, pair])))
-    [(3, 2)]
-    >>> list(count_task(3, iter([(np.zeros((1, 4)), np.array([1, 2]))])))
+    >>> count = count_task(per_batch=2, num_classes=3)          # elements come tagged with where they began
+    >>> list(count(0, iter([((3, 0), pair), ((3, 1), pair)])))
+    [(0, 2)]
+    >>> list(count(0, iter([((3, 0), pair), ((3, 1), (np.zeros((1, 4)), np.array([1, 2])))])))
     Traceback (most recent call last):
-    kit.spark._executor.PartitionError: [kit.spark] partition 3 (count): ValueError: partition 3: features of shape ...
+    kit.spark._executor.PartitionError: [kit.spark] partition 3 (element 1, count): ValueError: features of shape ...
+
+Every element is tagged (RDD partition, position in it) before kit shuffles the data, so an
+error names the partition and element of the RDD the user gave, not the worker it was moved to.
 
 Only plain data crosses the wire: the JSON configuration (a string), flat float arrays (the
 parameters and updater state, through a Spark broadcast), NumPy data, and plain dictionaries
@@ -49,6 +53,7 @@ from kit.parallel.threshold import (
 )
 
 __all__ = [
+    "BadElementError",
     "PartitionError",
     "RoundSpec",
     "batches_of",
@@ -58,6 +63,7 @@ __all__ = [
     "export_task",
     "round_task",
     "row_to_pair",
+    "tag_elements",
 ]
 
 MARK = "[kit.spark] partition"
@@ -133,21 +139,54 @@ def check_element(element: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def batches_of(elements: list[Any], per_batch: int, num_classes: int, where: str) -> list[DataSet]:
-    """Stack groups of `per_batch` elements into DataSets; features must be finite."""
-    out = []
-    for start in range(0, len(elements), per_batch):
-        pairs = [check_element(e, where) for e in elements[start : start + per_batch]]
+class BadElementError(ValueError):
+    """An element of the user's RDD that cannot be trained on, with where it began."""
+
+    def __init__(self, source: tuple[int, int], message: str) -> None:
+        super().__init__(message)
+        self.source = source
+
+
+def tag_elements(partition: int, it: Iterator[Any]) -> Iterator[tuple[tuple[int, int], Any]]:
+    """((RDD partition, position), element): run on the user's RDD before any shuffle."""
+    for j, element in enumerate(it):
+        yield (partition, j), element
+
+
+def _one_batch(tagged: list[Any], num_classes: int) -> DataSet:
+    pairs = []
+    for source, e in tagged:
+        try:
+            pairs.append(check_element(e, "element"))
+        except ValueError as exc:
+            raise BadElementError(source, str(exc).removeprefix("element: ")) from None
+    try:
         x = np.concatenate([p[0] for p in pairs]).astype(np.float32, copy=False)
         y = np.concatenate([p[1] for p in pairs])
         if not np.all(np.isfinite(x)):
-            row = int(np.argwhere(~np.isfinite(x.reshape(x.shape[0], -1)))[0][0])
-            raise ValueError(f"{where}: features contain NaN or infinity (mini-batch row {row})")
-        out.append(DataSet(x, y, num_classes=num_classes))
-    return out
+            raise ValueError("features contain NaN or infinity")
+        return DataSet(x, y, num_classes=num_classes)
+    except ValueError as exc:
+        if len(tagged) == 1:
+            raise BadElementError(tagged[0][0], str(exc)) from None
+    for one in tagged:  # which element: the same checks one by one, so the error names it
+        _one_batch([one], num_classes)
+    raise AssertionError("a mini-batch failed that none of its elements fails")  # pragma: no cover
+
+
+def batches_of(elements: list[Any], per_batch: int, num_classes: int, where: str = "") -> list[DataSet]:
+    """Stack groups of `per_batch` tagged elements ((partition, position), element) into
+    DataSets; features must be finite and labels valid. A bad element raises BadElementError naming
+    its RDD partition and position (`where`: the round, for messages)."""
+    return [_one_batch(elements[i : i + per_batch], num_classes) for i in range(0, len(elements), per_batch)]
 
 
 def _fail(partition: int, what: str, exc: BaseException) -> PartitionError:
+    """The error the driver sees. A bad element is named by where it was in the user's RDD
+    (partition, element), not by the partition kit's shuffle moved it to."""
+    if isinstance(exc, BadElementError):
+        (source, element), name = exc.source, "ValueError"
+        return PartitionError(f"{MARK} {source} (element {element}, {what}): {name}: {exc}")
     return PartitionError(f"{MARK} {partition} ({what}): {type(exc).__name__}: {exc}")
 
 
@@ -192,12 +231,9 @@ def _train_round(
     t0 = time.perf_counter()
     worker, elements, source = _round_elements(spec, partition, it)
     where = f"worker {worker}, round {spec.round}"
-    if source == "export":
+    if source == "export":  # checked element by element when the files were written
         batches = [DataSet(np.asarray(x, np.float32), y, num_classes=spec.num_classes) for x, y in elements]
-        for ds in batches:
-            if not np.all(np.isfinite(ds.features.numpy())):
-                raise ValueError(f"{where}: features contain NaN or infinity")
-    else:
+    else:  # checked element by element by the count that cached them
         batches = batches_of(elements, spec.elements_per_batch, spec.num_classes, where)
     t1 = time.perf_counter()
     memory.toggle_periodic_gc(spec.periodic_gc)
@@ -304,17 +340,26 @@ def _shared_steps(
     return messages, extra, state
 
 
-def count_task(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int]]:
-    """Elements in a partition (and the first one checked): materialises the cache."""
-    try:
-        n = 0
-        for e in it:
-            if n == 0:
-                check_element(e, f"partition {partition}")
-            n += 1
-        yield partition, n
-    except BaseException as exc:
-        raise _fail(partition, "count", exc) from exc
+def count_task(per_batch: int, num_classes: int) -> Any:
+    """DIRECT: the elements of a partition, each checked (features, labels) as the rounds will
+    stack them; materialises the cache. Yields (partition, count)."""
+
+    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int]]:
+        try:
+            n, group = 0, []
+            for tagged in it:
+                group.append(tagged)
+                n += 1
+                if len(group) == per_batch:
+                    batches_of(group, per_batch, num_classes)
+                    group = []
+            if group:
+                batches_of(group, per_batch, num_classes)
+            yield partition, n
+        except BaseException as exc:
+            raise _fail(partition, "count", exc) from exc
+
+    return run
 
 
 def row_to_pair(row: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -324,8 +369,9 @@ def row_to_pair(row: Any) -> tuple[np.ndarray, np.ndarray]:
     return x[None], np.asarray([y]).astype(np.int64)
 
 
-def export_task(directory: str, per_round: int, per_batch: int) -> Any:
-    """EXPORT: write each round's mini-batches of a partition to one .npz file (no pickle)."""
+def export_task(directory: str, per_round: int, per_batch: int, num_classes: int) -> Any:
+    """EXPORT: write each round's mini-batches of a partition to one .npz file (no pickle),
+    every element checked on the way (features, labels) and named by where it began."""
 
     def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int, str]]:
         try:
@@ -334,22 +380,25 @@ def export_task(directory: str, per_round: int, per_batch: int) -> Any:
             for e in it:
                 buffer.append(e)
                 if len(buffer) == per_round:
-                    yield _write_round(directory, partition, k, buffer, per_batch)
+                    yield _write_round(directory, partition, k, buffer, per_batch, num_classes)
                     buffer, k = [], k + 1
             if buffer:
-                yield _write_round(directory, partition, k, buffer, per_batch)
+                yield _write_round(directory, partition, k, buffer, per_batch, num_classes)
         except BaseException as exc:
             raise _fail(partition, "export", exc) from exc
 
     return run
 
 
-def _write_round(directory: str, worker: int, k: int, elements: list[Any], per_batch: int) -> tuple[int, int, str]:
-    where = f"worker {worker}, round {k}"
+def _write_round(
+    directory: str, worker: int, k: int, elements: list[Any], per_batch: int, num_classes: int
+) -> tuple[int, int, str]:
     arrays: dict[str, np.ndarray] = {}
     n = 0
     for start in range(0, len(elements), per_batch):
-        pairs = [check_element(e, where) for e in elements[start : start + per_batch]]
+        group = elements[start : start + per_batch]
+        batches_of(group, per_batch, num_classes)  # the same checks as a round's: the round reads what passed
+        pairs = [check_element(e, "element") for _, e in group]
         arrays[f"x{n}"] = np.concatenate([p[0] for p in pairs])
         arrays[f"y{n}"] = np.concatenate([p[1] for p in pairs])
         n += 1

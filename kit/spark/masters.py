@@ -169,13 +169,15 @@ class TrainingMaster:
         self.worker_gc_window_ms = _check_int(name, "worker_gc_window_ms", worker_gc_window_ms, 0)
 
     # ---- preparation -------------------------------------------------------------------
-    def prepare(self, sc: Any, rdd: Any, runner: Any) -> Prepared:
-        """Repartition (one partition per worker), cache, count; EXPORT writes the files."""
+    def prepare(self, sc: Any, rdd: Any, runner: Any, num_classes: int) -> Prepared:
+        """Tag each element with where it began, repartition (one partition per worker), cache
+        and count, or write the files (EXPORT), checking every element on the way."""
         t0 = time.perf_counter()
         workers = self.num_workers or sc.defaultParallelism
         per_batch = max(1, math.ceil(self.batch_size_per_worker / self.rdd_data_set_num_examples))
         per_round = per_batch * self._batches_per_round
         partitions = rdd.getNumPartitions()
+        rdd = rdd.mapPartitionsWithIndex(ex.tag_elements, True)  # errors name the user's partition and element
         shuffle = self.repartition is Repartition.ALWAYS or (
             self.repartition is Repartition.NUM_PARTITIONS_WORKERS_DIFFERS and partitions != workers
         )
@@ -203,7 +205,8 @@ class TrainingMaster:
             export_dir = tempfile.mkdtemp(prefix="kit-spark-export-", dir=self.export_directory)
             try:
                 written = runner(
-                    prepared.mapPartitionsWithIndex(ex.export_task(export_dir, per_round, per_batch)), "export"
+                    prepared.mapPartitionsWithIndex(ex.export_task(export_dir, per_round, per_batch, num_classes)),
+                    "export",
                 )
             except BaseException:
                 shutil.rmtree(export_dir, ignore_errors=True)
@@ -213,7 +216,7 @@ class TrainingMaster:
             data = Prepared(None, workers, rounds, per_batch, paths, export_dir)
         else:
             prepared = prepared.cache()
-            sizes = runner(prepared.mapPartitionsWithIndex(ex.count_task), "count")
+            sizes = runner(prepared.mapPartitionsWithIndex(ex.count_task(per_batch, num_classes)), "count")
             rounds = max((math.ceil(n / per_round) for _, n in sizes), default=0)
             data = Prepared(prepared, workers, rounds, per_batch)
             setup["elements_per_worker"] = [n for _, n in sorted(sizes)]

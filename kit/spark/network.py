@@ -256,7 +256,7 @@ class SparkNetwork:
         self._adopt_local_progress()
         rdd = as_rdd(data)
         try:
-            prepared = master.prepare(self.sc, rdd, self.run_job)
+            prepared = master.prepare(self.sc, rdd, self.run_job, self.network.output_shape[0])
         except SparkTrainingError:
             raise
         except Exception as exc:  # Spark's own actions in preparing (zipWithIndex counts partitions)

@@ -57,3 +57,41 @@ def test_a_python_worker_that_dies_is_said_in_words_naming_the_partition(sc, dig
     # the same words from a distributed evaluation
     with pytest.raises(SparkTrainingError, match="Spark evaluation failed: the Python worker process computing"):
         SparkNetwork(sc, net, tm).evaluate(rdd)
+
+
+def _with_bad_element(sc, data, slices, partition, element, bad):
+    """The user's RDD of one-example elements in `slices` partitions, one element spoiled."""
+    x, y = data.features.numpy().copy(), data.labels.numpy().argmax(axis=1).copy()
+    size = x.shape[0] // slices
+    i = partition * size + element
+    if bad == "label":
+        y[i] = 17
+    elif bad == "nan":
+        x[i, 5] = np.nan
+    pairs = [(x[j : j + 1], y[j : j + 1]) for j in range(x.shape[0])]
+    if bad == "shape":
+        pairs[i] = (x[i : i + 1], y[i : i + 2])
+    return sc.parallelize(pairs, slices)
+
+
+@pytest.mark.parametrize("approach", ["DIRECT", "EXPORT"])
+@pytest.mark.parametrize("repartition", ["ALWAYS", "NEVER"])
+@pytest.mark.parametrize(
+    ("slices", "partition", "element", "bad"), [(2, 1, 10, "label"), (3, 0, 5, "nan"), (3, 2, 30, "shape")]
+)
+def test_a_bad_element_is_named_by_where_it_is_in_the_users_rdd(
+    sc, digits, approach, repartition, slices, partition, element, bad
+):
+    """Item 16: with the default repartitioning, errors named the worker kit's shuffle moved the
+    element to. Now every path names the partition and element of the RDD the user gave."""
+    rdd = _with_bad_element(sc, digits, slices, partition, element, bad)
+    net = mlp(64, hidden=(8,), n_out=10, updater=Sgd(0.1), seed=0)
+    before = net.params().numpy()
+    tm = ParameterAveragingTrainingMaster(20, 1, num_workers=2, repartition=repartition, rdd_training_approach=approach)
+    if repartition == "NEVER" and slices != 2:
+        tm = ParameterAveragingTrainingMaster(20, 1, repartition="NEVER", rdd_training_approach=approach)
+    words = {"label": "out of range", "nan": "NaN", "shape": "differ in length"}[bad]
+    with pytest.raises(SparkTrainingError, match=rf"partition {partition} \(element {element}, ") as info:
+        SparkNetwork(sc, net, tm).fit(rdd)
+    assert words in str(info.value)
+    np.testing.assert_array_equal(net.params().numpy(), before)
