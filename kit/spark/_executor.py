@@ -123,7 +123,7 @@ def load_state(net: Network, flat: np.ndarray, keys: Iterable[str], sizes: Itera
 
 def pack_state(net: Network, keys: Iterable[str]) -> np.ndarray:
     arrays = net.state_arrays()
-    return np.concatenate([arrays[k].numpy().reshape(-1) for k in keys]).astype(np.float32, copy=False)
+    return np.concatenate([arrays[k].numpy().reshape(-1) for k in keys])  # the widest of their dtypes
 
 
 def check_element(element: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -161,7 +161,7 @@ def _one_batch(tagged: list[Any], num_classes: int) -> DataSet:
         except ValueError as exc:
             raise BadElementError(source, str(exc).removeprefix("element: ")) from None
     try:
-        x = np.concatenate([p[0] for p in pairs]).astype(np.float32, copy=False)
+        x = np.concatenate([p[0] for p in pairs])  # its own dtype: the network casts it, as a local fit does
         y = np.concatenate([p[1] for p in pairs])
         if not np.all(np.isfinite(x)):
             raise ValueError("features contain NaN or infinity")
@@ -232,7 +232,7 @@ def _train_round(
     worker, elements, source = _round_elements(spec, partition, it)
     where = f"worker {worker}, round {spec.round}"
     if source == "export":  # checked element by element when the files were written
-        batches = [DataSet(np.asarray(x, np.float32), y, num_classes=spec.num_classes) for x, y in elements]
+        batches = [DataSet(x, y, num_classes=spec.num_classes) for x, y in elements]
     else:  # checked element by element by the count that cached them
         batches = batches_of(elements, spec.elements_per_batch, spec.num_classes, where)
     t1 = time.perf_counter()
@@ -249,7 +249,7 @@ def _train_round(
     if not spec.send_updater:  # DL4J's saveUpdater(false): each round's updater starts fresh
         for key, arr in net.state_arrays().items():
             if key not in spec.keys:
-                arr.assign(np.zeros(arr.shape, np.float32))
+                arr.assign(np.zeros(arr.shape, arr.dtype))
     net.iteration = spec.base_iteration
     t2 = time.perf_counter()
     allocs0 = memory.heap_allocations()
@@ -299,7 +299,7 @@ def _shared_steps(
     arrays = net.state_arrays()
     if own is None:  # a worker's first round: the broadcast updater state, an empty residual
         state: dict[str, Any] = {
-            "residual": np.zeros(net.num_params, np.float32),
+            "residual": np.zeros(net.num_params, np.result_type(net.dtype, np.float32)),  # float16: float32
             "tau": None,
             "last_dense": None,
             "last_sparsity": None,
@@ -365,7 +365,7 @@ def count_task(per_batch: int, num_classes: int) -> Any:
 def row_to_pair(row: Any) -> tuple[np.ndarray, np.ndarray]:
     """A DataFrame row (features: array or ml Vector, label: number) as a one-example pair."""
     x, y = row[0], row[1]
-    x = np.asarray(x.toArray() if hasattr(x, "toArray") else x, dtype=np.float32)
+    x = np.asarray(x.toArray() if hasattr(x, "toArray") else x)
     return x[None], np.asarray([y]).astype(np.int64)
 
 
@@ -438,7 +438,7 @@ def _evaluate(
     loss, count = 0.0, 0
     pairs = [check_element(e, f"partition {partition}") for e in it]
     if pairs:
-        x = np.concatenate([p[0] for p in pairs]).astype(np.float32, copy=False)
+        x = np.concatenate([p[0] for p in pairs])
         y = np.concatenate([p[1] for p in pairs])
         for start in range(0, x.shape[0], batch_size):
             ds = DataSet(x[start : start + batch_size], y[start : start + batch_size], num_classes=num_classes)

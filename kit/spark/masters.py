@@ -260,7 +260,7 @@ class TrainingMaster:
         sizes = tuple(arrays[key].shape[0] for key in keys)
         start = time.time()
         t0 = time.perf_counter()
-        flat = np.concatenate([arrays[key].numpy().reshape(-1) for key in keys]).astype(np.float32, copy=False)
+        flat = np.concatenate([arrays[key].numpy().reshape(-1) for key in keys])  # in the network's dtypes
         bc = sc.broadcast(flat)
         workers_bc = sc.broadcast(workers) if workers is not None else None
         t1 = time.perf_counter()
@@ -348,7 +348,7 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
             for r in trained[1:]:  # worker order: the same sum on every run
                 mean += r["state"]
             mean /= len(trained)
-            ex.load_state(net, mean.astype(np.float32), keys, timing_sizes(net, keys))
+            ex.load_state(net, mean, keys, timing_sizes(net, keys))  # each array takes its own dtype
             owner.worker_iteration += max(len(r["scores"]) for r in trained)
         timing["aggregate_ms"] = (time.perf_counter() - t0) * 1e3
         return self._results(owner, results), timing, [r["stats"] for r in results]
@@ -424,7 +424,7 @@ class SharedTrainingMaster(TrainingMaster):
         states = owner.shared_worker_states
         results, timing = self._submit(owner, data, k, keys, states)
         t0 = time.perf_counter()
-        total = np.zeros(net.num_params, np.float32)
+        total = np.zeros(net.num_params, np.result_type(net.dtype, np.float32))
         if _diverged(results, k, owner):
             results = [{**r, "messages": None, "worker_state": None} for r in results]
         for r in results:  # worker order

@@ -135,8 +135,7 @@ def to_rdd(
             y = y.argmax(axis=1)
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"to_rdd: {x.shape[0]} feature rows but {y.shape[0]} labels")
-    x = x.astype(np.float32, copy=False)
-    n = examples_per_element
+    n = examples_per_element  # features keep their dtype: the network casts them where they meet it
     pairs = [(x[i : i + n], y[i : i + n]) for i in range(0, x.shape[0], n)]
     return sc.parallelize(pairs, num_slices or sc.defaultParallelism)
 

@@ -203,3 +203,24 @@ def test_good_master_arguments_are_kept(tmp_path):
         initial_threshold=1e-3, min_target_sparsity=1e-3, max_target_sparsity=0.1, decay_rate=0.5
     )
     assert shared.threshold["decay_rate"] == 0.5
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16"])
+def test_spark_trains_a_network_of_any_float_dtype_like_network_fit(sc, digits, dtype):
+    """Item 16: the executors cast features to float32 and the driver broadcast the parameters as
+    float32, so a float64 network lost its precision on every round and float16 data was cast
+    twice. Now the data keep their dtype up to the network, the state crosses in its own dtype,
+    and one worker at frequency 1 equals Network.fit in float64 to float64 precision."""
+    from kit.nn import Sgd
+
+    x = digits.features.numpy().astype(dtype)
+    data = DataSet(x, digits.labels.numpy())
+    assert data.features.dtype == np.dtype(dtype)
+    net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), seed=0, dtype=dtype)
+    ref = net.clone()
+    tm = ParameterAveragingTrainingMaster(20, 1, num_workers=1, rdd_training_approach="DIRECT")
+    SparkNetwork(sc, net, tm).fit(to_rdd(sc, data))
+    ref.fit(ArrayIterator(data, 20))
+    assert net.flat_params.dtype == np.dtype(dtype)
+    tol = {"float64": 1e-12, "float16": 1e-3}[dtype]
+    np.testing.assert_allclose(net.params().numpy(), ref.params().numpy(), rtol=tol, atol=tol)
