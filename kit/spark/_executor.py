@@ -63,6 +63,7 @@ __all__ = [
     "export_task",
     "round_task",
     "row_to_pair",
+    "single_examples",
     "tag_elements",
 ]
 
@@ -151,6 +152,22 @@ def tag_elements(partition: int, it: Iterator[Any]) -> Iterator[tuple[tuple[int,
     """((RDD partition, position), element): run on the user's RDD before any shuffle."""
     for j, element in enumerate(it):
         yield (partition, j), element
+
+
+def single_examples(tagged: tuple[tuple[int, int], Any]) -> Iterator[tuple[tuple[int, int], Any]]:
+    """A tagged element of n examples as n tagged one-example elements (a malformed element
+    passes whole, for the checks to name)."""
+    source, element = tagged
+    try:
+        x, y = check_element(element, "element")
+    except ValueError:
+        yield tagged
+        return
+    if x.shape[0] == 1:
+        yield tagged
+        return
+    for r in range(x.shape[0]):
+        yield source, (x[r : r + 1], y[r : r + 1])
 
 
 def _one_batch(tagged: list[Any], num_classes: int) -> DataSet:

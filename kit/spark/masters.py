@@ -27,8 +27,9 @@ rounds, epochs and fits whichever executor (or host) runs the task, and a retrie
 from exactly the state the failed one started from. The network's updater state after a fit is
 worker 0's.
 
-Assignment of data (both masters, `repartition` ALWAYS): element i of the RDD goes to
-mini-batch i // elements_per_batch, and mini-batch b to worker b % num_workers, in order; so
+Assignment of data (both masters, `repartition` ALWAYS): example i of the RDD (in order, every
+element's examples one by one, whatever the elements hold) goes to mini-batch
+i // batch_size_per_worker, and mini-batch b to worker b % num_workers, in order; so
 in the first epoch, round r of worker w trains on the same mini-batches as ParallelWrapper's
 worker w between its averagings. Spark starts a new round at each epoch while ParallelWrapper
 counts its averaging period across the boundary, so later epochs keep this only when each
@@ -174,10 +175,12 @@ class TrainingMaster:
         and count, or write the files (EXPORT), checking every element on the way."""
         t0 = time.perf_counter()
         workers = self.num_workers or sc.defaultParallelism
-        per_batch = max(1, math.ceil(self.batch_size_per_worker / self.rdd_data_set_num_examples))
+        per_batch = self.batch_size_per_worker  # examples, one per element after single_examples
         per_round = per_batch * self._batches_per_round
         partitions = rdd.getNumPartitions()
-        rdd = rdd.mapPartitionsWithIndex(ex.tag_elements, True)  # errors name the user's partition and element
+        # errors name the user's partition and element; then one example per element, so that a
+        # mini-batch is batch_size_per_worker examples whatever the elements hold (DL4J re-batches)
+        rdd = rdd.mapPartitionsWithIndex(ex.tag_elements, True).flatMap(ex.single_examples, True)
         shuffle = self.repartition is Repartition.ALWAYS or (
             self.repartition is Repartition.NUM_PARTITIONS_WORKERS_DIFFERS and partitions != workers
         )
@@ -219,7 +222,7 @@ class TrainingMaster:
             sizes = runner(prepared.mapPartitionsWithIndex(ex.count_task(per_batch, num_classes)), "count")
             rounds = max((math.ceil(n / per_round) for _, n in sizes), default=0)
             data = Prepared(prepared, workers, rounds, per_batch)
-            setup["elements_per_worker"] = [n for _, n in sorted(sizes)]
+            setup["examples_per_worker"] = [n for _, n in sorted(sizes)]
         setup["rounds"] = data.rounds
         setup["prepare_ms"] = (time.perf_counter() - t0) * 1e3
         data.setup = setup

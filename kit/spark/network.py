@@ -13,10 +13,11 @@ Usage (it starts a local Spark, a JVM that takes seconds to come up, so it is no
 
 The data: an RDD whose elements are `(features, labels)` pairs of NumPy arrays with a leading
 examples axis: features (n, *input_shape), labels (n,) class indices or (n, C) one-hot rows;
-each element holds `rdd_data_set_num_examples` examples (the master's knob, default 1, as in
-DL4J). A DataFrame works too: its first two columns are taken as features (array or
-pyspark.ml Vector) and label (class index), one example per row. `to_rdd` makes an RDD from a
-kit DataSet.
+elements may hold any number of examples, each its own: a mini-batch is always
+`batch_size_per_worker` examples (DL4J splits and merges DataSets the same way; the master's
+`rdd_data_set_num_examples` is a hint kept for DL4J's API and changes no mini-batch). A
+DataFrame works too: its first two columns are taken as features (array or pyspark.ml Vector)
+and label (class index), one example per row. `to_rdd` makes an RDD from a kit DataSet.
 
 Training drives kit's TrainingLoop on the driver: one loop step is one round of the training
 master (one Spark job), so listeners see DL4J's numbering, one `iteration_done` per worker
@@ -125,8 +126,8 @@ def to_rdd(
     sc: Any, data: DataSet | tuple[Any, Any], examples_per_element: int = 1, num_slices: int | None = None
 ) -> Any:
     """An RDD of (features, labels) NumPy pairs from a DataSet or a (features, labels) pair;
-    labels become class indices; `examples_per_element` examples per element (the master's
-    rdd_data_set_num_examples)."""
+    labels become class indices; `examples_per_element` examples per element (how the data is
+    cut for Spark; training re-batches to the master's batch_size_per_worker examples)."""
     if isinstance(data, DataSet):
         x, y = data.features.numpy(), data.labels.numpy().argmax(axis=1)
     else:

@@ -1,5 +1,7 @@
 """kit.spark keeps the network's whole training state between fits (issue 21 items 3 and 4)."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -224,3 +226,26 @@ def test_spark_trains_a_network_of_any_float_dtype_like_network_fit(sc, digits, 
     assert net.flat_params.dtype == np.dtype(dtype)
     tol = {"float64": 1e-12, "float16": 1e-3}[dtype]
     np.testing.assert_allclose(net.params().numpy(), ref.params().numpy(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("sizes", ["32 each", "7 each", "mixed"])
+@pytest.mark.parametrize("approach", ["DIRECT", "EXPORT"])
+def test_mini_batches_hold_batch_size_per_worker_examples_whatever_the_elements_hold(sc, digits, sizes, approach):
+    """Issue 22: with elements of 32 examples and batch_size_per_worker=32, kit trained
+    1,024-example mini-batches (one per 32 elements), silently. DL4J re-batches by example:
+    one worker at frequency 1 must equal Network.fit in mini-batches of 20."""
+    from kit.nn import Sgd
+
+    x, y = digits.features.numpy(), digits.labels.numpy().argmax(axis=1)
+    cuts = {"32 each": [32] * 8, "7 each": [7] * 35, "mixed": [1, 50, 3, 20, 19, 1, 40, 66, 40]}[sizes]
+    bounds = np.cumsum([0, *cuts])
+    bounds = [*bounds[bounds < x.shape[0]].tolist(), x.shape[0]]
+    elements = [(x[a:b], y[a:b]) for a, b in itertools.pairwise(bounds)]
+    rdd = sc.parallelize(elements, 3)
+    net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), seed=0)
+    ref = net.clone()
+    tm = ParameterAveragingTrainingMaster(20, 1, num_workers=1, rdd_training_approach=approach)
+    SparkNetwork(sc, net, tm).fit(rdd)
+    ref.fit(ArrayIterator(digits, 20))
+    assert net.iteration == ref.iteration == 12  # 240 examples in 12 mini-batches of 20
+    np.testing.assert_allclose(net.params().numpy(), ref.params().numpy(), rtol=1e-5, atol=1e-6)
