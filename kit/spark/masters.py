@@ -117,7 +117,10 @@ def _check_real(owner: str, name: str, value: Any) -> float:
 
 
 class TrainingMaster:
-    """What both masters share: the data knobs, preparation, the job runner."""
+    """What both masters share: the data knobs, preparation, the job runner. `round_timeout`
+    (kit's, seconds, default 300): a Spark job of a fit or evaluation (the data preparation, a
+    round) that has not finished within it is cancelled, and SparkTrainingError says how many
+    executors were alive; the network keeps its state from the last complete round."""
 
     mode = "averaging"
 
@@ -135,8 +138,13 @@ class TrainingMaster:
         worker_workspace_mode: str | None,
         worker_periodic_gc: bool,
         worker_gc_window_ms: int,
+        round_timeout: float = 300.0,
     ) -> None:
         name = type(self).__name__
+        timeout = _check_real(name, "round_timeout", round_timeout)
+        if not timeout > 0:
+            raise ValueError(f"{name}(round_timeout={round_timeout!r}): seconds > 0 (default 300)")
+        self.round_timeout = timeout
         self.batch_size_per_worker = _check_int(name, "batch_size_per_worker", batch_size_per_worker, 1)
         self._batches_per_round = _check_int(
             name, "averaging_frequency" if self.mode == "averaging" else "batches_per_round", batches_per_round, 1
@@ -320,6 +328,7 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
         worker_workspace_mode: str | None = None,
         worker_periodic_gc: bool = True,
         worker_gc_window_ms: int = 5000,
+        round_timeout: float = 300.0,
     ) -> None:
         super().__init__(
             batch_size_per_worker,
@@ -334,6 +343,7 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
             worker_workspace_mode,
             worker_periodic_gc,
             worker_gc_window_ms,
+            round_timeout,
         )
         self.averaging_frequency = averaging_frequency
         self.save_updater = _check_bool("ParameterAveragingTrainingMaster", "save_updater", save_updater)
@@ -385,6 +395,7 @@ class SharedTrainingMaster(TrainingMaster):
         worker_workspace_mode: str | None = None,
         worker_periodic_gc: bool = True,
         worker_gc_window_ms: int = 5000,
+        round_timeout: float = 300.0,
     ) -> None:
         super().__init__(
             batch_size_per_worker,
@@ -399,6 +410,7 @@ class SharedTrainingMaster(TrainingMaster):
             worker_workspace_mode,
             worker_periodic_gc,
             worker_gc_window_ms,
+            round_timeout,
         )
         self.batches_per_round = batches_per_round
         name = "SharedTrainingMaster"

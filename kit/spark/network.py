@@ -35,12 +35,14 @@ naming the partition, and the job group is cancelled so no Spark job is left run
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import sys
+import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -239,15 +241,48 @@ class SparkNetwork:
     # ---- jobs ----------------------------------------------------------------------------
     def run_job(self, rdd: Any, what: str) -> list[Any]:
         """Collect `rdd` in its own job group; a failure cancels the group and names the partition."""
-        group = f"kit-{uuid.uuid4().hex[:12]}"
-        self.sc.setJobGroup(group, f"kit.spark {what}", interruptOnCancel=True)
-        try:
+        with self.watched(what):
             return rdd.collect()
+
+    @contextlib.contextmanager
+    def watched(self, what: str) -> Iterator[None]:
+        """Spark jobs started inside run in one job group, bounded by the master's round_timeout:
+        past it the group is cancelled and SparkTrainingError says how many executors are alive.
+        Any failure cancels the group (no job is left running) and is said in words."""
+        group = f"kit-{uuid.uuid4().hex[:12]}"
+        timeout = self.training_master.round_timeout
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            self.sc.cancelJobGroup(group)
+
+        self.sc.setJobGroup(group, f"kit.spark {what}", interruptOnCancel=True)
+        timer = threading.Timer(timeout, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
         except Exception as exc:
             self.sc.cancelJobGroup(group)
+            if expired.is_set():
+                raise SparkTrainingError(
+                    f"Spark {what} made no progress within round_timeout={timeout:g} s and was cancelled; "
+                    f"{self.executors_alive()} executor(s) alive. The network keeps its state from the last complete "
+                    "round; check the cluster, or raise the master's round_timeout for longer rounds"
+                ) from exc
+            if isinstance(exc, SparkTrainingError) or not _is_spark_error(exc):
+                raise
             raise spark_error(exc, what) from exc
         finally:
+            timer.cancel()
             self.sc.setLocalProperty("spark.jobGroup.id", None)
+
+    def executors_alive(self) -> int:
+        """Executors registered with the driver now (the driver itself not counted in cluster mode)."""
+        infos = self.sc.statusTracker().getExecutorInfos()
+        master = self.sc.master or ""
+        return len(infos) if master.startswith("local") else max(0, len(infos) - 1)
 
     # ---- training ------------------------------------------------------------------------
     def fit(self, data: Any, epochs: int = 1, listeners: Iterable[Any] = ()) -> Network:
@@ -255,14 +290,8 @@ class SparkNetwork:
         master = self.training_master
         self._adopt_local_progress()
         rdd = as_rdd(data)
-        try:
+        with self.watched("data preparation"):  # Spark's own actions too (zipWithIndex counts partitions)
             prepared = master.prepare(self.sc, rdd, self.run_job, self.network.output_shape[0])
-        except SparkTrainingError:
-            raise
-        except Exception as exc:  # Spark's own actions in preparing (zipWithIndex counts partitions)
-            if not _is_spark_error(exc):
-                raise
-            raise spark_error(exc, "data preparation") from exc
         if prepared.rounds == 0:
             master.release(prepared)
             raise ValueError("SparkNetwork.fit: the RDD holds no elements")
@@ -317,16 +346,11 @@ class SparkNetwork:
         rdd = as_rdd(data)
         net = self.network
         bc = self.sc.broadcast(net.params().numpy())
-        group = f"kit-{uuid.uuid4().hex[:12]}"
-        self.sc.setJobGroup(group, "kit.spark evaluation", interruptOnCancel=True)
         try:
-            fn = ex.eval_task(self.config_json, bc, kinds, batch_size, net.output_shape[0])
-            result = rdd.mapPartitionsWithIndex(fn).treeAggregate(None, _combine, _combine, depth)
-        except Exception as exc:
-            self.sc.cancelJobGroup(group)
-            raise spark_error(exc, "evaluation") from exc
+            with self.watched("evaluation"):
+                fn = ex.eval_task(self.config_json, bc, kinds, batch_size, net.output_shape[0])
+                result = rdd.mapPartitionsWithIndex(fn).treeAggregate(None, _combine, _combine, depth)
         finally:
-            self.sc.setLocalProperty("spark.jobGroup.id", None)
             bc.destroy()
         if result is None:
             raise ValueError("SparkNetwork evaluation: the RDD holds no elements")

@@ -95,3 +95,27 @@ def test_a_bad_element_is_named_by_where_it_is_in_the_users_rdd(
         SparkNetwork(sc, net, tm).fit(rdd)
     assert words in str(info.value)
     np.testing.assert_array_equal(net.params().numpy(), before)
+
+
+def test_a_job_that_makes_no_progress_is_cancelled_after_round_timeout(sc, digits):
+    """Issue 22: with every executor gone (here: every task stuck for 20 s), fit waited forever.
+    Past round_timeout the job group is cancelled and the error says how many executors are
+    alive; nothing is left running and the network is as it was. (Without the timeout this fit
+    would succeed after the sleeps: the raise itself is the check, no clock is read.)"""
+    import time
+
+    stuck = to_rdd(sc, digits, num_slices=2).map(lambda e: (time.sleep(20), e)[1])
+    net = mlp(64, hidden=(8,), n_out=10, updater=Sgd(0.1), seed=0)
+    before = net.params().numpy()
+    tm = ParameterAveragingTrainingMaster(20, 1, num_workers=2, round_timeout=2)
+    spark = SparkNetwork(sc, net, tm)
+    with pytest.raises(SparkTrainingError, match=r"made no progress within round_timeout=2 s .* 1 executor\(s\) alive"):
+        spark.fit(stuck)
+    np.testing.assert_array_equal(net.params().numpy(), before)
+    with pytest.raises(SparkTrainingError, match=r"evaluation made no progress within round_timeout=2 s"):
+        spark.evaluate(stuck)
+    deadline = time.monotonic() + 30
+    while sc.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sc.statusTracker().getActiveJobsIds() == []
+    assert sc.parallelize([1, 2], 2).sum() == 3  # the context still works
