@@ -31,6 +31,7 @@ buffer. Every failure is re-raised as `PartitionError`, whose message starts wit
 from __future__ import annotations
 
 import collections
+import io
 import itertools
 import os
 import time
@@ -60,6 +61,7 @@ __all__ = [
     "check_element",
     "count_task",
     "eval_task",
+    "export_records",
     "export_task",
     "round_task",
     "row_to_pair",
@@ -94,6 +96,7 @@ class RoundSpec:
     periodic_gc: bool = True
     gc_window_ms: int = 5000
     threshold: dict[str, float] = field(default_factory=dict)
+    stored_rounds: int = 0  # EXPORT in Spark's storage: record key = worker * stored_rounds + round
 
 
 def network_for(config_json: str, workspace_mode: str | None) -> Network:
@@ -229,6 +232,12 @@ def round_task(spec: RoundSpec, state_bc: Any, workers_bc: Any = None) -> Any:
 def _round_elements(spec: RoundSpec, partition: int, it: Iterator[Any]) -> tuple[int, list[Any], str]:
     per_round = spec.elements_per_batch * spec.batches_per_round
     first = next(it, None)
+    if isinstance(first, tuple) and len(first) == 2 and isinstance(first[1], bytes):
+        key, blob = first  # EXPORT in Spark's storage: this round's mini-batches as .npz bytes
+        collections.deque(it, maxlen=0)
+        with np.load(io.BytesIO(blob), allow_pickle=False) as f:
+            n = int(f["count"])
+            return key // spec.stored_rounds, [(f[f"x{i}"], f[f"y{i}"]) for i in range(n)], "export"
     if isinstance(first, tuple) and len(first) == 2 and isinstance(first[1], str) and first[1].endswith(".npz"):
         worker, path = first  # EXPORT: this round's mini-batches were written to a file
         collections.deque(it, maxlen=0)  # drained: PySpark reuses a worker only after a whole input
@@ -405,6 +414,41 @@ def export_task(directory: str, per_round: int, per_batch: int, num_classes: int
             raise _fail(partition, "export", exc) from exc
 
     return run
+
+
+def export_records(per_round: int, per_batch: int, stored_rounds: int) -> Any:
+    """EXPORT into Spark's storage: each round's mini-batches of a worker as one record
+    (worker * stored_rounds + round, .npz bytes, no pickle); the elements were checked by the
+    count before."""
+
+    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, bytes]]:
+        try:
+            buffer: list[Any] = []
+            k = 0
+            for e in it:
+                buffer.append(e)
+                if len(buffer) == per_round:
+                    yield partition * stored_rounds + k, _npz_bytes(buffer, per_batch)
+                    buffer, k = [], k + 1
+            if buffer:
+                yield partition * stored_rounds + k, _npz_bytes(buffer, per_batch)
+        except BaseException as exc:
+            raise _fail(partition, "export", exc) from exc
+
+    return run
+
+
+def _npz_bytes(elements: list[Any], per_batch: int) -> bytes:
+    arrays: dict[str, np.ndarray] = {}
+    n = 0
+    for start in range(0, len(elements), per_batch):
+        pairs = [check_element(e, "element") for _, e in elements[start : start + per_batch]]
+        arrays[f"x{n}"] = np.concatenate([p[0] for p in pairs])
+        arrays[f"y{n}"] = np.concatenate([p[1] for p in pairs])
+        n += 1
+    out = io.BytesIO()
+    np.savez(out, count=np.int64(n), **arrays)
+    return out.getvalue()
 
 
 def _write_round(

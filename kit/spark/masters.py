@@ -85,6 +85,18 @@ class Prepared:
     paths: dict[tuple[int, int], str] = field(default_factory=dict)  # EXPORT: (worker, round) -> file
     export_dir: str | None = None
     setup: dict[str, Any] = field(default_factory=dict)
+    stored_rounds: int = 0  # EXPORT into Spark's storage: partition w * stored_rounds + k holds (w, k)
+
+
+def _disk_only() -> Any:
+    from pyspark import StorageLevel
+
+    return StorageLevel.DISK_ONLY
+
+
+def _local_path(directory: str) -> str:
+    """A plain path or a file:// URL as a path (the directory every executor must see)."""
+    return directory[len("file://") :] if directory.startswith("file://") else directory
 
 
 def _check_int(owner: str, name: str, value: Any, minimum: int) -> int:
@@ -160,11 +172,21 @@ class TrainingMaster:
         self.rdd_training_approach = _check_enum(
             name, "rdd_training_approach", rdd_training_approach, RDDTrainingApproach
         )
-        if export_directory is not None and not os.path.isdir(export_directory):
-            raise ValueError(
-                f"{name}(export_directory={export_directory!r}): not a directory on the driver; give an existing "
-                "directory (EXPORT writes each fit's mini-batch files under it) or None for the system's temporary one"
-            )
+        if export_directory is not None:
+            if not isinstance(export_directory, (str, os.PathLike)):
+                raise ValueError(f"{name}(export_directory={export_directory!r}): a path or a file:// URL")
+            export_directory = os.fspath(export_directory)
+            if "://" in export_directory and not export_directory.startswith("file://"):
+                raise ValueError(
+                    f"{name}(export_directory={export_directory!r}): kit writes mini-batch files to plain paths and "
+                    "file:// URLs (a directory every executor mounts); for other storage leave export_directory=None "
+                    "and kit keeps the mini-batches in Spark's own storage"
+                )
+            if not os.path.isdir(_local_path(export_directory)):
+                raise ValueError(
+                    f"{name}(export_directory={export_directory!r}): not a directory on the driver; give an existing "
+                    "directory that every executor sees too, or None to keep the mini-batches in Spark's storage"
+                )
         self.export_directory = export_directory
         self.collect_training_stats = _check_bool(name, "collect_training_stats", collect_training_stats)
         if worker_workspace_mode is not None:
@@ -212,8 +234,24 @@ class TrainingMaster:
             "repartitioned": shuffle,
             "approach": self.rdd_training_approach.value,
         }
-        if self.rdd_training_approach is RDDTrainingApproach.EXPORT:
-            export_dir = tempfile.mkdtemp(prefix="kit-spark-export-", dir=self.export_directory)
+        if self.rdd_training_approach is RDDTrainingApproach.EXPORT and self.export_directory is None:
+            # Spark's own storage (its executors' disks, fetched by Spark where a task runs):
+            # nothing needs a disk shared with the driver or between executors
+            sizes = runner(prepared.mapPartitionsWithIndex(ex.count_task(per_batch, num_classes)), "count")
+            rounds = max((math.ceil(n / per_round) for _, n in sizes), default=0)
+            r = max(rounds, 1)
+            stored = (
+                prepared.mapPartitionsWithIndex(ex.export_records(per_round, per_batch, r))
+                .partitionBy(workers * r, lambda key: key)
+                .persist(_disk_only())
+            )
+            runner(stored.mapPartitions(lambda it: [sum(1 for _ in it)]), "export")  # written once, here
+            data = Prepared(stored, workers, rounds, per_batch, stored_rounds=r)
+            setup["examples_per_worker"] = [n for _, n in sorted(sizes)]
+            setup["storage"] = "Spark (DISK_ONLY)"
+        elif self.rdd_training_approach is RDDTrainingApproach.EXPORT:
+            export_dir = tempfile.mkdtemp(prefix="kit-spark-export-", dir=_local_path(self.export_directory))
+            setup["storage"] = self.export_directory
             try:
                 written = runner(
                     prepared.mapPartitionsWithIndex(ex.export_task(export_dir, per_round, per_batch, num_classes)),
@@ -259,6 +297,7 @@ class TrainingMaster:
             periodic_gc=self.worker_periodic_gc,
             gc_window_ms=self.worker_gc_window_ms,
             threshold=getattr(self, "threshold", {}),
+            stored_rounds=data.stored_rounds,
         )
 
     def _submit(
@@ -277,12 +316,16 @@ class TrainingMaster:
         t1 = time.perf_counter()
         try:
             fn = ex.round_task(self._spec(owner, data, k, keys, sizes), bc, workers_bc)
-            if data.rdd is not None:
+            if data.stored_rounds:  # only this round's partitions are read from Spark's storage
+                parts = [w * data.stored_rounds + k for w in range(data.workers)]
+                results = owner.run_partitions(data.rdd, fn, parts, f"round {k}")
+            elif data.rdd is not None:
                 job = data.rdd.mapPartitionsWithIndex(fn, True)
             else:
                 records = [(w, data.paths[(w, k)]) for w in range(data.workers) if (w, k) in data.paths]
                 job = sc.parallelize(records, max(len(records), 1)).mapPartitionsWithIndex(fn, True)
-            results = owner.run_job(job, f"round {k}")
+            if not data.stored_rounds:
+                results = owner.run_job(job, f"round {k}")
         finally:
             bc.destroy()
             if workers_bc is not None:

@@ -244,6 +244,11 @@ class SparkNetwork:
         with self.watched(what):
             return rdd.collect()
 
+    def run_partitions(self, rdd: Any, fn: Any, partitions: list[int], what: str) -> list[Any]:
+        """Run `fn(partition, iterator)` on some partitions of `rdd` only (sc.runJob), watched."""
+        with self.watched(what):
+            return self.sc.runJob(rdd, lambda it: fn(-1, it), partitions)
+
     @contextlib.contextmanager
     def watched(self, what: str) -> Iterator[None]:
         """Spark jobs started inside run in one job group, bounded by the master's round_timeout:

@@ -254,3 +254,39 @@ def test_mini_batches_hold_batch_size_per_worker_examples_whatever_the_elements_
     ref.fit(ArrayIterator(digits, 20))
     assert net.iteration == ref.iteration == 12  # 240 examples in 12 mini-batches of 20
     np.testing.assert_allclose(net.params().numpy(), ref.params().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("where", ["spark", "file-url", "path"])
+def test_export_keeps_mini_batches_in_spark_or_in_the_directory_given(sc, digits, tmp_path, where):
+    """Issue 22: EXPORT wrote to a temporary directory on the driver that executors on other
+    hosts cannot see. With no export_directory it now keeps the mini-batches in Spark's own
+    storage (no file anywhere on the driver); given one (a path or file:// URL every executor
+    mounts), it writes there. Each way equals DIRECT."""
+    import glob
+    import tempfile
+
+    from kit.nn import Sgd
+
+    directory = {"spark": None, "file-url": f"file://{tmp_path}", "path": str(tmp_path)}[where]
+    seen = []
+
+    class Watch:
+        def iteration_done(self, model, iteration, epoch, **info):
+            seen.append(sorted(glob.glob(str(tmp_path / "kit-spark-export-*" / "*.npz"))))
+
+    before = set(glob.glob(f"{tempfile.gettempdir()}/kit-spark-export-*"))
+    results = {}
+    for approach in ("EXPORT", "DIRECT"):
+        net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), seed=0)
+        tm = ParameterAveragingTrainingMaster(
+            20, 2, num_workers=2, rdd_training_approach=approach, export_directory=directory
+        )
+        SparkNetwork(sc, net, tm).fit(to_rdd(sc, digits), listeners=[Watch()] if approach == "EXPORT" else [])
+        results[approach] = net.params().numpy()
+    np.testing.assert_allclose(results["EXPORT"], results["DIRECT"], rtol=1e-6, atol=1e-7)
+    assert set(glob.glob(f"{tempfile.gettempdir()}/kit-spark-export-*")) == before  # nothing on the driver's temp
+    if where == "spark":
+        assert all(not files for files in seen)
+    else:  # the files were there during the fit, and are gone after it
+        assert seen and all(files for files in seen)
+        assert not glob.glob(str(tmp_path / "kit-spark-export-*"))
