@@ -1,0 +1,198 @@
+"""kit.spark on a real standalone cluster started by this test (issue 22): one master and two
+workers bound to 127.0.0.1, each worker in its own mount namespace with a private tmpfs over the
+driver's TMPDIR, as on separate hosts that cannot see the driver's disk. The driver runs in a
+subprocess (its own SparkContext). Skips, saying why, where `unshare` is not permitted."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from kit.spark import spark_missing
+
+ROOT = Path(__file__).resolve().parents[2]
+
+DRIVER = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    import numpy as np
+    from kit.data import ArrayIterator, DataSet, load_digits
+    from kit.nn import Adam, Sgd, mlp
+    from kit.parallel import ParallelWrapper
+    from kit.spark import ParameterAveragingTrainingMaster, SharedTrainingMaster, SparkNetwork, SparkTrainingError
+    from kit.spark import local_spark_context, to_rdd
+
+    master, shared_dir, worker_pids = sys.argv[1], sys.argv[2], [int(p) for p in sys.argv[3].split(",")]
+    sc = local_spark_context(master, app_name="kit-standalone", driver_memory="512m",
+                             conf={"spark.executorEnv.PYTHONPATH": os.environ["KIT_ROOT"],
+                                   "spark.executor.memory": "512m", "spark.cores.max": "2",
+                                   "spark.ui.showConsoleProgress": "false",
+                                   # both workers are on 127.0.0.1, so Spark would read the other's shuffle
+                                   # files straight from its disk ("host-local"): on separate hosts it fetches
+                                   # them over the network, which is what this cluster must do
+                                   "spark.shuffle.readHostLocalDisk": "false"})
+    out = {}
+    try:
+        deadline = time.monotonic() + 120  # both workers' executors registered
+        while len(sc.statusTracker().getExecutorInfos()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        out["executors"] = len(sc.statusTracker().getExecutorInfos()) - 1
+        train, test = load_digits()
+        data = DataSet(train.features.numpy()[:320], train.labels.numpy()[:320])
+        rdd = to_rdd(sc, data, num_slices=2)
+        # parameter averaging with DL4J's defaults (EXPORT, repartition ALWAYS) vs ParallelWrapper
+        net = mlp(64, hidden=(16,), n_out=10, updater=Sgd(0.1), seed=0)
+        ref = net.clone()
+        SparkNetwork(sc, net, ParameterAveragingTrainingMaster(20, 5, num_workers=2)).fit(rdd)
+        with ParallelWrapper(ref, workers=2, prefetch_buffer=0, averaging_frequency=5) as pw:
+            pw.fit(ArrayIterator(data, 20))
+        out["averaging_diff"] = float(np.max(np.abs(net.params().numpy() - ref.params().numpy())))
+        # EXPORT to a file:// URL outside the private tmpfs (a directory every worker mounts)
+        net2 = mlp(64, hidden=(16,), n_out=10, updater=Sgd(0.1), seed=0)
+        tm = ParameterAveragingTrainingMaster(20, 5, num_workers=2, export_directory="file://" + shared_dir)
+        SparkNetwork(sc, net2, tm).fit(rdd)
+        out["export_url_diff"] = float(np.max(np.abs(net2.params().numpy() - net.params().numpy())))
+        # shared training with its defaults, 2 epochs: learns
+        net3 = mlp(64, hidden=(16,), n_out=10, updater=Adam(1e-2), seed=0)
+        before = net3.score(test)
+        shared = SparkNetwork(sc, net3, SharedTrainingMaster(20, 2, num_workers=2, collect_training_stats=True))
+        shared.fit(rdd, epochs=2)
+        out["shared_score"] = [before, net3.score(test)]
+        out["shared_state_from"] = sorted({w["state_from"].split(" (")[0] for w in shared.get_training_stats().workers})
+        # every worker stopped mid-fit: an error within round_timeout, nothing left running
+        net4 = mlp(64, hidden=(16,), n_out=10, updater=Sgd(0.1), seed=0)
+
+        class KillWorkers:
+            def iteration_done(self, model, iteration, epoch, **info):
+                if iteration == 2:
+                    for pid in worker_pids:
+                        os.killpg(pid, signal.SIGKILL)
+
+        tm = ParameterAveragingTrainingMaster(20, 1, num_workers=2, rdd_training_approach="DIRECT", round_timeout=20)
+        kept = None
+        try:
+            SparkNetwork(sc, net4, tm).fit(rdd, epochs=5, listeners=[KillWorkers()])
+            out["after_kill"] = "no error"
+        except SparkTrainingError as exc:
+            out["after_kill"] = str(exc)[:400]
+        out["net4_finite"] = bool(np.all(np.isfinite(net4.params().numpy())))
+        deadline = time.monotonic() + 30
+        while sc.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        out["active_jobs"] = list(sc.statusTracker().getActiveJobsIds())
+    finally:
+        print("RESULT " + json.dumps(out), flush=True)
+        sc.stop()
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.timeout(600)
+def test_a_standalone_cluster_whose_workers_cannot_see_the_drivers_disk(tmp_path):
+    why = spark_missing()
+    if why:
+        pytest.skip(why)
+    probe = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", f"mount -t tmpfs tmpfs {tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"unshare -m with a tmpfs is not permitted here: {probe.stderr.strip()[:200]}")
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    spark_class = str(home / "bin" / "spark-class")
+    driver_tmp = tmp_path / "driver-tmp"  # the driver's TMPDIR: hidden from the workers
+    shared = tmp_path / "shared"  # outside it: every worker sees it, as a shared mount
+    driver_tmp.mkdir()
+    shared.mkdir()
+    env = {**os.environ, "SPARK_HOME": str(home), "KIT_ROOT": str(ROOT), "PYTHONPATH": str(ROOT)}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    port = _free_port()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    procs: list[subprocess.Popen] = []
+    try:
+        master_cmd = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)]
+        master_cmd += ["--webui-port", str(_free_port())]
+        procs.append(
+            subprocess.Popen(
+                master_cmd,
+                env=env,
+                stdout=open(logs / "master.log", "w"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        assert _wait_for_port(port, procs[0], 90), (logs / "master.log").read_text()[-2000:]
+        for i in range(2):
+            work = f"{driver_tmp}/worker{i}"  # inside the private tmpfs: this worker's own disk
+            inner = (
+                f"mount -t tmpfs tmpfs {driver_tmp} && mkdir -p {work} && TMPDIR={work} exec {spark_class} "
+                f"org.apache.spark.deploy.worker.Worker --host 127.0.0.1 --cores 1 --memory 1g --work-dir {work} "
+                f"--webui-port {_free_port()} spark://127.0.0.1:{port}"
+            )
+            procs.append(
+                subprocess.Popen(
+                    ["unshare", "-m", "--propagation", "private", "sh", "-c", inner],
+                    env={**env, "SPARK_LOCAL_DIRS": work},
+                    stdout=open(logs / f"worker{i}.log", "w"),
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        script = tmp_path / "driver.py"
+        script.write_text(DRIVER)
+        worker_pids = ",".join(str(p.pid) for p in procs[1:])
+        proc = subprocess.run(
+            [sys.executable, str(script), f"spark://127.0.0.1:{port}", str(shared), worker_pids],
+            capture_output=True,
+            text=True,
+            timeout=480,
+            cwd=ROOT,
+            env={**env, "TMPDIR": str(driver_tmp)},
+        )
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        assert lines, proc.stdout[-2000:] + proc.stderr[-4000:]
+        out = json.loads(lines[-1][len("RESULT ") :])
+        assert out.get("executors") == 2, (out, proc.stderr[-3000:])
+        assert "averaging_diff" in out, proc.stderr[-3000:]
+        assert out["averaging_diff"] < 1e-4, out
+        assert out["export_url_diff"] < 1e-6, out
+        before, after = out["shared_score"]
+        assert after < before, out  # learns (DL4J's threshold 1e-4 moves slowly: the direction, not a size)
+        assert out["shared_state_from"] == ["driver", "new"], out
+        assert out["after_kill"].startswith("Spark "), out  # SparkTrainingError, in words, not a hang
+        assert out["net4_finite"] and out["active_jobs"] == [], out
+    finally:
+        for p in reversed(procs):
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=30)
