@@ -109,6 +109,8 @@ def local_spark_context(
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):  # one machine: bind to loopback, and Spark prints no host name or address
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings = {"spark.ui.enabled": "false", "spark.driver.memory": driver_memory, **(conf or {})}
     spark_conf = SparkConf().setMaster(master).setAppName(app_name)
     for key, value in settings.items():
