@@ -29,8 +29,13 @@ requests with NaN fail with indices into their own rows, the others run again as
 other failure: request by request), so only the request that caused it fails (DL4J hung callers
 here before a fix, dl4j#4813, and fails whole batches).
 A full request queue (`queue_limit`) makes callers wait (back-pressure); `shutdown()` answers
-every waiting request with a clear error and joins every thread; dropping the last reference
-does the same (the worker threads hold only the engine, never the ParallelInference).
+every waiting request with a clear error (INPLACE callers waiting for a replica too) and joins
+every thread; dropping the last reference does the same (the worker threads hold only the
+engine, never the ParallelInference). Every `timeout=` follows one rule, in every mode: None or
+math.inf wait without limit, 0 does not wait, a negative value or NaN is a ValueError at the
+call (see `output`). `update_model(net)` swaps in everything answers depend on (parameters,
+layers, loss and output activation, dtype, shapes): from its return on, every answer is what
+`net.output()` gives.
 
 The hot path has no per-request thread: one lock guards the queue, a worker drains a whole batch
 per acquisition and wakes only its own callers, each through a plain lock. Every waiting caller
@@ -59,8 +64,8 @@ import concurrent.futures
 import enum
 import logging
 import math
+import numbers
 import os
-import queue
 import threading
 import time
 from typing import Any
@@ -181,6 +186,44 @@ async def _within(future: asyncio.Future, deadline: float | None) -> bool:
     return future.done()
 
 
+def _deadline(timeout: Any, call: str) -> float | None:
+    """The one timeout rule of every call that waits (`output`, `submit`, `output_async`, and
+    `shutdown` for its joins), in every mode: None or +inf (or more than threading.TIMEOUT_MAX,
+    ~292 years) wait without limit; a number >= 0 is the seconds the call may wait, counted from
+    now (0: no waiting at all, so what is not ready at once times out); a negative number or NaN
+    raises ValueError and a non-number TypeError, at the call, naming the value, before anything
+    is queued. Returns the time.monotonic() deadline (None: no limit)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(
+            f"ParallelInference.{call}(timeout={timeout!r}): must be a number of seconds >= 0, or None (no limit)"
+        )
+    seconds = float(timeout)
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError(
+            f"ParallelInference.{call}(timeout={timeout!r}): must be a number of seconds >= 0 (0: do not wait), "
+            "or None or math.inf (no limit)"
+        )
+    if seconds >= threading.TIMEOUT_MAX:  # inf, or more than a lock can wait: no limit
+        return None
+    return time.monotonic() + seconds
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds to the deadline (never negative), None for no limit."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _answer_key(model: Network) -> tuple:
+    """Everything of a network's configuration that its answers depend on, parameters aside:
+    architecture, input shape, loss (its output activation) and dtype. Two networks with equal
+    keys and equal parameters answer alike; the updater, L2, seed and workspace modes only
+    matter for training."""
+    cfg = model.configuration
+    return (cfg.layers, cfg.input_shape, cfg.loss, cfg.dtype)
+
+
 # ---------------------------------------------------------------------------------------
 # the process-wide BLAS limit, shared by every live ParallelInference: the first one sets it,
 # the last one to go restores what was there before (nested objects do not restore each other's)
@@ -224,10 +267,19 @@ def _blas_release(token: int) -> None:
 
 class _Engine:
     def __init__(
-        self, replicas: list[Network], devices: list[AnyDevice], batched: bool, batch_limit: int, queue_limit: int
+        self,
+        replicas: list[Network],
+        devices: list[AnyDevice],
+        batched: bool,
+        batch_limit: int,
+        queue_limit: int,
+        input_shape: tuple[int, ...],
     ) -> None:
         self.replicas, self.devices = replicas, devices
         self.locks = [threading.Lock() for _ in replicas]  # update_model vs a running batch
+        # the served model's per-example shape: every request is checked against it when it is
+        # queued (or borrows a replica), under the lock, so none reaches a model that cannot take it
+        self.input_shape = input_shape
         self.batch_limit = batch_limit if batched else 1
         self.queue_limit = queue_limit
         # re-entrant: the garbage collector can finalize the owning ParallelInference (shutdown ->
@@ -243,6 +295,13 @@ class _Engine:
         # room); they wait on their loop, never in a thread
         self.room_waiters: collections.deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = collections.deque()
         self.live = 0  # workers that have not exited
+        # requests taken by a worker (or, INPLACE, admitted to borrow a replica) and not answered
+        # yet: with `pending`, what an update_model to another input shape must wait for
+        self.running = 0
+        # INPLACE: the replicas not lent out, and the callers waiting for one
+        self.free: collections.deque[int] = collections.deque(range(len(replicas)))
+        self.has_replica = threading.Condition(self.lock)
+        self.borrowers_waiting = 0
         self.batches_run = 0
         self.requests_served = 0
         # requests merged per batch, for the chapter: the latest ones only, so a server that runs
@@ -259,6 +318,18 @@ class _Engine:
             t.start()
 
     # ---- client side -----------------------------------------------------------------
+    def _admit_locked(self, features: np.ndarray) -> None:
+        """Refuse a request once shut down, or one checked against a model that update_model
+        replaced by one of another input shape while the request was on its way here."""
+        if self.closed:
+            raise RuntimeError(SHUT_DOWN)
+        if features.shape[1:] != self.input_shape:
+            dims = ", ".join(map(str, self.input_shape))
+            raise ValueError(
+                f"output: expected one example of shape {self.input_shape} or a batch (n, {dims}), got "
+                f"{features.shape}: update_model changed the input shape while this request was on its way"
+            )
+
     def submit(self, request: _Request, deadline: float | None) -> None:
         """Queue a request; with a full queue wait for room (back-pressure). A worker's own thread
         (a Future's done-callback that asks again) queues past the limit: it would wait for itself."""
@@ -274,8 +345,7 @@ class _Engine:
                     self.has_room.wait(left)
                 finally:
                     self.blocked -= 1
-            if self.closed:
-                raise RuntimeError(SHUT_DOWN)
+            self._admit_locked(request.features)
             self.pending.append(request)
             if self.idle:
                 self.has_work.notify()
@@ -284,8 +354,7 @@ class _Engine:
         """From an event loop's thread: queue the request (None), or, with the queue full, return
         a Future of the loop that is set when there may be room (then try again)."""
         with self.lock:
-            if self.closed:
-                raise RuntimeError(SHUT_DOWN)
+            self._admit_locked(request.features)
             if len(self.pending) < self.queue_limit:
                 self.pending.append(request)
                 if self.idle:
@@ -317,6 +386,53 @@ class _Engine:
                 continue
             if loop.is_running():  # a stopped loop tries again when it runs again: not counted
                 n -= 1
+
+    def borrow(
+        self, features: np.ndarray, deadline: float | None, timeout: Any, gone: threading.Event | None = None
+    ) -> int | None:
+        """INPLACE: lend the calling thread a replica (the index), waiting for one until
+        `deadline`: TimeoutError after it, the shut-down error if shutdown() comes first, None if
+        `gone` is set first (its asyncio caller stopped waiting). Counted as running until
+        `give_back`."""
+        with self.lock:
+            self._admit_locked(features)
+            self.running += 1
+            try:
+                while not self.free:
+                    if gone is not None and gone.is_set():
+                        break
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise TimeoutError(f"ParallelInference: no result within {timeout} s (every replica in use)")
+                    self.borrowers_waiting += 1
+                    try:
+                        self.has_replica.wait(left)
+                    finally:
+                        self.borrowers_waiting -= 1
+                    if self.closed:
+                        raise RuntimeError(f"{SHUT_DOWN} before this request ran")
+                if gone is not None and gone.is_set():
+                    self.running -= 1
+                    return None
+                return self.free.popleft()
+            except BaseException:
+                self.running -= 1
+                raise
+
+    def give_back(self, index: int, served: bool) -> None:
+        with self.lock:
+            self.free.append(index)
+            self.running -= 1
+            if served:
+                self.batches_run += 1
+                self.requests_served += 1
+                self.batch_sizes.append(1)
+            self.has_replica.notify()
+
+    def wake_borrowers(self) -> None:
+        """A borrower's caller gave up (`gone`): let the waiting ones look again."""
+        with self.lock:
+            self.has_replica.notify_all()
 
     def withdraw(self, request: _Request) -> bool:
         """Take a request that timed out back out of the queue; False if a worker has it."""
@@ -362,6 +478,7 @@ class _Engine:
             pending = self.pending
             first = pending.popleft()
             group = [first]
+            self.running += 1  # and one for each request merged below
             if self.batch_limit > 1 and pending:
                 shape = first.features.shape[1:]
                 skipped = []
@@ -372,16 +489,25 @@ class _Engine:
                     pending.extendleft(reversed(skipped))
                     if self.idle:
                         self.has_work.notify()
+            self.running += len(group) - 1
             self._make_room_locked(len(group))
             return group
 
+    def _fail(self, request: _Request, error: BaseException) -> None:
+        """Answer a request the worker took with an error (counted as no longer running first:
+        a caller that has its answer never finds its request still counted)."""
+        with self.lock:
+            self.running -= 1
+        request.answer(error=error)
+
     def _serve(self, index: int, group: list[_Request]) -> None:
+        counted = False  # the whole group counted as served and no longer running
         try:
             try:
                 out = self._run(index, group)
             except Exception as exc:
                 if len(group) == 1:
-                    group[0].answer(error=exc)
+                    self._fail(group[0], exc)
                     return
                 # one bad request must not fail the others. NaN data, the common case, is found by
                 # a check of each request: those fail with indices into their own rows, the rest
@@ -392,7 +518,7 @@ class _Engine:
                     try:
                         _check_finite(r.features)
                     except ValueError as bad:
-                        r.answer(error=bad)
+                        self._fail(r, bad)
                     else:
                         good.append(r)
                 if len(good) < len(group):
@@ -415,6 +541,8 @@ class _Engine:
                 self.batches_run += 1
                 self.requests_served += len(group)
                 self.batch_sizes.append(len(group))
+                self.running -= len(group)
+                counted = True
             loops: dict[asyncio.AbstractEventLoop, list[_Settled]] | None = None
             for r, part in zip(group, parts):
                 if r.loop is None:
@@ -435,7 +563,10 @@ class _Engine:
                 error.__cause__ = exc
             for r in group:
                 if r.result is None and r.error is None:  # not answered yet
-                    r.answer(error=error)
+                    if counted:
+                        r.answer(error=error)
+                    else:
+                        self._fail(r, error)
             raise
 
     def _run(self, index: int, group: list[_Request]) -> np.ndarray:
@@ -453,6 +584,7 @@ class _Engine:
         self.has_work.notify_all()
         self._make_room_locked(len(self.room_waiters))  # they try again and find it shut down
         self.has_room.notify_all()
+        self.has_replica.notify_all()  # INPLACE callers waiting for a replica: refused
         return orphans
 
     def close(self, timeout: float | None) -> list[str]:
@@ -512,17 +644,17 @@ class ParallelInference(ShutsDownOnExit):
         self.devices: list[AnyDevice] = [as_device(d) for d in devices] if devices else default_devices(workers)
         self.devices = [self.devices[i % len(self.devices)] for i in range(workers)]
         replicas = [model.clone(device=d) for d in self.devices]
-        self._engine = _Engine(replicas, self.devices, self.mode is InferenceMode.BATCHED, batch_limit, queue_limit)
+        self._engine = _Engine(
+            replicas, self.devices, self.mode is InferenceMode.BATCHED, batch_limit, queue_limit, model.input_shape
+        )
+        self._served_key = _answer_key(model)  # what the replicas answer with, parameters aside
+        self._update_lock = threading.Lock()  # one update_model at a time
         self._closed = False
         if all(d.kind == "cpu" for d in self.devices) and workers > 1:
             # concurrent BLAS calls from several workers, each with all cores, fight each other:
             # share the cores out while this object lives (process-wide, restored by shutdown)
             self._blas_token = _blas_acquire(max(1, (os.cpu_count() or 1) // workers))
-        if self.mode is InferenceMode.INPLACE:
-            self._pool: queue.Queue = queue.Queue()
-            for i in range(workers):
-                self._pool.put(i)
-        else:
+        if self.mode is not InferenceMode.INPLACE:  # INPLACE lends the replicas to the callers
             self._engine.start([f"InferenceThread-{i}" for i in range(workers)])
 
     # ---- what the engine counts --------------------------------------------------------
@@ -550,17 +682,26 @@ class ParallelInference(ShutsDownOnExit):
 
     # ---- the client side ----------------------------------------------------------------
     def output(self, x: Any, timeout: float | None = None) -> NDArray:
-        """Predictions for one example (the model's input shape) or a batch of them. Waits at
-        most `timeout` seconds (for room in the queue and for the result) when given."""
+        """Predictions for one example (the model's input shape) or a batch of them.
+
+        `timeout`: the seconds this call may wait -- for room in the queue, for a free replica
+        (INPLACE), for the answer -- then TimeoutError (a request still queued is taken back, one
+        waiting for a replica never runs). The same rule for every call and mode: None or math.inf
+        wait without limit (shutdown() ends any wait with its error); 0 waits not at all, so what
+        is not ready at once times out; a negative number or NaN raises ValueError at the call. An
+        INPLACE call runs the forward pass in the calling thread, where nothing can interrupt it:
+        its timeout bounds the wait for a replica."""
+        deadline = _deadline(timeout, "output")
         arr, single = self._prepare(x)
         if arr is None:
             return single
         if self.mode is InferenceMode.INPLACE:
-            return self._inplace(arr, single)
-        deadline = None if timeout is None else time.monotonic() + timeout
+            i = self._engine.borrow(arr, deadline, timeout)
+            assert i is not None
+            return self._run_borrowed(i, arr, single)
         request = _Request(arr, single)
         self._engine.submit(request, deadline)
-        if not request.wait(None if deadline is None else deadline - time.monotonic()):
+        if not request.wait(_left(deadline)):
             if self._engine.withdraw(request) or not request.wait(0):
                 raise TimeoutError(f"ParallelInference: no result within {timeout} s")
         if request.error is not None:
@@ -574,19 +715,24 @@ class ParallelInference(ShutsDownOnExit):
         TimeoutError). The answer is wrapped on the device the calling thread is on now; the
         Future cannot be cancelled once returned (it is queued). Done-callbacks run in a worker's
         thread (keep them short; one that submits again is queued even past `queue_limit`). In
-        INPLACE mode the forward pass runs here, in this call, and the Future is done on return."""
+        INPLACE mode the forward pass runs here, in this call, and the Future is done on return;
+        waiting for a free replica is what waiting for room is in the other modes (bounded by
+        `timeout`, a TimeoutError or the shut-down error raised here). `timeout` follows
+        `output`'s rule (None, inf, 0, and ValueError for a negative one or NaN)."""
+        deadline = _deadline(timeout, "submit")
         future: concurrent.futures.Future = concurrent.futures.Future()
         future.set_running_or_notify_cancel()
         arr, single = self._prepare(x)
         if arr is None:
             future.set_result(single)
         elif self.mode is InferenceMode.INPLACE:
+            i = self._engine.borrow(arr, deadline, timeout)
+            assert i is not None
             try:
-                future.set_result(self._inplace(arr, single))
+                future.set_result(self._run_borrowed(i, arr, single))
             except Exception as exc:
                 future.set_exception(exc)
         else:
-            deadline = None if timeout is None else time.monotonic() + timeout
             self._engine.submit(_Request(arr, single, future, device=current_device()), deadline)
         return future
 
@@ -596,12 +742,14 @@ class ParallelInference(ShutsDownOnExit):
         from one loop with one call into it. Waits at most `timeout` seconds in all (for room in
         a full queue, which it awaits on the loop, and for the answer), then TimeoutError; a
         request still queued when it times out or its task is cancelled is taken back. INPLACE
-        runs the forward pass in the loop's default executor (the loop must not block)."""
+        runs the forward pass in the loop's default executor (the loop must not block), and the
+        timeout bounds the whole wait, forward pass included. `timeout` follows `output`'s rule
+        (None, inf, 0, and ValueError for a negative one or NaN)."""
+        deadline = _deadline(timeout, "output_async")
         arr, single = self._prepare(x)
         if arr is None:
             return single
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else time.monotonic() + timeout
         if self.mode is InferenceMode.INPLACE:
             return await self._inplace_async(loop, arr, single, timeout, deadline)
         engine = self._engine
@@ -630,10 +778,11 @@ class ParallelInference(ShutsDownOnExit):
     async def _inplace_async(
         self, loop: asyncio.AbstractEventLoop, arr: np.ndarray, single: bool, timeout: float | None, deadline: Any
     ) -> NDArray:
-        device, gone = current_device(), threading.Event()
+        device, gone, engine = current_device(), threading.Event(), self._engine
 
         def run() -> NDArray | None:
-            return self._inplace(arr, single, device, gone)
+            i = engine.borrow(arr, deadline, timeout, gone)
+            return None if i is None else self._run_borrowed(i, arr, single, device)
 
         job = asyncio.ensure_future(loop.run_in_executor(None, run))
         try:
@@ -641,6 +790,7 @@ class ParallelInference(ShutsDownOnExit):
                 raise TimeoutError(f"ParallelInference: no result within {timeout} s")
         except BaseException:
             gone.set()  # a call that has no replica yet does not run at all
+            engine.wake_borrowers()
             job.cancel()
             raise
         return job.result()
@@ -653,7 +803,8 @@ class ParallelInference(ShutsDownOnExit):
         arr = x.numpy() if isinstance(x, NDArray) else np.asarray(x)
         if arr.dtype.kind not in "fiu":  # as Network.output: complex, bool, text are refused
             raise TypeError(f"features must be numbers, got dtype {arr.dtype}")
-        shape = self.model.input_shape
+        model = self.model  # one model for every check (update_model may swap it meanwhile)
+        shape = model.input_shape
         single = arr.shape == shape
         if single:
             arr = arr[None]
@@ -663,54 +814,88 @@ class ParallelInference(ShutsDownOnExit):
         # NaN data is left to the worker's check of the whole batch (see _serve): a NumPy pass
         # over one request here lets go of the GIL, and with many callers getting it back costs
         # more than the pass (measured: ~20 us per request with 64 asyncio clients)
-        arr = np.ascontiguousarray(arr, dtype=self.model.dtype)
+        arr = np.ascontiguousarray(arr, dtype=model.dtype)
         if arr.shape[0] == 0:  # nothing to run: the empty answer, shaped like a real one
-            return None, asarray(np.zeros((0, *self.model.output_shape), dtype=self.model.dtype))
+            return None, asarray(np.zeros((0, *model.output_shape), dtype=model.dtype))
         return arr, single
 
-    def _inplace(
-        self, arr: np.ndarray, single: bool, device: AnyDevice | None = None, gone: threading.Event | None = None
-    ) -> NDArray | None:
-        engine = self._engine
-        i = self._pool.get()  # FIFO: exclusive use of one replica
+    def _run_borrowed(self, i: int, arr: np.ndarray, single: bool, device: AnyDevice | None = None) -> NDArray:
+        """INPLACE: the forward pass on replica `i`, lent to this thread by `borrow`."""
+        engine, served = self._engine, False
         try:
-            if gone is not None and gone.is_set():  # its caller stopped waiting (output_async)
-                return None
             with engine.locks[i]:
                 out = np.array(engine.replicas[i].output(arr).numpy(), copy=True)
+            served = True
         finally:
-            self._pool.put(i)
-        with engine.lock:
-            engine.batches_run += 1
-            engine.requests_served += 1
-            engine.batch_sizes.append(1)
+            engine.give_back(i, served)
         return asarray(out[0] if single else out, device=device)
 
     # ---- control -----------------------------------------------------------------------
     def update_model(self, model: Network) -> None:
-        """Swap in new parameters (same architecture) or a new model, without a restart."""
-        same = model.config()["layers"] == self.model.config()["layers"] and model.input_shape == self.model.input_shape
+        """Serve `model` from now on, without a restart: every request made after this returns
+        is answered with what `model.output()` returns. Everything answers depend on is swapped:
+        parameters (BatchNorm's running statistics among them), layers, loss and its output
+        activation, dtype, input and output shape; nothing else is asked of `model` (its updater,
+        L2, seed, workspace modes and device may be anything: the replicas stay on this server's
+        devices). With the same architecture, loss and dtype only the parameters are copied into
+        the replicas; otherwise new replicas are built. Requests already queued or running are
+        answered by the old model or the new one.
+
+        A model of another input shape cannot answer the requests queued for the old one: such
+        an update is made only while no request is queued or running, and otherwise raises
+        ValueError naming both shapes and changes nothing (every queued request is answered by
+        the current model). A request checked against the old shape that arrives after the swap
+        is refused at its call with the usual shape error."""
+        if not isinstance(model, Network):
+            raise TypeError(f"ParallelInference.update_model needs a kit.nn.Network, got {type(model).__name__}")
         engine = self._engine
-        for i, replica in enumerate(engine.replicas):
-            with engine.locks[i]:
-                if same:
-                    replica.copy_state_from(model)
-                else:
-                    engine.replicas[i] = model.clone(device=self.devices[i])
-        self.model = model
+        with model._lock:  # one whole state, also while another thread trains the model
+            params = model.params()
+            key = _answer_key(model)
+        config = model.configuration
+        with self._update_lock:
+            rebuild = key != self._served_key
+            fresh = [Network.from_config(config, device=d) for d in self.devices] if rebuild else []
+            for replica in fresh:
+                replica.flat_params.assign(params)  # as it is: output() of a NaN model is NaN here too
+            if model.input_shape != engine.input_shape:
+                with engine.lock:  # nothing is admitted meanwhile: the swap is atomic for every caller
+                    waiting = len(engine.pending) + engine.running
+                    if waiting:
+                        raise ValueError(
+                            f"ParallelInference.update_model: the new model takes examples of shape "
+                            f"{model.input_shape} but the served one takes {engine.input_shape}, and {waiting} "
+                            f"request(s) of shape {engine.input_shape} are queued or running; they stay with the "
+                            "current model. Update to another input shape when no request is in flight"
+                        )
+                    for i, replica in enumerate(fresh):  # no batch runs: the replica locks are free
+                        with engine.locks[i]:
+                            engine.replicas[i] = replica
+                    engine.input_shape = model.input_shape
+                    self.model, self._served_key = model, key
+                return
+            for i in range(len(engine.replicas)):
+                with engine.locks[i]:  # after the batch it may be running
+                    if rebuild:
+                        engine.replicas[i] = fresh[i]
+                    else:
+                        engine.replicas[i].flat_params.assign(params)
+            self.model, self._served_key = model, key
 
     def shutdown(self, timeout: float | None = 30.0) -> None:
-        """Refuse new requests, answer every waiting one with a clear error, restore the BLAS
-        limit and join every worker (a batch already running finishes first; a worker still
-        running after `timeout` seconds is named in a warning and left to finish)."""
+        """Refuse new requests, answer every waiting one with a clear error (queued, waiting for
+        room, or, INPLACE, waiting for a replica), restore the BLAS limit and join every worker (a
+        batch already running finishes first; a worker still running after `timeout` seconds is
+        named in a warning and left to finish). `timeout` follows `output`'s rule: None or
+        math.inf join without limit, 0 does not wait, a negative one or NaN raises ValueError."""
+        deadline = _deadline(timeout, "shutdown")
         if self._closed:
             return
         self._closed = True
         try:
-            if self.mode is not InferenceMode.INPLACE:
-                alive = self._engine.close(timeout)
-                if alive:
-                    log.warning("ParallelInference.shutdown: %s still running after %s s", alive, timeout)
+            alive = self._engine.close(_left(deadline))
+            if alive:
+                log.warning("ParallelInference.shutdown: %s still running after %s s", alive, timeout)
         finally:
             token, self._blas_token = self._blas_token, None
             if token is not None:

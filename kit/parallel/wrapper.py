@@ -24,9 +24,19 @@ waits for all of them, so the result does not depend on thread timing:
   index, tau from the threshold algorithm), and every replica applies the sum of all workers'
   decoded messages, so replicas stay identical without ever averaging.
 
+Each fit() starts from the model as it is then: parameters and counters changed since the last
+fit, and the training hyper-parameters -- the updater (its type, learning rate, momentum, Adam's
+betas and epsilon), L2 and the loss -- are handed to every replica, so a schedule applied between
+fits (`net.updater.lr *= 0.1`) trains as it would in `net.fit`.
+
 Differences from DL4J, on purpose: workers=1 is allowed (the baseline of a comparison); the
 user's model ends with the averaged parameters rather than worker 0's; a worker's exception
-stops fit() at once, names the worker, and leaves no threads behind.
+stops fit() at once, names the worker, and leaves no threads behind. `shutdown()` from another
+thread (or a listener) during fit() stops the workers after their current tasks, and fit() raises
+RuntimeError saying the wrapper was shut down (not that a worker died); the interrupted fit()
+writes none of its rounds into the user's model (a fit() whose workers had all finished their
+last task ends normally), and leaves no thread behind. To end training early and keep its
+result, use stop_fit() (DL4J's ParallelWrapper has no clean way: its shutdown() interrupts).
 """
 
 from __future__ import annotations
@@ -57,7 +67,9 @@ from kit.devices import (
     gpu_count,
 )
 from kit.nn.loop import StepResult, TrainingLoop
+from kit.nn.losses import loss_from_config
 from kit.nn.network import Network
+from kit.nn.updaters import updater_from_config
 from kit.nn.workspace_mgr import WorkspaceMode
 from kit.parallel.threshold import (
     AdaptiveThresholdAlgorithm,
@@ -85,6 +97,10 @@ class WorkerError(RuntimeError):
 
 _STOP = object()
 Task = Callable[["_Worker"], Any]
+SHUT_DOWN_DURING_FIT = (
+    "ParallelWrapper was shut down while fit() ran: shutdown() stopped the workers after their current tasks, and "
+    "the interrupted fit() wrote none of its rounds into the model"
+)
 
 
 class _Worker:
@@ -95,6 +111,7 @@ class _Worker:
         self.residual_post_processor = wrapper.residual_post_processor
         self.tasks: queue.Queue = queue.Queue(maxsize=1)
         self.results: queue.Queue = queue.Queue()
+        self.stopping = False  # set by stop() (shutdown): a fit waiting on this worker says so
         self.residual: Any = None
         self.threshold_algorithm: ThresholdAlgorithm = wrapper.threshold_algorithm.clone()
         self.tau: float | None = None
@@ -158,7 +175,15 @@ class _Worker:
 
     # ---- the caller's side ------------------------------------------------------------
     def submit(self, task: Task) -> None:
-        self.tasks.put(task)
+        while True:
+            if self.stopping:
+                raise RuntimeError(SHUT_DOWN_DURING_FIT)
+            try:
+                self.tasks.put(task, timeout=0.05)
+                return
+            except queue.Full:
+                if not self.thread.is_alive():
+                    raise WorkerError(f"worker {self.index} on {self.device} died without reporting") from None
 
     def result(self, deadline: float | None = None) -> Any:
         while True:
@@ -166,6 +191,8 @@ class _Worker:
                 ok, value = self.results.get(timeout=0.05)
             except queue.Empty:
                 if not self.thread.is_alive():
+                    if self.stopping:  # shutdown() stopped it: its task (if any) was called off
+                        raise RuntimeError(SHUT_DOWN_DURING_FIT) from None
                     raise WorkerError(f"worker {self.index} on {self.device} died without reporting") from None
                 if deadline is not None and time.monotonic() > deadline:
                     raise WorkerError(f"worker {self.index} on {self.device} did not answer in time") from None
@@ -177,6 +204,7 @@ class _Worker:
             return value
 
     def stop(self) -> None:
+        self.stopping = True
         if self.thread.is_alive():
             while True:
                 try:
@@ -275,16 +303,33 @@ class ParallelWrapper(ShutsDownOnExit):
         return (m.iteration, m.epoch, m.params().numpy().tobytes())
 
     def _begin(self) -> None:
-        """Start of a fit: see every change the user made to the model since the last one."""
+        """Start of a fit: see every change the user made to the model since the last one, its
+        training hyper-parameters included (the workers are idle between fits)."""
         if self._closed:
             raise RuntimeError(
                 "ParallelWrapper was shut down (by shutdown(), a `with` block, or a worker's failure); make a new one"
             )
+        self._hand_over_hyper_parameters()
         if self._fingerprint() != self._published:
             for w in self._zoo:
                 w.replica.copy_state_from(self.model)
             self.iteration, self.epoch = self.model.iteration, self.model.epoch
             self._dirty.clear()
+
+    def _hand_over_hyper_parameters(self) -> None:
+        """Give every replica the model's current updater (type and every hyper-parameter: lr,
+        momentum, Adam's betas and epsilon), L2 and loss, as fresh objects from their configs (a
+        replica never shares a live object with the model). The updater state stays: each replica
+        goes on with its own, as `net.fit` goes on with the model's."""
+        model = self.model
+        updater, loss = model.updater.config(), model.loss.config()
+        for w in self._zoo:
+            r = w.replica
+            if r.updater.config() != updater:
+                r.updater = updater_from_config(updater)
+            if r.loss.config() != loss:
+                r.loss = loss_from_config(loss)
+            r.l2 = model.l2
 
     # ---- training -------------------------------------------------------------------
     def fit(self, data: Iterable[DataSet], epochs: int = 1) -> ParallelWrapper:
@@ -391,9 +436,13 @@ class ParallelWrapper(ShutsDownOnExit):
         return self._zoo[index].result()
 
     def shutdown(self) -> None:
+        """Stop every worker (each after its current task) and join it. From another thread
+        during fit(), that fit() raises RuntimeError saying so (see the module's notes)."""
+        self._closed = True
+        for w in self._zoo:
+            w.stopping = True  # every worker at once: a fit waiting on any of them learns why
         for w in self._zoo:
             w.stop()
-        self._closed = True
 
     def threads_alive(self) -> int:
         return sum(w.thread.is_alive() for w in self._zoo)
