@@ -420,9 +420,10 @@ class ParallelWrapper(ShutsDownOnExit):
         """End on the average (AVERAGING) and leave the state in the user's model."""
         if self.training_mode is TrainingMode.AVERAGING and self._dirty and self.workers > 1:
             self._average()
-        self.model.copy_state_from(self.replicas[0])
-        self.model.iteration, self.model.epoch = self.iteration, self.epoch
-        self.model.last_score = self.last_score
+        with self.model._lock:  # a save() from another thread sees the state before or after, whole
+            self.model.copy_state_from(self.replicas[0])
+            self.model.iteration, self.model.epoch = self.iteration, self.epoch
+            self.model.last_score = self.last_score
         self._published = self._fingerprint()
 
     def stop_fit(self) -> None:

@@ -321,8 +321,9 @@ class SparkNetwork:
             self.loop.run(list(range(prepared.rounds)), epochs)
         finally:
             master.release(prepared)
-            self.network.iteration, self.network.epoch = self.worker_iteration, self.epoch
-            self.network.last_score = self.last_score
+            with self.network._lock:  # counters with the state, as save() reads them
+                self.network.iteration, self.network.epoch = self.worker_iteration, self.epoch
+                self.network.last_score = self.last_score
         self._stats = stats if keep else None
         return self.network
 
