@@ -139,6 +139,27 @@ class Network:
                 offset += size
             layer.bind(params, grads)
 
+    @property
+    def updater(self) -> Updater:
+        return self._updater
+
+    @updater.setter
+    def updater(self, value: Updater) -> None:
+        """A new updater between fits. One that keeps other state (Sgd -> Adam, Adam -> Nesterovs)
+        starts that state at zero, as a new DL4J updater does; one with the same state names
+        (Adam with another learning rate) goes on from the state there is."""
+        if not isinstance(value, Updater):
+            raise TypeError(f"Network.updater = {value!r}: give an Updater (Sgd, Nesterovs, Adam ...)")
+        state = getattr(self, "updater_state", None)
+        if state is None or sorted(state) == sorted(value.state_names):
+            self._updater = value
+            return
+        with self._lock:
+            n = self.flat_params.shape[0]
+            with scope_out_of_workspaces():
+                fresh = {k: zeros((n,), state_dtype(self.dtype), self.device) for k in value.state_names}
+            self._updater, self.updater_state = value, fresh
+
     def _initialise(self) -> None:
         """Initial values drawn on the host from `seed`, so every device gets the same net."""
         self.set_params(initial_values([spec for _, spec in self._specs], self.seed))

@@ -308,3 +308,31 @@ def test_two_networks_copying_state_from_each_other_at_once_do_not_deadlock():
     for t in threads:
         t.join(timeout=60)
     assert len(done) == 2
+
+
+def test_an_updater_of_another_kind_between_fits_trains_and_saves(tmp_path):
+    """Found with item 13: Sgd -> Adam on a Network failed inside fit with KeyError ('m'),
+    the updater state never re-allocated. A new kind starts its own state at zero; the same
+    kind with new hyper-parameters goes on from the state there is."""
+    from kit.nn import Nesterovs
+
+    rng = np.random.default_rng(0)
+    ds = DataSet(rng.random((32, 6)), rng.integers(0, 3, 32), num_classes=3)
+    net = small_net(updater=Sgd(0.1))
+    net.fit_batch(ds)
+    for updater, names in ((Adam(1e-2), ["m", "v"]), (Nesterovs(0.1, 0.9), ["v"]), (Sgd(0.05), [])):
+        net.updater = updater
+        assert sorted(net.updater_state) == names
+        assert all(float(abs(a.numpy()).max()) == 0 for a in net.updater_state.values())  # fresh
+        net.fit_batch(ds)
+        net.save(tmp_path / "m.npz")
+        loaded = Network.load(tmp_path / "m.npz")
+        assert type(loaded.updater) is type(updater) and sorted(loaded.updater_state) == names
+        np.testing.assert_array_equal(loaded.params().numpy(), net.params().numpy())
+    adam = small_net(updater=Adam(1e-2))
+    adam.fit_batch(ds)
+    moments = adam.updater_state["m"].numpy().copy()
+    adam.updater = Adam(1e-3)  # the same kind: its moments go on
+    np.testing.assert_array_equal(adam.updater_state["m"].numpy(), moments)
+    with pytest.raises(TypeError, match=r"Network.updater = 'adam': give an Updater"):
+        adam.updater = "adam"
