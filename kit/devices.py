@@ -470,14 +470,19 @@ _transfers: dict[tuple[str, str], list[int]] = {}
 _transfers_lock = threading.Lock()
 
 
-def transfer(dst: Any, dst_device: AnyDevice, src: Any, src_device: AnyDevice) -> None:
+def transfer(dst: Any, dst_device: AnyDevice, src: Any, src_device: AnyDevice, host_arrays: bool = False) -> None:
     """Copy the raw array `src` (on src_device) into `dst` (on dst_device), same shape. Every
-    copy between two devices in kit comes through here and is counted per device pair."""
+    copy between two devices in kit comes through here and is counted per device pair.
+    `host_arrays`: both are NumPy arrays standing for data of those devices (the small host
+    messages of gradient sharing, whatever the backend): counted, copied on the host."""
     if src_device is not dst_device:
         with _transfers_lock:
             entry = _transfers.setdefault((src_device.name, dst_device.name), [0, 0])
             entry[0] += 1
             entry[1] += int(src.nbytes)
+    if host_arrays:
+        np.copyto(dst, src)
+        return
     src_gpu, dst_gpu = src_device.kind == "gpu", dst_device.kind == "gpu"
     if not src_gpu and not dst_gpu:
         np.copyto(dst, src)

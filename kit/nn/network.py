@@ -174,6 +174,8 @@ class Network:
             return self.flat_params.dup()
 
     def set_params(self, values: Any) -> None:
+        if isinstance(values, NDArray) and values.device is not self.device:
+            values = values.to(self.device)  # another device's parameters: the counted transfer path
         src = values.numpy() if isinstance(values, NDArray) else np.asarray(values)
         if src.shape != self.flat_params.shape:
             raise ValueError(

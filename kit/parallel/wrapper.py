@@ -65,6 +65,7 @@ from kit.devices import (
     default_devices,
     detach_thread,
     gpu_count,
+    transfer,
 )
 from kit.nn.loop import StepResult, TrainingLoop
 from kit.nn.losses import loss_from_config
@@ -164,13 +165,20 @@ class _Worker:
         stats = {"worker": self.index, "tau": self.tau, "sparsity": self.last_sparsity, "dense": self.last_dense}
         return score, message, stats
 
-    def apply(self, messages: list[np.ndarray | None]) -> None:
-        """SHARED_GRADIENTS: apply the sum of every worker's decoded message (worker order)."""
+    def apply(self, messages: list[tuple[np.ndarray | None, AnyDevice]]) -> None:
+        """SHARED_GRADIENTS: apply the sum of every worker's decoded message (worker order). A
+        message from another worker's device reaches this one through the counted transfer path:
+        the traffic the mode is about shows in transfer_stats()."""
         net = self.replica
         total = net.device.xp.zeros_like(net.flat_params.data)
-        for message in messages:  # worker order: identical sums on every replica
-            if message is not None:
-                threshold_decode(message, total)
+        for message, source in messages:  # worker order: identical sums on every replica
+            if message is None:
+                continue
+            if source is not self.device:
+                moved = np.empty_like(message)  # encoded messages are host arrays on every backend
+                transfer(moved, self.device, message, source, host_arrays=True)
+                message = moved
+            threshold_decode(message, total)
         net.flat_params.data[...] -= total
 
     # ---- the caller's side ------------------------------------------------------------
@@ -379,7 +387,7 @@ class ParallelWrapper(ShutsDownOnExit):
                 w.submit(lambda worker, ds=ds: worker.encode(ds, self.iteration, self.epoch))
             results = self._collect(zoo)
             scores = [r[0] for r in results]
-            messages = [r[1] for r in results]
+            messages = [(r[1], w.device) for r, w in zip(results, zoo)]  # each made on its worker's device
             self.encoding_stats.append({"iteration": self.iteration, "workers": [r[2] for r in results]})
             for w in self._zoo:  # every replica, including idle ones, applies the same sum
                 w.submit(lambda worker: worker.apply(messages))

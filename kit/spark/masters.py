@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from kit.nn.loop import NonFiniteScoreError, StepResult
+from kit.nn.workspace_mgr import WorkspaceMode
 from kit.parallel.threshold import threshold_decode
 from kit.spark import _executor as ex
 
@@ -190,8 +191,6 @@ class TrainingMaster:
         self.export_directory = export_directory
         self.collect_training_stats = _check_bool(name, "collect_training_stats", collect_training_stats)
         if worker_workspace_mode is not None:
-            from kit.nn.workspace_mgr import WorkspaceMode
-
             worker_workspace_mode = _check_enum(
                 name, "worker_workspace_mode", worker_workspace_mode, WorkspaceMode
             ).value
