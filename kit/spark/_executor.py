@@ -63,6 +63,7 @@ __all__ = [
     "eval_task",
     "export_records",
     "export_task",
+    "round_records",
     "round_task",
     "row_to_pair",
     "single_examples",
@@ -230,8 +231,11 @@ def round_task(spec: RoundSpec, state_bc: Any, workers_bc: Any = None) -> Any:
 
 
 def _round_elements(spec: RoundSpec, partition: int, it: Iterator[Any]) -> tuple[int, list[Any], str]:
-    per_round = spec.elements_per_batch * spec.batches_per_round
     first = next(it, None)
+    if isinstance(first, tuple) and len(first) == 2 and isinstance(first[1], list):
+        key, elements = first  # DIRECT: this round's tagged examples, cached as one record
+        collections.deque(it, maxlen=0)
+        return key // spec.stored_rounds, elements, "direct"
     if isinstance(first, tuple) and len(first) == 2 and isinstance(first[1], bytes):
         key, blob = first  # EXPORT in Spark's storage: this round's mini-batches as .npz bytes
         collections.deque(it, maxlen=0)
@@ -244,10 +248,9 @@ def _round_elements(spec: RoundSpec, partition: int, it: Iterator[Any]) -> tuple
         with np.load(path, allow_pickle=False) as f:
             n = int(f["count"])
             return worker, [(f[f"x{i}"], f[f"y{i}"]) for i in range(n)], "export"
-    start = spec.round * per_round
-    elements = [] if first is None else list(itertools.islice(itertools.chain([first], it), start, start + per_round))
+    # an empty partition: a worker with no examples in this round
     collections.deque(it, maxlen=0)  # read to the end, or PySpark starts a new Python worker per task
-    return partition, elements, "direct"
+    return (partition // spec.stored_rounds if spec.stored_rounds else partition), [], "direct"
 
 
 def _train_round(
@@ -412,6 +415,20 @@ def export_task(directory: str, per_round: int, per_batch: int, num_classes: int
                 yield _write_round(directory, partition, k, buffer, per_batch, num_classes)
         except BaseException as exc:
             raise _fail(partition, "export", exc) from exc
+
+    return run
+
+
+def round_records(per_round: int, stored_rounds: int) -> Any:
+    """DIRECT: a worker's partition as one record per round (worker * stored_rounds + round,
+    its tagged examples), so that a round reads its own examples and nothing else."""
+
+    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, list[Any]]]:
+        try:
+            for k, chunk in enumerate(iter(lambda: list(itertools.islice(it, per_round)), [])):
+                yield partition * stored_rounds + k, chunk
+        except BaseException as exc:
+            raise _fail(partition, "cache", exc) from exc
 
     return run
 

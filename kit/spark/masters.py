@@ -89,6 +89,12 @@ class Prepared:
     stored_rounds: int = 0  # EXPORT into Spark's storage: partition w * stored_rounds + k holds (w, k)
 
 
+def _memory_and_disk() -> Any:
+    from pyspark import StorageLevel
+
+    return StorageLevel.MEMORY_AND_DISK
+
+
 def _disk_only() -> Any:
     from pyspark import StorageLevel
 
@@ -262,11 +268,17 @@ class TrainingMaster:
             paths = {(worker, k): path for worker, k, path in written}
             rounds = 1 + max((k for _, k in paths), default=-1)
             data = Prepared(None, workers, rounds, per_batch, paths, export_dir)
-        else:
-            prepared = prepared.cache()
+        else:  # DIRECT: each round's examples one cached partition, read by that round only
             sizes = runner(prepared.mapPartitionsWithIndex(ex.count_task(per_batch, num_classes)), "count")
             rounds = max((math.ceil(n / per_round) for _, n in sizes), default=0)
-            data = Prepared(prepared, workers, rounds, per_batch)
+            r = max(rounds, 1)
+            stored = (
+                prepared.mapPartitionsWithIndex(ex.round_records(per_round, r))
+                .partitionBy(workers * r, lambda key: key)
+                .persist(_memory_and_disk())
+            )
+            runner(stored.mapPartitions(lambda it: [sum(1 for _ in it)]), "cache")
+            data = Prepared(stored, workers, rounds, per_batch, stored_rounds=r)
             setup["examples_per_worker"] = [n for _, n in sorted(sizes)]
         setup["rounds"] = data.rounds
         setup["prepare_ms"] = (time.perf_counter() - t0) * 1e3
@@ -318,8 +330,6 @@ class TrainingMaster:
             if data.stored_rounds:  # only this round's partitions are read from Spark's storage
                 parts = [w * data.stored_rounds + k for w in range(data.workers)]
                 results = owner.run_partitions(data.rdd, fn, parts, f"round {k}")
-            elif data.rdd is not None:
-                job = data.rdd.mapPartitionsWithIndex(fn, True)
             else:
                 records = [(w, data.paths[(w, k)]) for w in range(data.workers) if (w, k) in data.paths]
                 job = sc.parallelize(records, max(len(records), 1)).mapPartitionsWithIndex(fn, True)

@@ -248,8 +248,14 @@ class SparkNetwork:
 
     def run_partitions(self, rdd: Any, fn: Any, partitions: list[int], what: str) -> list[Any]:
         """Run `fn(partition, iterator)` on some partitions of `rdd` only (sc.runJob), watched."""
+
+        def on_partition(it: Iterator[Any]) -> Any:
+            from pyspark import TaskContext  # on the executor: which partition this task reads
+
+            return fn(TaskContext.get().partitionId(), it)
+
         with self.watched(what):
-            return self.sc.runJob(rdd, lambda it: fn(-1, it), partitions)
+            return self.sc.runJob(rdd, on_partition, partitions)
 
     @contextlib.contextmanager
     def watched(self, what: str) -> Iterator[None]:
