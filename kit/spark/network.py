@@ -101,7 +101,10 @@ def spark_missing() -> str | None:
 def local_spark_context(
     master: str = "local[2]", app_name: str = "kit", driver_memory: str = "1g", conf: dict[str, str] | None = None
 ) -> Any:
-    """A SparkContext for this machine: UI off, executors running this Python; clear errors."""
+    """A SparkContext whose executors run this Python, with clear errors. Spark's own web UI stays
+    on (http://localhost:4040 while the context lives, the next free port if taken): what DL4J's
+    users were told to turn off was DL4J's training UI, whose dependencies clashed with Spark's;
+    `conf={"spark.ui.enabled": "false"}` turns it off."""
     why = spark_missing()
     if why:
         raise SparkUnavailableError(why)
@@ -111,7 +114,7 @@ def local_spark_context(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):  # one machine: bind to loopback, and Spark prints no host name or address
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    settings = {"spark.ui.enabled": "false", "spark.driver.memory": driver_memory, **(conf or {})}
+    settings = {"spark.driver.memory": driver_memory, **(conf or {})}
     spark_conf = SparkConf().setMaster(master).setAppName(app_name)
     for key, value in settings.items():
         spark_conf = spark_conf.set(key, value)

@@ -11,7 +11,10 @@ def sc():
     if why:
         pytest.skip(why)
     context = local_spark_context(
-        "local[2]", app_name="kit-tests", driver_memory="512m", conf={"spark.ui.showConsoleProgress": "false"}
+        "local[2]",
+        app_name="kit-tests",
+        driver_memory="512m",
+        conf={"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false"},
     )
     yield context
     context.stop()

@@ -44,6 +44,7 @@ DRIVER = textwrap.dedent(
         while len(sc.statusTracker().getExecutorInfos()) < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
         out["executors"] = len(sc.statusTracker().getExecutorInfos()) - 1
+        out["ui"] = sc.uiWebUrl is not None  # Spark's own UI stays on by default
         train, test = load_digits()
         data = DataSet(train.features.numpy()[:320], train.labels.numpy()[:320])
         rdd = to_rdd(sc, data, num_slices=2)
@@ -181,6 +182,7 @@ def test_a_standalone_cluster_whose_workers_cannot_see_the_drivers_disk(tmp_path
         assert lines, proc.stdout[-2000:] + proc.stderr[-4000:]
         out = json.loads(lines[-1][len("RESULT ") :])
         assert out.get("executors") == 2, (out, proc.stderr[-3000:])
+        assert out["ui"], out
         assert "averaging_diff" in out, proc.stderr[-3000:]
         assert out["averaging_diff"] < 1e-4, out
         assert out["export_url_diff"] < 1e-6, out
