@@ -9,7 +9,8 @@
     ...     score = net.fit_batch(batch)
     >>> net.iteration                            # 1,438 examples: 23 batches of 64
     23
-    >>> it.shutdown()                            # or: with AsyncPrefetchIterator(...) as it:
+    >>> it.shutdown()                            # True: the thread ended (or: with AsyncPrefetchIterator(...) as it:)
+    True
 
 A background thread copies each batch into a *circular* workspace (ND4J's configuration:
 ENDOFBUFFER_REACHED, room for prefetch + 3 batches, at least `min_size` bytes) and queues it.
