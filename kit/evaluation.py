@@ -30,7 +30,11 @@ otherwise they are macro averages over classes, excluding classes where the metr
 AUC of the full curve over every distinct score. ROC on more than two classes is one-vs-all;
 one probability column (a sigmoid output) is binary: the probability of class 1.
 
-Predictions (and float labels) with NaN or infinity are refused, naming how many and the first
+Labels follow kit.labels' one rule: class indices (N,) or (N, 1) (ints, whole-valued floats,
+bools) or exactly one-hot rows (N, C). Fractional or soft labels (0.4, a row of probabilities),
+NaN, out-of-range indices and rows like [0, 3, 0] are refused, naming the row and its value;
+soft labels train a DataSet, but are scored here only after labels.argmax(axis=1).
+Predictions with NaN or infinity are refused, naming how many and the first
 row, before anything is recorded. With no data, every metric raises; stats() says so instead.
 """
 
@@ -40,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.labels import class_indices
 from kit.ndarray import NDArray
 
 __all__ = ["ROC", "Evaluation"]
@@ -63,18 +68,6 @@ def _check_finite(what: str, values: np.ndarray, where: str) -> None:
         )
 
 
-def _label_indices(labels: np.ndarray, n_classes: int) -> np.ndarray:
-    if labels.ndim == 2:
-        if labels.shape[1] != n_classes:
-            raise ValueError(f"labels have {labels.shape[1]} columns but this evaluation has {n_classes} classes")
-        return labels.argmax(axis=1)
-    idx = labels.astype(np.int64)
-    bad = np.flatnonzero((idx < 0) | (idx >= n_classes))
-    if bad.size:
-        raise ValueError(f"label {int(idx[bad[0]])} at index {int(bad[0])} is out of range for {n_classes} classes")
-    return idx
-
-
 class Evaluation:
     def __init__(self, num_classes: int, labels: list[str] | None = None) -> None:
         if not isinstance(num_classes, int) or num_classes < 2:
@@ -84,9 +77,7 @@ class Evaluation:
         self.confusion = np.zeros((num_classes, num_classes), dtype=np.int64)  # [actual, predicted]
 
     def eval(self, labels: Any, predictions: Any) -> None:
-        y_host, p = _host(labels), _host(predictions)
-        _check_finite("labels", y_host, "Evaluation")
-        y = _label_indices(y_host, self.num_classes)
+        y, p = class_indices(_host(labels), self.num_classes, where="Evaluation"), _host(predictions)
         if p.ndim != 2 or p.shape[1] != self.num_classes or p.shape[0] != y.shape[0]:
             raise ValueError(
                 f"predictions of shape {p.shape} do not match {y.shape[0]} labels x {self.num_classes} classes"
@@ -197,30 +188,23 @@ class Evaluation:
 class ROC:
     """Exact ROC / AUC. Binary: labels (N,) or (N, 1) in {0,1} or one-hot (N, 2); scores for
     class 1 as (N,) or (N, 1) (one sigmoid output), or (N, 2) probabilities. Multi-class
-    (one-vs-all): one-hot labels and (N, C) probabilities."""
+    (one-vs-all): class indices or one-hot labels and (N, C) probabilities. Labels by
+    kit.labels' rule: soft (probability) labels are refused, not rounded."""
 
     def __init__(self) -> None:
         self._labels: list[np.ndarray] = []
         self._scores: list[np.ndarray] = []
 
     def eval(self, labels: Any, predictions: Any) -> None:
-        y, p = _host(labels), _host(predictions).astype(np.float64)
+        p = _host(predictions).astype(np.float64)
         _check_finite("predictions", p, "ROC")
-        _check_finite("labels", y, "ROC")
         if p.ndim == 2 and p.shape[1] == 1:  # one sigmoid output: the probability of class 1
             p = p[:, 0]
-            if y.ndim == 2 and y.shape[1] == 1:
-                y = y[:, 0]
         if p.ndim == 1:
             p = np.stack([1 - p, p], axis=1)
-        if y.ndim == 1:
-            idx = y.astype(np.int64)
-            bad = np.flatnonzero((idx < 0) | (idx >= p.shape[1]))
-            if bad.size:
-                raise ValueError(
-                    f"ROC: labels must be class indices 0..{p.shape[1] - 1}; got {y[bad[0]]} at row {int(bad[0])}"
-                )
-            y = np.eye(p.shape[1])[idx]
+        if p.ndim != 2:
+            raise ValueError(f"ROC: predictions of shape {p.shape}; give (N,), (N, 1) or (N, C) probabilities")
+        y = np.eye(p.shape[1])[class_indices(_host(labels), p.shape[1], where="ROC")]
         if y.shape != p.shape:
             raise ValueError(f"ROC: labels of shape {y.shape} do not match predictions of shape {p.shape}")
         if self._scores and self._scores[0].shape[1] != p.shape[1]:

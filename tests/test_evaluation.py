@@ -152,7 +152,7 @@ def test_roc_with_one_sigmoid_column_is_binary():
         assert roc.num_classes == 2
         assert roc.calculate_auc() == pytest.approx(want, abs=1e-12)
         assert roc.stats().startswith("AUC (Area under ROC Curve): ")
-    with pytest.raises(ValueError, match=r"labels must be class indices 0\.\.1; got 2 at row 1"):
+    with pytest.raises(ValueError, match=r"ROC: label 2 at index 1 is out of range for 2 classes \(valid: 0\.\.1\)"):
         ROC().eval(np.array([0, 2, 1]), np.array([[0.1], [0.5], [0.9]]))
 
 

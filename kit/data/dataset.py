@@ -12,7 +12,7 @@
     [32, 32, 32, 4]
     >>> DataSet(features[:3], [0, 1, 5], num_classes=3)
     Traceback (most recent call last):
-    ValueError: label 5 at index 2 is out of range for 3 classes (valid: 0..2); 1 label(s) out of range in all
+    ValueError: label 5 at index 2 is out of range for 3 classes (valid: 0..2); 1 label(s) out of range in all; ...
 
 Batches are views into one contiguous (per-epoch shuffled) copy, so iterating allocates one
 array per epoch, not one per batch.
@@ -30,13 +30,15 @@ from kit import backend
 from kit.context import scope_out_of_workspaces
 from kit.creation import asarray
 from kit.devices import as_device
+from kit.labels import class_indices, probability_rows
 from kit.ndarray import NDArray
 
 __all__ = ["ArrayIterator", "DataSet", "DataSetIterator"]
 
 
 class DataSet:
-    """Features (N, ...) and labels (N, C), both NDArrays on one device."""
+    """Features (N, ...) and labels (N, C), both NDArrays on one device. Class labels follow
+    kit.labels' rule (class indices (N,) or one-hot rows; see _as_labels for what else training takes)."""
 
     def __init__(self, features: Any, labels: Any, num_classes: int | None = None, device: Any = None) -> None:
         dev = as_device(device) if device is not None else getattr(features, "device", None)
@@ -113,9 +115,11 @@ def _as_features(x: Any, dev: Any) -> NDArray:
 
 
 def _as_labels(y: Any, n: int, num_classes: int | None, dev: Any, dtype: Any = None) -> NDArray:
-    """One rule, decided by shape alone: (N,) are class indices (whole numbers, made one-hot);
-    (N, C) are rows used as they are (one-hot or probabilities for a classifier, targets for
-    a regression; a (N, 1) column is one target per example, whatever its dtype)."""
+    """Class labels by kit.labels' rule, made one-hot: (N,) class indices, and an (N, 1) column
+    of them when num_classes (> 1) is given. Rows (N, C) are used as they are: with num_classes,
+    a classifier's one-hot rows or probabilities (soft labels, for training; Evaluation and ROC
+    take only one-hot rows); without it, any targets (regression). So is an (N, 1) column without
+    num_classes: one target per example, e.g. one sigmoid output's 0/1."""
     raw = y.numpy() if isinstance(y, NDArray) else np.asarray(y)
     if raw.ndim == 0:
         raise ValueError(f"labels need one entry per example: (N,) or (N, C), got a scalar {raw!r}")
@@ -123,37 +127,26 @@ def _as_labels(y: Any, n: int, num_classes: int | None, dev: Any, dtype: Any = N
         raise ValueError(f"{n} feature rows but {raw.shape[0]} labels (labels of shape {raw.shape})")
     if raw.dtype.kind not in "fiub":
         raise TypeError(f"labels must be numbers, got dtype {raw.dtype}")
-    if raw.ndim == 1:
-        if raw.dtype.kind == "f":
-            bad = np.flatnonzero(~np.isfinite(raw) | (raw != np.round(raw)))
-            if bad.size:
-                i = int(bad[0])
-                raise TypeError(
-                    f"class labels must be integers 0..C-1: label {float(raw[i])} at row {i} is not a whole number "
-                    f"({bad.size} such label(s)); give rows (N, C) for soft or regression targets"
-                )
-        raw = raw.astype(np.int64)
+    dtype = backend.get_default_dtype() if dtype is None else dtype
+    if raw.ndim == 1 or (raw.ndim == 2 and raw.shape[1] == 1 and num_classes is not None and num_classes > 1):
+        idx = class_indices(raw, num_classes, hint="for soft or regression targets give rows (N, C)")
         if num_classes is None:
-            num_classes = int(raw.max()) + 1 if raw.size else 0
-        bad = np.flatnonzero((raw < 0) | (raw >= num_classes))
-        if bad.size:
-            i = int(bad[0])
-            raise ValueError(
-                f"label {int(raw[i])} at index {i} is out of range for {num_classes} classes "
-                f"(valid: 0..{num_classes - 1}); {bad.size} label(s) out of range in all"
-            )
-        dtype = backend.get_default_dtype() if dtype is None else dtype
+            num_classes = int(idx.max()) + 1 if idx.size else 0
         onehot = np.zeros((n, num_classes), dtype=dtype)
-        onehot[np.arange(n), raw] = 1
+        onehot[np.arange(n), idx] = 1
         return asarray(onehot, device=dev)
     if raw.ndim != 2:
         raise ValueError(f"labels must be class indices (N,) or rows (N, C), got shape {raw.shape}")
     if num_classes is not None and raw.shape[1] != num_classes:
         raise ValueError(f"labels have {raw.shape[1]} columns but num_classes={num_classes}")
+    if num_classes is not None and num_classes > 1:
+        probability_rows(raw)  # a classifier's rows: one-hot or probabilities (NaN is neither)
     if not np.all(np.isfinite(raw)):
-        i = int(np.argwhere(~np.isfinite(raw))[0][0])
-        raise ValueError(f"labels contain NaN or infinity (first at row {i})")
-    dtype = backend.get_default_dtype() if dtype is None else dtype
+        i, j = (int(k) for k in np.argwhere(~np.isfinite(raw))[0])
+        raise ValueError(
+            f"labels contain NaN or infinity (first at row {i}: {np.array2string(raw[i], threshold=12)}, "
+            f"column {j}); drop or fix those rows"
+        )
     return asarray(raw.astype(dtype, copy=False), device=dev)
 
 

@@ -392,10 +392,12 @@ def count_task(per_batch: int, num_classes: int) -> Any:
 
 
 def row_to_pair(row: Any) -> tuple[np.ndarray, np.ndarray]:
-    """A DataFrame row (features: array or ml Vector, label: number) as a one-example pair."""
+    """A DataFrame row (features: array or ml Vector, label: a class number, or a one-hot array
+    or Vector) as a one-example pair. The label keeps its value: the DataSet that batches it
+    applies kit.labels' rule (1.9 was truncated to class 1 here), and a refusal names the row."""
     x, y = row[0], row[1]
     x = np.asarray(x.toArray() if hasattr(x, "toArray") else x)
-    return x[None], np.asarray([y]).astype(np.int64)
+    return x[None], np.asarray(y.toArray() if hasattr(y, "toArray") else y)[None]
 
 
 def export_task(directory: str, per_round: int, per_batch: int, num_classes: int) -> Any:

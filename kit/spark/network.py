@@ -49,6 +49,7 @@ import numpy as np
 
 from kit.data.dataset import DataSet
 from kit.evaluation import ROC, Evaluation
+from kit.labels import class_indices
 from kit.nn.loop import StepResult, TrainingLoop
 from kit.nn.network import Network
 from kit.spark import _executor as ex
@@ -130,17 +131,23 @@ def local_spark_context(
 
 
 def to_rdd(
-    sc: Any, data: DataSet | tuple[Any, Any], examples_per_element: int = 1, num_slices: int | None = None
+    sc: Any,
+    data: DataSet | tuple[Any, Any],
+    examples_per_element: int = 1,
+    num_slices: int | None = None,
+    num_classes: int | None = None,
 ) -> Any:
     """An RDD of (features, labels) NumPy pairs from a DataSet or a (features, labels) pair;
-    labels become class indices; `examples_per_element` examples per element (how the data is
-    cut for Spark; training re-batches to the master's batch_size_per_worker examples)."""
+    labels become class indices by kit.labels' rule ((N,) or (N, 1) whole numbers or bools, or
+    one-hot rows; soft or fractional labels are refused, naming the row; with `num_classes`,
+    indices past it too, else the workers refuse them); `examples_per_element` examples per
+    element (how the data is cut for Spark; training re-batches to the master's
+    batch_size_per_worker examples)."""
     if isinstance(data, DataSet):
-        x, y = data.features.numpy(), data.labels.numpy().argmax(axis=1)
+        x, y = data.features.numpy(), data.labels.numpy()
     else:
-        x, y = np.asarray(data[0]), np.asarray(data[1])
-        if y.ndim == 2:
-            y = y.argmax(axis=1)
+        x, y = np.asarray(data[0]), data[1]
+    y = class_indices(y, num_classes, where="to_rdd")
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"to_rdd: {x.shape[0]} feature rows but {y.shape[0]} labels")
     n = examples_per_element  # features keep their dtype: the network casts them where they meet it

@@ -27,7 +27,7 @@ def test_dataset_one_hot_and_checks():
         DataSet(np.zeros((3, 2)), [0, 1])
     with pytest.raises(ValueError, match=r"label -1 at index 0 is out of range"):
         DataSet(np.zeros((1, 2)), [-1], num_classes=2)
-    with pytest.raises(TypeError, match="class labels must be integers"):
+    with pytest.raises(ValueError, match=r"label 0\.5 at index 0 is not a whole number: class labels must be integers"):
         DataSet(np.zeros((2, 2)), [0.5, 1.0])
     with pytest.raises(ValueError, match="need a batch axis"):
         DataSet(np.zeros(3), [0, 1, 2])
