@@ -25,14 +25,16 @@ One module for every timing in kit (benchmarks, `compare_devices`, the chapters)
 - **Median and spread.** The median of the repeats, and the spread as half the range relative
   to the median (``±x%``).
 - **Flagged, not interpreted.** A result is *unreliable* when other processes used more than
-  `LOAD_LIMIT` of the machine's CPU while it was measured (psutil: the machine's busy time minus
-  this process's), when the spread is wider than `SPREAD_LIMIT`, or, for a device comparison,
+  `LOAD_LIMIT` of the machine's CPU while it was measured (the machine's busy time, from psutil,
+  minus this process's own threads' time; children it started, reaped or still running, count as
+  other processes), when the spread is wider than `SPREAD_LIMIT`, or, for a device comparison,
   when a "speedup" exceeds the device count (efficiency above 1: the baseline was slowed down,
   typically by contention for shared cores). Tables and plots show the flag and its reason.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -83,9 +85,12 @@ def _busy_seconds() -> float:
     return sum(getattr(c, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
 
 
-def _own_seconds(proc: psutil.Process) -> float:
-    t = proc.cpu_times()
-    return t.user + t.system + t.children_user + t.children_system
+def _own_seconds() -> float:
+    """CPU seconds of this process itself, all its threads. Never its children's: `children_user`
+    / `children_system` jump by a child's whole lifetime when it is reaped, time the machine's
+    busy figure only partly (or never) saw inside the block, so subtracting them hid other load."""
+    t = os.times()
+    return t.user + t.system
 
 
 @dataclass
@@ -95,7 +100,7 @@ class LoadReading:
     cores: int = field(default_factory=lambda: psutil.cpu_count() or 1)
     wall: float = 0.0
     others: float = 0.0  # fraction of cores x wall used by other processes
-    own: float = 0.0  # fraction used by this process (all its threads)
+    own: float = 0.0  # fraction used by this process (all its threads; its children count in `others`)
 
     @property
     def busy_cores(self) -> float:
@@ -106,15 +111,14 @@ class LoadReading:
 @contextmanager
 def machine_load() -> Iterator[LoadReading]:
     """`with machine_load() as load: ...` then `load.others` (fraction of the machine other
-    processes used while the block ran)."""
+    processes used while the block ran; child processes count as other processes, reaped or not)."""
     reading = LoadReading()
-    proc = psutil.Process()
-    busy0, own0, t0 = _busy_seconds(), _own_seconds(proc), time.perf_counter()
+    busy0, own0, t0 = _busy_seconds(), _own_seconds(), time.perf_counter()
     try:
         yield reading
     finally:
         wall = time.perf_counter() - t0
-        busy, own = _busy_seconds() - busy0, _own_seconds(proc) - own0
+        busy, own = _busy_seconds() - busy0, _own_seconds() - own0
         capacity = max(wall * reading.cores, 1e-9)
         reading.wall = wall
         reading.own = min(1.0, max(0.0, own / capacity))
