@@ -606,7 +606,7 @@ class NDArray:
         """Copy into the open workspace `name` of this thread (ND4J leverageTo). A detached
         array, or one already there, is returned unchanged, as in ND4J."""
         a = self._check("leverage_to")
-        target = leverage_target(name, enforce_existence)
+        target = leverage_target(name, enforce_existence, self._device)
         if target is None or self._owner is target or not self.is_attached:
             return self
         out, owner = target.alloc(a.shape, a.dtype)
@@ -626,6 +626,12 @@ class NDArray:
         if self._owner is current:
             return self
         a = self._check("migrate")
+        if current.physical is not self._device.physical:
+            raise DeviceMismatchError(
+                f"migrate(): the current workspace {current.name!r} is on {current.device.name} and this array is on "
+                f"{self._device.name}; a workspace holds arrays of its own device: .to({current.device.name!r}) "
+                "copies the array there (made inside the workspace, the copy is in it)"
+            )
         out, owner = current.alloc(a.shape, a.dtype)
         self._device.xp.copyto(out, a)
         return _wrap(out, self._device, owner)

@@ -43,7 +43,13 @@ import numpy as np
 
 from kit import memory
 from kit.context import _tls as _context
-from kit.context import current_workspace, scope_out_of_workspaces, set_current_workspace
+from kit.context import (
+    current_workspace,
+    resolve,
+    scope_out_of_workspaces,
+    set_current_workspace,
+    suspended_between,
+)
 from kit.devices import AnyDevice, as_device
 
 __all__ = [
@@ -475,6 +481,9 @@ class Workspace:
         out_of_order = current is not self
         if out_of_order:  # e.g. a generator that yielded inside `with ws:` dropped while another is open:
             self._unlink_from(current)  # close it anyway, so it is not left open for good, then say so
+            # only suspended generators' scope_out_of_workspaces blocks above: they are not this
+            # scope's doing, and they resolve to what is current below them (now self.parent)
+            out_of_order = not suspended_between(current, self.parent)
         else:
             _context.ws = self.parent
         self._open = False
@@ -676,15 +685,24 @@ class Workspace:
 
 
 class _Manager:
-    def __init__(self) -> None:
-        self.workspaces: dict[str, Workspace] = {}
+    """One thread's workspaces, keyed by (name, device): a workspace belongs to one device, so
+    "STEP" on cpu:0 and "STEP" on cpu:1 are two arenas (ND4J binds a thread to one device; kit's
+    threads may use several, so the device is part of the key)."""
 
-    def get(self, name: str) -> Workspace | None:
-        return self.workspaces.get(name)
+    def __init__(self) -> None:
+        self.workspaces: dict[tuple[str, str], Workspace] = {}
+
+    def get(self, name: str, device: AnyDevice) -> Workspace | None:
+        return self.workspaces.get((name, device.name))
+
+    def named(self, name: str) -> list[Workspace]:
+        """This thread's workspaces called `name`, on any device."""
+        return [ws for (n, _), ws in self.workspaces.items() if n == name]
 
     def _forget(self, ws: Workspace) -> None:
-        if self.workspaces.get(ws.name) is ws:
-            del self.workspaces[ws.name]
+        key = (ws.name, ws.device.name)
+        if self.workspaces.get(key) is ws:
+            del self.workspaces[key]
 
 
 _local = threading.local()
@@ -700,32 +718,33 @@ def get_manager() -> _Manager:
 def get_workspace_for_current_thread(
     config: WorkspaceConfig | None = None, name: str = DEFAULT_ID, device: str | AnyDevice | None = None
 ) -> Workspace:
-    """This thread's workspace `name`, created with `config` if missing. As in ND4J, the
-    configuration is used only at creation; a different one for an existing name is an error
-    here (ND4J ignores it silently)."""
+    """This thread's workspace `name` on `device` (default: the default device), created with
+    `config` if missing. A workspace belongs to one device: the same name on another device is
+    another workspace. As in ND4J, the configuration is used only at creation; a different one
+    for an existing name is an error here (ND4J ignores it silently)."""
     if not isinstance(name, str) or not name:
         raise WorkspaceConfigError(f"a workspace name is a non-empty string, got {name!r}")
     if config is not None and not isinstance(config, WorkspaceConfig):
         raise WorkspaceConfigError(f"config must be a WorkspaceConfig, got {type(config).__name__}")
     mgr = get_manager()
-    ws = mgr.get(name)
     dev = as_device(device)
+    ws = mgr.get(name, dev)
     if ws is not None:
         if config is not None and config != ws.config:
             raise WorkspaceConfigError(
-                f"workspace {name!r} already exists on this thread with {ws.config}; a different config "
-                f"({config}) needs another name, or destroy() the old one first"
+                f"workspace {name!r} already exists on this thread on {dev.name} with {ws.config}; a different "
+                f"config ({config}) needs another name, or destroy() the old one first"
             )
         return ws
     ws = Workspace(config or WorkspaceConfig(), name, dev)
-    mgr.workspaces[name] = ws
+    mgr.workspaces[(name, dev.name)] = ws
     return ws
 
 
 def destroy_all_workspaces_for_current_thread() -> int:
-    """Destroy every workspace of this thread (they must all be closed). Returns how many."""
+    """Destroy every workspace of this thread, on every device (they must all be closed). Returns how many."""
     mgr = get_manager()
-    open_ones = [ws.name for ws in mgr.workspaces.values() if ws.is_scope_active]
+    open_ones = [f"{ws.name} ({ws.device.name})" for ws in mgr.workspaces.values() if ws.is_scope_active]
     if open_ones:
         raise WorkspaceScopeError(f"cannot destroy workspaces that are open: {open_ones}; leave their scopes first")
     victims = list(mgr.workspaces.values())
@@ -734,14 +753,27 @@ def destroy_all_workspaces_for_current_thread() -> int:
     return len(victims)
 
 
-def leverage_target(name: str, enforce_existence: bool = False) -> Workspace | None:
-    """The open workspace `name` of this thread that leverage_to copies into, or None (ND4J: the
-    array stays where it is) unless `enforce_existence` asks for an error."""
-    target = get_manager().get(name)
+def leverage_target(name: str, enforce_existence: bool = False, device: AnyDevice | None = None) -> Workspace | None:
+    """The open workspace `name` on `device` (default: the default device) of this thread that
+    leverage_to copies into, or None (ND4J: the array stays where it is) unless
+    `enforce_existence` asks for an error. A workspace of that name on another device is never
+    the target: an array is not copied between devices by leverage_to."""
+    dev = as_device(device)
+    mgr = get_manager()
+    target = mgr.get(name, dev) or next((ws for ws in mgr.named(name) if ws.physical is dev.physical), None)
     if target is None or not target.is_scope_active:
         if enforce_existence:
+            elsewhere = [ws.device.name for ws in mgr.named(name) if ws.physical is not dev.physical]
             state = "does not exist" if target is None else "is not open"
-            raise NoSuchWorkspaceError(f"leverage_to({name!r}): workspace {name!r} {state} on this thread")
+            where = (
+                f" (it exists on {', '.join(elsewhere)}: leverage_to copies within a device; .to({elsewhere[0]!r}) "
+                f"copies the array to {elsewhere[0]}, into its workspace when that is the current one)"
+                if elsewhere
+                else ""
+            )
+            raise NoSuchWorkspaceError(
+                f"leverage_to({name!r}): workspace {name!r} {state} on {dev.name} on this thread{where}"
+            )
         return None
     return target
 
@@ -749,7 +781,8 @@ def leverage_target(name: str, enforce_existence: bool = False) -> Workspace | N
 def parent_of_current_workspace() -> Workspace | None:
     """The workspace that was current when the current one was opened (leverage's target)."""
     current = current_workspace()
-    return current.parent if current is not None else None
+    parent = current.parent if current is not None else None
+    return resolve(parent) if parent is not None else None  # through a suspended generator's block
 
 
 def all_workspaces() -> list[Workspace]:
