@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from kit.context import _tls as _context
+from kit.context import resolve
 from kit.devices import AnyDevice, Device, gpu_count
 
 __all__ = [
@@ -83,8 +84,13 @@ def allocate(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) -> tupl
     """Allocate an uninitialised array: (xp array, owner). The owner is the workspace the
     memory was carved from, a cache lease, or None for a plain heap allocation."""
     ws = _context.ws
-    if ws is not None and ws.physical is device.physical:
-        return ws.alloc(shape, dtype)
+    if ws is not None:
+        if ws.physical is device.physical:
+            return ws.alloc(shape, dtype)
+        if ws.physical is None:  # a scope_out_of_workspaces block: the heap, or a suspended generator's
+            ws = resolve(ws)
+            if ws is not None and ws.physical is device.physical:
+                return ws.alloc(shape, dtype)
     return allocate_heap(shape, dtype, device)
 
 
