@@ -323,6 +323,7 @@ class Workspace:
         self.resets = 0
         self._initialized = False
         self._learned_cycle_bytes = 0
+        self._ring_block = 0
         if config.initial_size > 0:
             size = config.initial_size
             if config.policy_allocation is AllocationPolicy.OVERALLOCATE:
@@ -533,9 +534,11 @@ class Workspace:
             if self.max_cycle_bytes > self.capacity:
                 self.initialize()
         elif self._realloc:
-            # ND4J's "trimmed mode": a ring sized from small first cycles (a prefetch queue whose
-            # first batch was short) grows when a larger one comes, instead of lapping live data
-            if self.max_cycle_bytes > self._learned_cycle_bytes:
+            # ND4J's "trimmed mode" (Nd4jWorkspace.alloc / initializeWorkspace): a ring learned
+            # from small first cycles (a prefetch queue whose first batch was short) grows when a
+            # cycle outgrows its block, the learned cycle x 1.3, instead of lapping live data; a
+            # cycle that fits the block keeps the learned ring
+            if self.max_cycle_bytes > self._ring_block:
                 self.initialize()
 
     def initialize(self) -> None:
@@ -547,6 +550,7 @@ class Workspace:
             size = min(size, cfg.max_size)
         if cfg.circular:
             size = int(size * 1.3)
+            self._ring_block = size  # ND4J's initialBlockSize: one cycle's room, before overallocation
         if cfg.policy_allocation is AllocationPolicy.OVERALLOCATE:
             size = int(size * (1 + cfg.overallocation_limit))
         size = max(size, cfg.min_size)

@@ -182,7 +182,7 @@ def test_label_rows_out_of_range_are_refused_naming_the_row():
 
 
 def test_fractional_class_labels_are_refused_not_truncated():
-    with pytest.raises(TypeError, match=r"label 0.4 at row 0 is not a whole number \(2 such"):
+    with pytest.raises(ValueError, match=r"label 0\.4 at index 0 is not a whole number: .*\(2 label\(s\) are not\)"):
         DataSet(np.zeros((3, 4)), [0.4, 1.9, 1.0])
 
 

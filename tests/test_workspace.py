@@ -510,3 +510,38 @@ def test_an_array_carved_while_closed_never_becomes_valid_again():
                 a.numpy()
     finally:
         ws.destroy()
+
+
+# ---- a learned ring (circular REALLOCATE) grows only past its block, as ND4J's trimmed mode ----
+
+
+def _ring_capacities(cycles_of_bytes):
+    from kit.workspace import AllocationPolicy
+
+    cfg = WorkspaceConfig(
+        policy_reset=ResetPolicy.ENDOFBUFFER_REACHED,
+        policy_learning=LearningPolicy.FIRST_LOOP,
+        policy_spill=SpillPolicy.REALLOCATE,
+        policy_allocation=AllocationPolicy.STRICT,
+    )
+    ws = kit.get_workspace_for_current_thread(cfg, f"RING{id(cycles_of_bytes)}")
+    capacities = []
+    for arrays in cycles_of_bytes:
+        with ws:
+            for nbytes in arrays:
+                kit.zeros((nbytes // 4,))
+        capacities.append(ws.capacity)
+    ws.destroy()
+    return capacities
+
+
+def test_a_learned_ring_keeps_its_size_for_cycles_that_fit_its_block():
+    """The ring learned from 2 x 8 KiB cycles is 16,384 x 1.3 = 21,312 B (ND4J's initialBlockSize).
+    A 20 KiB cycle fits the block: the ring stays (kit regrew it to 26,624 B on any cycle larger
+    than the first). A 24 KiB cycle does not: it grows, as ND4J's trimmed mode does
+    (Nd4jWorkspace.alloc: requiredMemory + cycleAllocations > initialBlockSize)."""
+    two, two_and_a_half, three = [8192, 8192], [8192, 8192, 4096], [8192, 8192, 8192]
+    assert _ring_capacities([two, two, two_and_a_half, two_and_a_half, two]) == [21312] * 5
+    grown = _ring_capacities([two, two, three, three, two])
+    assert grown[:2] == [21312, 21312]
+    assert grown[2] >= int(24576 * 1.3) and grown[2:] == [grown[2]] * 3  # learned once more, then kept

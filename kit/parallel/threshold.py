@@ -8,9 +8,10 @@ followed by the payload. FLEXIBLE (sparse) encoding stores `+(i+1)` for `x[i] >=
 `-(i+1)` for `x[i] <= -tau`; when as many as length/16 elements pass, it switches to BITMAP
 encoding, 2 bits per element (0: nothing, 1: +tau, 2: -tau). Encoding subtracts what it sends
 from the residual in place, so nothing is lost: it is sent later, once it has grown past tau.
-`boundary` (DL4J's) caps how many elements one sparse message carries (default length/16, the
-point where bitmap takes over): the first `boundary` passing elements are sent, the others stay
-in the residual for a later message. Density alone chooses sparse or bitmap, as in DL4J.
+`boundary` (DL4J's) caps how many elements one message carries, sparse or bitmap (default: no
+cap beyond the encoding's own; a sparse message holds fewer than length/16): the first `boundary`
+passing elements are sent, the others stay in the residual for a later message. The density of
+what is sent chooses sparse or bitmap, as in DL4J.
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ def _bits_float(bits: int) -> float:
 def threshold_encode(residual: Any, tau: float, boundary: int | None = None) -> np.ndarray | None:
     """Encode the elements of `residual` (1-D, NumPy or CuPy) with |x| >= tau; subtract the
     encoded part from `residual` in place. Returns an int32 message (host), or None when no
-    element reaches tau. A sparse message carries at most `boundary` elements (the first ones by
-    index; the rest stay in `residual`); when length/16 or more pass, a bitmap carries them all."""
+    element reaches tau. A message carries at most `boundary` elements, in either encoding (the
+    first ones by index; the rest stay in `residual`, as ND4J's thresholdEncode caps its result);
+    when length/16 or more are sent, a bitmap carries them, else a sparse message."""
     if not tau > 0 or not math.isfinite(tau):
         raise ValueError(f"threshold_encode: tau must be a finite number > 0, got {tau!r}")
     if boundary is not None and (isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 1):
@@ -71,7 +73,12 @@ def threshold_encode(residual: Any, tau: float, boundary: int | None = None) -> 
         return None
     dense_from = max(1, n // 16)  # density decides the encoding (libnd4j's rule)
     step = residual.dtype.type(tau32)
-    if count >= dense_from:  # dense: a 2-bit code per element, every passing element
+    if boundary is not None and count > boundary:  # a message carries at most `boundary` elements
+        keep = xp.flatnonzero(pos | neg)[boundary:]  # beyond the cap: left in the residual
+        pos[keep] = False
+        neg[keep] = False
+        count = boundary
+    if count >= dense_from:  # dense: a 2-bit code per element, every element sent
         residual -= pos * step
         residual += neg * step
         codes = pos.astype(xp.uint32) + neg.astype(xp.uint32) * 2
@@ -81,12 +88,11 @@ def threshold_encode(residual: Any, tau: float, boundary: int | None = None) -> 
         body = _to_host(packed).view(np.int32)
         header = [n // 16 + 5, n, _float_bits(tau32), BITMAP_ENCODING]
     else:
-        capacity = dense_from if boundary is None else boundary
-        idx = xp.flatnonzero(pos | neg)[:capacity]  # beyond the cap: left in the residual
+        idx = xp.flatnonzero(pos | neg)
         up = pos[idx]
         residual[idx] -= xp.where(up, step, -step).astype(residual.dtype)
         body = _to_host((idx + 1) * xp.where(up, 1, -1)).astype(np.int32)
-        header = [capacity, n, _float_bits(tau32), FLEXIBLE_ENCODING]
+        header = [dense_from if boundary is None else boundary, n, _float_bits(tau32), FLEXIBLE_ENCODING]
     return np.concatenate([np.asarray(header, dtype=np.int32), body])
 
 

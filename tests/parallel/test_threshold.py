@@ -109,10 +109,23 @@ def test_boundary_caps_a_sparse_message_and_the_rest_stays_in_the_residual():
     np.testing.assert_array_equal(np.abs(x[hot]), 0.25)
 
 
-def test_density_alone_chooses_bitmap_whatever_the_boundary():
+def test_a_boundary_caps_every_message_bitmap_included():
+    """threshold_encode(ones(1000), 1.0, boundary=100) sent a bitmap of all 1000 elements; ND4J's
+    thresholdEncode caps its result at `boundary`. The density of what is sent picks the encoding."""
+    x = np.ones(1000, dtype=np.float32)
+    m = threshold_encode(x, 1.0, boundary=100)
+    assert encoded_count(m) == 100
+    assert m[3] == BITMAP_ENCODING  # 100 >= 1000/16: the bitmap is the smaller message
+    decoded = np.zeros_like(x)
+    threshold_decode(m, decoded)
+    np.testing.assert_array_equal(np.flatnonzero(decoded), np.arange(100))  # the first 100 by index
+    np.testing.assert_array_equal(x[:100], 0.0)
+    np.testing.assert_array_equal(x[100:], 1.0)  # left in the residual for later messages
     dense = np.full(1600, 0.6, dtype=np.float32)
     m = threshold_encode(dense, 0.5, boundary=5)
-    assert m[3] == BITMAP_ENCODING and encoded_count(m) == 1600  # DL4J: a bitmap carries them all
+    assert m[3] == FLEXIBLE_ENCODING and encoded_count(m) == 5 and m[0] == 5  # 5 < 1600/16: sparse
+    m = threshold_encode(np.full(1600, 0.6, dtype=np.float32), 0.5)  # no boundary: every element
+    assert m[3] == BITMAP_ENCODING and encoded_count(m) == 1600
     sparse = np.zeros(1600, dtype=np.float32)
     sparse[:99] = 0.6  # 99 < 1600/16: sparse, even with a boundary far above the density switch
     m = threshold_encode(sparse, 0.5, boundary=10_000)
@@ -128,9 +141,9 @@ def test_density_alone_chooses_bitmap_whatever_the_boundary():
     tau_quarters=st.integers(1, 6),
     boundary=st.integers(1, 30),
 )
-def test_with_a_boundary_nothing_is_lost_and_no_sparse_message_exceeds_it(quarters, tau_quarters, boundary):
-    """Encode until nothing passes: every sparse message carries <= boundary elements, and what
-    was decoded plus what is left equals the original, exactly."""
+def test_with_a_boundary_nothing_is_lost_and_no_message_exceeds_it(quarters, tau_quarters, boundary):
+    """Encode until nothing passes: every message, sparse or bitmap, carries <= boundary
+    elements, and what was decoded plus what is left equals the original, exactly."""
     x = np.array(quarters, dtype=np.float32) / 4
     tau = tau_quarters / 4
     original = x.copy()
@@ -139,8 +152,7 @@ def test_with_a_boundary_nothing_is_lost_and_no_sparse_message_exceeds_it(quarte
         m = threshold_encode(x, tau, boundary=boundary)
         if m is None:
             break
-        if m[3] == FLEXIBLE_ENCODING:
-            assert encoded_count(m) <= boundary
+        assert encoded_count(m) <= boundary
         threshold_decode(m, decoded)
     assert m is None and np.all(np.abs(x) < tau)
     np.testing.assert_array_equal(decoded + x, original)
