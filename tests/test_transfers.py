@@ -1,7 +1,7 @@
 """Issue 21 item 8, the class: every copy between devices goes through the one counted path
 (kit.devices.transfer), so transfer_stats() shows the traffic each feature is about. One case
-per kind of copy, on two simulated host devices. (Not yet: ParallelInference hands requests and
-answers between the caller's device and a replica's as host arrays, uncounted.)"""
+per kind of copy, on two simulated host devices, ParallelInference's requests and answers included
+(they went between the caller's device and a replica's as host arrays, uncounted)."""
 
 import pytest
 
@@ -67,3 +67,38 @@ def test_batches_sent_to_another_device_are_counted(two_hosts, digits):
     moved = digits.to("cpu:1")
     assert moved.features.device is kit.Device("cpu:1")
     assert _copies("cpu:0", "cpu:1")[1] >= digits.features.numpy().nbytes
+
+
+def _pi_calls(pi, x):
+    """Every kind of ParallelInference caller, each with `x`; their answers."""
+    import asyncio
+
+    return [pi.output(x), pi.submit(x).result(timeout=30), asyncio.run(pi.output_async(x, timeout=30))]
+
+
+@pytest.mark.parametrize("mode", ["BATCHED", "SEQUENTIAL", "INPLACE"])
+def test_inference_requests_and_answers_between_devices_are_counted(two_hosts, mode):
+    """A caller on cpu:1 served by a replica on cpu:0: its request is a copy cpu:1 -> cpu:0 and its
+    answer one back, for every kind of caller and every mode; host data is no copy to count."""
+    import numpy as np
+
+    from kit.parallel import InferenceMode, ParallelInference
+
+    net = _net("cpu:0")
+    x = np.random.default_rng(0).random((5, 64)).astype(np.float32)
+    want = net.output(x).numpy()
+    with ParallelInference(net, workers=1, devices=["cpu:0"], inference_mode=InferenceMode[mode]) as pi:
+        pi.output(x)  # warm-up
+        reset_transfer_stats()
+        with kit.device("cpu:1"):
+            answers = _pi_calls(pi, kit.asarray(x, device="cpu:1"))
+        for a in answers:
+            assert a.device is kit.Device("cpu:1")
+            np.testing.assert_allclose(a.numpy(), want, rtol=1e-5, atol=1e-6)
+        # the asarray above is one copy of its own: host data onto cpu:1 is no transfer
+        assert _copies("cpu:1", "cpu:0") == (3, 3 * x.nbytes)
+        assert _copies("cpu:0", "cpu:1") == (3, 3 * want.nbytes)
+        reset_transfer_stats()
+        same = _pi_calls(pi, x)  # host data, answers on the caller's device cpu:0: nothing moves
+        assert all(a.device is kit.Device("cpu:0") for a in same)
+        assert transfer_stats() == {}

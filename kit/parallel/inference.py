@@ -75,7 +75,15 @@ from threadpoolctl import threadpool_limits
 
 from kit._lifecycle import ShutsDownOnExit
 from kit.creation import asarray
-from kit.devices import AnyDevice, as_device, attach_thread_to_device, current_device, detach_thread
+from kit.devices import (
+    AnyDevice,
+    as_device,
+    attach_thread_to_device,
+    current_device,
+    detach_thread,
+    host_source,
+    transfer,
+)
 from kit.ndarray import NDArray
 from kit.nn.network import Network
 from kit.parallel.wrapper import default_devices
@@ -102,7 +110,7 @@ class _Request:
     asyncio Future that the worker settles in the caller's event loop, a whole batch's answers
     in one call of the loop (one wake-up of the loop's thread, however many requests)."""
 
-    __slots__ = ("_done", "device", "error", "features", "future", "loop", "result", "single")
+    __slots__ = ("_done", "device", "error", "features", "future", "loop", "result", "served_on", "single", "source")
 
     def __init__(
         self,
@@ -111,8 +119,12 @@ class _Request:
         future: Any = None,
         loop: asyncio.AbstractEventLoop | None = None,
         device: AnyDevice | None = None,
+        source: AnyDevice | None = None,
     ) -> None:
         self.features, self.single = features, single
+        # the device the features came from (None: host data) and the replica's that answered:
+        # the two hops between them are counted copies (kit.devices.transfer) where they differ
+        self.source, self.served_on = source, None
         # set once the answer is on its way: `_serve` answers whatever is still unset on a crash
         self.result: np.ndarray | None = None
         self.error: BaseException | None = None
@@ -145,7 +157,7 @@ def _settle(request: _Request, result: np.ndarray | None, error: BaseException |
         return
     try:
         if error is None:
-            future.set_result(asarray(result, device=request.device))
+            future.set_result(_deliver(result, request.served_on, request.device))
         else:
             future.set_exception(error)
     except Exception as exc:
@@ -153,6 +165,47 @@ def _settle(request: _Request, result: np.ndarray | None, error: BaseException |
             failed = RuntimeError(f"ParallelInference: the answer could not be delivered: {exc!r}")
             failed.__cause__ = error if error is not None else exc
             future.set_exception(failed)
+
+
+def _hop(dst: np.ndarray, to: AnyDevice, src: np.ndarray, frm: AnyDevice | None) -> None:
+    """Copy host data that stands for `frm`'s (None: host data) into `dst`, standing for `to`'s,
+    counted as a copy between their devices where they differ. The host side of a GPU is cpu:0:
+    the GPU's own hop to and from the host is counted where it happens (numpy(), asarray)."""
+    a = host_source(to).physical
+    b = a if frm is None else host_source(frm).physical
+    transfer(dst, a, src, b, host_arrays=True)
+
+
+def _moves(frm: AnyDevice | None, to: AnyDevice) -> bool:
+    return frm is not None and host_source(frm).physical is not host_source(to).physical
+
+
+def _deliver(result: np.ndarray, served_on: AnyDevice | None, device: AnyDevice | None = None) -> NDArray:
+    """An answer computed on `served_on` as an array on `device` (None: the caller's current
+    device), the copy between the two devices counted."""
+    dst = current_device() if device is None else device
+    if served_on is not None and _moves(served_on, dst):
+        moved = np.empty_like(result)
+        _hop(moved, dst, result, served_on)
+        result = moved
+    return asarray(result, device=dst)
+
+
+def _gather(parts: list[tuple[np.ndarray, AnyDevice | None]], device: AnyDevice) -> np.ndarray:
+    """Requests' features, each with the device it came from (None: host data), as one array for
+    a replica on `device`: features from another device are copies between devices, counted (a
+    simulated host device's data needs no physical copy, but on real devices it is one, and
+    transfer_stats() must show it)."""
+    if len(parts) == 1 and not _moves(parts[0][1], device):
+        return parts[0][0]
+    first = parts[0][0]
+    out = np.empty((sum(f.shape[0] for f, _ in parts), *first.shape[1:]), dtype=first.dtype)
+    start = 0
+    for features, source in parts:
+        n = features.shape[0]
+        _hop(out[start : start + n], device, features, source)
+        start += n
+    return out
 
 
 _Settled = tuple[_Request, "np.ndarray | None", "BaseException | None"]
@@ -570,7 +623,10 @@ class _Engine:
             raise
 
     def _run(self, index: int, group: list[_Request]) -> np.ndarray:
-        feats = group[0].features if len(group) == 1 else np.concatenate([r.features for r in group])
+        device = self.devices[index]
+        feats = _gather([(r.features, r.source) for r in group], device)
+        for r in group:
+            r.served_on = device
         with self.locks[index]:
             out = self.replicas[index].output(feats)
             # one copy the callers own: their views must not share memory kit may reuse
@@ -692,21 +748,21 @@ class ParallelInference(ShutsDownOnExit):
         INPLACE call runs the forward pass in the calling thread, where nothing can interrupt it:
         its timeout bounds the wait for a replica."""
         deadline = _deadline(timeout, "output")
-        arr, single = self._prepare(x)
+        arr, single, source = self._prepare(x)
         if arr is None:
             return single
         if self.mode is InferenceMode.INPLACE:
             i = self._engine.borrow(arr, deadline, timeout)
             assert i is not None
-            return self._run_borrowed(i, arr, single)
-        request = _Request(arr, single)
+            return self._run_borrowed(i, arr, single, source=source)
+        request = _Request(arr, single, source=source)
         self._engine.submit(request, deadline)
         if not request.wait(_left(deadline)):
             if self._engine.withdraw(request) or not request.wait(0):
                 raise TimeoutError(f"ParallelInference: no result within {timeout} s")
         if request.error is not None:
             raise request.error
-        return asarray(request.result)
+        return _deliver(request.result, request.served_on)
 
     def submit(self, x: Any, timeout: float | None = None) -> concurrent.futures.Future:
         """`output` without waiting for the answer: a Future of it, so that one thread can keep
@@ -722,18 +778,18 @@ class ParallelInference(ShutsDownOnExit):
         deadline = _deadline(timeout, "submit")
         future: concurrent.futures.Future = concurrent.futures.Future()
         future.set_running_or_notify_cancel()
-        arr, single = self._prepare(x)
+        arr, single, source = self._prepare(x)
         if arr is None:
             future.set_result(single)
         elif self.mode is InferenceMode.INPLACE:
             i = self._engine.borrow(arr, deadline, timeout)
             assert i is not None
             try:
-                future.set_result(self._run_borrowed(i, arr, single))
+                future.set_result(self._run_borrowed(i, arr, single, source=source))
             except Exception as exc:
                 future.set_exception(exc)
         else:
-            self._engine.submit(_Request(arr, single, future, device=current_device()), deadline)
+            self._engine.submit(_Request(arr, single, future, device=current_device(), source=source), deadline)
         return future
 
     async def output_async(self, x: Any, timeout: float | None = None) -> NDArray:
@@ -746,14 +802,14 @@ class ParallelInference(ShutsDownOnExit):
         timeout bounds the whole wait, forward pass included. `timeout` follows `output`'s rule
         (None, inf, 0, and ValueError for a negative one or NaN)."""
         deadline = _deadline(timeout, "output_async")
-        arr, single = self._prepare(x)
+        arr, single, source = self._prepare(x)
         if arr is None:
             return single
         loop = asyncio.get_running_loop()
         if self.mode is InferenceMode.INPLACE:
-            return await self._inplace_async(loop, arr, single, timeout, deadline)
+            return await self._inplace_async(loop, arr, single, timeout, deadline, source)
         engine = self._engine
-        request = _Request(arr, single, loop.create_future(), loop, current_device())
+        request = _Request(arr, single, loop.create_future(), loop, current_device(), source)
         while (waiter := engine.submit_async(request, loop)) is not None:  # a full queue
             try:
                 if not await _within(waiter, deadline):
@@ -776,13 +832,19 @@ class ParallelInference(ShutsDownOnExit):
         return request.future.result()
 
     async def _inplace_async(
-        self, loop: asyncio.AbstractEventLoop, arr: np.ndarray, single: bool, timeout: float | None, deadline: Any
+        self,
+        loop: asyncio.AbstractEventLoop,
+        arr: np.ndarray,
+        single: bool,
+        timeout: float | None,
+        deadline: Any,
+        source: AnyDevice | None = None,
     ) -> NDArray:
         device, gone, engine = current_device(), threading.Event(), self._engine
 
         def run() -> NDArray | None:
             i = engine.borrow(arr, deadline, timeout, gone)
-            return None if i is None else self._run_borrowed(i, arr, single, device)
+            return None if i is None else self._run_borrowed(i, arr, single, device, source)
 
         job = asyncio.ensure_future(loop.run_in_executor(None, run))
         try:
@@ -795,12 +857,14 @@ class ParallelInference(ShutsDownOnExit):
             raise
         return job.result()
 
-    def _prepare(self, x: Any) -> tuple[np.ndarray | None, Any]:
-        """The caller's checks, in its own thread: (contiguous features, whether one example),
-        or (None, the empty answer) for a batch of no examples."""
+    def _prepare(self, x: Any) -> tuple[np.ndarray | None, Any, AnyDevice | None]:
+        """The caller's checks, in its own thread: (contiguous features, whether one example,
+        the device they came from or None for host data), or (None, the empty answer, None) for a
+        batch of no examples."""
         if self._closed:
             raise RuntimeError(SHUT_DOWN)
-        arr = x.numpy() if isinstance(x, NDArray) else np.asarray(x)
+        source = x.device if isinstance(x, NDArray) else None
+        arr = x.numpy() if source is not None else np.asarray(x)
         if arr.dtype.kind not in "fiu":  # as Network.output: complex, bool, text are refused
             raise TypeError(f"features must be numbers, got dtype {arr.dtype}")
         model = self.model  # one model for every check (update_model may swap it meanwhile)
@@ -816,19 +880,24 @@ class ParallelInference(ShutsDownOnExit):
         # more than the pass (measured: ~20 us per request with 64 asyncio clients)
         arr = np.ascontiguousarray(arr, dtype=model.dtype)
         if arr.shape[0] == 0:  # nothing to run: the empty answer, shaped like a real one
-            return None, asarray(np.zeros((0, *model.output_shape), dtype=model.dtype))
-        return arr, single
+            return None, asarray(np.zeros((0, *model.output_shape), dtype=model.dtype)), None
+        return arr, single, source
 
-    def _run_borrowed(self, i: int, arr: np.ndarray, single: bool, device: AnyDevice | None = None) -> NDArray:
-        """INPLACE: the forward pass on replica `i`, lent to this thread by `borrow`."""
+    def _run_borrowed(
+        self, i: int, arr: np.ndarray, single: bool, device: AnyDevice | None = None, source: AnyDevice | None = None
+    ) -> NDArray:
+        """INPLACE: the forward pass on replica `i`, lent to this thread by `borrow`; the copies
+        from the caller's device to the replica's and back counted as every other."""
         engine, served = self._engine, False
+        on = engine.devices[i]
         try:
+            feats = _gather([(arr, source)], on)
             with engine.locks[i]:
-                out = np.array(engine.replicas[i].output(arr).numpy(), copy=True)
+                out = np.array(engine.replicas[i].output(feats).numpy(), copy=True)
             served = True
         finally:
             engine.give_back(i, served)
-        return asarray(out[0] if single else out, device=device)
+        return _deliver(out[0] if single else out, on, device)
 
     # ---- control -----------------------------------------------------------------------
     def update_model(self, model: Network) -> None:

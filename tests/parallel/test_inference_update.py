@@ -216,7 +216,7 @@ def test_a_request_checked_against_the_old_input_shape_is_refused_when_it_arrive
 
     old, new = mlp(N_IN, (8,), 3), mlp(N_IN + 2, (8,), 3)
     with ParallelInference(old, workers=1, inference_mode=mode) as pi:
-        arr, single = pi._prepare(np.zeros(N_IN, np.float32))  # checked against the old model
+        arr, single, _ = pi._prepare(np.zeros(N_IN, np.float32))  # checked against the old model
         pi.update_model(new)
         with pytest.raises(ValueError, match=r"got \(1, 6\): update_model changed the input shape"):
             pi._engine.submit(_Request(arr, single), None)
