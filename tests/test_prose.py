@@ -1,0 +1,87 @@
+"""kit.prose: sentences from measurements never claim what the measurement cannot carry."""
+
+import math
+
+import numpy as np
+import pytest
+
+from kit.measure import SPREAD_LIMIT, Timing
+from kit.prose import Sentence, accuracy_difference, compare_timings, fraction, mcnemar_p, sentence
+
+FAST = Timing("fast", [0.010, 0.0101, 0.0099], 10)
+SLOW = Timing("slow", [0.020, 0.0201, 0.0199], 10)
+
+
+def test_a_direction_only_from_clean_separate_timings_in_either_order():
+    for a, b in ((FAST, SLOW), (SLOW, FAST)):
+        text = compare_timings(a, b)
+        assert "**fast** took 10 ms per call and **slow** 20 ms: fast was 2x faster" in text
+    assert isinstance(text, Sentence) and text._repr_markdown_() == str(text)
+
+
+@pytest.mark.parametrize(
+    "flagged",
+    [
+        Timing("slow", [0.020, 0.020, 0.020], 10, load=0.5),  # a busy machine
+        Timing("slow", [0.010, 0.020, 0.030], 10),  # a wide spread
+        Timing("slow", [0.020, 0.020, 0.020], 10, extra_warnings=["speedup 3x exceeds the 2 device(s)"]),
+    ],
+    ids=["load", "spread", "speedup"],
+)
+def test_a_flagged_timing_gives_no_direction(flagged):
+    assert flagged.warnings  # the premise: kit.measure flags it
+    text = compare_timings(FAST, flagged)
+    assert text.startswith("No conclusion can be drawn from this run: slow: ")
+    assert "faster" not in text and "slower" not in text
+    assert flagged.warnings[0] in text
+
+
+def test_overlapping_repeats_are_the_same_time():
+    a = Timing("a", [0.0100, 0.0104, 0.0102], 10)
+    b = Timing("b", [0.0103, 0.0106, 0.0105], 10)
+    assert max(a.spread, b.spread) < SPREAD_LIMIT
+    text = compare_timings(a, b)
+    assert "the same within the spread of the repeats" in text and "faster" not in text
+
+
+def test_no_repeats_is_an_error_naming_the_timing():
+    with pytest.raises(ValueError, match="'empty' has no repeats"):
+        compare_timings(FAST, Timing("empty", [], 1))
+
+
+def test_fraction_keeps_small_shares_honest():
+    assert fraction(0.055, 11.0) == "0.5%"  # not "a few percent"
+    assert fraction(1, 3) == "33%"
+    assert fraction(0, 5) == "0%"
+    with pytest.raises(ValueError, match="whole is 0"):
+        fraction(1, 0)
+
+
+def test_mcnemar_exact_values():
+    assert mcnemar_p(0, 0) == 1.0
+    assert mcnemar_p(3, 0) == pytest.approx(0.25)
+    assert mcnemar_p(10, 0) == pytest.approx(2 / 1024)
+    assert mcnemar_p(5, 5) == 1.0
+    # symmetric, and a binomial tail: 2 * P(X <= 2), X ~ Bin(12, 1/2)
+    assert mcnemar_p(2, 10) == mcnemar_p(10, 2) == pytest.approx(2 * sum(math.comb(12, i) for i in range(3)) / 4096)
+
+
+def test_accuracy_noise_and_significance():
+    n = 359
+    a = np.ones(n, bool)
+    b = a.copy()
+    b[:3] = False
+    noise = accuracy_difference(a, b, "A", "B")
+    assert "3 of 359 examples apart, which is noise" in noise and "better" not in noise
+    b[:40] = False
+    real = accuracy_difference(a, b, "A", "B")
+    assert "A is better by 40 of 359 examples" in real
+    same = accuracy_difference(a, a, "A", "B")
+    assert same.endswith("no difference.")
+    with pytest.raises(ValueError, match=r"shapes \(359,\) and \(3,\)"):
+        accuracy_difference(a, a[:3], "A", "B")
+
+
+def test_sentence_is_markdown():
+    s = sentence(f"measured {1 + 1} things")
+    assert s == "measured 2 things" and s._repr_markdown_() == "measured 2 things"
