@@ -554,6 +554,8 @@ class Workspace:
         if cfg.policy_allocation is AllocationPolicy.OVERALLOCATE:
             size = int(size * (1 + cfg.overallocation_limit))
         size = max(size, cfg.min_size)
+        if cfg.max_size:  # ND4J's init(): the cap holds after over-allocation too; the arena is whole
+            size = min(size, cfg.max_size - cfg.max_size % ALIGNMENT)  # aligned blocks, never past the cap
         self._initialized = True
         if size > self.capacity:
             if self._open:

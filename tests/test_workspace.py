@@ -545,3 +545,25 @@ def test_a_learned_ring_keeps_its_size_for_cycles_that_fit_its_block():
     grown = _ring_capacities([two, two, three, three, two])
     assert grown[:2] == [21312, 21312]
     assert grown[2] >= int(24576 * 1.3) and grown[2:] == [grown[2]] * 3  # learned once more, then kept
+
+
+@pytest.mark.parametrize("policy", list(AllocationPolicy))
+@pytest.mark.parametrize("circular", [False, True], ids=["block", "circular"])
+@pytest.mark.parametrize("max_size", [1024, 1000, 5000])
+def test_max_size_caps_the_arena_after_over_allocation(policy, circular, max_size):
+    """max_size=1024 with the default OVERALLOCATE learned a 1,344-byte arena (the cap was applied
+    before the 30 %); ND4J's init() caps after it. Every policy, block or circular, learning from
+    small or large cycles: the arena never exceeds max_size."""
+    if circular and policy is AllocationPolicy.OVERALLOCATE:
+        extra = {"overallocation_limit": 1.0}  # a ring needs room for two cycles (ND4J's rule)
+    else:
+        extra = {}
+    cfg = {"max_size": max_size, "policy_allocation": policy, "policy_spill": SpillPolicy.REALLOCATE, **extra}
+    if circular:
+        cfg["policy_reset"] = ResetPolicy.ENDOFBUFFER_REACHED
+    for first in ([100, 200], [10_000]):
+        ws = ws_named(f"CAPPED{max_size}{policy.name}{circular}{len(first)}", **cfg)
+        for _ in range(4):
+            run_cycle(ws, first)
+            assert ws.capacity <= max_size, (first, ws.capacity)
+        ws.destroy()
