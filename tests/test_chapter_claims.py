@@ -20,7 +20,6 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 PENDING = {  # chapters whose prose is not yet generated or checked (issue 23): expected to fail
     "01_arrays_and_backends",
-    "02_workspaces",
     "03_training_with_workspaces",
     "04_multi_device_training",
     "05_parallel_inference",

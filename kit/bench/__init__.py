@@ -211,6 +211,10 @@ def bench_workspaces(quick: bool = False) -> dict[str, Any]:
                 "peak_traced_kib_per_iter": statistics.median(peaks) / 1024,
                 "held_kib": held / 1024,
                 "peak_with_held_kib": (statistics.median(peaks) + held) / 1024,
+                # every timed repeat and the machine's load while timed: error bars, and kit.prose's
+                # verdict (a measure.Timing rebuilt from them gives the same flags as the table)
+                "ms_repeats": [x * 1e3 for x in times[name]],
+                "load": timed[name].load,
             }
         )
     _set_regime("plain")
