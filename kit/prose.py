@@ -40,6 +40,7 @@ __all__ = [
     "Sentence",
     "accuracy_difference",
     "compare_timings",
+    "flags",
     "fraction",
     "mcnemar_p",
     "no_conclusion",
@@ -64,6 +65,20 @@ def no_conclusion(reasons: Sequence[str]) -> Sentence:
     return Sentence("No conclusion can be drawn from this run: " + "; ".join(reasons) + ".")
 
 
+def flags(timings: Sequence[Timing]) -> list[str]:
+    """Why these timings cannot be compared: each warning once, with the timings it applies to
+    ("a and b: machine busy: ..."); empty when every timing is clean."""
+    by_warning: dict[str, list[str]] = {}
+    for t in timings:
+        for w in t.warnings:
+            by_warning.setdefault(w, []).append(t.name)
+    out = []
+    for w, names in by_warning.items():
+        who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        out.append(f"{who}: {w}")
+    return out
+
+
 def _range(t: Timing) -> tuple[float, float]:
     return min(t.seconds), max(t.seconds)
 
@@ -73,7 +88,7 @@ def compare_timings(a: Timing, b: Timing, unit: str = "per call") -> Sentence:
     for t in (a, b):
         if not t.seconds:
             raise ValueError(f"compare_timings: {t.name!r} has no repeats; measure it first")
-    flagged = [f"{t.name}: {w}" for t in (a, b) for w in t.warnings]
+    flagged = flags([a, b])
     if flagged:
         return no_conclusion(flagged)
     fast, slow = (a, b) if a.median <= b.median else (b, a)

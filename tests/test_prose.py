@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kit.measure import SPREAD_LIMIT, Timing
-from kit.prose import Sentence, accuracy_difference, compare_timings, fraction, mcnemar_p, sentence
+from kit.prose import Sentence, accuracy_difference, compare_timings, flags, fraction, mcnemar_p, sentence
 
 FAST = Timing("fast", [0.010, 0.0101, 0.0099], 10)
 SLOW = Timing("slow", [0.020, 0.0201, 0.0199], 10)
@@ -85,3 +85,12 @@ def test_accuracy_noise_and_significance():
 def test_sentence_is_markdown():
     s = sentence(f"measured {1 + 1} things")
     assert s == "measured 2 things" and s._repr_markdown_() == "measured 2 things"
+
+
+def test_flags_name_each_warning_once_with_every_timing_it_applies_to():
+    busy = [Timing(n, [0.01, 0.01, 0.01], 1, load=0.5) for n in ("a", "b", "c")]
+    (only,) = flags(busy)
+    assert only.startswith("a, b and c: machine busy: other processes used 50%")
+    assert flags([FAST, SLOW]) == []
+    text = compare_timings(*busy[:2])
+    assert text.count("machine busy") == 1 and "a and b: machine busy" in text
