@@ -3,8 +3,9 @@
 Every array kit creates comes from `allocate(shape, dtype, device)`. Inside an open
 workspace (kit.workspace) it carves the arena; otherwise it allocates on the heap, through
 the caching allocator when that is switched on, and counts what it did. (One shortcut: an op
-whose result goes to the plain host heap -- no workspace, no cache, a CPU device -- lets NumPy
-allocate inside the ufunc, as the raw op would, and counts the result the same way.)
+whose result goes to the plain host heap -- no workspace, no cache, no memory timeline recording,
+a CPU device -- lets NumPy allocate inside the ufunc, as the raw op would, and counts the result
+the same way.)
 
     >>> import kit
     >>> before = kit.memory.heap_allocations()
@@ -69,6 +70,20 @@ _tls = _Counters()
 _all_counters: list[dict] = []
 _all_counters_lock = threading.Lock()
 
+# The memory timeline recording now (kit.timeline), or None: the one check that allocate_heap,
+# kit.workspace and LayerWorkspaceMgr.create make, so that recording costs a global load and a
+# comparison when it is off. kit.ndarray's fast paths, where NumPy allocates a heap result itself,
+# read no new flag: while a timeline records, `_cache.on` is set too (_set_recorder), which sends
+# them through allocate_heap, where they are counted and recorded.
+_recorder: Any = None
+
+
+def _set_recorder(recorder: Any) -> None:
+    """Install kit.timeline's recorder, or remove it (None)."""
+    global _recorder
+    _recorder = recorder
+    _cache.update_on()
+
 
 def _thread_counters() -> dict:
     counts = _tls.counts
@@ -102,13 +117,17 @@ def allocate_heap(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) ->
     c[0] += 1
     c[1] += nbytes
     if _cache.on and _cache.enabled_for(device, nbytes):
-        return _cache.take(shape, dtype, device, nbytes)
-    if device.kind == "cpu":
-        return np.empty(shape, dtype), None
-    if gpu_count() == 1:  # the only GPU is always CuPy's current one: no device switch per result
-        return device.xp.empty(shape, dtype), None
-    with device.physical.activate():
-        return device.xp.empty(shape, dtype), None
+        result = _cache.take(shape, dtype, device, nbytes)
+    elif device.kind == "cpu":
+        result = np.empty(shape, dtype), None
+    elif gpu_count() == 1:  # the only GPU is always CuPy's current one: no device switch per result
+        result = device.xp.empty(shape, dtype), None
+    else:
+        with device.physical.activate():
+            result = device.xp.empty(shape, dtype), None
+    if _recorder is not None:
+        _recorder.heap(result, device, nbytes)
+    return result
 
 
 def count_external(device: AnyDevice, nbytes: int) -> None:
@@ -184,7 +203,12 @@ class CachingAllocator:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
-        self.on = False  # any cache enabled: the one flag the allocation fast path reads
+        # any cache enabled, or a memory timeline recording: the one flag the allocation fast paths
+        # read; set, every heap result goes through allocate_heap
+        self.on = False
+
+    def update_on(self) -> None:
+        self.on = self.max_host_cache > 0 or self.max_device_cache_kit > 0 or _recorder is not None
 
     def enabled_for(self, device: AnyDevice, nbytes: int) -> bool:
         limit = self.max_host_cache if device.kind == "cpu" else self.max_device_cache_kit
@@ -246,7 +270,7 @@ def _check_bytes(name: str, value: int) -> int:
 def set_max_host_cache(nbytes: int) -> None:
     """Keep up to nbytes of freed host blocks for reuse (0 switches the host cache off)."""
     _cache.max_host_cache = _check_bytes("set_max_host_cache", nbytes)
-    _cache.on = _cache.max_host_cache > 0 or _cache.max_device_cache_kit > 0
+    _cache.update_on()
     if nbytes == 0:
         _cache.purge()
 
@@ -258,7 +282,7 @@ def set_max_device_cache(nbytes: int) -> None:
     an 80 GB H100 once a benchmark had set 512 MB)."""
     _cache.max_device_cache = _check_bytes("set_max_device_cache", nbytes)
     _cache.max_device_cache_kit = nbytes
-    _cache.on = _cache.max_host_cache > 0 or _cache.max_device_cache_kit > 0
+    _cache.update_on()
 
 
 def set_max_cacheable_length(nbytes: int) -> None:

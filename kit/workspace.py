@@ -347,6 +347,8 @@ class Workspace:
         self.capacity = nbytes
         self.arena_allocations += 1
         memory.count_external(self.physical, nbytes + ALIGNMENT)
+        if memory._recorder is not None:  # the arena is one heap allocation
+            memory._recorder.arena(self, arena, nbytes + ALIGNMENT)
 
     def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[Any, Workspace]:
         """Carve an array from the arena (or spill, as the policy says)."""
@@ -364,10 +366,14 @@ class Workspace:
                 self.peak_used = end
             if _debug["sites"]:
                 self._remember_site(self._base + off, size)
+            if memory._recorder is not None:
+                memory._recorder.carve(self, off, size)
             return data, self
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes == 0:  # an empty array holds no memory: nothing to carve
             self.allocations += 1
+            if memory._recorder is not None:
+                memory._recorder.carve(self, off, 0)
             with self.physical.activate():
                 return self.physical.xp.empty(shape, dtype), self
         size = (nbytes + ALIGNMENT - 1) & -ALIGNMENT
@@ -383,6 +389,8 @@ class Workspace:
             self._views[(off, shape, dtype)] = (data, size)
             if _debug["sites"]:
                 self._remember_site(self._base + off, nbytes)
+            if memory._recorder is not None:
+                memory._recorder.carve(self, off, size)
             return data, self
         if self._circular and 0 < size <= self.capacity and _debug["mode"] is not DebugMode.SPILL_EVERYTHING:
             self._wrap_around()
@@ -408,6 +416,8 @@ class Workspace:
             data = self.physical.xp.empty(shape, dtype)
         if _debug["sites"]:
             self._remember_site(_address(data), nbytes)
+        if memory._recorder is not None:
+            memory._recorder.spill(self, data, size)
         return data
 
     def _remember_site(self, address: int, nbytes: int) -> None:
@@ -419,6 +429,8 @@ class Workspace:
         """Circular buffer: the write pointer returns to 0; arrays from the previous lap stay
         valid until the pointer passes them."""
         self._retire(f"circular workspace wrapped around in cycle {self._entered}", ArrayOverwrittenError)
+        if memory._recorder is not None:
+            memory._recorder.reset(self)
         self._lap += 1
         self._gen = _Generation(self._entered, self._lap)
         self._offset = 0
@@ -467,6 +479,8 @@ class Workspace:
             self._gen.cycle = self._entered
         self._cycle_bytes = 0
         self.cycle_spilled_bytes = 0
+        if memory._recorder is not None:
+            memory._recorder.cycle_start(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -492,6 +506,8 @@ class Workspace:
         used = self.last_cycle_bytes = self._cycle_bytes
         if used > self.max_cycle_bytes:
             self.max_cycle_bytes = used
+        if memory._recorder is not None:  # before the reset: the timeline records the bytes it frees
+            memory._recorder.cycle_end(self)
         if not self._circular:
             # the message is written only if a stale array is ever used (_stale): "cycle N ended
             # when the scope closed", N being the generation's cycle

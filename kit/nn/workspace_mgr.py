@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from kit import memory
 from kit.memory import _cache, allocate_heap
 from kit.ndarray import NDArray, _heap_result, _wrap
 from kit.workspace import (
@@ -186,6 +187,10 @@ class LayerWorkspaceMgr:
     # ---- arrays --------------------------------------------------------------------
     def create(self, array_type: ArrayType, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
         """An uninitialised array in the workspace for `array_type` (or the heap)."""
+        recorder = memory._recorder
+        if recorder is not None and recorder.array_type() is None:  # kit.timeline: name the array's type
+            with recorder.typed(array_type.name):
+                return self.create(array_type, shape, dtype, device)
         by_type = self._local.by_type
         ws = (by_type if by_type is not None else self._by_type()).get(array_type)
         dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)

@@ -1,0 +1,445 @@
+"""A memory timeline: every allocation and release, in every workspace and on the heap, while it records.
+
+    >>> import kit
+    >>> from kit.data import ArrayIterator, load_digits
+    >>> from kit.nn import mlp
+    >>> train, _ = load_digits()
+    >>> net = mlp(64, hidden=(32,), n_out=10)
+    >>> with kit.memory_timeline() as tl:                  # records on every thread until the block ends
+    ...     _ = net.fit(ArrayIterator(train, 64), epochs=1)
+    >>> sorted(tl.events[0])
+    ['array_type', 'cycle', 'device', 'kind', 'nbytes', 'offset', 'thread', 'time', 'workspace']
+    >>> acts = next(r for r in tl.summary() if (r["workspace"] or "").endswith("WS_ALL_LAYERS_ACT"))
+    >>> acts["cycles"], acts["spills"] > 0                 # one cycle per iteration; the first one spilled
+    (23, True)
+    >>> fig = tl.plot()                                    # the last cycle of the busiest workspace, bar by bar
+    >>> path = tl.save_trace("fit.json")                   # open in chrome://tracing or ui.perfetto.dev
+
+Each event is a dict: `time` (seconds since the timeline started, perf_counter), `thread` (its
+name), `device`, `workspace` (None: the heap), `cycle` (the workspace's cycle number; None on the
+heap), `offset` (bytes from the arena start; None on the heap and for a spill), `nbytes`,
+`array_type` (ND4J's ArrayType name -- INPUT, ACTIVATIONS, ACTIVATION_GRAD, FF_WORKING_MEM,
+BP_WORKING_MEM, UPDATER_WORKING_MEM -- for an array a layer asked its LayerWorkspaceMgr for; None
+for temporaries made by ordinary kit ops and outside layers), and `kind`:
+
+- "alloc": carved from an arena (nbytes: what the bump pointer moved, aligned to 64 bytes, so the
+  allocs and spills of a cycle add up to the workspace's `last_cycle_bytes`), or a heap allocation
+  (nbytes: the array's; a workspace's arena is itself one of these);
+- "spill": a workspace allocation that did not fit and went to the heap (nbytes aligned as above);
+- "reset": the write pointer back to 0 (nbytes: the bytes it gave back at once): a scoped
+  workspace's cycle ending, or a circular one wrapping around (a circular workspace's cycles end
+  without one, as in ND4J); they number the workspace's `resets`;
+- "release": host heap memory freed -- a NumPy array that owns its memory (a heap result, a
+  spill, an arena) collected while the timeline records, seen through a weak reference, so it is
+  exact (views keep their base alive) and costs nothing when off. Not recorded: arrays still alive
+  when recording stops, blocks handed back to kit's caching allocator, and GPU memory (CuPy views
+  share memory without keeping the array that allocated it alive, so its collection proves
+  nothing). A release's thread is the one that dropped the last reference. Workspace arrays are
+  never released one by one: their cycle's reset frees them all.
+
+`tl.cycles` holds one dict per workspace cycle that ended while recording (start and end times,
+bytes, spilled bytes, capacity); `summary()` and the notebook table count per workspace and
+thread; `plot()` draws one cycle; `save_trace(path)` writes Chrome's trace event format.
+
+Cost: allocate_heap, Workspace.alloc and its scopes, and LayerWorkspaceMgr.create read
+`kit.memory._recorder` once and record only when it is set; off, that is one global load and one
+comparison. kit.ndarray's fast paths, where NumPy allocates a heap result itself, read nothing new:
+while a timeline records they take the path through allocate_heap (the one a caching allocator
+already sends them down), so they are recorded there. (One heap result escapes: the copy an
+InferencePlan hands back, which kit.nn.plan wraps directly.) On, every event takes a lock and
+builds a dict (and a weak reference for heap arrays), which is of the order of a small op itself:
+do not time a workload while it records. Events from every thread go into the one timeline under one lock; one timeline
+records at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import os
+import tempfile
+import threading
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from time import perf_counter
+from typing import Any
+
+import numpy as np
+
+from kit import memory
+
+__all__ = ["KINDS", "MemoryTimeline", "TimelineError", "memory_timeline"]
+
+FIELDS = ("time", "thread", "device", "workspace", "cycle", "offset", "nbytes", "array_type", "kind")
+KINDS = ("alloc", "release", "spill", "reset")
+# ND4J's ArrayType names in a fixed order, so a type keeps its colour from plot to plot
+_TYPE_ORDER = ("INPUT", "ACTIVATIONS", "ACTIVATION_GRAD", "FF_WORKING_MEM", "BP_WORKING_MEM", "UPDATER_WORKING_MEM")
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
+_UNTYPED = "#c7c7c7"
+_slot = threading.Lock()  # guards memory._recorder: one timeline at a time
+
+
+class TimelineError(RuntimeError):
+    """A timeline started twice, or while another records, or plotted with nothing to draw."""
+
+
+class _Typing(threading.local):
+    array_type: str | None = None  # set while LayerWorkspaceMgr.create runs on this thread
+
+
+class MemoryTimeline:
+    """Records allocations while it is the active recorder (`with tl:` or start()/stop())."""
+
+    def __init__(self) -> None:
+        self._rows: list[tuple] = []  # FIELDS, in that order
+        self._cycle_rows: list[dict[str, Any]] = []
+        self._starts: dict[tuple[int, int], float] = {}  # (id(workspace), cycle) -> start time
+        self._live: dict[int, tuple] = {}  # id(weakref) -> (weakref, device, workspace, cycle, nbytes, type)
+        self._lock = threading.RLock()  # re-entrant: a release can be recorded inside a record (GC)
+        self._typing = _Typing()
+        self._t0 = 0.0
+        self.recording = False
+        self._used = False
+
+    # ---- on and off ----------------------------------------------------------------
+    def start(self) -> MemoryTimeline:
+        with _slot:
+            if self._used:
+                raise TimelineError("this timeline has recorded already; make a new one with kit.memory_timeline()")
+            if memory._recorder is not None:
+                raise TimelineError(
+                    "another memory timeline is recording; stop it first (one records at a time, and it "
+                    "already sees every thread)"
+                )
+            self._used = True
+            self._t0 = perf_counter()
+            self.recording = True
+            memory._set_recorder(self)
+        return self
+
+    def stop(self) -> MemoryTimeline:
+        with _slot:
+            if memory._recorder is self:
+                memory._set_recorder(None)
+        with self._lock:
+            self.recording = False
+            self._live.clear()  # arrays still alive keep no reference to the timeline
+            self._starts.clear()
+        return self
+
+    def __enter__(self) -> MemoryTimeline:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ---- the hooks (called by kit.memory, kit.workspace and LayerWorkspaceMgr) -------
+    def _add(
+        self,
+        device: str,
+        workspace: str | None,
+        cycle: int | None,
+        offset: int | None,
+        nbytes: int,
+        kind: str,
+        array_type: str | None,
+    ) -> None:
+        thread = threading.current_thread().name
+        with self._lock:
+            if self.recording:
+                row = (perf_counter() - self._t0, thread, device, workspace, cycle, offset, nbytes, array_type, kind)
+                self._rows.append(row)
+
+    def _watch(
+        self, data: Any, device: str, workspace: str | None, cycle: int | None, nbytes: int, array_type: str | None
+    ) -> None:
+        """Record a release when `data` is collected (host arrays that own their memory only)."""
+        if data.__class__ is not np.ndarray or data.base is not None:
+            return
+        ref = weakref.ref(data, self._released)
+        with self._lock:
+            if self.recording:
+                self._live[id(ref)] = (ref, device, workspace, cycle, nbytes, array_type)
+
+    def _released(self, ref: weakref.ref) -> None:
+        info = self._live.pop(id(ref), None)
+        if info is not None:
+            _, device, workspace, cycle, nbytes, array_type = info
+            self._add(device, workspace, cycle, None, nbytes, "release", array_type)
+
+    def heap(self, result: tuple[Any, Any], device: Any, nbytes: int) -> None:
+        """A heap allocation by kit.memory.allocate_heap, `result` being (array, owner)."""
+        array_type = self._typing.array_type
+        self._add(device.name, None, None, None, nbytes, "alloc", array_type)
+        self._watch(result[0], device.name, None, None, nbytes, array_type)
+
+    def arena(self, ws: Any, arena: Any, nbytes: int) -> None:
+        """A workspace's arena: one heap allocation, untyped."""
+        self._add(ws.device.name, None, None, None, nbytes, "alloc", None)
+        self._watch(arena, ws.device.name, None, None, nbytes, None)
+
+    def carve(self, ws: Any, offset: int, nbytes: int) -> None:
+        self._add(ws.device.name, ws.name, ws._entered, offset, nbytes, "alloc", self._typing.array_type)
+
+    def spill(self, ws: Any, data: Any, nbytes: int) -> None:
+        array_type = self._typing.array_type
+        self._add(ws.device.name, ws.name, ws._entered, None, nbytes, "spill", array_type)
+        self._watch(data, ws.device.name, ws.name, ws._entered, nbytes, array_type)
+
+    def reset(self, ws: Any) -> None:
+        self._add(ws.device.name, ws.name, ws._entered, 0, ws._offset, "reset", None)
+
+    def cycle_start(self, ws: Any) -> None:
+        if self.recording:
+            self._starts[(id(ws), ws._entered)] = perf_counter() - self._t0
+
+    def cycle_end(self, ws: Any) -> None:
+        """Called as a cycle ends, before a scoped workspace's offset goes back to 0."""
+        start = self._starts.pop((id(ws), ws._entered), None)
+        if not ws._circular:
+            self.reset(ws)
+        cycle = {
+            "workspace": ws.name,
+            "thread": threading.current_thread().name,
+            "device": ws.device.name,
+            "cycle": ws._entered,
+            "start": start,  # None: the cycle began before the timeline did
+            "end": perf_counter() - self._t0,
+            "bytes": ws.last_cycle_bytes,
+            "spilled_bytes": ws.cycle_spilled_bytes,
+            "capacity": ws.capacity,
+        }
+        with self._lock:
+            if self.recording:
+                self._cycle_rows.append(cycle)
+
+    def array_type(self) -> str | None:
+        return self._typing.array_type
+
+    @contextlib.contextmanager
+    def typed(self, name: str) -> Iterator[None]:
+        """Allocations on this thread inside the block are of ArrayType `name`."""
+        self._typing.array_type = name
+        try:
+            yield
+        finally:
+            self._typing.array_type = None
+
+    # ---- reading -------------------------------------------------------------------
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Every event so far, oldest first, as dicts with the keys in FIELDS."""
+        with self._lock:
+            rows = sorted(self._rows, key=lambda r: r[0])
+        return [dict(zip(FIELDS, r, strict=True)) for r in rows]
+
+    @property
+    def cycles(self) -> list[dict[str, Any]]:
+        """One dict per workspace cycle that ended while recording, in the order they ended."""
+        with self._lock:
+            return [dict(c) for c in self._cycle_rows]
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per workspace (and thread and device; workspace None: the heap): complete cycles,
+        allocations (allocs and spills, as Workspace.allocations counts them), bytes, the peak
+        offset + nbytes of a carved array, spills and spilled bytes, resets, releases."""
+        rows: dict[tuple, dict[str, Any]] = {}
+        for e in self.events:
+            key = (e["workspace"], e["thread"], e["device"])
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = {"workspace": key[0], "thread": key[1], "device": key[2], "cycles": 0}
+                row.update(allocations=0, bytes=0, peak_offset=None, spills=0, spilled_bytes=0, resets=0, releases=0)
+            kind, n = e["kind"], e["nbytes"]
+            if kind in ("alloc", "spill"):
+                row["allocations"] += 1
+                row["bytes"] += n
+            if kind == "spill":
+                row["spills"] += 1
+                row["spilled_bytes"] += n
+            elif kind == "alloc" and e["offset"] is not None:
+                row["peak_offset"] = max(row["peak_offset"] or 0, e["offset"] + n)
+            elif kind == "reset":
+                row["resets"] += 1
+            elif kind == "release":
+                row["releases"] += 1
+        for c in self.cycles:
+            key = (c["workspace"], c["thread"], c["device"])
+            if key in rows:
+                rows[key]["cycles"] += 1
+        return sorted(rows.values(), key=lambda r: (r["workspace"] is None, r["workspace"] or "", r["thread"]))
+
+    def _repr_html_(self) -> str:
+        cols = ("workspace", "thread", "device", "cycles", "allocations", "bytes", "peak_offset", "spills", "releases")
+        head = "".join(f"<th>{c.replace('_', ' ')}</th>" for c in cols)
+        body = []
+        for row in self.summary():
+            cells = []
+            for c in cols:
+                v = row[c]
+                text = "(heap)" if c == "workspace" and v is None else ("-" if v is None else v)
+                text = f"{text:,}" if isinstance(text, int) else html.escape(str(text))
+                cells.append(f"<td>{text}</td>")
+            body.append("<tr>" + "".join(cells) + "</tr>")
+        state = "recording" if self.recording else "stopped"
+        caption = f"memory timeline ({state}): {len(self._rows):,} events, {len(self._cycle_rows):,} cycles"
+        return f"<table><caption>{caption}</caption><tr>{head}</tr>{''.join(body)}</table>"
+
+    def __repr__(self) -> str:
+        state = "recording" if self.recording else "stopped"
+        return f"<MemoryTimeline {state}: {len(self._rows)} events, {len(self._cycle_rows)} cycles>"
+
+    # ---- one cycle, drawn ----------------------------------------------------------
+    def _choose(self, cycle: int | None, workspace: str | None, thread: str | None) -> dict[str, Any]:
+        """The cycle record plot() draws: by default the last complete cycle of the workspace
+        whose largest cycle took the most bytes."""
+        done = [c for c in self.cycles if c["start"] is not None]
+        if workspace is not None:
+            done = [c for c in done if c["workspace"] == workspace]
+        if thread is not None:
+            done = [c for c in done if c["thread"] == thread]
+        if not done:
+            names = sorted({(c["workspace"], c["thread"]) for c in self.cycles})
+            raise TimelineError(
+                f"no complete workspace cycle recorded for workspace={workspace!r} thread={thread!r}; "
+                f"recorded: {names or 'none'} (a cycle counts once it started and ended while recording)"
+            )
+        if workspace is None or thread is None:
+            best = max(done, key=lambda c: c["bytes"])
+            done = [c for c in done if _key(c) == _key(best)]
+        if cycle is None:
+            return done[-1]
+        chosen = [c for c in done if c["cycle"] == cycle]
+        if not chosen:
+            raise TimelineError(
+                f"workspace {done[0]['workspace']!r} has no complete cycle {cycle} in this timeline; "
+                f"its complete cycles: {[c['cycle'] for c in done]}"
+            )
+        return chosen[-1]
+
+    def cycle_events(
+        self, cycle: int | None = None, workspace: str | None = None, thread: str | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The chosen cycle (as plot() chooses) and its allocs and spills, in order."""
+        c = self._choose(cycle, workspace, thread)
+        found = [
+            e
+            for e in self.events
+            if e["kind"] in ("alloc", "spill") and _key(e) == _key(c) and e["cycle"] == c["cycle"]
+        ]
+        return c, found
+
+    def plot(self, cycle: int | None = None, workspace: str | None = None, thread: str | None = None) -> Any:
+        """One cycle of one workspace as a matplotlib Figure (by default the last complete cycle of
+        the workspace whose largest cycle took the most bytes): each allocation a horizontal bar from
+        its offset to offset + nbytes, one row per allocation in the order they were made (first at
+        the top), coloured by ArrayType; spills hatched past the arena's end; the arena's capacity
+        at the cycle's end dashed."""
+        from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+
+        c, allocs = self.cycle_events(cycle, workspace, thread)
+        types = [e["array_type"] for e in allocs]
+        order = [t for t in _TYPE_ORDER if t in types] + sorted({t for t in types if t and t not in _TYPE_ORDER})
+        known = list(_TYPE_ORDER) + [t for t in order if t not in _TYPE_ORDER]
+        colours = {t: _PALETTE[i % len(_PALETTE)] for i, t in enumerate(known)}
+        fig = Figure(figsize=(8, max(2.5, 0.22 * len(allocs) + 1.5)), layout="constrained")
+        ax = fig.add_subplot()
+        spill_at = max([c["capacity"]] + [e["offset"] + e["nbytes"] for e in allocs if e["offset"] is not None])
+        for i, e in enumerate(allocs):
+            colour = colours.get(e["array_type"], _UNTYPED)
+            if e["offset"] is None:  # a spill: heap memory, drawn past the arena
+                ax.barh(i, e["nbytes"], left=spill_at, color=colour, hatch="//", edgecolor="black", linewidth=0.5)
+                spill_at += e["nbytes"]
+            else:
+                ax.barh(i, e["nbytes"], left=e["offset"], color=colour, edgecolor="white", linewidth=0.5)
+        ax.axvline(c["capacity"], color="#333", linestyle="--", linewidth=1)
+        ax.set_ylim(len(allocs) - 0.5, -0.5)
+        ax.set_xlabel("bytes from the arena start")
+        ax.set_ylabel("allocation, in order made")
+        ax.set_title(
+            f"{c['workspace']}, cycle {c['cycle']} ({c['thread']}, {c['device']}): {len(allocs)} allocations, "
+            f"{c['bytes']:,} bytes",
+            fontsize=9,
+        )
+        handles = [Patch(color=colours[t], label=t) for t in order]
+        if None in types:
+            handles.append(Patch(color=_UNTYPED, label="untyped (a kit op)"))
+        if any(e["offset"] is None for e in allocs):
+            handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="spill (heap)"))
+        handles.append(Line2D([], [], color="#333", linestyle="--", label=f"arena capacity ({c['capacity']:,} B)"))
+        fig.legend(handles=handles, loc="outside right upper", fontsize=8, title="ArrayType", title_fontsize=8)
+        return fig
+
+    # ---- Chrome trace --------------------------------------------------------------
+    def trace_events(self) -> list[dict[str, Any]]:
+        """Chrome trace events: "X" per workspace cycle, "C" arena bytes in use per workspace (and
+        thread), "i" per event; one tid per thread (named by "M" metadata), the device in args."""
+        events, cycles, pid = self.events, self.cycles, os.getpid()
+        tids: dict[str, int] = {}
+        for t in sorted([(e["time"], e["thread"]) for e in events] + [(c["end"], c["thread"]) for c in cycles]):
+            tids.setdefault(t[1], len(tids) + 1)
+        meta: list[dict[str, Any]] = [
+            {"name": "process_name", "ph": "M", "ts": 0, "pid": pid, "tid": 0, "args": {"name": "kit memory timeline"}}
+        ]
+        for t, i in tids.items():
+            meta.append({"name": "thread_name", "ph": "M", "ts": 0, "pid": pid, "tid": i, "args": {"name": t}})
+        # a counter is named per process: a workspace name on several threads gets one per thread
+        threads_of: dict[str, set[str]] = {}
+        for e in events:
+            if e["workspace"] is not None:
+                threads_of.setdefault(e["workspace"], set()).add(e["thread"])
+        timed = []
+        for c in cycles:
+            start = c["start"] if c["start"] is not None else 0.0
+            args = {k: c[k] for k in ("workspace", "device", "cycle", "bytes", "spilled_bytes", "capacity")}
+            name = f"{c['workspace']} cycle {c['cycle']}"
+            timed.append({"name": name, "cat": "workspace", "ph": "X", "ts": _us(start), "dur": _us(c["end"] - start)})
+            timed[-1].update(pid=pid, tid=tids[c["thread"]], args=args)
+        for e in events:
+            ts, tid, ws = _us(e["time"]), tids[e["thread"]], e["workspace"]
+            name = e["kind"] if e["array_type"] is None else f"{e['kind']} {e['array_type']}"
+            args = {k: e[k] for k in FIELDS if k not in ("time", "thread", "kind")}
+            cat = "heap" if ws is None else "workspace"
+            timed.append(
+                {"name": name, "cat": cat, "ph": "i", "s": "t", "ts": ts, "pid": pid, "tid": tid, "args": args}
+            )
+            if ws is not None and e["kind"] in ("alloc", "reset"):
+                counter = f"{ws} arena bytes in use" + (f" [{e['thread']}]" if len(threads_of[ws]) > 1 else "")
+                value = e["offset"] + e["nbytes"] if e["kind"] == "alloc" else e["offset"]
+                timed.append({"name": counter, "ph": "C", "ts": ts, "pid": pid, "tid": tid, "args": {"bytes": value}})
+        timed.sort(key=lambda ev: ev["ts"])
+        return meta + timed
+
+    def save_trace(self, path: str | os.PathLike) -> Path:
+        """Write Chrome's trace event format ({"traceEvents": [...]}) to `path`, atomically (a
+        temporary file beside it, then os.replace). Open it in ui.perfetto.dev or chrome://tracing."""
+        target = Path(path)
+        doc = {"traceEvents": self.trace_events(), "displayTimeUnit": "ms"}
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return target
+
+
+def _key(row: dict[str, Any]) -> tuple:
+    """Which workspace an event or cycle belongs to: a name is per thread and device."""
+    return row["workspace"], row["thread"], row["device"]
+
+
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 3)
+
+
+def memory_timeline() -> MemoryTimeline:
+    """A timeline that records from `with` (or start()) until the block ends (or stop())."""
+    return MemoryTimeline()

@@ -1,0 +1,294 @@
+"""kit.timeline: the memory timeline agrees with the workspaces' and the heap's own counters, and
+records nothing once it is off."""
+
+import gc
+import json
+import os
+import threading
+import weakref
+
+import pytest
+
+import kit
+from kit import memory, timeline
+from kit.data import ArrayIterator, DataSet, load_digits
+from kit.nn import ArrayType, Sgd, WorkspaceMode, mlp
+from kit.parallel import ParallelWrapper
+from kit.timeline import FIELDS, KINDS, MemoryTimeline, TimelineError
+from kit.workspace import AllocationPolicy, LearningPolicy, ResetPolicy, SpillPolicy, WorkspaceConfig
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits()
+
+
+def batches(train, n, size=64):
+    x, y = train.features.numpy(), train.labels.numpy()
+    return [DataSet(x[i * size : (i + 1) * size], y[i * size : (i + 1) * size]) for i in range(n)]
+
+
+def this_threads_workspaces(names):
+    mine = threading.get_ident()
+    return {ws.name: ws for ws in kit.workspace.all_workspaces() if ws.name in names and ws.thread_id == mine}
+
+
+@pytest.fixture
+def trained(digits):
+    """A fresh SEPARATE-mode MLP trained on 5 equal batches inside a timeline: its workspaces are
+    made (and learn) while it records."""
+    train, _ = digits
+    net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), training_workspace_mode=WorkspaceMode.SEPARATE)
+    with kit.memory_timeline() as tl:
+        for ds in batches(train, 5):
+            net.fit(ds)
+    names = {e["workspace"] for e in tl.events if e["workspace"] is not None}
+    return tl, this_threads_workspaces(names)
+
+
+def test_cycle_bytes_and_peak_agree_with_each_workspace(trained):
+    tl, workspaces = trained
+    assert {n.rsplit("/", 1)[1] for n in workspaces} == {
+        "WS_ALL_LAYERS_ACT",
+        "WS_LAYER_WORKING_MEM",
+        "WS_UPDATER_WORKING_MEM",
+    }
+    for name, ws in workspaces.items():
+        mine = [e for e in tl.events if e["workspace"] == name]
+        assert max(e["cycle"] for e in mine) == ws.cycles
+        last = [e for e in mine if e["cycle"] == ws.cycles and e["kind"] in ("alloc", "spill")]
+        assert sum(e["nbytes"] for e in last) == ws.last_cycle_bytes > 0, name
+        carved = [e["offset"] + e["nbytes"] for e in mine if e["kind"] == "alloc"]
+        assert max(carved) == ws.peak_used, name
+    acts = next(ws for n, ws in workspaces.items() if n.endswith("WS_ALL_LAYERS_ACT"))
+    last = [e for e in tl.events if e["workspace"] == acts.name and e["cycle"] == acts.cycles]
+    assert {e["kind"] for e in last} == {"alloc", "reset"}  # learned: the last cycle carved everything
+    assert sum(e["nbytes"] for e in last if e["kind"] == "alloc") == acts.last_cycle_bytes
+
+
+def test_summary_counts_what_each_workspace_counts(trained):
+    tl, workspaces = trained
+    rows = {r["workspace"]: r for r in tl.summary()}
+    for name, ws in workspaces.items():
+        row = rows[name]
+        assert (row["cycles"], row["allocations"], row["resets"]) == (ws.cycles, ws.allocations, ws.resets)
+        assert (row["spills"], row["spilled_bytes"], row["peak_offset"]) == (
+            ws.spilled_count,
+            ws.spilled_bytes,
+            ws.peak_used,
+        )
+    page = tl._repr_html_()
+    assert page.startswith("<table") and all(name in page for name in workspaces)
+
+
+def test_every_event_has_every_key_and_a_known_kind(trained):
+    tl, _ = trained
+    events = tl.events
+    assert len(events) > 50
+    type_names = {t.name for t in ArrayType}
+    times = [e["time"] for e in events]
+    assert times == sorted(times) and times[0] >= 0
+    for e in events:
+        assert tuple(e) == FIELDS
+        assert e["kind"] in KINDS
+        assert e["array_type"] is None or e["array_type"] in type_names
+        assert (e["workspace"] is None) == (e["cycle"] is None)
+        if e["workspace"] is None or e["kind"] in ("spill", "release"):
+            assert e["offset"] is None
+        assert e["thread"] == "MainThread" and e["device"] == "cpu:0" and e["nbytes"] >= 0
+    seen = {e["array_type"] for e in events}
+    assert {"ACTIVATIONS", "ACTIVATION_GRAD", "BP_WORKING_MEM", "UPDATER_WORKING_MEM"} <= seen
+    outside_layers = [e for e in events if e["workspace"] is None and e["kind"] == "alloc"]
+    assert outside_layers and all(e["array_type"] is None for e in outside_layers)  # the arenas
+
+
+def test_spills_are_recorded_as_spills_and_freed_as_releases():
+    cfg = WorkspaceConfig(
+        initial_size=1024,
+        policy_learning=LearningPolicy.NONE,
+        policy_allocation=AllocationPolicy.STRICT,
+        policy_spill=SpillPolicy.EXTERNAL,
+    )
+    ws = kit.get_workspace_for_current_thread(cfg, "TL_SPILL")
+    with kit.memory_timeline() as tl, ws:
+        a = kit.zeros((64,))  # 256 bytes: carved
+        b = kit.zeros((1024,))  # 4 KiB: does not fit, spills to the heap
+        del b  # the spill's memory is freed now
+    mine = [(e["kind"], e["offset"], e["nbytes"]) for e in tl.events if e["workspace"] == "TL_SPILL"]
+    assert mine == [("alloc", 0, 256), ("spill", None, 4096), ("release", None, 4096), ("reset", 0, 256)]
+    assert ws.spilled_count == 1 and ws.spilled_bytes == 4096
+    assert a.shape == (64,)
+
+
+def test_heap_events_match_the_heap_counters():
+    with kit.memory_timeline() as tl:
+        before = memory.heap_allocations(this_thread=True)
+        a = kit.ones((100,))  # allocate_heap
+        b = a + 1  # NumPy allocates (ndarray._heap_result)
+        c = (a * b).sum()
+        made = memory.heap_allocations(this_thread=True) - before
+        del b
+    heap = [e for e in tl.events if e["workspace"] is None]
+    allocs = [e for e in heap if e["kind"] == "alloc"]
+    assert len(allocs) == made == 4
+    assert [e["nbytes"] for e in allocs[:2]] == [400, 400]
+    released = [e for e in heap if e["kind"] == "release"]
+    assert [e["nbytes"] for e in released] == [400, 400]  # b, and a * b once summed
+    assert float(c.numpy()) == pytest.approx(200.0)
+
+
+def test_recording_sends_numpys_own_allocations_through_allocate_heap_and_no_further():
+    assert not memory._cache.on  # the fast paths' one flag: nothing to record, no cache
+    with kit.memory_timeline():
+        assert memory._cache.on  # while recording, heap results go through allocate_heap
+        memory.set_max_host_cache(1 << 20)  # a cache switched on and off inside keeps the flag
+        memory.set_max_host_cache(0)
+        assert memory._cache.on
+        memory.set_max_host_cache(1 << 20)
+    assert memory._cache.on  # the cache still wants it
+    memory.set_max_host_cache(0)
+    assert not memory._cache.on
+
+
+def test_a_circular_workspace_records_a_reset_per_wrap():
+    cfg = WorkspaceConfig(
+        initial_size=1024,
+        policy_learning=LearningPolicy.NONE,
+        policy_allocation=AllocationPolicy.STRICT,
+        policy_reset=ResetPolicy.ENDOFBUFFER_REACHED,
+    )
+    ws = kit.get_workspace_for_current_thread(cfg, "TL_RING")
+    with kit.memory_timeline() as tl:
+        for _ in range(10):
+            with ws:
+                kit.zeros((64,)).detach()  # 256 bytes a cycle: a lap every 4 cycles
+    resets = [e for e in tl.events if e["workspace"] == "TL_RING" and e["kind"] == "reset"]
+    assert len(resets) == ws.resets == 2
+    assert [e["nbytes"] for e in resets] == [1024, 1024]
+    assert len([c for c in tl.cycles if c["workspace"] == "TL_RING"]) == 10
+
+
+def test_recording_off_records_nothing_and_keeps_nothing(digits):
+    train, _ = digits
+    net = mlp(64, hidden=(16,), n_out=10)
+    idle = kit.memory_timeline()  # made, never started
+    net.fit(batches(train, 2)[0])
+    assert idle.events == [] and idle.cycles == [] and memory._recorder is None
+    with kit.memory_timeline() as tl:
+        keep = kit.ones((1000,))  # alive when recording stops
+        net.fit(batches(train, 1)[0])
+    assert memory._recorder is None and not memory._cache.on
+    n = len(tl.events)
+    net.fit(batches(train, 2)[1])
+    assert len(tl.events) == n and not tl.recording
+    ref = weakref.ref(tl)
+    gc.disable()
+    try:
+        del tl  # `keep` still alive holds no hook into it, and no cycle is left: refcounting frees it
+        assert ref() is None
+    finally:
+        gc.enable()
+    del keep  # collected after the end: nothing to record it in
+
+
+def test_one_timeline_records_at_a_time():
+    with kit.memory_timeline() as tl:
+        with pytest.raises(TimelineError, match="another memory timeline"):
+            kit.memory_timeline().start()
+    with pytest.raises(TimelineError, match="recorded already"):
+        tl.start()
+    assert memory._recorder is None
+
+
+def test_events_from_many_threads_all_arrive():
+    def work():
+        for _ in range(500):
+            kit.ones((8,))
+
+    with kit.memory_timeline() as tl:
+        threads = [threading.Thread(target=work, name=f"tl-worker-{i}") for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for i in range(4):
+        mine = [e for e in tl.events if e["thread"] == f"tl-worker-{i}"]
+        assert sum(e["kind"] == "alloc" for e in mine) == 500
+        assert sum(e["kind"] == "release" for e in mine) == 500
+
+
+def test_a_two_worker_parallel_wrapper_shows_each_worker_thread(digits, tmp_path):
+    train, _ = digits
+    net = mlp(64, hidden=(16,), n_out=10, updater=Sgd(0.1))
+    data = DataSet(train.features.numpy()[:256], train.labels.numpy()[:256])
+    with kit.memory_timeline() as tl, ParallelWrapper(net, workers=2, prefetch_buffer=0) as pw:
+        pw.fit(ArrayIterator(data, 32), epochs=1)
+    workers = {e["thread"] for e in tl.events if e["workspace"] is not None}
+    assert workers == {"ParallelWrapper training thread 0", "ParallelWrapper training thread 1"}
+    trace = json.loads(tl.save_trace(tmp_path / "pw.json").read_text())["traceEvents"]
+    names = {e["args"]["name"]: e["tid"] for e in trace if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert len({names[w] for w in workers}) == 2
+    devices = {e["args"]["device"] for e in trace if e["ph"] in ("X", "i") and e["tid"] in {names[w] for w in workers}}
+    assert devices == {d.name for d in pw.devices}
+
+
+def test_save_trace_writes_chrome_trace_json(trained, tmp_path):
+    tl, _ = trained
+    path = tmp_path / "fit.json"
+    path.write_text("old")
+    assert tl.save_trace(path) == path
+    assert os.listdir(tmp_path) == ["fit.json"]  # no temporary file left
+    trace = json.loads(path.read_text())["traceEvents"]
+    last: dict[int, float] = {}
+    for e in trace:
+        assert {"name", "ph", "ts", "pid", "tid"} <= set(e) and "args" in e
+        assert e["ts"] >= last.get(e["tid"], 0.0)
+        last[e["tid"]] = e["ts"]
+    phases = [e["ph"] for e in trace]
+    assert phases.count("X") == len(tl.cycles) and phases.count("i") == len(tl.events) and "C" in phases
+    counters = [e for e in trace if e["ph"] == "C" and e["name"].endswith("WS_ALL_LAYERS_ACT arena bytes in use")]
+    acts = next(r for r in tl.summary() if (r["workspace"] or "").endswith("WS_ALL_LAYERS_ACT"))
+    assert max(e["args"]["bytes"] for e in counters) == acts["peak_offset"]
+
+
+def test_save_trace_is_atomic(trained, tmp_path, monkeypatch):
+    tl, _ = trained
+    path = tmp_path / "fit.json"
+    path.write_text('{"traceEvents": []}')
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(timeline.json, "dump", broken)
+    with pytest.raises(OSError, match="disk full"):
+        tl.save_trace(path)
+    assert path.read_text() == '{"traceEvents": []}' and os.listdir(tmp_path) == ["fit.json"]
+
+
+def test_plot_draws_one_bar_per_allocation_of_the_chosen_cycle(trained):
+    from matplotlib.figure import Figure
+
+    tl, _ = trained
+    cycle, allocs = tl.cycle_events()
+    assert cycle["workspace"].endswith("WS_ALL_LAYERS_ACT") and cycle["cycle"] == 5  # most bytes; last cycle
+    fig = tl.plot()
+    assert isinstance(fig, Figure)
+    ax = fig.axes[0]
+    assert len(ax.patches) == len(allocs) > 0
+    bars = sorted((p.get_x(), p.get_width()) for p in ax.patches)
+    assert bars == sorted((e["offset"], e["nbytes"]) for e in allocs)
+    assert ax.get_xlabel() and ax.get_ylabel() and fig.legends and not ax.get_legend()  # legend beside the axes
+    first = tl.plot(cycle=1, workspace=cycle["workspace"])  # the learning cycle: everything spilled
+    spills = [e for e in tl.events if e["workspace"] == cycle["workspace"] and e["cycle"] == 1]
+    spills = [e for e in spills if e["kind"] == "spill"]
+    assert len(first.axes[0].patches) == len(spills) > 0
+    assert all(p.get_hatch() == "//" for p in first.axes[0].patches)
+    with pytest.raises(TimelineError, match="no complete workspace cycle"):
+        tl.plot(workspace="NOT_A_WORKSPACE")
+
+
+def test_an_empty_timeline_says_there_is_nothing_to_plot():
+    tl = MemoryTimeline()
+    assert tl.summary() == [] and "0 events" in tl._repr_html_()
+    with pytest.raises(TimelineError, match="recorded: none"):
+        tl.plot()
