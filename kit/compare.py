@@ -14,6 +14,8 @@
     1 physical ...
     2 logical ...
     >>> ax = result.plot()                            # measured vs predicted speedup, beside the ideal line
+    >>> len(result.timings[2].seconds) == job.epochs   # every repeat's seconds per epoch, kept
+    True
 
 A real job is bigger and measured longer (the defaults: 5 timed repeats of at least 0.3 s each), e.g.
 `Job(lambda: mlp(784, (512, 256), 10, updater=Sgd(0.05)), train, test, batch_size=64)` on Fashion-MNIST.
@@ -31,6 +33,9 @@ spread, and is flagged *unreliable* (in the table and the plot) when other proce
 machine, the spread is too wide, or its speedup exceeds its device count. Fair baselines: on a
 CPU, one device uses the same total BLAS thread budget as the N workers together (every core);
 the table also shows the speedup over one device limited to one worker's share of the cores.
+The repeats themselves are kept (`Comparison.timings`, each row's per-repeat `speedups`), so a
+plot can show their range; `progress` (e.g. a `kit.widgets.TimingPanel`'s `tick`) is called
+after every epoch trained while measuring, for a measurement that takes a while.
 
 The scaling model predicts the N-device epoch time from one-device measurements:
     T(N) = batches * t_step(N) / N  +  (batches / (N * F)) * bytes_moved(N) / bandwidth
@@ -105,6 +110,9 @@ COLUMNS = [
 class Comparison:
     rows: list[dict[str, Any]] = field(default_factory=list)
     model: dict[str, Any] = field(default_factory=dict)
+    # the measurements behind the rows: seconds per epoch of every repeat (kit.measure.Timing),
+    # keyed by device count, and "share" for one device with one worker's share of the cores
+    timings: dict[Any, measure.Timing] = field(default_factory=dict)
 
     @property
     def reliable(self) -> bool:
@@ -142,7 +150,21 @@ class Comparison:
         n = [r["devices"] for r in self.rows]
         ax.plot(n, n, ":", color="#999", label="ideal")
         ax.plot(n, [r["predicted_speedup"] for r in self.rows], "--", color="#c63", label="scaling model")
-        ax.plot(n, [r["speedup"] for r in self.rows], "o-", color="#36c", label="measured (median)")
+        measured = [r["speedup"] for r in self.rows]
+        if all(r.get("speedups") for r in self.rows):  # the range of the per-repeat ratios
+            lo = [s - min(r["speedups"]) for s, r in zip(measured, self.rows)]
+            hi = [max(r["speedups"]) - s for s, r in zip(measured, self.rows)]
+            ax.errorbar(
+                n,
+                measured,
+                yerr=[lo, hi],
+                fmt="o-",
+                color="#36c",
+                capsize=4,
+                label="measured (median, range of repeats)",
+            )
+        else:
+            ax.plot(n, measured, "o-", color="#36c", label="measured (median)")
         bad = [r for r in self.rows if not r["reliable"]]
         if bad:
             ax.plot(
@@ -158,7 +180,7 @@ class Comparison:
         ax.set_xlabel("devices (" + ", ".join(kinds) + ")", fontsize=8)
         ax.set_ylabel("speedup over 1 device")
         ax.set_xticks(n)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)  # beside the data
         if bad:
             ax.set_title("flagged: machine busy or noisy, no conclusion", fontsize=9, color="#c00")
         return ax
@@ -243,7 +265,11 @@ def assess_row(row: dict[str, Any], timing_warnings: list[str], shared: bool, co
     return row
 
 
-def compare_devices(job: Job, counts: list[int] | tuple[int, ...] = (1, 2)) -> Comparison:
+def compare_devices(
+    job: Job, counts: list[int] | tuple[int, ...] = (1, 2), progress: Callable[[], Any] | None = None
+) -> Comparison:
+    """`job` trained on each of `counts` devices (1 always), measured interleaved; `progress()`
+    is called after every epoch trained while measuring (warm-up, autorange and timed repeats)."""
     if not counts or any(not isinstance(c, int) or c < 1 for c in counts):
         raise ValueError(f"compare_devices(counts={counts!r}): positive integers")
     counts = sorted(set(counts) | {1})  # the baseline always runs
@@ -275,11 +301,12 @@ def compare_devices(job: Job, counts: list[int] | tuple[int, ...] = (1, 2)) -> C
         copies: dict[Any, list[tuple[int, int]]] = {key: [] for key in wrappers}
         for key, pw in wrappers.items():
             it = ArrayIterator(job.train, job.batch_size, shuffle=job.shuffle, seed=0)
-            fns[key] = _counting_copies(_epoch_fn(pw, it, share if key == "share" else None), copies[key])
+            fns[key] = _counting_copies(_epoch_fn(pw, it, share if key == "share" else None), copies[key], progress)
         timings = measure.compare(fns, min_time=job.min_time, repeats=job.epochs, same_number=True)
     finally:
         for pw in wrappers.values():
             pw.shutdown()
+    result.timings = timings
     base = timings[1].median
     base_share = timings["share"].median if "share" in timings else base
     result.model["baseline"] = {
@@ -302,7 +329,8 @@ def compare_devices(job: Job, counts: list[int] | tuple[int, ...] = (1, 2)) -> C
         t = timings[n]
         epoch_s = t.median
         # per-repeat ratios against the baseline measured in the same repeat: drift cancels
-        speedup = float(np.median([b / x for b, x in zip(timings[1].seconds, t.seconds)]))
+        speedups = [b / x for b, x in zip(timings[1].seconds, t.seconds)]
+        speedup = float(np.median(speedups))
         accuracy = nets[n].evaluate(ArrayIterator(job.test, 512)).accuracy() if job.test is not None else None
         row = {
             "devices": n,
@@ -312,6 +340,7 @@ def compare_devices(job: Job, counts: list[int] | tuple[int, ...] = (1, 2)) -> C
             "spread": t.spread,
             "samples_per_s": job.train.num_examples / epoch_s,
             "speedup": speedup,
+            "speedups": speedups,  # one per repeat, each against the baseline of the same repeat
             "speedup_vs_share": base_share / epoch_s if n > 1 and "share" in timings else None,
             "efficiency": speedup / n,
             "predicted_speedup": base_pred / predicted,
@@ -325,14 +354,20 @@ def compare_devices(job: Job, counts: list[int] | tuple[int, ...] = (1, 2)) -> C
     return result
 
 
-def _counting_copies(run: Callable[[], None], into: list[tuple[int, int]]) -> Callable[[], None]:
-    """`run`, also recording how many copies between devices (and bytes) one call made."""
+def _counting_copies(
+    run: Callable[[], None], into: list[tuple[int, int]], progress: Callable[[], Any] | None = None
+) -> Callable[[], None]:
+    """`run`, also recording how many copies between devices (and bytes) one call made, and
+    reporting the call to `progress` (outside the copy count; inside the timed repeat, where a
+    throttled panel's tick costs microseconds against an epoch)."""
 
     def counted() -> None:
         before = _copy_totals()
         run()
         after = _copy_totals()
         into.append((after[0] - before[0], after[1] - before[1]))
+        if progress is not None:
+            progress()
 
     return counted
 

@@ -103,3 +103,35 @@ def test_compare_devices_counts_the_copies_averaging_costs():
     # 8 batches in 4 rounds; F=1: each round gathers and broadcasts the parameters (Sgd: no updater state)
     assert two["copied_MB_per_epoch"] * 1e6 >= 4 * 2 * params * 0.99
     assert two["kind"] == ("simulated on the host" if host_device_count() >= 2 else "logical (share cpu:0)")
+
+
+def test_compare_devices_keeps_its_repeats_plots_their_range_and_reports_progress():
+    """The chapter draws error bars from the repeats: the timings behind the rows are kept, each
+    row carries its per-repeat speedups (median = the row's speedup), the plot shows their range
+    with the legend beside the axes (not over the data), and `progress` hears every epoch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.container import ErrorbarContainer
+
+    rng = np.random.default_rng(0)
+    data = DataSet(rng.random((128, 8)), rng.integers(0, 3, 128), num_classes=3)
+    job = Job(lambda: mlp(8, hidden=(8,), n_out=3, updater=Sgd(0.1)), data, None, batch_size=32, epochs=3)
+    job.min_time = 0.005
+    ticks = []
+    result = compare_devices(job, counts=[1, 2], progress=lambda: ticks.append(1))
+    assert {1, 2} <= set(result.timings)
+    timed = 0
+    for key, t in result.timings.items():
+        assert len(t.seconds) == job.epochs and all(s > 0 for s in t.seconds)
+        timed += t.number * len(t.seconds)
+    assert len(ticks) >= timed  # every timed epoch (and the warm-up and autorange ones) reported
+    for row in result.rows:
+        assert len(row["speedups"]) == job.epochs
+        assert row["speedup"] == pytest.approx(float(np.median(row["speedups"])))
+        assert row["epoch_s"] == pytest.approx(result.timings[row["devices"]].median)
+    ax = result.plot()
+    assert any(isinstance(c, ErrorbarContainer) for c in ax.containers)
+    ax.figure.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1  # beside the axes
