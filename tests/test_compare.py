@@ -122,7 +122,7 @@ def test_compare_devices_keeps_its_repeats_plots_their_range_and_reports_progres
     result = compare_devices(job, counts=[1, 2], progress=lambda: ticks.append(1))
     assert {1, 2} <= set(result.timings)
     timed = 0
-    for key, t in result.timings.items():
+    for t in result.timings.values():
         assert len(t.seconds) == job.epochs and all(s > 0 for s in t.seconds)
         timed += t.number * len(t.seconds)
     assert len(ticks) >= timed  # every timed epoch (and the warm-up and autorange ones) reported
