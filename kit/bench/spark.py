@@ -1,139 +1,232 @@
-"""`python -m kit bench spark`: what Spark costs per round next to ParallelWrapper, on one machine.
+"""`python -m kit bench spark`: bytes and time a Spark round costs, beside Network.fit, on one machine.
 
-- the same job (MLP, batch 32 per worker, averaging every round) with ParallelWrapper 2 workers,
-  Spark parameter averaging with 1 and 2 local workers: samples per second and milliseconds per
-  round, variants interleaved in every repeat, median and spread [min-max]/median;
-- Spark's per-round overhead: Spark's round time minus ParallelWrapper's on the same job;
-- broadcast and aggregate (driver) and job time as a function of the parameter count (small fits
-  with training stats), with a least-squares line a + b * P for each: the scaling model of
-  `compare_devices` extended with Spark's measured costs.
+    python -m kit bench spark            # 3 repeats; about 2 minutes on 2 cores
+    python -m kit bench spark --quick    # 2 repeats, fewer rounds: about 1 minute (smoke runs, tests)
+
+For an MLP (19,210 parameters) and ResNet-18 (kit.nn.zoo.resnet18, 11,183,626 parameters),
+parameter averaging (rdd_training_approach DIRECT, averaging every `frequency` mini-batches)
+with 1, 2 and 4 local workers at DL4J's aggregation_depth 2, and 4 workers at depth 1:
+
+- bytes a round, from the fit's training stats: the parameters broadcast to the executors and
+  the partial results the driver received after the tree, each beside what the formula gives
+  from the parameter count P (`expected_driver_bytes`: 4 bytes a parameter for a lone worker's
+  float32 state, 8 for a float64 sum of two or more);
+- time a round (a whole fit's wall time, data preparation included, over its rounds) and the
+  ratio of the fit to Network.fit on the same examples in the same mini-batches, every variant
+  timed side by side (kit.measure: interleaved repeats, median, spread, flagged when the
+  machine is loaded; Spark's JVM and Python workers, children of this process, count as this
+  benchmark's own work, not as load).
+
+Honest limits: `local[2]` runs every executor on this machine's cores (4 workers share 2), so
+the times say what Spark's machinery costs, not what a cluster would gain. ResNet-18 is timed
+on tiny inputs (1 x 8 x 8 images, 4 a mini-batch, a few rounds): its rounds cost what moving
+11.2 M parameters costs, not what training on real images would.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import psutil
 
+from kit import measure
 from kit.bench.common import _device_label
 from kit.data import ArrayIterator, DataSet
 from kit.nn import Sgd, mlp
-from kit.parallel import ParallelWrapper
+from kit.nn.zoo import resnet18
 from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, local_spark_context, to_rdd
+from kit.spark.aggregation import fan_in
 
-__all__ = ["bench_spark"]
+__all__ = ["bench_spark", "expected_driver_bytes"]
+
+VARIANTS = ((1, 2), (2, 2), (4, 2), (4, 1))  # (workers, aggregation_depth)
 
 
-def _spread(values: list[float]) -> float:
-    med = statistics.median(values)
-    return (max(values) - min(values)) / med if med else 0.0
+def expected_driver_bytes(workers: int, depth: int, params: int, itemsize: int = 4) -> tuple[int, int]:
+    """(bytes, partial results) the driver receives in a round where every worker trained:
+    groups of fan_in(workers, depth) neighbours merged until at most that many remain; a partial
+    holding one worker is its state (`itemsize` bytes a parameter), a sum of more is float64.
+
+    >>> expected_driver_bytes(4, 1, 1000), expected_driver_bytes(4, 2, 1000), expected_driver_bytes(8, 2, 1000)
+    ((16000, 4), (16000, 2), (24000, 3))
+    """
+    f = fan_in(workers, depth)
+    held = [1] * workers
+    while len(held) > f:
+        held = [sum(held[i : i + f]) for i in range(0, len(held), f)]
+    return sum(params * (itemsize if h == 1 else 8) for h in held), len(held)
+
+
+@contextmanager
+def _load_beside_our_processes() -> Iterator[measure.LoadReading]:
+    """kit.measure's machine load, but with this process's descendants (Spark's JVM and its
+    Python workers, where a Spark fit does its work) counted as ours, not as other processes.
+    A descendant that ends inside the block has its time counted as others' (flagged, never
+    hidden)."""
+    reading = measure.LoadReading()
+    me = psutil.Process()
+
+    def ours() -> dict[int, float]:
+        seconds = {}
+        for p in (me, *me.children(recursive=True)):
+            try:
+                t = p.cpu_times()
+                seconds[p.pid] = t.user + t.system
+            except psutil.Error:
+                continue
+        return seconds
+
+    def busy() -> float:
+        c = psutil.cpu_times()
+        return sum(getattr(c, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+    before, busy0, t0 = ours(), busy(), time.perf_counter()
+    try:
+        yield reading
+    finally:
+        reading.wall = time.perf_counter() - t0
+        after = ours()
+        own = sum(s - before.get(pid, 0.0) for pid, s in after.items())
+        capacity = max(reading.wall * reading.cores, 1e-9)
+        reading.own = min(1.0, max(0.0, own / capacity))
+        reading.others = min(1.0, max(0.0, (busy() - busy0 - own) / capacity))
 
 
 def bench_spark(quick: bool = False) -> dict[str, Any]:
-    sc = local_spark_context("local[2]", app_name="kit-bench", conf={"spark.ui.showConsoleProgress": "false"})
+    sc = local_spark_context(
+        "local[2]", app_name="kit-bench", driver_memory="2g", conf={"spark.ui.showConsoleProgress": "false"}
+    )
     try:
-        return _run(sc, quick, ParameterAveragingTrainingMaster, SparkNetwork, to_rdd)
+        return run_on(sc, quick)
     finally:
         sc.stop()
 
 
-def _run(sc: Any, quick: bool, master: Any, spark_network: Any, to_rdd: Any) -> dict[str, Any]:
-    repeats = 3 if quick else 5
-    n = 32 * 2 * (8 if quick else 32)
-    rng = np.random.default_rng(0)
-    x, y = rng.random((n, 64), dtype=np.float32), rng.integers(0, 10, n)
-    data = DataSet(x, y, num_classes=10)
-    rdd = to_rdd(sc, (x, y)).cache()
-    rdd.count()
-
-    def pw() -> int:
-        net = mlp(64, hidden=(64,), n_out=10, updater=Sgd(0.05), seed=0)
-        with ParallelWrapper(net, workers=2, prefetch_buffer=0) as wrapper:
-            wrapper.fit(ArrayIterator(data, 32))
-        return n // 64
-
-    def spark(workers: int) -> Any:
-        def run() -> int:
-            net = mlp(64, hidden=(64,), n_out=10, updater=Sgd(0.05), seed=0)
-            tm = master(32, 1, num_workers=workers, rdd_training_approach="DIRECT")
-            spark_network(sc, net, tm).fit(rdd)
-            return -(-n // (32 * workers))
-
-        return run
-
-    variants = {"ParallelWrapper, 2 workers": pw, "Spark, 1 worker": spark(1), "Spark, 2 workers": spark(2)}
-    seconds: dict[str, list[float]] = {k: [] for k in variants}
-    rounds: dict[str, int] = {}
-    for fn in variants.values():  # warm-up: executor processes, imports, caches
-        fn()
-    for _ in range(repeats):
-        for name, fn in variants.items():  # interleaved: drift hits every variant alike
-            t0 = time.perf_counter()
-            rounds[name] = fn()
-            seconds[name].append(time.perf_counter() - t0)
-    rows = []
-    for name, values in seconds.items():
-        per_round = [v / rounds[name] * 1e3 for v in values]
-        rows.append(
-            {
-                "variant": name,
-                "samples_per_s": statistics.median(n / v for v in values),
-                "round_ms": statistics.median(per_round),
-                "spread": _spread(values),
-                "rounds": rounds[name],
-            }
-        )
-    by = {r["variant"]: r for r in rows}
-    overhead = [
-        s / rounds["Spark, 2 workers"] - p / rounds["ParallelWrapper, 2 workers"]
-        for s, p in zip(seconds["Spark, 2 workers"], seconds["ParallelWrapper, 2 workers"])
+def _models(quick: bool) -> list[dict[str, Any]]:
+    rounds = 1 if quick else 2  # rounds of the 4-worker fit (1 worker: 4 times as many)
+    return [
+        {
+            "model": "MLP 64-256-10",
+            "make": lambda: mlp(64, hidden=(256,), n_out=10, updater=Sgd(0.05), seed=0),
+            "shape": (64,),
+            "batch": 32,
+            "frequency": 5,
+            "examples": 4 * 32 * 5 * (2 if quick else 4),
+        },
+        {
+            "model": "ResNet-18 (1x8x8 inputs)",
+            "make": lambda: resnet18(num_classes=10, in_channels=1, size=8, updater=Sgd(0.01), seed=0),
+            "shape": (1, 8, 8),
+            "batch": 4,
+            "frequency": 2,
+            "examples": 4 * 4 * 2 * rounds,
+        },
     ]
-    scaling = _scaling(sc, quick, master, spark_network, to_rdd)
-    rdd.unpersist()
+
+
+def run_on(sc: Any, quick: bool) -> dict[str, Any]:
+    """The benchmark on a running SparkContext (the caller owns it)."""
+    repeats = 2 if quick else 3
+    rows: list[dict[str, Any]] = []
+    overheads: dict[str, float] = {}
+    warnings: set[str] = set()
+    for spec in _models(quick):
+        model_rows, overhead = _one_model(sc, spec, repeats)
+        for row in model_rows:
+            warnings.update(row.pop("_warnings"))
+        rows += model_rows
+        overheads[spec["model"]] = overhead
+    cols = ["model", "params", "workers", "depth", "rounds", "round_ms", "spread", "vs_network_fit"]
+    cols += ["broadcast_bytes", "driver_bytes", "formula_bytes", "partials", "formula_partials", "reliable"]
     return {
         "benchmark": "spark",
-        "device": _device_label() + f"; Spark {sc.version} {sc.master}",
+        "device": _device_label() + f"; Spark {sc.version} {sc.master} (every executor on this machine)",
         "repeats": repeats,
-        "columns": ["variant", "samples_per_s", "round_ms", "spread", "rounds"],
+        "columns": cols,
         "rows": rows,
         "summary": {
-            "spark_overhead_ms_per_round_median": statistics.median(overhead) * 1e3,
-            "spark_overhead_ms_per_round_min": min(overhead) * 1e3,
-            "spark_overhead_ms_per_round_max": max(overhead) * 1e3,
-            "spark_2_vs_1_worker_speedup": by["Spark, 2 workers"]["samples_per_s"]
-            / by["Spark, 1 worker"]["samples_per_s"],
-            **scaling,
+            **{f"spark_1_worker_overhead_ms_per_round[{m}]": v for m, v in overheads.items()},
+            "bytes_counted": "nbytes of the arrays serialised (not pickle framing, closures or the JSON config)",
+            "formula": "broadcast 4P; driver: 4P per lone worker's state, 8P per float64 sum (expected_driver_bytes)",
+            "note": "local[2]: workers share 2 cores; ResNet-18 on tiny inputs (1x8x8, 4 a mini-batch, few rounds)",
+            "warnings": "; ".join(sorted(warnings)) or "none",
         },
     }
 
 
-def _scaling(sc: Any, quick: bool, master: Any, spark_network: Any, to_rdd: Any) -> dict[str, Any]:
-    """Median broadcast / aggregate / job ms per round at several parameter counts; a line each."""
-    hidden = (16, 256, 2048) if quick else (16, 256, 2048, 8192)
-    rng = np.random.default_rng(1)
-    m = 32 * 2 * 4
-    rdd = to_rdd(sc, (rng.random((m, 64), dtype=np.float32), rng.integers(0, 10, m))).cache()
-    points: dict[str, list[tuple[int, float]]] = {"broadcast_ms": [], "aggregate_ms": [], "job_ms": []}
-    out: dict[str, Any] = {}
-    for h in hidden:
-        net = mlp(64, hidden=(h,), n_out=10, updater=Sgd(0.01), seed=0)
-        tm = master(32, 1, num_workers=2, rdd_training_approach="DIRECT", collect_training_stats=True)
-        sn = spark_network(sc, net, tm)
-        sn.fit(rdd)  # warm-up for this size (executors build the network)
-        sn.fit(rdd, epochs=2)
-        summary = sn.get_training_stats().summary()
-        for key in points:
-            points[key].append((net.num_params, summary[key]))
-        out[f"P={net.num_params}"] = (
-            f"broadcast {summary['broadcast_ms']:.2f} ms, aggregate {summary['aggregate_ms']:.2f} ms, "
-            f"job {summary['job_ms']:.1f} ms"
+def _one_model(sc: Any, spec: dict[str, Any], repeats: int) -> tuple[list[dict[str, Any]], float]:
+    n, batch, freq = spec["examples"], spec["batch"], spec["frequency"]
+    rng = np.random.default_rng(0)
+    x, y = rng.random((n, *spec["shape"]), dtype=np.float32), rng.integers(0, 10, n)
+    data = DataSet(x, y, num_classes=10)
+    rdd = to_rdd(sc, (x, y)).cache()
+    rdd.count()
+    net = spec["make"]()  # built once per variant, outside the timing; each call fits on from where it is
+    params = net.num_params
+    stats: dict[tuple[int, int], Any] = {}
+
+    def local() -> None:
+        net.fit(ArrayIterator(data, batch))
+
+    def spark(workers: int, depth: int) -> Any:
+        tm = ParameterAveragingTrainingMaster(
+            batch,
+            freq,
+            num_workers=workers,
+            rdd_training_approach="DIRECT",
+            aggregation_depth=depth,
+            collect_training_stats=True,
         )
+        sn = SparkNetwork(sc, spec["make"](), tm)
+
+        def run() -> None:
+            sn.fit(rdd)
+            stats[(workers, depth)] = sn.get_training_stats()
+
+        return run
+
+    names = {v: f"Spark, {v[0]} worker(s), depth {v[1]}" for v in VARIANTS}
+    fns = {"Network.fit": local, **{names[v]: spark(*v) for v in VARIANTS}}
+    with _load_beside_our_processes() as load:
+        timings = measure.compare(fns, repeats=repeats, number=1)  # a warm-up call each, then interleaved
+    for t in timings.values():
+        t.load = load.others
     rdd.unpersist()
-    for key, pts in points.items():
-        p = np.array([a for a, _ in pts], float)
-        t = np.array([b for _, b in pts], float)
-        slope, intercept = np.polyfit(p, t, 1)
-        out[f"model_{key}"] = f"{intercept:.2f} ms + {slope * 1e6:.3f} ms per million parameters"
-    return out
+    base = timings["Network.fit"]
+    steps = -(-n // batch)
+    rows = []
+    for v in VARIANTS:
+        workers, depth = v
+        t, s = timings[names[v]], stats[v]
+        rounds = len(s.rounds)
+        ratios = [a / b for a, b in zip(t.seconds, base.seconds)]
+        bytes_, partials = expected_driver_bytes(workers, depth, params)
+        rows.append(
+            {
+                "model": spec["model"],
+                "params": params,
+                "workers": workers,
+                "depth": depth,
+                "rounds": rounds,
+                "round_ms": t.median / rounds * 1e3,
+                "spread": t.spread,
+                "vs_network_fit": statistics.median(ratios),
+                "broadcast_bytes": int(statistics.median(r["broadcast_bytes"] for r in s.rounds)),
+                "driver_bytes": int(statistics.median(r["driver_received_bytes"] for r in s.rounds)),
+                "formula_bytes": bytes_,
+                "partials": int(statistics.median(r["partials"] for r in s.rounds)),
+                "formula_partials": partials,
+                "reliable": "yes" if t.reliable and base.reliable else "NO",
+                "_warnings": t.warnings + base.warnings,
+            }
+        )
+    one = timings[names[(1, 2)]]
+    rounds_one = len(stats[(1, 2)].rounds)
+    # a 1-worker round trains `freq` mini-batches: what Network.fit spends on them, subtracted
+    overhead = [(a / rounds_one - b / steps * freq) * 1e3 for a, b in zip(one.seconds, base.seconds)]
+    return rows, statistics.median(overhead)

@@ -52,6 +52,7 @@ from kit.parallel.threshold import (
     threshold_decode,
     threshold_encode,
 )
+from kit.spark.aggregation import array_bytes
 
 __all__ = [
     "BadElementError",
@@ -248,9 +249,10 @@ def _round_elements(spec: RoundSpec, partition: int, it: Iterator[Any]) -> tuple
         with np.load(path, allow_pickle=False) as f:
             n = int(f["count"])
             return worker, [(f[f"x{i}"], f[f"y{i}"]) for i in range(n)], "export"
-    # an empty partition: a worker with no examples in this round
+    # an empty partition: a worker with no examples in this round (the round's RDD holds one
+    # partition per worker, in worker order, so its index is the worker)
     collections.deque(it, maxlen=0)  # read to the end, or PySpark starts a new Python worker per task
-    return (partition // spec.stored_rounds if spec.stored_rounds else partition), [], "direct"
+    return partition, [], "direct"
 
 
 def _train_round(
@@ -274,8 +276,10 @@ def _train_round(
         return result
     net = network_for(spec.config_json, spec.workspace_mode)
     flat = state_bc.value
+    everyone = workers_bc.value if workers_bc is not None else {}  # unpickled whole, every worker's
+    received = array_bytes(flat) + array_bytes(everyone)
     load_state(net, flat, spec.keys, spec.sizes)
-    if not spec.send_updater:  # DL4J's saveUpdater(false): each round's updater starts fresh
+    if not spec.send_updater and spec.mode != "shared":  # DL4J's saveUpdater(false): each round's updater starts fresh
         for key, arr in net.state_arrays().items():
             if key not in spec.keys:
                 arr.assign(np.zeros(arr.shape, arr.dtype))
@@ -284,7 +288,7 @@ def _train_round(
     allocs0 = memory.heap_allocations()
     extra: dict[str, Any] = {}
     if spec.mode == "shared":
-        own = workers_bc.value.get(worker) if workers_bc is not None else None
+        own = everyone.get(worker)
         result["messages"], extra, result["worker_state"] = _shared_steps(spec, net, batches, result["scores"], own)
     else:
         for ds in batches:
@@ -294,6 +298,7 @@ def _train_round(
     if spec.mode != "shared":
         keys = spec.keys if spec.send_updater else spec.keys[:1]
         result["state"] = pack_state(net, keys)
+        result["finite"] = bool(np.all(np.isfinite(result["state"])))  # the driver gets sums only
     t4 = time.perf_counter()
     gc1 = memory.gc_stats()
     result["stats"] = {
@@ -312,6 +317,8 @@ def _train_round(
         "peak_workspace_bytes": net._train_mgr.peak_bytes(),
         "gc_calls": gc1["calls"] - gc0["calls"],
         "gc_ms": (gc1["seconds"] - gc0["seconds"]) * 1e3,
+        "received_bytes": received,
+        "sent_bytes": array_bytes([result.get(k) for k in ("state", "messages", "worker_state")]),
         **extra,
     }
     return result
@@ -326,7 +333,7 @@ def _shared_steps(
     rounds, epochs and fits, wherever Spark runs the task, and a retried task starts from exactly
     the state the failed one had."""
     arrays = net.state_arrays()
-    if own is None:  # a worker's first round: the broadcast updater state, an empty residual
+    if own is None:  # its first round: the broadcast updater state (sent while a worker has none), no residual
         state: dict[str, Any] = {
             "residual": np.zeros(net.num_params, np.result_type(net.dtype, np.float32)),  # float16: float32
             "tau": None,
@@ -358,7 +365,7 @@ def _shared_steps(
         counts.append(count)
         state["last_dense"] = message is not None and int(message[3]) == 1
         state["last_sparsity"] = count / old.size
-    state["updater"] = {k: arrays[k].numpy().copy() for k in spec.keys[1:]}
+    state["updater"] = {k: arr.numpy().copy() for k, arr in arrays.items() if k != "params"}
     extra = {
         "tau": float(state["tau"]),
         "encoded": int(sum(counts)),

@@ -14,18 +14,23 @@ to files), then run rounds. A round is one step of kit's TrainingLoop on the dri
 ParameterAveragingTrainingMaster (DL4J 0.x's default): broadcast the flat parameters (and the
 updater state when `save_updater`) as one float array; each worker sets them into the network
 it built from the JSON config, fits `averaging_frequency` mini-batches of
-`batch_size_per_worker` examples, and sends its flat state back; the driver averages
-(workers that had data in the round, in worker order) and starts the next round from the mean.
+`batch_size_per_worker` examples, and sends its flat state back up a tree
+(`aggregation_depth`, kit.spark.aggregation): executors sum neighbouring workers' states in
+float64, in worker order, and the driver divides the sum by the workers that had data in the
+round and starts the next round from the mean.
 
 SharedTrainingMaster (DL4J 1.0's default, gradient sharing): each worker adds every step's
 update to its residual, threshold-encodes it (kit.parallel.threshold, adaptive threshold) and
-applies what it encoded; the messages go back through Spark (collect) and the driver applies
-their sum in worker order, then broadcasts the parameters for the next round. Each worker's
-residual, updater state and threshold are its own for the whole training, as in DL4J: they go
-back to the driver with the messages and out again with the next round, so they last across
-rounds, epochs and fits whichever executor (or host) runs the task, and a retried task starts
-from exactly the state the failed one started from. The network's updater state after a fit is
-worker 0's.
+applies what it encoded; the messages come back through the same tree, still encoded (a dense
+sum would be larger than the sparse messages), and the driver applies their sum in worker
+order, then broadcasts the parameters for the next round (they changed by every worker's
+messages; an executor cannot be relied on to hold the last round's). Each worker's residual,
+updater state and threshold are its own for the whole training, as in DL4J: they go back to
+the driver with the messages and out again with the next round, so they last across rounds,
+epochs and fits whichever executor (or host) runs the task, and a retried task starts from
+exactly the state the failed one started from. The network's updater state is broadcast only
+while some worker has none of its own yet (it is where such a worker starts). The network's
+updater state after a fit is worker 0's.
 
 Assignment of data (both masters, `repartition` ALWAYS): example i of the RDD (in order, every
 element's examples one by one, whatever the elements hold) goes to mini-batch
@@ -54,6 +59,7 @@ from kit.nn.loop import NonFiniteScoreError, StepResult
 from kit.nn.workspace_mgr import WorkspaceMode
 from kit.parallel.threshold import threshold_decode
 from kit.spark import _executor as ex
+from kit.spark.aggregation import array_bytes, check_depth, merge_round, round_partial, tree_aggregate
 
 __all__ = [
     "ParameterAveragingTrainingMaster",
@@ -135,11 +141,27 @@ def _check_real(owner: str, name: str, value: Any) -> float:
     return value
 
 
+def _only_partitions(sc: Any, rdd: Any, partitions: list[int]) -> Any:
+    """The given partitions of `rdd` as an RDD of their own, in `rdd`'s order (Spark's
+    PartitionPruningRDD, which PySpark does not expose: reached through the JVM gateway). Its
+    tasks read those partitions only, from the cache or storage `rdd` is persisted in."""
+    from pyspark import RDD
+
+    jvm = sc._jvm
+    keep = jvm.org.apache.spark.api.python.PythonUtils.toSeq(list(partitions)).toSet()  # a Scala Int => Boolean
+    pruned = jvm.org.apache.spark.rdd.PartitionPruningRDD.create(rdd._jrdd.rdd(), keep)
+    return RDD(pruned.toJavaRDD(), sc, rdd._jrdd_deserializer)
+
+
 class TrainingMaster:
     """What both masters share: the data knobs, preparation, the job runner. `round_timeout`
     (kit's, seconds, default 300): a Spark job of a fit or evaluation (the data preparation, a
     round) that has not finished within it is cancelled, and SparkTrainingError says how many
-    executors were alive; the network keeps its state from the last complete round."""
+    executors were alive; the network keeps its state from the last complete round.
+    `aggregation_depth` (DL4J's aggregationDepth, default 2): the workers' results come back by
+    tree aggregation (kit.spark.aggregation), so the driver receives at most
+    ceil(workers ** (1 / depth)) partial results a round; 1 brings every worker's result to the
+    driver. Distributed evaluation merges its partitions the same way."""
 
     mode = "averaging"
 
@@ -158,8 +180,10 @@ class TrainingMaster:
         worker_periodic_gc: bool,
         worker_gc_window_ms: int,
         round_timeout: float = 300.0,
+        aggregation_depth: int = 2,
     ) -> None:
         name = type(self).__name__
+        self.aggregation_depth = check_depth(name, aggregation_depth)
         timeout = _check_real(name, "round_timeout", round_timeout)
         if not timeout > 0:
             raise ValueError(f"{name}(round_timeout={round_timeout!r}): seconds > 0 (default 300)")
@@ -311,11 +335,22 @@ class TrainingMaster:
             stored_rounds=data.stored_rounds,
         )
 
+    def _round_rdd(self, sc: Any, data: Prepared, k: int) -> Any:
+        """An RDD of round k's work, one partition per worker in worker order: the stored
+        partitions of the round only (Spark's PartitionPruningRDD, so no other round's data is
+        read), or one (worker, file) record per partition (EXPORT to a directory)."""
+        if data.stored_rounds:
+            return _only_partitions(sc, data.rdd, [w * data.stored_rounds + k for w in range(data.workers)])
+        records = [(w, data.paths[(w, k)]) for w in range(data.workers) if (w, k) in data.paths]
+        return sc.parallelize(records, max(len(records), 1))
+
     def _submit(
         self, owner: Any, data: Prepared, k: int, keys: tuple[str, ...], workers: dict[int, Any] | None = None
-    ) -> tuple[list[dict], dict]:
-        """Broadcast the state (and `workers`, each worker's own state), run the round's job;
-        returns the workers' results and timings."""
+    ) -> tuple[list[dict], np.ndarray | None, int, dict]:
+        """Broadcast the state (and `workers`, each worker's own state), run the round's job and
+        bring its results back by tree aggregation. Returns the workers' results (state left
+        out), the float64 sum of the states of the `trained` workers that sent one, and the
+        timings and byte counts (what is counted: `SparkTrainingStats`)."""
         sc, net = owner.sc, owner.network
         arrays = net.state_arrays()
         sizes = tuple(arrays[key].shape[0] for key in keys)
@@ -323,25 +358,31 @@ class TrainingMaster:
         t0 = time.perf_counter()
         flat = np.concatenate([arrays[key].numpy().reshape(-1) for key in keys])  # in the network's dtypes
         bc = sc.broadcast(flat)
-        workers_bc = sc.broadcast(workers) if workers is not None else None
+        workers_bc = sc.broadcast(workers) if workers else None
         t1 = time.perf_counter()
         try:
             fn = ex.round_task(self._spec(owner, data, k, keys, sizes), bc, workers_bc)
-            if data.stored_rounds:  # only this round's partitions are read from Spark's storage
-                parts = [w * data.stored_rounds + k for w in range(data.workers)]
-                results = owner.run_partitions(data.rdd, fn, parts, f"round {k}")
-            else:
-                records = [(w, data.paths[(w, k)]) for w in range(data.workers) if (w, k) in data.paths]
-                job = sc.parallelize(records, max(len(records), 1)).mapPartitionsWithIndex(fn, True)
-            if not data.stored_rounds:
-                results = owner.run_job(job, f"round {k}")
+            job = self._round_rdd(sc, data, k).mapPartitionsWithIndex(fn)
+            with owner.watched(f"round {k}"):
+                partial, tree = tree_aggregate(job, None, round_partial, merge_round, self.aggregation_depth)
         finally:
             bc.destroy()
             if workers_bc is not None:
                 workers_bc.destroy()
         t2 = time.perf_counter()
-        timing = {"start": start, "broadcast_ms": (t1 - t0) * 1e3, "job_ms": (t2 - t1) * 1e3}
-        return sorted(results, key=lambda r: r["worker"]), timing
+        results = sorted(partial["workers"] if partial else [], key=lambda r: r["worker"])
+        timing = {
+            "start": start,
+            "broadcast_ms": (t1 - t0) * 1e3,
+            "job_ms": (t2 - t1) * 1e3,
+            "broadcast_bytes": array_bytes(flat) + array_bytes(workers),
+            "driver_received_bytes": tree["driver_bytes"],
+            "partials": tree["partials"],
+            "tree_levels": tree["levels"],
+            "tree_bytes": tree["tree_bytes"],
+        }
+        total = partial["sum"] if partial else None
+        return results, total, (partial["trained"] if partial else 0), timing
 
     def _results(self, owner: Any, results: list[dict]) -> list[StepResult]:
         out = []
@@ -381,6 +422,7 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
         worker_periodic_gc: bool = True,
         worker_gc_window_ms: int = 5000,
         round_timeout: float = 300.0,
+        aggregation_depth: int = 2,
     ) -> None:
         super().__init__(
             batch_size_per_worker,
@@ -396,6 +438,7 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
             worker_periodic_gc,
             worker_gc_window_ms,
             round_timeout,
+            aggregation_depth,
         )
         self.averaging_frequency = averaging_frequency
         self.save_updater = _check_bool("ParameterAveragingTrainingMaster", "save_updater", save_updater)
@@ -403,18 +446,16 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
     def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
         net = owner.network
         keys = tuple(net.state_arrays()) if self.save_updater else ("params",)
-        results, timing = self._submit(owner, data, k, keys)
+        results, total, trained, timing = self._submit(owner, data, k, keys)
         t0 = time.perf_counter()
-        trained = [r for r in results if r["state"] is not None]
         if _diverged(results, k, owner):  # nothing applied: the loop raises NonFiniteScoreError naming the worker
-            trained = []
+            trained = 0
         if trained:
-            mean = trained[0]["state"].astype(np.float64)
-            for r in trained[1:]:  # worker order: the same sum on every run
-                mean += r["state"]
-            mean /= len(trained)
+            # the float64 sum of the trained workers' states, summed up the tree in worker order
+            mean = total.astype(np.float64, copy=trained == 1)
+            mean /= trained
             ex.load_state(net, mean, keys, timing_sizes(net, keys))  # each array takes its own dtype
-            owner.worker_iteration += max(len(r["scores"]) for r in trained)
+            owner.worker_iteration += max(len(r["scores"]) for r in results)
         timing["aggregate_ms"] = (time.perf_counter() - t0) * 1e3
         return self._results(owner, results), timing, [r["stats"] for r in results]
 
@@ -448,6 +489,7 @@ class SharedTrainingMaster(TrainingMaster):
         worker_periodic_gc: bool = True,
         worker_gc_window_ms: int = 5000,
         round_timeout: float = 300.0,
+        aggregation_depth: int = 2,
     ) -> None:
         super().__init__(
             batch_size_per_worker,
@@ -463,6 +505,7 @@ class SharedTrainingMaster(TrainingMaster):
             worker_periodic_gc,
             worker_gc_window_ms,
             round_timeout,
+            aggregation_depth,
         )
         self.batches_per_round = batches_per_round
         name = "SharedTrainingMaster"
@@ -487,9 +530,9 @@ class SharedTrainingMaster(TrainingMaster):
 
     def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
         net = owner.network
-        keys = tuple(net.state_arrays())  # updater state: the start of a worker that has none yet
         states = owner.shared_worker_states
-        results, timing = self._submit(owner, data, k, keys, states)
+        keys = tuple(net.state_arrays()) if self._sends_updater_state(states, data.workers) else ("params",)
+        results, _, _, timing = self._submit(owner, data, k, keys, states)
         t0 = time.perf_counter()
         total = np.zeros(net.num_params, np.result_type(net.dtype, np.float32))
         if _diverged(results, k, owner):
@@ -512,6 +555,12 @@ class SharedTrainingMaster(TrainingMaster):
         timing["aggregate_ms"] = (time.perf_counter() - t0) * 1e3
         return self._results(owner, results), timing, [r["stats"] for r in results]
 
+    @staticmethod
+    def _sends_updater_state(states: dict[int, Any], workers: int) -> bool:
+        """The network's updater state is where a worker without a state of its own starts; once
+        every worker has one, a worker would ignore it, so it is not broadcast."""
+        return any(w not in states for w in range(workers))
+
 
 def _diverged(results: list[dict], k: int, owner: Any) -> bool:
     """A round whose loss was not finite on some worker is not applied (the TrainingLoop then
@@ -520,8 +569,7 @@ def _diverged(results: list[dict], k: int, owner: Any) -> bool:
     if any(not math.isfinite(v) for r in results for v in r["scores"]):
         return True
     for r in results:
-        state = r.get("state")
-        if state is not None and not np.all(np.isfinite(state)):
+        if not r.get("finite", True):  # checked on the executor: the driver receives sums
             raise NonFiniteScoreError(
                 f"Spark round {k} (epoch {owner.epoch}), worker {r['worker']}: its parameters are no longer finite "
                 "after finite losses; the network keeps the state from before this round. Lower the learning "

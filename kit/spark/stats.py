@@ -25,11 +25,28 @@ Viewing runs anywhere, later (here on one round of one worker, written by hand):
 
 Seed 003's answer to the training UI clashing with Spark: collect at run time, view later. The
 driver records, per round, the time to create the broadcast, the Spark job (the executors'
-work plus scheduling and transport) and the aggregation; each executor records, per round,
-loading its data (DIRECT: slicing its cached partition; EXPORT: reading its file), getting the
-model (set from the broadcast), fitting, exporting its result, plus its heap allocations, peak
-workspace bytes and GC calls. `export_stats_html` writes one self-contained file (inline SVG
-timeline and tables, no script, no network).
+work, the tree aggregation's levels, scheduling and transport) and its own share of the
+aggregation; each executor records, per round, loading its data (DIRECT: slicing its cached
+partition; EXPORT: reading its file), getting the model (set from the broadcast), fitting,
+exporting its result, plus its heap allocations, peak workspace bytes and GC calls.
+
+Bytes a round (what is counted: the `nbytes` of the NumPy arrays serialised, never the pickle
+framing around them, tens of bytes an array, nor the task's closure or the JSON configuration):
+
+- `broadcast_bytes` (round): the arrays the driver broadcast: the flat state (parameters, and
+  updater state when it is sent) and, for SharedTrainingMaster, every worker's own state
+  (residual, updater state). Spark sends a broadcast once to each executor that runs a task.
+- `received_bytes` (worker): the broadcast arrays its task unpickled: all of the above, since a
+  task reads a broadcast whole (SharedTrainingMaster: every worker's state, not only its own).
+- `sent_bytes` (worker): the arrays its result carried: its flat state (parameter averaging)
+  or its encoded messages and own state (shared training).
+- `driver_received_bytes` (round): the arrays in the `partials` partial results the driver
+  received after `tree_levels` levels on the executors (at most ceil(workers ** (1 / depth))
+  of them: float64 sums, or a lone worker's state in its own dtype); `tree_bytes`: what those
+  levels moved between executors.
+
+`export_stats_html` writes one self-contained file (inline SVG timeline and tables, no
+script, no network).
 """
 
 from __future__ import annotations
@@ -41,9 +58,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DRIVER_PHASES", "WORKER_PHASES", "SparkTrainingStats", "export_stats_html"]
+__all__ = ["DRIVER_BYTES", "DRIVER_PHASES", "WORKER_PHASES", "SparkTrainingStats", "export_stats_html"]
 
 DRIVER_PHASES = ("broadcast_ms", "job_ms", "aggregate_ms")
+DRIVER_BYTES = ("broadcast_bytes", "driver_received_bytes", "partials", "tree_levels", "tree_bytes")
 WORKER_PHASES = ("load_ms", "get_model_ms", "fit_ms", "export_ms")
 _COLORS = {
     "broadcast_ms": "#4e79a7",
@@ -82,15 +100,16 @@ class SparkTrainingStats:
         return cls(data["master"], data.get("setup", {}), data.get("rounds", []), data.get("workers", []))
 
     def summary(self) -> dict[str, float]:
-        """Median milliseconds per phase (driver phases per round, worker phases per task), and
-        the executors' largest peak workspace bytes and total heap allocations."""
+        """Median milliseconds per phase (driver phases per round, worker phases per task), the
+        median bytes and partial results per round, and the executors' largest peak workspace
+        bytes and total heap allocations."""
         out: dict[str, float] = {}
-        for key in DRIVER_PHASES:
+        for key in DRIVER_PHASES + DRIVER_BYTES:
             values = [r[key] for r in self.rounds if key in r]
             if values:
                 out[key] = statistics.median(values)
         trained = [w for w in self.workers if w.get("examples")]
-        for key in WORKER_PHASES:
+        for key in (*WORKER_PHASES, "received_bytes", "sent_bytes"):
             values = [w[key] for w in trained if key in w]
             if values:
                 out[f"worker_{key}"] = statistics.median(values)
@@ -151,9 +170,10 @@ def export_stats_html(stats: SparkTrainingStats, path: str | os.PathLike) -> Non
         f'<span style="background:{c};padding:0 8px;margin-right:4px"></span>{k}' for k, c in _COLORS.items()
     )
     summary = "".join(f"<tr><td>{k}</td><td>{v:,.3f}</td></tr>" for k, v in stats.summary().items())
-    cols = ["round", "epoch", "workers", *DRIVER_PHASES]
+    cols = ["round", "epoch", "workers", *DRIVER_PHASES, *DRIVER_BYTES]
     table = "".join("<tr>" + "".join(f"<td>{_cell(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in stats.rounds)
-    wcols = ["round", "worker", "pid", "examples", *WORKER_PHASES, "heap_allocations", "peak_workspace_bytes"]
+    wcols = ["round", "worker", "pid", "examples", *WORKER_PHASES, "received_bytes", "sent_bytes"]
+    wcols += ["heap_allocations", "peak_workspace_bytes"]
     wtable = "".join(
         "<tr>" + "".join(f"<td>{_cell(w.get(c, ''))}</td>" for c in wcols) + "</tr>" for w in stats.workers
     )
@@ -164,7 +184,7 @@ text-align:right}}</style></head><body>
 <h1>kit.spark training stats: {html.escape(stats.master)}</h1>
 <p>Setup: {html.escape(json.dumps(stats.setup))}</p>
 <h2>Timeline</h2><p>{legend}</p>{"".join(svg)}
-<h2>Medians (ms)</h2><table><tr><th>phase</th><th>value</th></tr>{summary}</table>
+<h2>Medians (ms, bytes)</h2><table><tr><th>phase</th><th>value</th></tr>{summary}</table>
 <h2>Rounds (driver)</h2><table><tr>{"".join(f"<th>{c}</th>" for c in cols)}</tr>{table}</table>
 <h2>Executors</h2><table><tr>{"".join(f"<th>{c}</th>" for c in wcols)}</tr>{wtable}</table>
 </body></html>

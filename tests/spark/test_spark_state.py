@@ -158,6 +158,8 @@ _BAD_ARGUMENTS = [
     ("both", "round_timeout", float("nan")),
     ("both", "round_timeout", float("inf")),
     ("both", "round_timeout", "60"),
+    ("both", "aggregation_depth", 0),
+    ("both", "aggregation_depth", 2.0),
     ("averaging", "averaging_frequency", 0),
     ("averaging", "averaging_frequency", True),
     ("averaging", "save_updater", "no"),
