@@ -8,7 +8,7 @@ Usage (it starts a local Spark, a JVM that takes seconds to come up, so it is no
     tm = ParameterAveragingTrainingMaster(batch_size_per_worker=32, averaging_frequency=5)
     spark_net = SparkNetwork(sc, net, tm)
     spark_net.fit(rdd, epochs=2, listeners=[ScoreIterationListener(10)])
-    spark_net.evaluate(to_rdd(sc, test)).accuracy()  # merged across partitions (treeAggregate)
+    spark_net.evaluate(to_rdd(sc, test)).accuracy()  # merged across partitions (tree aggregation)
     spark_net.network                            # the trained model, on the driver
 
 The data: an RDD whose elements are `(features, labels)` pairs of NumPy arrays with a leading
@@ -53,6 +53,7 @@ from kit.labels import class_indices
 from kit.nn.loop import StepResult, TrainingLoop
 from kit.nn.network import Network
 from kit.spark import _executor as ex
+from kit.spark.aggregation import tree_aggregate
 from kit.spark.masters import TrainingMaster
 from kit.spark.stats import SparkTrainingStats
 
@@ -87,7 +88,9 @@ def spark_missing() -> str | None:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        return 'PySpark is not installed: pip install "kit[spark]" (or pip install "pyspark>=3.5")'
+        from kit.settings import install_hint
+
+        return f'PySpark is not installed: {install_hint("spark")} (or pip install "pyspark>=3.5")'
     java_home = os.environ.get("JAVA_HOME")
     java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
     if not java or not os.path.exists(java):
@@ -256,17 +259,6 @@ class SparkNetwork:
         with self.watched(what):
             return rdd.collect()
 
-    def run_partitions(self, rdd: Any, fn: Any, partitions: list[int], what: str) -> list[Any]:
-        """Run `fn(partition, iterator)` on some partitions of `rdd` only (sc.runJob), watched."""
-
-        def on_partition(it: Iterator[Any]) -> Any:
-            from pyspark import TaskContext  # on the executor: which partition this task reads
-
-            return fn(TaskContext.get().partitionId(), it)
-
-        with self.watched(what):
-            return self.sc.runJob(rdd, on_partition, partitions)
-
     @contextlib.contextmanager
     def watched(self, what: str) -> Iterator[None]:
         """Spark jobs started inside run in one job group, bounded by the master's round_timeout:
@@ -366,14 +358,17 @@ class SparkNetwork:
         return self.last_score
 
     # ---- evaluation ----------------------------------------------------------------------
-    def _aggregate(self, data: Any, kinds: tuple[str, ...], batch_size: int, depth: int = 2) -> tuple[Any, ...]:
+    def _aggregate(self, data: Any, kinds: tuple[str, ...], batch_size: int) -> tuple[Any, ...]:
+        """Each partition's raw sums, merged up a tree (the master's aggregation_depth) in
+        partition order."""
         rdd = as_rdd(data)
         net = self.network
         bc = self.sc.broadcast(net.params().numpy())
         try:
             with self.watched("evaluation"):
                 fn = ex.eval_task(self.config_json, bc, kinds, batch_size, net.output_shape[0])
-                result = rdd.mapPartitionsWithIndex(fn).treeAggregate(None, _combine, _combine, depth)
+                depth = self.training_master.aggregation_depth
+                result, _ = tree_aggregate(rdd.mapPartitionsWithIndex(fn), None, _combine, _combine, depth)
         finally:
             bc.destroy()
         if result is None:
