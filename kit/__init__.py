@@ -11,9 +11,14 @@
       [...]
     >>> ws.destroy()                                    # give the arena back
 
-From a shell, `python -m kit info` prints the backend, devices and BLAS.
+From a shell, `python -m kit info` prints the backend, devices and BLAS. pip knows kit as
+`gpu-workspaces-kit` (the `kit` on PyPI is an unrelated project); the import name is `kit`.
 
-Modules, lowest first: backend (NumPy/CuPy), devices (placement, the one transfer path),
+`kit.devices` is both the module and, called, the list of devices: `kit.devices()` and
+`kit.devices.set_host_device_count(2)` work as written. Environment variables (KIT_HOST_DEVICES,
+KIT_DEFAULT_DTYPE, KIT_QUICK, ...) are checked once, at import, by kit.settings.
+
+Modules, lowest first: settings (the environment), backend (NumPy/CuPy), devices (placement, the one transfer path),
 context (the current workspace), memory (allocation, counters, cache, GC window), workspace
 (arenas), shapes/ndarray/ops/creation (arrays), readings (RSS, GPU, one stats dictionary),
 widgets (live panels); above them kit.nn, kit.data, kit.parallel, kit.earlystopping.
@@ -21,7 +26,7 @@ widgets (live panels); above them kit.nn, kit.data, kit.parallel, kit.earlystopp
 
 from __future__ import annotations
 
-from kit import backend, context, memory, readings, widgets, workspace
+from kit import backend, context, devices, memory, readings, settings, widgets, workspace
 from kit.backend import BackendError, get_default_dtype, set_default_dtype
 from kit.context import scope_out_of_workspaces
 from kit.creation import (
@@ -47,12 +52,12 @@ from kit.devices import (
     current_device,
     device,
     device_for_current_thread,
-    devices,
     logical_devices,
     seed,
 )
 from kit.ndarray import DeviceMismatchError, NDArray, ShapeError
 from kit.ops import concatenate, maximum, minimum, stack, where
+from kit.timeline import memory_timeline
 from kit.workspace import (
     AllocationPolicy,
     DebugMode,
@@ -140,6 +145,7 @@ __all__ = [
     "matmul",
     "maximum",
     "memory",
+    "memory_timeline",
     "minimum",
     "ones",
     "ones_like",
@@ -150,6 +156,7 @@ __all__ = [
     "seed",
     "set_debug_mode",
     "set_default_dtype",
+    "settings",
     "sqrt",
     "stack",
     "tanh",

@@ -1,11 +1,16 @@
 """Command line: `python -m kit info`, `python -m kit bench NAME`, `python -m kit lab`, `python -m kit book`.
 
 python -m kit info                 # backend, versions, devices, BLAS, memory
+python -m kit bench -h             # the benchmarks, one line each
 python -m kit bench arrays         # wrapper overhead per op vs raw NumPy
 python -m kit bench workspaces     # plain vs caching allocator vs workspace
-python -m kit bench arrays --quick # fewer repeats (CI, smoke runs)
+python -m kit bench arrays --quick # fewer repeats (CI, smoke runs; KIT_QUICK=1 does the same)
 python -m kit lab                  # JupyterLab on the chapters (adds --allow-root when run as root)
 python -m kit book                 # the chapters as a static HTML site, from their stored outputs
+python -m kit --version            # the installed version of gpu-workspaces-kit (pip's name for kit)
+
+The console script `kit` is the same command. A bad setting in the environment (kit.settings)
+is one line on stderr and exit status 2, as a bad argument is.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from threadpoolctl import threadpool_info
 
 import kit
 from kit import bench as benchmarks
-from kit import readings
+from kit import readings, settings
 from kit.book import build_book
 from kit.devices import host_device_count
 
@@ -30,7 +35,7 @@ def info_lines() -> list[str]:
     """What `python -m kit info` prints, as lines (the chapters print it too)."""
     choice = kit.backend.current()
     lines = [
-        f"kit {kit.__version__} on Python {platform.python_version()} ({platform.system()} {platform.machine()})",
+        f"kit {version()} on Python {platform.python_version()} ({platform.system()} {platform.machine()})",
         f"backend: {choice.name} ({choice.reason})",
         f"GPU: {choice.gpu_reason}",
         f"NumPy {np.__version__}" + _cupy_version(),
@@ -85,22 +90,66 @@ def lab_command(directory: Path, extra: list[str] | None = None, euid: int | Non
     return cmd + list(extra or [])
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__.splitlines()[0])
+def version() -> str:
+    """The installed distribution's version (importlib.metadata), else the source's kit.__version__."""
+    return settings.distribution_version() or kit.__version__
+
+
+def _bench_help() -> str:
+    width = max(len(name) for name in benchmarks.BENCHMARKS)
+    return "benchmarks:\n" + "\n".join(
+        f"  {name.ljust(width)}  {description}" for name, (_, description) in benchmarks.BENCHMARKS.items()
+    )
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="kit from a shell: backend and devices, benchmarks, JupyterLab on the chapters, the book.",
+    )
+    parser.add_argument("--version", action="version", version=f"{settings.DISTRIBUTION} {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="backend, versions, devices, BLAS, memory")
-    bench = sub.add_parser("bench", help="benchmarks: ratios taken side by side, medians of repeats")
-    bench.add_argument("name", choices=["arrays", "workspaces", "train", "parallel", "spark", "d2l"])
-    bench.add_argument("--quick", action="store_true", help="fewer repeats (smoke runs)")
-    bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    bench = sub.add_parser(
+        "bench",
+        help="benchmarks: ratios taken side by side, medians of repeats",
+        description="Benchmarks: ratios taken side by side, medians of repeats.",
+        epilog=_bench_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench.add_argument("name", choices=list(benchmarks.BENCHMARKS), help="which benchmark (listed below)")
+    bench.add_argument("--quick", action="store_true", help="fewer repeats (smoke runs); KIT_QUICK=1 does the same")
+    bench.add_argument("--json", metavar="FILE", help="also write the results as JSON (its directory must exist)")
     lab = sub.add_parser("lab", help="JupyterLab on the chapters (works as root)")
     lab.add_argument("--dir", default=None, help="directory to open (default: the chapters)")
     lab.add_argument("--print", action="store_true", help="print the command instead of running it")
     book = sub.add_parser("book", help="build the chapters into a static HTML site (offline)")
     book.add_argument("--out", default="build/book", help="output directory (default build/book)")
+    return parser
+
+
+def _error(prog: str, message: str) -> int:
+    """argparse's convention for a bad input: one line on stderr, exit status 2, no traceback."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    prog = settings.command_name() or "python -m kit"  # the console script says its own name
+    parser = _parser(prog)
     args, rest = parser.parse_known_args(argv)
     if rest and args.command != "lab":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    try:
+        found = settings.load()  # checked at import too; read again in case the environment changed
+        return _run(args, rest, found)
+    except settings.SettingError as exc:
+        return _error(prog, str(exc))
+    except benchmarks.OutputPathError as exc:
+        return _error(f"{prog} bench", str(exc))
+
+
+def _run(args: argparse.Namespace, rest: list[str], found: settings.Settings) -> int:
     if args.command == "info":
         print("\n".join(info_lines()))
         return 0
@@ -115,11 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         index = build_book(notebooks_dir(), Path(args.out))
         print(f"book written: {index}")
         return 0
-    quick = args.quick or os.environ.get("KIT_QUICK") == "1"
-    result = benchmarks.run(args.name, quick=quick)
+    json_path = benchmarks.check_json_path(args.json) if args.json else None  # before minutes of benchmark
+    result = benchmarks.run(args.name, quick=args.quick or found.quick)
     print(benchmarks.format_result(result))
-    if args.json:
-        benchmarks.write_json(result, args.json)
+    if json_path is not None:
+        benchmarks.write_json(result, json_path)
     return 0
 
 

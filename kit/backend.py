@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from kit import settings
+
 __all__ = [
     "BackendChoice",
     "BackendError",
@@ -93,23 +95,11 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:200] if text else "no message"
 
 
-def _int_env(env, var: str, default: int) -> int:
-    raw = env.get(var)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise BackendError(f"{var}={raw!r} is not an integer (ND4J's backend priorities are integers)") from None
-
-
 def choose(environ: dict[str, str] | None = None) -> BackendChoice:
     """Decide the backend from the environment. Pure apart from probing the GPU."""
     env = os.environ if environ is None else environ
-    strict = env.get("KIT_BACKEND_STRICT", "").strip().lower() in ("1", "true", "yes")
-    asked = env.get("KIT_BACKEND", "").strip().lower()
-    if asked not in ("", "numpy", "cupy"):
-        raise BackendError(f"KIT_BACKEND={asked!r}: use 'numpy' (CPU) or 'cupy' (GPU)")
+    strict = settings.backend_strict(env)
+    asked = settings.backend_name(env)
     if asked == "numpy":
         return BackendChoice("numpy", "KIT_BACKEND=numpy", gpu_status()[1])
     ok, why = gpu_status()
@@ -117,8 +107,8 @@ def choose(environ: dict[str, str] | None = None) -> BackendChoice:
         wanted_gpu, how = True, "KIT_BACKEND=cupy"
         explicit = True
     else:
-        cpu = _int_env(env, "BACKEND_PRIORITY_CPU", 0)
-        gpu = _int_env(env, "BACKEND_PRIORITY_GPU", 100)
+        cpu = settings.backend_priority("BACKEND_PRIORITY_CPU", 0, env)
+        gpu = settings.backend_priority("BACKEND_PRIORITY_GPU", 100, env)
         wanted_gpu = gpu > cpu
         how = (
             f"BACKEND_PRIORITY_GPU={gpu} > BACKEND_PRIORITY_CPU={cpu}"
@@ -157,19 +147,7 @@ def name() -> str:
 # ---------------------------------------------------------------------------------------
 # dtypes
 
-_DTYPE_ALIASES = {
-    "half": "float16",
-    "float16": "float16",
-    "fp16": "float16",
-    "float": "float32",
-    "float32": "float32",
-    "fp32": "float32",
-    "double": "float64",
-    "float64": "float64",
-    "fp64": "float64",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-}
+_DTYPE_ALIASES = settings.DTYPE_ALIASES
 _FLOATING = ("float16", "float32", "float64", "bfloat16")
 _OTHER = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
@@ -219,7 +197,8 @@ def resolve_dtype(dtype: object, *, floating_only: bool = False) -> np.dtype:
     if dt not in _SUPPORTED_NP and dt != _bfloat16_dtype():
         raise TypeError(f"unsupported dtype {dt.name}; kit supports {', '.join(supported_dtypes())}")
     if floating_only and dt.kind != "f" and dt != _bfloat16_dtype():
-        raise TypeError(f"dtype {dt.name} is not floating; the default dtype must be one of {', '.join(_FLOATING)}")
+        names = ", ".join(settings.default_dtype_names())
+        raise TypeError(f"dtype {dt.name} is not floating; the default dtype must be one of {names}")
     return dt
 
 
@@ -229,7 +208,7 @@ _default_dtype: np.dtype | None = None
 def get_default_dtype() -> np.dtype:
     global _default_dtype
     if _default_dtype is None:
-        _default_dtype = resolve_dtype(os.environ.get("KIT_DEFAULT_DTYPE", "float32"), floating_only=True)
+        _default_dtype = resolve_dtype(settings.default_dtype(), floating_only=True)
     return _default_dtype
 
 
@@ -241,10 +220,7 @@ def set_default_dtype(dtype: object) -> np.dtype:
     return previous
 
 
-MATMUL_PRECISIONS = {
-    "highest": "float32 products and sums (CuPy's and NumPy's default)",
-    "high": "TF32 on a GPU's tensor cores (10-bit mantissa inputs, float32 sums); PyTorch's default for convolutions",
-}
+MATMUL_PRECISIONS = settings.MATMUL_PRECISIONS
 _matmul_precision: str | None = None
 
 
@@ -252,12 +228,8 @@ def get_matmul_precision() -> str:
     """How float32 matrix products run on a GPU: 'highest' (float32) or 'high' (TF32)."""
     global _matmul_precision
     if _matmul_precision is None:
-        env = os.environ.get("KIT_MATMUL_PRECISION")
-        if env is None:  # CuPy's own switch, when set, is what runs: say so
-            env = "high" if os.environ.get("CUPY_TF32", "0").strip() not in ("", "0") else "highest"
-            _matmul_precision = env
-        else:
-            _matmul_precision = _check_precision(env, f"KIT_MATMUL_PRECISION={env!r}")
+        # CuPy's own switch, when set and KIT_MATMUL_PRECISION is not, is what runs: say so
+        _matmul_precision = settings.matmul_precision() or ("high" if settings.cupy_tf32() else "highest")
     return _matmul_precision
 
 

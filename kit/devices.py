@@ -35,7 +35,9 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import sys
 import threading
+import types
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -43,7 +45,7 @@ import numpy as np
 import psutil
 from threadpoolctl import threadpool_limits
 
-from kit import backend
+from kit import backend, settings
 
 __all__ = [
     "Device",
@@ -131,13 +133,9 @@ class Device(_DeviceBase):
                 have = f"this machine has {count} usable GPU(s)" if count else backend.gpu_status()[1]
                 raise DeviceError(f"device {spec!r} does not exist: {have}; kit.devices() lists what there is")
         elif int(index) >= _host["count"]:
-            if _host["count"] == 1:
-                raise DeviceError(
-                    f"device {spec!r} does not exist: the CPU is one device, 'cpu:0' (KIT_HOST_DEVICES=N or "
-                    "kit.devices.set_host_device_count(N) simulates N host devices)"
-                )
-            last = _host["count"] - 1
-            raise DeviceError(f"device {spec!r} does not exist: {last + 1} simulated host devices, cpu:0..cpu:{last}")
+            raise DeviceError(
+                f"device {spec!r} does not exist: {_host_devices_now()}; {_more_host_devices(int(index))}"
+            )
         found = cls._registry.get(key)
         if found is not None:
             return found
@@ -282,24 +280,32 @@ def gpu_count() -> int:
     return _gpu_count
 
 
-def _env_host_devices() -> int:
-    raw = os.environ.get("KIT_HOST_DEVICES", "").strip()
-    if not raw:
-        return 1
-    if not raw.isdigit() or int(raw) < 1:
-        raise DeviceError(f"KIT_HOST_DEVICES={raw!r}: give a whole number >= 1 of simulated host devices")
-    return int(raw)
+_host = {"count": settings.host_devices()}  # KIT_HOST_DEVICES, checked by kit.settings
 
 
-_host = {"count": _env_host_devices()}
+def _host_devices_now() -> str:
+    last = _host["count"] - 1
+    return "the CPU is one device, 'cpu:0'" if last == 0 else f"{last + 1} simulated host devices, cpu:0..cpu:{last}"
+
+
+def _more_host_devices(index: int) -> str:
+    """The remedy for a missing cpu:`index`: simulate enough host devices, within the bound."""
+    most = settings.MAX_HOST_DEVICES
+    if index >= most:
+        return f"kit simulates at most {most} host devices, cpu:0..cpu:{most - 1}"
+    n = index + 1
+    return f"KIT_HOST_DEVICES={n} or kit.devices.set_host_device_count({n}) simulates {n} host devices"
 
 
 def set_host_device_count(n: int) -> int:
     """Simulate `n` host devices cpu:0..cpu:n-1 (1: the CPU is one device). Returns the previous
     count. Call it before making arrays on the devices it removes: those stay usable but can no
     longer be looked up by name."""
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise DeviceError(f"set_host_device_count({n!r}): give a whole number >= 1")
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= settings.MAX_HOST_DEVICES:
+        raise DeviceError(
+            f"set_host_device_count({n!r}): kit simulates 1 to {settings.MAX_HOST_DEVICES} host devices; "
+            "e.g. kit.devices.set_host_device_count(2)"
+        )
     previous, _host["count"] = _host["count"], n
     return previous
 
@@ -581,7 +587,7 @@ def reset_transfer_stats() -> None:
 # ---------------------------------------------------------------------------------------
 # random generators: one per device
 
-_base_seed: int = int(os.environ.get("KIT_SEED", "0") or 0)
+_base_seed: int = settings.seed()  # KIT_SEED
 _seed_epoch = 0
 _known: list = []  # weakrefs not needed: devices are few and long-lived
 
@@ -607,3 +613,14 @@ def seed(value: int) -> None:
     for dev in _known:
         dev._rng = None
     _known.clear()
+
+
+class _DevicesModule(types.ModuleType):
+    """`kit.devices` is this module, and calling it lists the devices: `kit.devices()` and
+    `kit.devices.set_host_device_count(2)` both work as written."""
+
+    def __call__(self) -> list[Device]:
+        return devices()
+
+
+sys.modules[__name__].__class__ = _DevicesModule

@@ -24,13 +24,18 @@ def test_kit_backend_numpy_wins_over_priorities():
 
 
 def test_bad_backend_name_is_a_clear_error():
-    with pytest.raises(backend.BackendError, match="KIT_BACKEND='tpu'"):
+    with pytest.raises(kit.settings.SettingError, match=r"KIT_BACKEND='tpu' is not a backend: 'numpy' \(CPU\)"):
         backend.choose({"KIT_BACKEND": "tpu"})
 
 
 def test_bad_priority_is_a_clear_error():
-    with pytest.raises(backend.BackendError, match="BACKEND_PRIORITY_GPU='high'"):
+    with pytest.raises(kit.settings.SettingError, match="BACKEND_PRIORITY_GPU='high' is not an integer"):
         backend.choose({"BACKEND_PRIORITY_GPU": "high"})
+
+
+def test_a_strict_flag_that_is_not_yes_or_no_is_refused():
+    with pytest.raises(kit.settings.SettingError, match="KIT_BACKEND_STRICT='sure' is not a yes/no value"):
+        backend.choose({"KIT_BACKEND": "numpy", "KIT_BACKEND_STRICT": "sure"})
 
 
 @pytest.mark.skipif(backend.gpu_status()[0], reason="a GPU is usable here")
@@ -76,7 +81,7 @@ def test_unsupported_dtypes_are_named():
         backend.resolve_dtype(np.complex64)
     with pytest.raises(TypeError, match="unknown dtype 'quad'"):
         backend.resolve_dtype("quad")
-    with pytest.raises(TypeError, match="int32 is not floating"):
+    with pytest.raises(TypeError, match="int32 is not floating; the default dtype must be one of float16, float32"):
         kit.set_default_dtype("int32")
 
 

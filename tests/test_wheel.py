@@ -8,6 +8,7 @@ reach one."""
 import os
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CHAPTER = "06_early_stopping.ipynb"
+DISTRIBUTION = "gpu-workspaces-kit"  # pip's name for kit (the `kit` on PyPI is someone else's)
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +33,7 @@ def wheel(tmp_path_factory):
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)]
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    (path,) = out.glob("kit-*.whl")
+    (path,) = out.glob("gpu_workspaces_kit-*.whl")
     return path
 
 
@@ -39,6 +41,18 @@ def test_wheel_ships_the_data_as_package_data(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "kit/data/digits.csv.gz" in names and "kit/data/README.md" in names
     assert not any(n.startswith(("tests/", "notebooks/", "data/")) for n in names)
+
+
+def test_wheel_metadata_names_the_distribution_and_its_licence(wheel):
+    archive = zipfile.ZipFile(wheel)
+    (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+    text = archive.read(metadata).decode()
+    assert f"Name: {DISTRIBUTION}\n" in text
+    assert "License-Expression: Apache-2.0\n" in text and "License-File: LICENSE\n" in text  # PEP 639
+    licence = archive.read(metadata.replace("METADATA", "licenses/LICENSE")).decode()
+    assert "Apache License" in licence and "Version 2.0, January 2004" in licence and "END OF TERMS" in licence
+    (entry_points,) = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    assert "kit = kit.__main__:main" in archive.read(entry_points).decode()
 
 
 def test_chapter_runs_from_a_fresh_venv_outside_the_repo(wheel, tmp_path):
@@ -50,8 +64,13 @@ def test_chapter_runs_from_a_fresh_venv_outside_the_repo(wheel, tmp_path):
     if r.returncode != 0 and "No matching distribution" in r.stderr:
         pytest.skip(f"pip cannot reach an index here: {r.stderr[-300:]}")
     assert r.returncode == 0, r.stderr[-3000:]
+    # the console script says the installed distribution's version, and its own name in its usage
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    r = _run([str(venv / "bin" / "kit"), "--version"])
+    assert r.returncode == 0 and r.stdout.strip() == f"{DISTRIBUTION} {version}", r.stdout + r.stderr
+    assert _run([str(venv / "bin" / "kit"), "-h"]).stdout.startswith("usage: kit ")
     # ... then kit itself is removed, so the chapter's first cell must install it (the Colab path)
-    assert _run([str(py), "-m", "pip", "uninstall", "-y", "-q", "kit"]).returncode == 0
+    assert _run([str(py), "-m", "pip", "uninstall", "-y", "-q", DISTRIBUTION]).returncode == 0
     work = tmp_path / "reader"
     work.mkdir()
     nb_path = work / CHAPTER
@@ -71,6 +90,6 @@ def test_chapter_runs_from_a_fresh_venv_outside_the_repo(wheel, tmp_path):
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     nb = nbformat.read(nb_path, as_version=4)  # stream text joined into one string per output
     first = "".join(o.get("text", "") for o in nb.cells[1].outputs)
-    assert "installing kit from" in first and "mode: quick" in first
+    assert f"installing {wheel} ..." in first and "mode: quick" in first
     where = "".join(o.get("text", "") for o in nb.cells[-1].outputs).strip()
     assert where.startswith(str(venv)), f"kit was imported from {where}, not from the venv"

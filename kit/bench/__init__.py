@@ -4,10 +4,14 @@
     python -m kit bench workspaces   # plain vs caching allocator vs workspace, MLP-sized cycle
     python -m kit bench train        # training steps: kit vs NumPy (vs PyTorch), modes, ETL
     python -m kit bench parallel     # ParallelWrapper 1 vs 2 workers, averaging frequency, inference
+    python -m kit bench spark        # what a Spark round costs, beside Network.fit
     python -m kit bench d2l          # d2l's ResNet-18 on Fashion-MNIST, 10 epochs, kit beside PyTorch
 
-Timings are never asserted in tests (shared, noisy machines); each benchmark interleaves the
-variants in every repeat, so drift hits them alike, and reports the median.
+`BENCHMARKS` names each with its one-line description (what `bench -h` lists). Timings are never
+asserted in tests (shared, noisy machines); each benchmark interleaves the variants in every
+repeat, so drift hits them alike, and reports the median. `--json FILE` writes the result with
+the run's environment (`common.run_metadata`: versions, UTC time, git commit); its directory is
+checked before the benchmark starts (`check_json_path`).
 """
 
 from __future__ import annotations
@@ -17,17 +21,28 @@ import os
 import statistics
 import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import kit
 from kit import measure
-from kit.bench.common import _device_label
+from kit.bench.common import _device_label, run_metadata
 from kit.bench.d2l import bench_d2l
 from kit.bench.parallel import bench_parallel
 from kit.bench.spark import bench_spark
 from kit.bench.train import bench_train
 
-__all__ = ["bench_arrays", "bench_workspaces", "format_result", "mlp_cycle", "run", "write_json"]
+__all__ = [
+    "BENCHMARKS",
+    "OutputPathError",
+    "bench_arrays",
+    "bench_workspaces",
+    "check_json_path",
+    "format_result",
+    "mlp_cycle",
+    "run",
+    "write_json",
+]
 
 
 # ---------------------------------------------------------------------------------------
@@ -94,7 +109,7 @@ def bench_arrays(quick: bool = False) -> dict[str, Any]:
             "small_added_us_median": statistics.median(small),
             "small_added_us_max": max(small),
             "large_overhead_pct_median": large_pct,
-            "machine_load_by_others": f"{load.others:.0%}",
+            "machine_load_by_others": round(load.others, 4),  # a fraction of the machine, 0..1 (printed as %)
             "goal_small": measure.goal(
                 "added per small op (median)", statistics.median(small), "<=", 1.5, "us", reliable
             ),
@@ -255,20 +270,21 @@ def bench_workspaces(quick: bool = False) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 
 
+BENCHMARKS: dict[str, tuple[Callable[[bool], dict[str, Any]], str]] = {
+    "arrays": (bench_arrays, "kit op vs the same raw NumPy/CuPy op, on 100 and 1,000,000 elements"),
+    "workspaces": (bench_workspaces, "one MLP step: plain vs caching allocator vs workspace (time, allocations)"),
+    "train": (bench_train, "training steps: kit vs hand-written NumPy (vs PyTorch), workspace modes, data"),
+    "parallel": (bench_parallel, "ParallelWrapper 1 vs 2 workers, averaging frequency; ParallelInference"),
+    "spark": (bench_spark, "bytes and time a Spark round costs, beside Network.fit (needs PySpark, Java)"),
+    "d2l": (bench_d2l, "d2l's ResNet-18 on Fashion-MNIST, 10 epochs, kit beside PyTorch (meant for a GPU)"),
+}
+
+
 def run(name: str, quick: bool = False) -> dict[str, Any]:
-    if name == "arrays":
-        return bench_arrays(quick)
-    if name == "workspaces":
-        return bench_workspaces(quick)
-    if name == "train":
-        return bench_train(quick)
-    if name == "parallel":
-        return bench_parallel(quick)
-    if name == "spark":
-        return bench_spark(quick)
-    if name == "d2l":
-        return bench_d2l(quick)
-    raise ValueError(f"unknown benchmark {name!r}: arrays, workspaces, train, parallel, spark, d2l")
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}: {', '.join(BENCHMARKS)}")
+    bench, _ = BENCHMARKS[name]
+    return bench(quick)
 
 
 def format_result(result: dict[str, Any]) -> str:
@@ -281,7 +297,10 @@ def format_result(result: dict[str, Any]) -> str:
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
     lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
-    lines += [f"{k}: {_fmt(v)}" for k, v in result["summary"].items()]
+    lines += [
+        f"{k}: {v:.0%}" if k.startswith("machine_load") and isinstance(v, float) else f"{k}: {_fmt(v)}"
+        for k, v in result["summary"].items()
+    ]
     return "\n".join(lines)
 
 
@@ -291,9 +310,34 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def write_json(result: dict[str, Any], path: str) -> None:
-    """Atomic write: a temporary file renamed over the target."""
-    tmp = f"{path}.tmp{os.getpid()}"
+class OutputPathError(ValueError):
+    """`--json FILE` names a file that cannot be written; said before the benchmark runs."""
+
+
+def check_json_path(path: str | os.PathLike[str]) -> Path:
+    """The JSON file a benchmark will write, checked now (a benchmark can take minutes): its
+    directory must exist and be writable, and the path must not be a directory."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise OutputPathError(
+            f"--json {str(path)!r} is a directory; give a file in it, e.g. --json {target / 'bench.json'}"
+        )
+    if not folder.is_dir():
+        raise OutputPathError(
+            f"--json {str(path)!r}: the directory {str(folder)!r} does not exist; "
+            f"create it first (mkdir -p {folder}) or write the file somewhere that exists"
+        )
+    if not os.access(folder, os.W_OK):
+        raise OutputPathError(f"--json {str(path)!r}: the directory {str(folder)!r} is not writable; choose another")
+    return target
+
+
+def write_json(result: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """The result and the run's environment (versions, UTC time, git commit) under "run".
+    Atomic write: a temporary file renamed over the target."""
+    target = check_json_path(path)
+    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
     with open(tmp, "w") as f:
-        json.dump(result, f, indent=2)
-    os.replace(tmp, path)
+        json.dump({**result, "run": run_metadata()}, f, indent=2)
+    os.replace(tmp, target)

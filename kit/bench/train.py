@@ -6,7 +6,7 @@
 - the three workspace modes: time, allocations per iteration, peak workspace bytes;
 - MLP 784-256-10 inference at batch 1 and 256: Network.output, a planned forward
   (Network.plan_inference) and NumPy (goal: planned batch 1 <= 1.3 x NumPy);
-- convolution nets against PyTorch on the CPU (the `bench` extra, `pip install "kit[bench]"`; on
+- convolution nets against PyTorch on the CPU (the `bench` extra, `pip install "gpu-workspaces-kit[bench]"`; on
   Linux `pip install torch --index-url https://download.pytorch.org/whl/cpu` is the small CPU wheel):
   a LeNet training step (batch 64, 1 x 28 x 28) in each workspace mode, and ResNet-18's forward
   + backward (batch 32); one thread each (threadpoolctl for kit's BLAS, torch.set_num_threads),
@@ -32,6 +32,7 @@ from kit.bench.d2l import torch_resnet18
 from kit.bench.kernels import kernel_rows
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
 from kit.nn import Conv2D, Network, Sgd, WorkspaceMode, lenet, mlp, resnet18
+from kit.settings import install_hint
 
 __all__ = ["bench_train"]
 
@@ -171,7 +172,7 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
                 else {}
             ),
             **etl,
-            "pytorch": "installed" if torch_step is not None else "not installed (pip install kit[bench] to compare)",
+            "pytorch": "installed" if torch_step is not None else f"not installed ({install_hint('bench')} to compare)",
             "mlp_threads": "kit and NumPy: 1 BLAS thread each (threadpoolctl)",
             **mlp_goal,
             **inference_goal,
@@ -372,7 +373,7 @@ def _torch_ratio(timings: dict[str, measure.Timing], name: str) -> float | None:
 def _goal(timings: dict[str, measure.Timing], name: str) -> str:
     ratio = _torch_ratio(timings, name)
     if ratio is None:
-        return f"{name} / PyTorch <= {CONV_GOAL}: not measured (PyTorch not installed: pip install kit[bench])"
+        return f"{name} / PyTorch <= {CONV_GOAL}: not measured (PyTorch not installed: {install_hint('bench')})"
     reliable = all(t.reliable for t in timings.values())
     return measure.goal(f"{name} / PyTorch", ratio, "<=", CONV_GOAL, "x", reliable=reliable)
 
