@@ -84,13 +84,20 @@ def _code(nb):
     return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
 
 
-def test_every_chapter_installs_kit_from_the_location_the_readme_names():
+def test_every_chapter_installs_kit_from_the_one_setting_the_readme_names():
+    """The first cell installs from KIT_PIP_SPEC, else from PyPI under the distribution name
+    (never the stranger's `kit`), as the README says; no placeholder location is left."""
+    from kit.settings import DISTRIBUTION
+
     readme = (NOTEBOOKS.parent / "README.md").read_text()
+    assert "ORG/REPO" not in readme
     for nb_path in CORE:
         setup = _code(json.loads(nb_path.read_text()))[0]
-        source = setup.split('KIT_SOURCE = "', 1)[1].split('"', 1)[0]
-        assert f"`KIT_SOURCE` in that cell: `{source}`" in readme, f"{nb_path.name} installs from {source}"
-        assert "KIT_PIP_SPEC" in setup and "pip" in setup and "install" in setup
+        assert "ORG/REPO" not in setup and "KIT_SOURCE" not in setup, nb_path.name
+        default = setup.split('os.environ.get("KIT_PIP_SPEC", "").strip() or "', 1)[1].split('"', 1)[0]
+        assert default.split("[")[0] == DISTRIBUTION, f"{nb_path.name} installs {default}"
+        assert f"`{default}`" in readme, f"{nb_path.name} installs {default}; the README does not say so"
+        assert "QUICK = kit.settings.quick()" in setup, nb_path.name
 
 
 def test_every_chapter_checks_outputs_and_ends_with_exercises():
