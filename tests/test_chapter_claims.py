@@ -19,10 +19,7 @@ from pathlib import Path
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-PENDING = {  # chapters whose prose is not yet generated or checked (issue 23): expected to fail
-    "04_multi_device_training",
-    "07_training_on_spark",
-}
+PENDING: set[str] = set()  # chapters whose prose is not yet generated or checked: expected to fail
 
 COMPARATIVES = (
     "faster|slower|quicker|more|less|fewer|saves|saved|larger|smaller|higher|lower|"
