@@ -109,9 +109,18 @@ class LoadReading:
 
 
 @contextmanager
-def machine_load() -> Iterator[LoadReading]:
+def machine_load(children_are_ours: bool = False) -> Iterator[LoadReading]:
     """`with machine_load() as load: ...` then `load.others` (fraction of the machine other
-    processes used while the block ran; child processes count as other processes, reaped or not)."""
+    processes used while the block ran; child processes count as other processes, reaped or not).
+
+    `children_are_ours=True` counts this process's descendants as its own work: for a workload
+    that runs in them (Spark's JVM and its Python workers, a process pool), whose CPU would
+    otherwise read as other processes' load and flag every timing. A descendant that ends inside
+    the block has its time counted as others' (flagged, never hidden)."""
+    if children_are_ours:
+        with _load_with_descendants() as reading:
+            yield reading
+        return
     reading = LoadReading()
     busy0, own0, t0 = _busy_seconds(), _own_seconds(), time.perf_counter()
     try:
@@ -124,6 +133,34 @@ def machine_load() -> Iterator[LoadReading]:
         reading.own = min(1.0, max(0.0, own / capacity))
         # /proc/stat ticks at 10 ms: short blocks read coarsely, never below zero
         reading.others = min(1.0, max(0.0, (busy - own) / capacity))
+
+
+def _tree_seconds(me: psutil.Process) -> dict[int, float]:
+    """CPU seconds of this process and each live descendant, by pid."""
+    seconds = {}
+    for p in (me, *me.children(recursive=True)):
+        try:
+            t = p.cpu_times()
+            seconds[p.pid] = t.user + t.system
+        except psutil.Error:
+            continue
+    return seconds
+
+
+@contextmanager
+def _load_with_descendants() -> Iterator[LoadReading]:
+    reading = LoadReading()
+    me = psutil.Process()
+    before, busy0, t0 = _tree_seconds(me), _busy_seconds(), time.perf_counter()
+    try:
+        yield reading
+    finally:
+        reading.wall = time.perf_counter() - t0
+        after = _tree_seconds(me)
+        own = sum(s - before.get(pid, 0.0) for pid, s in after.items())
+        capacity = max(reading.wall * reading.cores, 1e-9)
+        reading.own = min(1.0, max(0.0, own / capacity))
+        reading.others = min(1.0, max(0.0, (_busy_seconds() - busy0 - own) / capacity))
 
 
 # ---------------------------------------------------------------------------------------
@@ -205,15 +242,17 @@ def compare(
     same_number: bool = False,
     sync: Callable[[], Any] | None = None,
     warmup: bool = True,
+    children_are_ours: bool = False,
 ) -> dict[str, Timing]:
     """Time every variant, interleaved: each repeat runs all variants once, in an order rotated
     per repeat. `number` fixes the calls per repeat (else `autorange` finds them per variant;
-    `same_number=True` gives every variant the largest, e.g. so each trains equally long)."""
+    `same_number=True` gives every variant the largest, e.g. so each trains equally long).
+    `children_are_ours`: as in `machine_load`, for variants that work in child processes."""
     if not fns:
         raise ValueError("compare(fns={}): give at least one variant, e.g. {'kit': f, 'raw': g}")
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"compare(repeats={repeats!r}): must be a positive integer (5 or more for a spread)")
-    with machine_load() as load:
+    with machine_load(children_are_ours) as load:
         if warmup:  # caches, lazy imports, first-touch page faults, a workspace's learning cycle
             for fn in fns.values():
                 _run(fn, 1, sync)

@@ -243,3 +243,38 @@ def test_format_seconds():
     assert measure.format_seconds(1.5) == "1.5 s"
     assert measure.format_seconds(0.0123) == "12.3 ms"
     assert measure.format_seconds(4.2e-6) == "4.2 us"
+
+
+def test_machine_load_counts_children_as_ours_only_when_asked():
+    """A child process burns a fixed amount of CPU inside the block and stays alive until the
+    block has ended. By default its work is other processes' load; with children_are_ours it is
+    this process's own. CPU seconds, not wall time: the assertion holds on a busy machine."""
+    import subprocess
+    import sys
+
+    burn = 0.3
+    child_code = (
+        "import sys, time\n"
+        f"while time.process_time() < {burn}: pass\n"
+        "print('done', flush=True)\n"
+        "sys.stdin.read()\n"  # alive until the parent closes stdin
+    )
+    readings = {}
+    for ours in (False, True):
+        child = subprocess.Popen(
+            [sys.executable, "-c", child_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        try:
+            with measure.machine_load(children_are_ours=ours) as load:
+                assert child.stdout.readline().strip() == "done"
+            readings[ours] = load
+        finally:
+            child.stdin.close()
+            child.wait(timeout=30)
+    for ours, load in readings.items():
+        own_seconds = load.own * load.wall * load.cores
+        if ours:
+            assert own_seconds >= burn * 0.9, (own_seconds, load)  # the child's burn counted as ours
+        else:
+            assert own_seconds < burn * 0.5, (own_seconds, load)  # the parent only waited on a pipe
+            assert load.others * load.wall * load.cores >= burn * 0.9 - 0.05  # the child's burn is others'

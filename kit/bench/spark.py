@@ -26,13 +26,9 @@ on tiny inputs (1 x 8 x 8 images, 4 a mini-batch, a few rounds): its rounds cost
 from __future__ import annotations
 
 import statistics
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
-import psutil
 
 from kit import measure
 from kit.bench.common import _device_label
@@ -60,41 +56,6 @@ def expected_driver_bytes(workers: int, depth: int, params: int, itemsize: int =
     while len(held) > f:
         held = [sum(held[i : i + f]) for i in range(0, len(held), f)]
     return sum(params * (itemsize if h == 1 else 8) for h in held), len(held)
-
-
-@contextmanager
-def _load_beside_our_processes() -> Iterator[measure.LoadReading]:
-    """kit.measure's machine load, but with this process's descendants (Spark's JVM and its
-    Python workers, where a Spark fit does its work) counted as ours, not as other processes.
-    A descendant that ends inside the block has its time counted as others' (flagged, never
-    hidden)."""
-    reading = measure.LoadReading()
-    me = psutil.Process()
-
-    def ours() -> dict[int, float]:
-        seconds = {}
-        for p in (me, *me.children(recursive=True)):
-            try:
-                t = p.cpu_times()
-                seconds[p.pid] = t.user + t.system
-            except psutil.Error:
-                continue
-        return seconds
-
-    def busy() -> float:
-        c = psutil.cpu_times()
-        return sum(getattr(c, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
-
-    before, busy0, t0 = ours(), busy(), time.perf_counter()
-    try:
-        yield reading
-    finally:
-        reading.wall = time.perf_counter() - t0
-        after = ours()
-        own = sum(s - before.get(pid, 0.0) for pid, s in after.items())
-        capacity = max(reading.wall * reading.cores, 1e-9)
-        reading.own = min(1.0, max(0.0, own / capacity))
-        reading.others = min(1.0, max(0.0, (busy() - busy0 - own) / capacity))
 
 
 def bench_spark(quick: bool = False) -> dict[str, Any]:
@@ -192,7 +153,7 @@ def _one_model(sc: Any, spec: dict[str, Any], repeats: int) -> tuple[list[dict[s
 
     names = {v: f"Spark, {v[0]} worker(s), depth {v[1]}" for v in VARIANTS}
     fns = {"Network.fit": local, **{names[v]: spark(*v) for v in VARIANTS}}
-    with _load_beside_our_processes() as load:
+    with measure.machine_load(children_are_ours=True) as load:
         timings = measure.compare(fns, repeats=repeats, number=1)  # a warm-up call each, then interleaved
     for t in timings.values():
         t.load = load.others
