@@ -14,7 +14,7 @@ notebook dashboard and a tqdm progress bar.
     Score at iteration 40 is ...
     ETL: ... ms; iteration 40; iteration time: ... ms; samples/sec: ...; batches/sec: ...; score: ...; GC: ...
     <kit.nn.network.Network object at 0x...>
-    >>> records = StatsRecorder.read("run.jsonl")        # plot later (seed 003: collect, then look)
+    >>> records = StatsRecorder.read("run.jsonl")        # plot later: collect while training, look after
     >>> len(records), sorted(records[0])
     (46, ['batch_size', 'epoch', 'etl_ms', 'iteration', 'iteration_ms', 'score', 'time'])
 

@@ -1,4 +1,4 @@
-"""The d2l table (seed 004, "Concise Implementation for Multiple GPUs"): ResNet-18 on Fashion-MNIST.
+"""The d2l table (Dive into Deep Learning, "Concise Implementation for Multiple GPUs"): ResNet-18 on Fashion-MNIST.
 
     python -m kit bench d2l                 # 10 epochs, batch 256, SGD lr 0.1, kit beside PyTorch
     python -m kit bench d2l --quick         # 1 epoch on 2,048 examples (a smoke run)

@@ -161,7 +161,7 @@ def _async_clients(pi: ParallelInference, x: np.ndarray, clients: int, requests:
 
 
 CLIENT_KINDS = {"client threads": _clients, "asyncio clients": _async_clients}
-INFERENCE_GOAL = 5.0  # BATCHED / SEQUENTIAL throughput at 64 clients (issue 15)
+INFERENCE_GOAL = 5.0  # BATCHED / SEQUENTIAL throughput at 64 clients
 _MODES = (InferenceMode.SEQUENTIAL, InferenceMode.BATCHED)
 
 

@@ -181,7 +181,7 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
     }
 
 
-MLP_GOAL = 1.05  # kit MLP step / hand-written NumPy, every workspace mode (issue 15)
+MLP_GOAL = 1.05  # kit MLP step / hand-written NumPy, every workspace mode
 PLAN_GOAL = 1.3  # planned MLP inference at batch 1 / hand-written NumPy
 
 

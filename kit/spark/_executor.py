@@ -499,7 +499,7 @@ def _write_round(
 
 def eval_task(config_json: str, params_bc: Any, kinds: tuple[str, ...], batch_size: int, num_classes: int) -> Any:
     """Per partition: the raw sums of each evaluation ("evaluation": confusion matrix; "roc": the
-    labels and scores; "score": (loss sum, count)), merged on the driver by treeAggregate."""
+    labels and scores; "score": (loss sum, count)), merged up the tree of kit.spark.aggregation."""
 
     def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
         try:

@@ -376,7 +376,7 @@ class SparkNetwork:
         return result
 
     def do_evaluation(self, data: Any, *evaluations: Any, batch_size: int = DEFAULT_EVAL_BATCH_SIZE) -> tuple:
-        """Evaluate on every partition and merge (treeAggregate) into the given Evaluation/ROC
+        """Evaluate on every partition and merge (up the tree of kit.spark.aggregation) into the given Evaluation/ROC
         objects: the same numbers as a local `network.do_evaluation` on the same data."""
         if not evaluations:
             raise ValueError("do_evaluation needs at least one evaluation object (Evaluation, ROC)")

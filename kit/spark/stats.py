@@ -23,7 +23,7 @@ Viewing runs anywhere, later (here on one round of one worker, written by hand):
     {'broadcast_ms': 2.0, 'job_ms': 40.0, 'aggregate_ms': 1.0, 'worker_load_ms': 1.5, 'worker_get_model_ms': 0.5, ...}
     >>> export_stats_html(stats, "stats.html")       # one self-contained page: timeline, medians, rounds
 
-Seed 003's answer to the training UI clashing with Spark: collect at run time, view later. The
+DL4J's answer to its training UI clashing with Spark: collect at run time, view later. The
 driver records, per round, the time to create the broadcast, the Spark job (the executors'
 work, the tree aggregation's levels, scheduling and transport) and its own share of the
 aggregation; each executor records, per round, loading its data (DIRECT: slicing its cached
