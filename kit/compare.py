@@ -9,10 +9,11 @@
     >>> train, test = DataSet(x[:192], y[:192], num_classes=3), DataSet(x[192:], y[192:], num_classes=3)
     >>> job = Job(lambda: mlp(8, (16,), 3, updater=Sgd(0.05)), train, test, batch_size=32, epochs=3, min_time=0.01)
     >>> result = compare_devices(job, counts=[1, 2])  # about a second: it measures
-    >>> print(result.table())
-    devices kind epoch_s spread samples_per_s speedup speedup_vs_share efficiency predicted_speedup copies_per_epoch ...
-    1 physical ...
-    2 logical ...
+    >>> print(result.table())                          # a notebook shows it as an HTML table
+    devices | 1 | 2
+    ...
+    kind | physical cpu:0 | logical (share cpu:0)
+    ...
     >>> ax = result.plot()                            # measured vs predicted speedup, beside the ideal line
     >>> len(result.timings[2].seconds) == job.epochs   # every repeat's seconds per epoch, kept
     True
@@ -56,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from kit import measure
+from kit import measure, tables
 from kit.data.dataset import ArrayIterator, DataSet
 from kit.devices import (
     as_device,
@@ -118,29 +119,42 @@ class Comparison:
     def reliable(self) -> bool:
         return all(r["reliable"] for r in self.rows)
 
-    def table(self) -> str:
-        cells = [[_fmt(c, r.get(c)) for c in COLUMNS] for r in self.rows]
-        widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(COLUMNS)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths))]
-        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    def notes(self) -> list[str]:
+        """What the table's numbers need said beside them: the baseline, every flag, the kind."""
+        out = []
         base = self.model.get("baseline")
         if base:
-            lines.append(
+            out.append(
                 f"baseline: 1 device with {base['threads']} BLAS thread(s) (the same total as the workers): "
                 f"{base['epoch_s']:.3g} s/epoch; with {base['share_threads']} thread(s) (one worker's share): "
                 f"{base['share_epoch_s']:.3g} s/epoch"
             )
         for r in self.rows:
             for w in r["warnings"]:
-                lines.append(f"UNRELIABLE {r['devices']} device(s): {w}")
+                out.append(f"UNRELIABLE {r['devices']} device(s): {w}")
         if not self.reliable:
-            lines.append("-> do not read a speedup from the flagged rows: rerun on a quiet machine")
+            out.append("-> do not read a speedup from the flagged rows: rerun on a quiet machine")
         if any("logical" in r["kind"] or "simulated" in r["kind"] for r in self.rows):
-            lines.append(
+            out.append(
                 "note: logical and simulated devices share one physical device; their speedup is overlap on "
                 "shared hardware, not a multi-GPU speedup"
             )
-        return "\n".join(lines)
+        return out
+
+    def _cells(self) -> list[list[str]]:
+        return [[_fmt(c, r.get(c)) for c in COLUMNS] for r in self.rows]
+
+    def table(self) -> str:
+        """The rows as text no wider than 100 columns (transposed when they would be), then the notes."""
+        return tables.text_table(COLUMNS, self._cells(), self.notes())
+
+    __str__ = table
+
+    def __repr__(self) -> str:
+        return self.table()
+
+    def _repr_html_(self) -> str:
+        return tables.html_table(COLUMNS, self._cells(), self.notes(), flag_column="reliable", text_columns=["kind"])
 
     def plot(self, ax: Any = None) -> Any:
         import matplotlib.pyplot as plt

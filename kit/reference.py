@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import kit
+from kit import tables
 
 __all__ = [
     "NO_RUN_YET",
@@ -163,17 +164,21 @@ class Beside:
     note: str = ""
     runs: list[dict[str, Any]] = field(default_factory=list)
 
+    def _cells(self) -> list[list[str]]:
+        return [[str(r[0])] + [_fmt(v) for v in r[1:]] for r in self.rows]
+
     def text(self) -> str:
-        cells = [self.columns] + [[str(r[0])] + [_fmt(v) for v in r[1:]] for r in self.rows]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
-        lines = [" | ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-        lines.insert(1, "-+-".join("-" * w for w in widths))
-        return "\n".join(lines + ([self.note] if self.note else []))
+        """The table as text no wider than 100 columns (transposed when it would be), then the note."""
+        return tables.text_table(self.columns, self._cells(), [self.note] if self.note else [])
 
     __str__ = text
 
     def __repr__(self) -> str:
         return self.text()
+
+    def _repr_html_(self) -> str:
+        notes = [self.note] if self.note else []
+        return tables.html_table(self.columns, self._cells(), notes, text_columns=["quantity"])
 
 
 def beside(

@@ -135,3 +135,23 @@ def test_compare_devices_keeps_its_repeats_plots_their_range_and_reports_progres
     ax.figure.canvas.draw()
     legend = ax.get_legend().get_window_extent()
     assert legend.x0 >= ax.get_window_extent().x1  # beside the axes
+
+
+def test_comparison_shows_itself_as_html_with_badges_and_as_text_within_100_columns():
+    """A notebook shows the Comparison as an HTML table (a flagged row's `reliable` cell a badge,
+    the flags as notes under it); a terminal gets text no wider than 100 columns, every note kept."""
+    rng = np.random.default_rng(0)
+    data = DataSet(rng.random((96, 8)), rng.integers(0, 3, 96), num_classes=3)
+    job = Job(lambda: mlp(8, hidden=(8,), n_out=3, updater=Sgd(0.1)), data, None, batch_size=32, epochs=2)
+    job.min_time = 0.005
+    result = compare_devices(job, counts=[1, 2])
+    page = result._repr_html_()
+    assert page.count("<tr>") == 1 + len(result.rows) and "overflow-x: auto" in page
+    for r in result.rows:
+        assert ('<span class="kit-badge">NO</span>' in page) or r["reliable"]
+    text = repr(result)
+    assert text == result.table() == str(result)
+    assert max(len(line) for line in text.splitlines()) <= 100, text
+    for note in result.notes():
+        assert note.split()[0] in text
+    assert "speedup" in text and "copied_MB_per_epoch" in text  # every column is still there (transposed)

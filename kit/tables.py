@@ -1,0 +1,99 @@
+"""Result tables: HTML for a notebook, plain text that fits 100 columns for a terminal.
+
+kit's results objects (compare_devices' Comparison, kit.reference's Beside) show themselves
+through these two functions, so every table reads the same way: cells already formatted as
+strings, a flag column drawn as a badge, notes under the table.
+
+    >>> print(text_table(["devices", "speedup", "reliable"], [["1", "1", "yes"], ["2", "1.84", "NO"]]))
+    devices | speedup | reliable
+    --------+---------+---------
+    1       | 1       | yes
+    2       | 1.84    | NO
+    >>> "overflow-x: auto" in html_table(["a"], [["1"]])   # a wide table scrolls inside its box
+    True
+
+A text table wider than `width` is printed transposed (the first column's values head the
+columns, every other column becomes a line),
+and a cell longer than the width left to it is wrapped at spaces, never inside a word.
+"""
+
+from __future__ import annotations
+
+import html
+import textwrap
+from collections.abc import Sequence
+
+__all__ = ["html_table", "text_table"]
+
+WIDTH = 100
+_STYLE = (
+    "<style>.kit-table{border-collapse:collapse;font-size:12px;margin:4px 0}"
+    ".kit-table th,.kit-table td{border:1px solid #ddd;padding:2px 8px;text-align:right;"
+    "white-space:nowrap}.kit-table th{background:#f5f5f5}.kit-table td.kit-text{text-align:left;"
+    "white-space:normal;word-break:keep-all;overflow-wrap:normal;min-width:12em}"
+    ".kit-badge{background:#c00;color:#fff;border-radius:3px;padding:0 4px;font-size:11px}"
+    ".kit-notes{font-size:12px;margin:2px 0 8px 0;padding-left:18px}</style>"
+)
+
+
+def _grid(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    cells = [list(columns)] + [list(r) for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    lines = [" | ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return lines
+
+
+def text_table(
+    columns: Sequence[str], rows: Sequence[Sequence[str]], notes: Sequence[str] = (), width: int = WIDTH
+) -> str:
+    """The table as text no wider than `width` where it can be: as given, else transposed, else
+    transposed with its cells wrapped at spaces; then the notes, each wrapped to `width`."""
+    if any(len(r) != len(columns) for r in rows):
+        raise ValueError(f"text_table: every row needs {len(columns)} cells, one per column {list(columns)}")
+    lines = _grid(columns, rows)
+    if max(map(len, lines)) > width and rows:
+        # the first column's values head the columns; every other column becomes a row
+        first = max(len(c) for c in columns)
+        cell = max(8, (width - first - 3 * len(rows)) // len(rows))
+        wrapped: list[list[str]] = []
+        for name, values in zip(columns[1:], list(zip(*rows))[1:]):
+            pieces = [textwrap.wrap(v, cell, break_long_words=False) or [""] for v in values]
+            for k in range(max(map(len, pieces))):
+                wrapped.append([name if k == 0 else ""] + [p[k] if k < len(p) else "" for p in pieces])
+        lines = _grid([columns[0], *(r[0] for r in rows)], wrapped)
+    for note in notes:
+        lines += textwrap.wrap(note, width, break_long_words=False, subsequent_indent="  ")
+    return "\n".join(lines)
+
+
+def html_table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    notes: Sequence[str] = (),
+    flag_column: str | None = None,
+    text_columns: Sequence[str] = (),
+) -> str:
+    """The table as HTML in a box that scrolls sideways when it is wide. In `flag_column` a cell
+    that is not "yes" is drawn as a red badge; `text_columns` are left-aligned and wrap at
+    spaces (numbers never wrap)."""
+    if any(len(r) != len(columns) for r in rows):
+        raise ValueError(f"html_table: every row needs {len(columns)} cells, one per column {list(columns)}")
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for row in rows:
+        tds = []
+        for name, value in zip(columns, row):
+            text = html.escape(value)
+            if name == flag_column and value != "yes":
+                text = f'<span class="kit-badge">{text}</span>'
+            cls = ' class="kit-text"' if name in text_columns else ""
+            tds.append(f"<td{cls}>{text}</td>")
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    out = (
+        f'{_STYLE}<div style="overflow-x: auto; max-width: 100%"><table class="kit-table">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    )
+    if notes:
+        out += '<ul class="kit-notes">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"
+    return out

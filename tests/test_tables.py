@@ -1,0 +1,50 @@
+"""kit.tables: the HTML and text forms of every results table."""
+
+from __future__ import annotations
+
+import pytest
+
+from kit.reference import Beside
+from kit.tables import html_table, text_table
+
+
+def test_a_narrow_table_prints_as_given():
+    out = text_table(["a", "b"], [["1", "2"]])
+    assert out.splitlines()[0] == "a | b" and out.splitlines()[2] == "1 | 2"
+
+
+def test_a_wide_table_is_transposed_and_wrapped_at_spaces_never_inside_a_word():
+    columns = [f"column_{i}" for i in range(12)]
+    rows = [[f"value {i} " * 3 for i in range(12)], ["x" * 5] * 12]
+    out = text_table(columns, rows, notes=["a long note " * 20])
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 100
+    assert lines[0].split()[0] == "column_0"  # the first column heads the others
+    assert sum(1 for line in lines if line.startswith("column_")) == 12  # one line (or more) per other column
+    words = {w for line in lines for w in line.replace("|", " ").split()}
+    assert {"value", "xxxxx", "long", "note"} <= words  # wrapped at spaces: every word whole
+
+
+def test_html_escapes_cells_draws_flags_as_badges_and_scrolls():
+    page = html_table(["name", "ok"], [["<b>x</b>", "yes"], ["y", "NO"]], notes=["n & m"], flag_column="ok")
+    assert "&lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page
+    assert page.count('class="kit-badge"') == 1 and "n &amp; m" in page
+    assert "overflow-x: auto" in page
+
+
+def test_rows_of_the_wrong_length_are_refused_naming_the_columns():
+    with pytest.raises(ValueError, match=r"2 cells, one per column \['a', 'b'\]"):
+        text_table(["a", "b"], [["1"]])
+    with pytest.raises(ValueError, match="one per column"):
+        html_table(["a", "b"], [["1", "2", "3"]])
+
+
+def test_beside_has_both_forms():
+    table = Beside(
+        ["quantity", "your machine (cpu:0, numpy)", "NVIDIA H100 80GB HBM3 (2026-11-24, commit 6481dc3)"],
+        [["matmul TFLOP/s (float32, n=4096)", 0.0123, 51.2]],
+        note="a note",
+    )
+    assert max(len(line) for line in table.text().splitlines()) <= 100
+    assert "0.0123" in table.text() and "51.2" in table.text() and "a note" in table.text()
+    assert "<table" in table._repr_html_() and "51.2" in table._repr_html_()
