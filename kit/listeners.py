@@ -65,7 +65,8 @@ class TrainingListener:
 
 
 class ScoreIterationListener(TrainingListener):
-    """Every `frequency` iterations: `Score at iteration N is S` (DL4J's line; <= 0 means 1)."""
+    """Every `frequency` iterations: `Score at iteration N is S` (DL4J's line; <= 0 means 1).
+    A network with a loss scaler (kit.nn.mixed) adds `(loss scale 65536, 0 skipped steps)`."""
 
     def __init__(self, frequency: int = 10, stream: TextIO | None = None) -> None:
         self.frequency = max(1, int(frequency))
@@ -76,6 +77,9 @@ class ScoreIterationListener(TrainingListener):
         if iteration % self.frequency == 0:
             worker = f"[{info['worker']}] " if info.get("worker") is not None else ""
             line = f"{worker}Score at iteration {iteration} is {info.get('score', model.last_score)}"
+            scaler = getattr(model, "loss_scaler", None)
+            if scaler is not None:
+                line += f" (loss scale {scaler.scale:g}, {scaler.skipped_steps} skipped steps)"
             self.lines.append(line)
             _write_line(self.stream, line)
 

@@ -14,6 +14,7 @@ Network on ...: input (64,) -> output (10,)
 from kit.nn.conv import AvgPool2D, BatchNorm, Conv2D, GlobalAvgPool, MaxPool2D, Residual
 from kit.nn.layers import Dense, Dropout, Flatten, Layer, ParamSpec, ReLU, Sequential, Sigmoid, Softmax, Tanh
 from kit.nn.losses import MSE, Loss, SoftmaxCrossEntropy
+from kit.nn.mixed import LossScaleError, LossScaler
 from kit.nn.network import ModelFileError, Network
 from kit.nn.updaters import Adam, Nesterovs, Sgd, Updater
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
@@ -33,6 +34,8 @@ __all__ = [
     "Layer",
     "LayerWorkspaceMgr",
     "Loss",
+    "LossScaleError",
+    "LossScaler",
     "MaxPool2D",
     "ModelFileError",
     "Nesterovs",

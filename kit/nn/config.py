@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kit import backend
+from kit.nn.mixed import LossScaler, master_dtype_for
 
 __all__ = ["FORMAT", "NetworkConfig", "NetworkConfigError"]
 
@@ -55,6 +56,8 @@ class NetworkConfig:
     dtype: str = "float32"
     training_workspace_mode: str = "SEPARATE"
     inference_workspace_mode: str = "SINGLE"
+    master_dtype: str | None = None  # mixed precision: the updater's copy (None: the same as dtype)
+    loss_scale: float | dict[str, Any] | None = None  # a fixed scale, or a dynamic LossScaler's config()
     format: str = FORMAT
 
     def __post_init__(self) -> None:
@@ -86,6 +89,7 @@ class NetworkConfig:
         except TypeError as exc:
             raise NetworkConfigError(f"NetworkConfig.dtype={self.dtype!r}: {exc}") from None
         object.__setattr__(self, "dtype", dt.name)
+        self._check_precision(dt)
         for name in ("training_workspace_mode", "inference_workspace_mode"):
             value = getattr(self, name)
             value = getattr(value, "value", value)
@@ -95,12 +99,27 @@ class NetworkConfig:
         if self.format != FORMAT:
             raise NetworkConfigError(f"NetworkConfig.format={self.format!r}: this kit reads {FORMAT!r}")
 
+    def _check_precision(self, dt: Any) -> None:
+        """master_dtype (never narrower than dtype; equal means None) and loss_scale (normalised
+        to a number or the dynamic scaler's settings), checked as Network checks them."""
+        try:
+            master = master_dtype_for(dt, self.master_dtype, backend.resolve_dtype, "NetworkConfig")
+            scaler = LossScaler.from_spec(self.loss_scale, "NetworkConfig")
+        except (ValueError, TypeError) as exc:
+            raise NetworkConfigError(str(exc)) from None
+        object.__setattr__(self, "master_dtype", None if master == dt else master.name)
+        object.__setattr__(self, "loss_scale", None if scaler is None else scaler.config())
+
     # ---- conversions ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types (lists for tuples): what `json.dumps` writes."""
+        """Plain JSON types (lists for tuples): what `json.dumps` writes. The mixed-precision
+        fields appear only when set, so a float32 network's JSON is what it always was."""
         out = dataclasses.asdict(self)
         out["layers"] = [dict(c) for c in self.layers]
         out["input_shape"] = list(self.input_shape)
+        for name in ("master_dtype", "loss_scale"):
+            if out[name] is None:
+                del out[name]
         return out
 
     def to_json(self) -> str:

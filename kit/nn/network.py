@@ -50,6 +50,7 @@ from kit.nn.init import initial_values
 from kit.nn.layers import Layer, Sequential, layer_from_config
 from kit.nn.loop import StepResult, TrainingLoop
 from kit.nn.losses import Loss, SoftmaxCrossEntropy, loss_from_config
+from kit.nn.mixed import LossScaler, master_dtype_for, precision_step, scale_seed
 from kit.nn.persistence import ModelFileError, read_model, write_model
 from kit.nn.plan import InferencePlan
 from kit.nn.updaters import Adam, Updater, state_dtype, updater_from_config
@@ -81,6 +82,8 @@ class Network:
         training_workspace_mode: WorkspaceMode | str = WorkspaceMode.SEPARATE,
         inference_workspace_mode: WorkspaceMode | str = WorkspaceMode.SINGLE,
         input_gradient: bool = False,
+        master_dtype: Any = None,
+        loss_scale: float | str | LossScaler | None = None,
     ) -> None:
         self.body = layers if isinstance(layers, Sequential) else Sequential(list(layers))
         shape = tuple(input_shape) if isinstance(input_shape, (tuple, list)) else (input_shape,)
@@ -96,6 +99,9 @@ class Network:
             raise ValueError(f"Network(l2={l2!r}): must be a finite number >= 0")
         self.l2, self.seed = float(l2), int(seed)
         self.dtype = backend.resolve_dtype(dtype, floating_only=True)
+        # mixed precision (kit.nn.mixed): the updater's master copy and the loss scale
+        self.master_dtype = master_dtype_for(self.dtype, master_dtype, backend.resolve_dtype)
+        self.loss_scaler = LossScaler.from_spec(loss_scale)
         self.device = as_device(device)
         self.training_workspace_mode = WorkspaceMode(training_workspace_mode)
         self.inference_workspace_mode = WorkspaceMode(inference_workspace_mode)
@@ -124,10 +130,14 @@ class Network:
         with scope_out_of_workspaces():
             self.flat_params = zeros((n,), self.dtype, self.device)
             self.flat_grads = zeros((n,), self.dtype, self.device)
-            state = state_dtype(self.dtype)
+            # the weights the updater changes: float32 master weights of a float16 network, else flat_params
+            self.flat_master = zeros((n,), self.master_dtype, self.device) if self.mixed else self.flat_params
+            state = state_dtype(self.master_dtype)
             self.updater_state = {k: zeros((n,), state, self.device) for k in self.updater.state_names}
         offset = 0
         self._regularized: list[tuple[NDArray, NDArray]] = []
+        self._l2: list[slice] = []  # ranges of the flat vector L2 applies to, and those no updater trains
+        self._frozen: list[slice] = []
         for layer in self.layers:
             params, grads = {}, {}
             for spec in layer.param_specs():
@@ -136,8 +146,27 @@ class Network:
                 grads[spec.name] = self.flat_grads[offset : offset + size].reshape(spec.shape)
                 if spec.regularize:
                     self._regularized.append((params[spec.name], grads[spec.name]))
+                    self._l2.append(slice(offset, offset + size))
+                if not spec.trainable:
+                    self._frozen.append(slice(offset, offset + size))
                 offset += size
             layer.bind(params, grads)
+
+    @property
+    def mixed(self) -> bool:
+        """True when the updater keeps master weights wider than the compute dtype."""
+        return self.master_dtype != self.dtype
+
+    @property
+    def _precise(self) -> bool:
+        """The update goes through kit.nn.mixed (master weights and/or a loss scale)."""
+        return self.mixed or self.loss_scaler is not None
+
+    def cast_master(self) -> None:
+        """Write the compute copy (`flat_params`, in `dtype`) from the master weights; a no-op
+        without master weights. Code that changes `flat_master` directly calls it after."""
+        if self.mixed:
+            self.device.xp.copyto(self.flat_params.data, self.flat_master.data, casting="same_kind")
 
     @property
     def updater(self) -> Updater:
@@ -157,7 +186,7 @@ class Network:
         with self._lock:
             n = self.flat_params.shape[0]
             with scope_out_of_workspaces():
-                fresh = {k: zeros((n,), state_dtype(self.dtype), self.device) for k in value.state_names}
+                fresh = {k: zeros((n,), state_dtype(self.master_dtype), self.device) for k in value.state_names}
             self._updater, self.updater_state = value, fresh
 
     def _initialise(self) -> None:
@@ -189,6 +218,8 @@ class Network:
             raise ValueError(f"set_params: a value of magnitude {worst:.3g} does not fit this network's {self.dtype}")
         with self._lock:  # save() from another thread sees the old parameters or the new, never a mix
             self.flat_params.assign(cast)
+            if self.mixed:  # the master weights keep every digit given (float32 of float64 values)
+                self.flat_master.assign(src.astype(self.master_dtype, copy=False))
 
     # ---- validation ----------------------------------------------------------------
     def _features(self, x: Any) -> NDArray:
@@ -253,7 +284,8 @@ class Network:
         return self.body.backward(eps, mgr)
 
     def compute_gradient_and_score(self, ds: DataSet) -> float:
-        """Forward, loss and backward on one batch: gradients land in `flat_grads`; no update."""
+        """Forward, loss and backward on one batch: gradients land in `flat_grads`; no update.
+        With a loss scaler they are multiplied by `loss_scaler.scale` (and L2 is left to the update)."""
         with self._lock:
             mgr = self._train_mgr
             with mgr.iteration():
@@ -271,13 +303,35 @@ class Network:
         self._check_finite(x, "features")
         body = self.body
         out = body.forward(x, mgr, True)
+        scaler = self.loss_scaler
         with mgr.layer_call():
             score, eps = self.loss.value_and_grad(out, y, mgr)
-        body.backward(eps, mgr)
+            if scaler is not None:  # backward computes the gradient times the scale (kit.nn.mixed)
+                with np.errstate(over="ignore"):
+                    scale_seed(eps, scaler.scale)
+        if scaler is None:
+            body.backward(eps, mgr)
+        else:  # an overflow here is expected now and then: precision_step finds it and skips the step
+            with np.errstate(over="ignore", invalid="ignore"):
+                body.backward(eps, mgr)
         if self.l2:
-            with mgr.updater():
-                score += self._apply_l2(mgr)
+            if self._precise:  # added to the unscaled master gradient in precision_step
+                score += self._l2_penalty()
+            else:
+                with mgr.updater():
+                    score += self._apply_l2(mgr)
         return score
+
+    def _l2_penalty(self) -> float:
+        xp, master = self.device.xp, self.flat_master.data
+        return sum(0.5 * self.l2 * float(xp.dot(master[sl], master[sl])) for sl in self._l2)
+
+    def _update(self, mgr: LayerWorkspaceMgr) -> None:
+        """The updater's step (inside mgr.updater()): plain, or through kit.nn.mixed."""
+        if self._precise:
+            precision_step(self, mgr)
+        else:
+            self.updater.apply(self.flat_params, self.flat_grads, self.updater_state, self.iteration + 1, mgr)
 
     def _apply_l2(self, mgr: LayerWorkspaceMgr) -> float:
         xp, penalty = self.device.xp, 0.0
@@ -290,11 +344,12 @@ class Network:
         return penalty
 
     def apply_update(self) -> None:
-        """Apply the updater to the gradients now in `flat_grads` (one iteration)."""
+        """Apply the updater to the gradients now in `flat_grads` (one iteration; with a loss
+        scaler they are the scaled gradients compute_gradient_and_score left there)."""
         with self._lock:
             mgr = self._train_mgr
             with mgr.iteration(), mgr.updater():
-                self.updater.apply(self.flat_params, self.flat_grads, self.updater_state, self.iteration + 1, mgr)
+                self._update(mgr)
             self.iteration += 1
 
     def fit_batch(self, ds: DataSet) -> float:
@@ -313,7 +368,7 @@ class Network:
             with mgr.iteration():
                 score = self._gradient_step(ds, mgr)
                 with mgr.updater():
-                    self.updater.apply(self.flat_params, self.flat_grads, self.updater_state, self.iteration + 1, mgr)
+                    self._update(mgr)
             self.last_score = score
             if advance:
                 self.iteration += 1
@@ -423,6 +478,8 @@ class Network:
             dtype=self.dtype.name,
             training_workspace_mode=self.training_workspace_mode.value,
             inference_workspace_mode=self.inference_workspace_mode.value,
+            master_dtype=self.master_dtype.name if self.mixed else None,
+            loss_scale=self.loss_scaler.config() if self.loss_scaler is not None else None,
         )
 
     def config(self) -> dict[str, Any]:
@@ -443,6 +500,8 @@ class Network:
             device=device,
             training_workspace_mode=cfg.training_workspace_mode,
             inference_workspace_mode=cfg.inference_workspace_mode,
+            master_dtype=cfg.master_dtype,
+            loss_scale=cfg.loss_scale,
         )
 
     def clone(self, device: Any = None) -> Network:
@@ -452,8 +511,10 @@ class Network:
         return twin
 
     def state_arrays(self) -> dict[str, NDArray]:
-        """The arrays that make up the trained state: flat parameters and updater state."""
-        return {"params": self.flat_params, **{f"updater_{k}": v for k, v in self.updater_state.items()}}
+        """The arrays that make up the trained state: flat parameters, master weights (mixed
+        precision) and updater state. The loss scaler's state is `loss_scaler.state()`."""
+        master = {"master": self.flat_master} if self.mixed else {}
+        return {"params": self.flat_params, **master, **{f"updater_{k}": v for k, v in self.updater_state.items()}}
 
     def copy_state_from(self, other: Network) -> None:
         """Copy parameters, updater state and counters from a network of the same configuration."""
@@ -466,6 +527,12 @@ class Network:
                 "copy state only between networks built from the same layers"
             )
         ours, source = self.state_arrays(), other.state_arrays()
+        if self.mixed != other.mixed:
+            raise ValueError(
+                f"copy_state_from: one network keeps master weights and the other does not (master_dtype "
+                f"{other.master_dtype} for dtype {other.dtype} into {self.master_dtype} for {self.dtype}); build both "
+                "with the same dtype and master_dtype, or use set_params() to copy parameters only"
+            )
         if sorted(ours) != sorted(source):
             raise ValueError(
                 f"copy_state_from: updater {type(other.updater).__name__} keeps state {sorted(source)} but "
@@ -476,6 +543,8 @@ class Network:
         with first._lock, second._lock:  # cannot deadlock; save() on either side sees one whole state
             for key, dst in ours.items():
                 dst.assign(source[key])
+            if self.loss_scaler is not None and other.loss_scaler is not None:
+                self.loss_scaler.load_state(other.loss_scaler.state())
             self.iteration, self.epoch = other.iteration, other.epoch
 
     def save(self, path: str | os.PathLike) -> None:
@@ -483,6 +552,8 @@ class Network:
         thread trains: the arrays are copied between two iterations."""
         with self._lock:  # fit_batch holds it for a whole iteration: the snapshot is consistent
             arrays = {k: v.numpy().copy() for k, v in self.state_arrays().items()}
+            if self.loss_scaler is not None:  # covered by the file's checksums like every array
+                arrays["loss_scaler"] = self.loss_scaler.state()
             counters = {"iteration": self.iteration, "epoch": self.epoch}
             config = self.config()
         write_model(path, config, arrays, counters)
@@ -496,14 +567,18 @@ class Network:
         except (ValueError, TypeError, KeyError) as exc:
             raise ModelFileError(f"{path}: the configuration does not build a network ({exc})") from None
         expected = {k: v.shape for k, v in net.state_arrays().items()}
+        if net.loss_scaler is not None:
+            expected["loss_scaler"] = (3,)
         stored = {k: v.shape for k, v in arrays.items()}
         if expected != stored:
             raise ModelFileError(f"{path}: stored arrays {stored} but the configuration needs {expected}")
         try:
             net.set_params(arrays.pop("params"))
+            if net.loss_scaler is not None:
+                net.loss_scaler.load_state(arrays.pop("loss_scaler"))
         except ValueError as exc:
             raise ModelFileError(f"{path}: {exc}") from None
-        for key, value in arrays.items():
+        for key, value in arrays.items():  # the master weights after set_params: every stored digit
             net.state_arrays()[key].assign(value)
         net.iteration, net.epoch = counters["iteration"], counters["epoch"]
         return net
@@ -515,6 +590,11 @@ class Network:
             f"  {self.num_params:,} parameters "
             f"({self.num_params * self.dtype.itemsize / 2**20:.2f} MiB, one flat buffer)"
         )
+        if self._precise:
+            mib = self.num_params * self.master_dtype.itemsize / 2**20
+            master = f", master weights {self.master_dtype} ({mib:.2f} MiB)"
+            scaling = self.loss_scaler if self.loss_scaler is not None else "no loss scaling"
+            lines.append(f"  mixed precision: compute {self.dtype}{master if self.mixed else ''}, {scaling}")
         lines.append(
             f"  loss {type(self.loss).__name__}, updater {self.updater.config()}, l2 {self.l2}, workspaces: "
             f"training {self.training_workspace_mode.value}, inference {self.inference_workspace_mode.value}"

@@ -24,6 +24,12 @@ waits for all of them, so the result does not depend on thread timing:
   index, tau from the threshold algorithm), and every replica applies the sum of all workers'
   decoded messages, so replicas stay identical without ever averaging.
 
+Mixed precision (kit.nn.mixed): every replica has its own loss scaler and skips its own step
+when its gradient overflows (its parameters and Adam's t stay; the others step). AVERAGING
+averages the float32 master weights (not the float16 copies, which are written from the mean)
+and gives every replica one scaler state: the smallest scale, the most skipped steps.
+SHARED_GRADIENTS encodes the change of the float32 master weights (a skipped step encodes 0).
+
 Each fit() starts from the model as it is then: parameters and counters changed since the last
 fit, and the training hyper-parameters -- the updater (its type, learning rate, momentum, Adam's
 betas and epsilon), L2 and the loss -- are handed to every replica, so a schedule applied between
@@ -69,6 +75,7 @@ from kit.devices import (
 )
 from kit.nn.loop import StepResult, TrainingLoop
 from kit.nn.losses import loss_from_config
+from kit.nn.mixed import LossScaler
 from kit.nn.network import Network
 from kit.nn.updaters import updater_from_config
 from kit.nn.workspace_mgr import WorkspaceMode
@@ -145,14 +152,15 @@ class _Worker:
         """SHARED_GRADIENTS: train, take the step back, add it to the residual, encode it."""
         net = self.replica
         xp = net.device.xp
-        with scope_out_of_workspaces():
-            before = net.flat_params.dup()  # the updater writes into params: take its step back
+        with scope_out_of_workspaces():  # the updater writes into params (the float32 master weights of a
+            before = net.flat_master.dup()  # mixed-precision net, so the encoding acts on those): take its step back
         score = net.fit_batch(ds.to(self.device))  # gradient, L2, updater -> params moved by -update
-        params, old = net.flat_params.data, before.data
+        params, old = net.flat_master.data, before.data
         if self.residual is None:
             self.residual = xp.zeros_like(params)
-        update = old - params  # what this worker would have applied alone
+        update = old - params  # what this worker would have applied alone (0 for a skipped step)
         params[...] = old
+        net.cast_master()
         self.residual += update
         self.tau = self.threshold_algorithm.calculate_threshold(
             iteration, epoch, self.tau, self.last_dense, self.last_sparsity
@@ -170,7 +178,7 @@ class _Worker:
         message from another worker's device reaches this one through the counted transfer path:
         the traffic the mode is about shows in transfer_stats()."""
         net = self.replica
-        total = net.device.xp.zeros_like(net.flat_params.data)
+        total = net.device.xp.zeros_like(net.flat_master.data)
         for message, source in messages:  # worker order: identical sums on every replica
             if message is None:
                 continue
@@ -179,7 +187,8 @@ class _Worker:
                 transfer(moved, self.device, message, source, host_arrays=True)
                 message = moved
             threshold_decode(message, total)
-        net.flat_params.data[...] -= total
+        net.flat_master.data[...] -= total
+        net.cast_master()
 
     # ---- the caller's side ------------------------------------------------------------
     def submit(self, task: Task) -> None:
@@ -408,7 +417,9 @@ class ParallelWrapper(ShutsDownOnExit):
         t0 = time.perf_counter()
         trained = [self._zoo[i].replica for i in sorted(self._dirty)] or self.replicas
         self._dirty.clear()
-        keys = ["params"] + ([f"updater_{k}" for k in self.model.updater_state] if self.average_updaters else [])
+        # mixed precision: the master weights are averaged and the float16 copies written from them
+        weights = ["master"] if self.model.mixed else ["params"]
+        keys = weights + ([f"updater_{k}" for k in self.model.updater_state] if self.average_updaters else [])
         with scope_out_of_workspaces():
             for key in keys:
                 sources = [r.state_arrays()[key] for r in trained]
@@ -419,6 +430,12 @@ class ParallelWrapper(ShutsDownOnExit):
                 mean /= len(sources)
                 for r in self.replicas:
                     r.state_arrays()[key].assign(mean)
+        for r in self.replicas:
+            r.cast_master()
+        if self.model.loss_scaler is not None:  # one scaler state again: the most careful scale
+            merged = LossScaler.merged([r.loss_scaler for r in trained])
+            for r in self.replicas:
+                r.loss_scaler.load_state(merged)
         self.averagings += 1
         self.averaging_seconds += time.perf_counter() - t0
         if self.report_score_after_averaging:

@@ -1,0 +1,252 @@
+"""Mixed precision: compute in float16, keep float32 master weights, scale the loss (dynamically).
+
+    >>> from kit.data import ArrayIterator, load_digits
+    >>> from kit.nn import Adam, Dense, Network, ReLU
+    >>> train, test = load_digits()
+    >>> net = Network([Dense(64), ReLU(), Dense(10)], input_shape=(64,), updater=Adam(1e-2),
+    ...               dtype="float16", master_dtype="float32", loss_scale="dynamic")
+    >>> net.fit(ArrayIterator(train, 64, shuffle=True), epochs=3)
+    <kit.nn.network.Network object at 0x...>
+    >>> net.loss_scaler
+    LossScaler(scale=65536.0, dynamic, growth_interval=2000, clean_steps=69, skipped_steps=0)
+    >>> net.flat_params.dtype, net.flat_master.dtype    # what forward/backward use, what the updater keeps
+    (dtype('float16'), dtype('float32'))
+
+What PyTorch spreads over autocast, GradScaler and an fp32 optimizer is one recipe here, and
+each of its bytes has a place (n parameters):
+
+    flat_params   n x 2 bytes   float16: the copy forward and backward compute with
+    flat_grads    n x 2 bytes   float16: backward writes the gradient *times the scale* here
+    flat_master   n x 4 bytes   float32: the weights the updater changes (master weights)
+    updater state n x 4 bytes   float32 per state buffer (Adam: m and v)
+    activations   half of float32's: they are float16 (the training workspaces' cycle bytes)
+
+One step: the loss's gradient seed is multiplied by `scale` (computed in float32, then stored
+in float16: 2**16 itself does not fit float16), backward runs in float16, the gradient is
+unscaled into a float32 working array (UPDATER_WORKING_MEM), checked for inf/NaN, L2 is added
+in float32, the updater moves the master weights, and the float16 copy is written from them.
+Without scaling, gradients below float16's smallest subnormal (6e-8) become 0; without master
+weights, an update smaller than half a float16 spacing (about 5e-4 x |w|) rounds away and the
+parameters stop moving.
+
+Dynamic scaling is GradScaler's: a step whose gradient holds inf or NaN is *skipped* (no update,
+Adam's step count t does not advance) and the scale is multiplied by `backoff_factor` (0.5);
+after `growth_interval` consecutive clean steps it is multiplied by `growth_factor` (2). A
+skipped step is not an error, and the iteration counter still counts it (as PyTorch's loop
+does: listeners, schedules and ParallelWrapper rounds keep one numbering). A scale that falls
+below `min_scale` means the gradient is inf/NaN at every scale, and raises LossScaleError.
+A fixed `loss_scale` (a number) skips non-finite steps too, but never changes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
+
+__all__ = ["DYNAMIC", "LossScaleError", "LossScaler", "master_dtype_for", "precision_step", "scale_seed"]
+
+DYNAMIC = "dynamic"
+_SPEC = "give None (no scaling), a positive finite number (a fixed scale), 'dynamic' or a LossScaler(...)"
+
+
+class LossScaleError(FloatingPointError):
+    """Dynamic loss scaling gave up: the scale fell below its floor."""
+
+
+def _number(where: str, name: str, value: Any, test: Any, what: str) -> float:
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(float(value)) or not test(float(value)):
+        raise ValueError(f"{where}({name}={value!r}): must be {what}")
+    return float(value)
+
+
+class LossScaler:
+    """The loss scale and its bookkeeping (GradScaler's `scale`, `growth_interval` ...)."""
+
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        *,
+        dynamic: bool = True,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        min_scale: float = 2.0**-14,
+    ) -> None:
+        where = "LossScaler"
+        self.init_scale = _number(where, "init_scale", init_scale, lambda v: v > 0, "a positive finite number")
+        self.growth_factor = _number(where, "growth_factor", growth_factor, lambda v: v > 1, "a finite number > 1")
+        self.backoff_factor = _number(
+            where, "backoff_factor", backoff_factor, lambda v: 0 < v < 1, "a number in (0, 1)"
+        )
+        whole = isinstance(growth_interval, (int, np.integer)) and not isinstance(growth_interval, bool)
+        if not whole or growth_interval < 1:
+            raise ValueError(
+                f"{where}(growth_interval={growth_interval!r}): must be a whole number of steps >= 1 "
+                "(clean steps before the scale grows; GradScaler's default is 2000)"
+            )
+        self.growth_interval = int(growth_interval)
+        self.min_scale = _number(where, "min_scale", min_scale, lambda v: v > 0, "a positive finite number")
+        if not isinstance(dynamic, bool):
+            raise ValueError(f"{where}(dynamic={dynamic!r}): must be True or False")
+        self.dynamic = dynamic
+        if dynamic and self.init_scale < self.min_scale:
+            raise ValueError(
+                f"{where}(init_scale={init_scale!r}, min_scale={min_scale!r}): the initial scale is below the floor; "
+                "raise init_scale or lower min_scale"
+            )
+        self.scale = self.init_scale
+        self.skipped_steps = 0  # steps whose gradient held inf or NaN (no update)
+        self.clean_steps = 0  # consecutive finite steps since the scale last changed
+
+    @classmethod
+    def from_spec(cls, spec: Any, where: str = "Network") -> LossScaler | None:
+        """None, a number (fixed), 'dynamic', a LossScaler or a saved config() -> a fresh scaler."""
+        if spec is None:
+            return None
+        if isinstance(spec, LossScaler):
+            return cls.from_spec(spec.config(), where)
+        if isinstance(spec, str):
+            if spec == DYNAMIC:
+                return cls()
+            hint = " (did you mean 'dynamic'?)" if spec.strip().lower() == DYNAMIC else ""
+            raise ValueError(f"{where}(loss_scale={spec!r}): unknown loss scale{hint}; {_SPEC}")
+        if isinstance(spec, dict):
+            known = {"type", "init_scale", "growth_factor", "backoff_factor", "growth_interval", "min_scale"}
+            if spec.get("type") != DYNAMIC or not set(spec) <= known:
+                raise ValueError(f"{where}(loss_scale={spec!r}): a saved loss scale is {{'type': 'dynamic', ...}}")
+            return cls(**{k: v for k, v in spec.items() if k != "type"})
+        ok = isinstance(spec, (int, float, np.integer, np.floating)) and not isinstance(spec, bool)
+        if not ok or not math.isfinite(float(spec)) or float(spec) <= 0:
+            raise ValueError(f"{where}(loss_scale={spec!r}): {_SPEC}")
+        return cls(float(spec), dynamic=False)
+
+    def config(self) -> float | dict[str, Any]:
+        """What NetworkConfig keeps: the fixed scale, or the dynamic scaler's settings."""
+        if not self.dynamic:
+            return self.init_scale
+        return {
+            "type": DYNAMIC,
+            "init_scale": self.init_scale,
+            "growth_factor": self.growth_factor,
+            "backoff_factor": self.backoff_factor,
+            "growth_interval": self.growth_interval,
+            "min_scale": self.min_scale,
+        }
+
+    # ---- state (saved with the model, copied with its state) -----------------------------
+    def state(self) -> np.ndarray:
+        """[scale, skipped_steps, clean_steps] as float64 (exact: scales are powers of two, counts < 2**53)."""
+        return np.array([self.scale, self.skipped_steps, self.clean_steps], dtype=np.float64)
+
+    def load_state(self, state: Any) -> None:
+        values = np.asarray(state, dtype=np.float64).reshape(-1)
+        if values.shape != (3,) or not np.all(np.isfinite(values)) or values[0] <= 0 or np.any(values[1:] < 0):
+            raise ValueError(
+                f"loss scaler state {values!r}: expected [scale > 0, skipped steps >= 0, clean steps >= 0]"
+            )
+        self.scale, self.skipped_steps, self.clean_steps = float(values[0]), int(values[1]), int(values[2])
+
+    @staticmethod
+    def merged(scalers: list[LossScaler]) -> np.ndarray:
+        """One state for replicas that are averaged: the most careful scale (the smallest), the
+        fewest clean steps, the most skipped steps."""
+        states = np.stack([s.state() for s in scalers])
+        return np.array([states[:, 0].min(), states[:, 1].max(), states[:, 2].min()])
+
+    # ---- the decision ------------------------------------------------------------------
+    def update(self, finite: bool) -> bool:
+        """After a backward pass: True to apply the step. A non-finite gradient skips it and
+        backs off; `growth_interval` clean steps in a row grow the scale."""
+        if finite:
+            self.clean_steps += 1
+            if self.dynamic and self.clean_steps >= self.growth_interval:
+                self.scale *= self.growth_factor
+                self.clean_steps = 0
+            return True
+        self.skipped_steps += 1
+        self.clean_steps = 0
+        if self.dynamic:
+            self.scale *= self.backoff_factor
+            if self.scale < self.min_scale:
+                raise LossScaleError(
+                    f"dynamic loss scaling gave up: the scale fell to {self.scale:g}, below min_scale "
+                    f"{self.min_scale:g}, after {self.skipped_steps} skipped steps (inf/NaN gradients). At such a "
+                    "scale float16 is not what overflows: the training itself diverges. Lower the learning rate, check "
+                    "the data for extreme values, or train in float32 (dtype='float32') to see where it blows up"
+                )
+        return False
+
+    def __repr__(self) -> str:
+        kind = "dynamic" if self.dynamic else "fixed"
+        return (
+            f"LossScaler(scale={self.scale}, {kind}, growth_interval={self.growth_interval}, "
+            f"clean_steps={self.clean_steps}, skipped_steps={self.skipped_steps})"
+        )
+
+
+def master_dtype_for(dtype: np.dtype, master: Any, resolve: Any, where: str = "Network") -> np.dtype:
+    """The master weights' dtype: `dtype` itself for None, never narrower than `dtype`."""
+    if master is None:
+        return dtype
+    try:
+        mdt = resolve(master, floating_only=True)
+    except TypeError as exc:
+        raise ValueError(f"{where}(master_dtype={master!r}): {exc}") from None
+    if mdt.itemsize < dtype.itemsize or np.promote_types(dtype, mdt) != mdt:
+        raise ValueError(
+            f"{where}(dtype='{dtype.name}', master_dtype='{mdt.name}'): the master weights must be at least as wide "
+            f"as the compute dtype (they hold what {dtype.name} cannot); use master_dtype='float32' with "
+            "dtype='float16', or leave master_dtype=None"
+        )
+    return mdt
+
+
+# ---- the step ------------------------------------------------------------------------------
+def scale_seed(eps: Any, scale: float) -> None:
+    """Multiply the loss's gradient (backward's seed) by `scale`, computed in float32 at least:
+    2**16 is inf in float16, while 2**16 * (softmax - labels) / batch fits."""
+    raw = eps.data
+    wide = np.promote_types(raw.dtype, np.float32)
+    eps.device.xp.multiply(raw, scale, out=raw, dtype=wide, casting="same_kind")
+
+
+def _finite(raw: Any, xp: Any) -> bool:
+    """One pass: a sum in float64 is finite exactly when every float16/float32 value is."""
+    if xp is not np:
+        return math.isfinite(float(raw.sum(dtype=np.float64)))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is the NaN this looks for
+        total = np.add.reduce(raw, axis=None, dtype=np.float64)
+    return math.isfinite(float(total))
+
+
+def precision_step(net: Any, mgr: LayerWorkspaceMgr) -> bool:
+    """The update of a Network with master weights and/or a loss scale (inside mgr.updater()).
+    Returns False for a skipped step."""
+    xp, scaler = net.device.xp, net.loss_scaler
+    master, params = net.flat_master, net.flat_params
+    if net.mixed:  # BatchNorm's running statistics moved in the forward pass, in the compute copy
+        for sl in net._frozen:
+            master.data[sl] = params.data[sl]
+    grads = net.flat_grads.data
+    used = scaler.scale if scaler is not None else 1.0  # what the seed was multiplied by (update may grow it)
+    if scaler is not None and not scaler.update(_finite(grads, xp)):
+        return False  # params, master, updater state and Adam's t stay as they were
+    wide = np.promote_types(master.dtype, np.float32)  # the unscaled gradient, where it cannot underflow
+    g = mgr.create(ArrayType.UPDATER_WORKING_MEM, master.shape, wide, net.device)
+    if scaler is not None:
+        xp.divide(grads, used, out=g.data, dtype=wide)
+    else:
+        xp.copyto(g.data, grads)
+    if net.l2:
+        for sl in net._l2:
+            g.data[sl] += net.l2 * master.data[sl]
+    skipped = scaler.skipped_steps if scaler is not None else 0
+    net.updater.apply(master, g, net.updater_state, net.iteration + 1 - skipped, mgr)
+    if net.mixed:
+        xp.copyto(params.data, master.data, casting="same_kind")
+    return True
