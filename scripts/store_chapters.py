@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import nbformat
@@ -26,9 +27,17 @@ def kernel_display_name() -> str:
 
 
 def normalise(nb: nbformat.NotebookNode, display_name: str) -> None:
-    """What a reader's JupyterLab would change on open, changed already."""
+    """What a reader's JupyterLab would change on open, changed already: the kernelspec's display
+    name, no widget state, and an id on every cell (nbformat 4.5; a cell inserted by a script may
+    have none, and JupyterLab would add one)."""
     nb.metadata["kernelspec"] = {"display_name": display_name, "language": "python", "name": "python3"}
     nb.metadata.pop("widgets", None)
+    seen = set()
+    for cell in nb.cells:
+        if not cell.get("id") or cell["id"] in seen:
+            cell["id"] = uuid.uuid4().hex[:8]
+        seen.add(cell["id"])
+    nb.nbformat, nb.nbformat_minor = 4, max(nb.nbformat_minor, 5)
 
 
 def store(path: Path, timeout: int = 1800) -> None:

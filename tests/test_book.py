@@ -113,3 +113,24 @@ def test_every_chapter_checks_outputs_and_ends_with_exercises():
         markdown = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
         assert any("\n## Exercises\n" in f"\n{m}\n" for m in markdown), f"{nb_path.name} has no exercises"
         assert any("check(" in src for src in checked), f"{nb_path.name}: exercises without an automatic check"
+
+
+def test_chapters_are_stored_as_jupyterlab_keeps_them():
+    """Opening a chapter changes nothing: its kernelspec is the installed python3 kernel's own
+    (JupyterLab rewrites a stale display name at once, and the chapter turns "unsaved"), and no
+    live widget state is stored (the panels keep their final state as static HTML output)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    display_name = KernelSpecManager().get_kernel_spec("python3").display_name
+    for nb_path in CORE:
+        meta = json.loads(nb_path.read_text())["metadata"]
+        assert meta.get("kernelspec") == {"display_name": display_name, "language": "python", "name": "python3"}, (
+            f"{nb_path.name}: {meta.get('kernelspec')}; store it with scripts/store_chapters.py"
+        )
+        assert "widgets" not in meta, f"{nb_path.name} stores widget state; store it with scripts/store_chapters.py"
+        nb = json.loads(nb_path.read_text())
+        ids = [c.get("id") for c in nb["cells"]]
+        assert (nb["nbformat"], nb["nbformat_minor"]) >= (4, 5) and all(ids) and len(set(ids)) == len(ids), (
+            f"{nb_path.name}: a cell without a unique id (JupyterLab would add one); "
+            "store it with scripts/store_chapters.py"
+        )
