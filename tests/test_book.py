@@ -13,7 +13,7 @@ from kit.__main__ import main
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-# chapters 1-6 share the setup cell and the exercise format (chapter 7, Spark, has its own)
+# chapters 1-6 and 8 share the setup cell and the exercise format (chapter 7, Spark, has its own)
 CORE = [
     NOTEBOOKS / f"{name}.ipynb"
     for name in (
@@ -23,6 +23,7 @@ CORE = [
         "04_multi_device_training",
         "05_parallel_inference",
         "06_early_stopping",
+        "08_half_the_bytes",
     )
 ]
 

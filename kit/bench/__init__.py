@@ -6,6 +6,7 @@
     python -m kit bench parallel     # ParallelWrapper 1 vs 2 workers, averaging frequency, inference
     python -m kit bench spark        # what a Spark round costs, beside Network.fit
     python -m kit bench d2l          # d2l's ResNet-18 on Fashion-MNIST, 10 epochs, kit beside PyTorch
+    python -m kit bench precision    # float32, float16 and mixed precision: bytes, step time, accuracy
 
 `BENCHMARKS` names each with its one-line description (what `bench -h` lists). Timings are never
 asserted in tests (shared, noisy machines); each benchmark interleaves the variants in every
@@ -29,6 +30,7 @@ from kit import measure
 from kit.bench.common import _device_label, run_metadata
 from kit.bench.d2l import bench_d2l
 from kit.bench.parallel import bench_parallel
+from kit.bench.precision import bench_precision
 from kit.bench.spark import bench_spark
 from kit.bench.train import bench_train
 
@@ -277,6 +279,7 @@ BENCHMARKS: dict[str, tuple[Callable[[bool], dict[str, Any]], str]] = {
     "parallel": (bench_parallel, "ParallelWrapper 1 vs 2 workers, averaging frequency; ParallelInference"),
     "spark": (bench_spark, "bytes and time a Spark round costs, beside Network.fit (needs PySpark, Java)"),
     "d2l": (bench_d2l, "d2l's ResNet-18 on Fashion-MNIST, 10 epochs, kit beside PyTorch (meant for a GPU)"),
+    "precision": (bench_precision, "float32, float16 and mixed precision: bytes per cycle, step time, accuracy"),
 }
 
 
