@@ -25,6 +25,7 @@ OPTIONAL = {
     "nbconvert",
     "matplotlib",
     "playwright",
+    "fsspec",
 }
 
 

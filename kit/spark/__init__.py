@@ -22,6 +22,7 @@ export_stats_html = StatsUtils.exportStatsAsHtml. Needs the `spark` extra (PySpa
 Importing this package does not import PySpark; starting a context does.
 """
 
+from kit.spark.checkpoint import CheckpointError
 from kit.spark.masters import (
     ParameterAveragingTrainingMaster,
     RDDTrainingApproach,
@@ -41,6 +42,7 @@ from kit.spark.network import (
 from kit.spark.stats import SparkTrainingStats, export_stats_html
 
 __all__ = [
+    "CheckpointError",
     "ParameterAveragingTrainingMaster",
     "RDDTrainingApproach",
     "Repartition",

@@ -11,7 +11,7 @@ A task is a plain function of (partition index, iterator of elements), so it als
     >>> from kit.spark._executor import count_task
     >>> pair = (np.zeros((1, 4), np.float32), np.array([1]))   # one element: (features, labels)
     >>> count = count_task(per_batch=2, num_classes=3)          # elements come tagged with where they began
-    >>> list(count(0, iter([((3, 0), pair), ((3, 1), pair)])))
+    >>> [(partition, n) for partition, n, sha256 in count(0, iter([((3, 0), pair), ((3, 1), pair)]))]
     [(0, 2)]
     >>> list(count(0, iter([((3, 0), pair), ((3, 1), (np.zeros((1, 4)), np.array([1, 2])))])))
     Traceback (most recent call last):
@@ -31,6 +31,7 @@ buffer. Every failure is re-raised as `PartitionError`, whose message starts wit
 from __future__ import annotations
 
 import collections
+import hashlib
 import io
 import itertools
 import os
@@ -41,8 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from kit import memory
+from kit import backend, memory
 from kit.data.dataset import DataSet
+from kit.devices import Device, gpu_count
 from kit.evaluation import ROC, Evaluation
 from kit.nn.config import NetworkConfig
 from kit.nn.network import Network
@@ -53,6 +55,7 @@ from kit.parallel.threshold import (
     threshold_encode,
 )
 from kit.spark.aggregation import array_bytes
+from kit.spark.checkpoint import example_digest
 
 __all__ = [
     "BadElementError",
@@ -69,6 +72,7 @@ __all__ = [
     "row_to_pair",
     "single_examples",
     "tag_elements",
+    "task_device",
 ]
 
 MARK = "[kit.spark] partition"
@@ -99,11 +103,12 @@ class RoundSpec:
     gc_window_ms: int = 5000
     threshold: dict[str, float] = field(default_factory=dict)
     stored_rounds: int = 0  # EXPORT in Spark's storage: record key = worker * stored_rounds + round
+    gpus_per_task: float | None = None  # the job's resource profile asked for GPUs: train on the one Spark gave
 
 
-def network_for(config_json: str, workspace_mode: str | None) -> Network:
-    """This process's network for a configuration (built once, reused by later tasks)."""
-    key = f"{config_json}|{workspace_mode}"
+def network_for(config_json: str, workspace_mode: str | None, device: Any = None) -> Network:
+    """This process's network for a configuration (built once per device, reused by later tasks)."""
+    key = f"{config_json}|{workspace_mode}|{device}"
     net = _NETS.get(key)
     if net is None:
         cfg = NetworkConfig.from_json(config_json)
@@ -111,8 +116,44 @@ def network_for(config_json: str, workspace_mode: str | None) -> Network:
             cfg = cfg.replace(training_workspace_mode=workspace_mode)
         if len(_NETS) >= 2:
             _NETS.clear()
-        net = _NETS[key] = Network.from_config(cfg)
+        net = _NETS[key] = Network.from_config(cfg, device=device)
     return net
+
+
+def task_device(resources: dict[str, Any] | None) -> Any:
+    """The kit device of the GPU Spark gave this task (`TaskContext.get().resources()`): its first
+    address, as CuPy numbers the GPUs the executor sees. Says so when Spark gave no GPU address or
+    CuPy sees no GPU here."""
+    gpu = (resources or {}).get("gpu")
+    addresses = list(getattr(gpu, "addresses", None) or [])
+    if not addresses:
+        raise RuntimeError(
+            "gpus_per_task is set but Spark gave this task no GPU address: the executors declare no 'gpu' "
+            "resource (spark.executor.resource.gpu.amount and spark.executor.resource.gpu.discoveryScript, "
+            "spark.worker.resource.gpu.* on standalone workers)"
+        )
+    count = gpu_count()
+    if count == 0:
+        raise RuntimeError(
+            f"Spark gave this task GPU {addresses[0]} but kit sees no GPU on this executor "
+            f"({backend.gpu_status()[1]}); install kit's gpu extra on the executors, or leave gpus_per_task=None"
+        )
+    index = int(addresses[0])
+    if index >= count:
+        raise RuntimeError(
+            f"Spark gave this task GPU address {addresses[0]} but CuPy sees {count} GPU(s) on this executor "
+            "(CUDA_VISIBLE_DEVICES renumbers them): make the discovery script report CuPy's numbering"
+        )
+    return Device(f"gpu:{index}")
+
+
+def _this_task_device(spec: RoundSpec) -> Any:
+    if not spec.gpus_per_task:
+        return None
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return task_device(ctx.resources() if ctx is not None else None)
 
 
 def load_state(net: Network, flat: np.ndarray, keys: Iterable[str], sizes: Iterable[int]) -> None:
@@ -274,7 +315,7 @@ def _train_round(
     if not batches:
         result["stats"] = {"worker": worker, "round": spec.round, "pid": os.getpid(), "examples": 0}
         return result
-    net = network_for(spec.config_json, spec.workspace_mode)
+    net = network_for(spec.config_json, spec.workspace_mode, _this_task_device(spec))
     flat = state_bc.value
     everyone = workers_bc.value if workers_bc is not None else {}  # unpickled whole, every worker's
     received = array_bytes(flat) + array_bytes(everyone)
@@ -378,20 +419,22 @@ def _shared_steps(
 
 def count_task(per_batch: int, num_classes: int) -> Any:
     """DIRECT: the elements of a partition, each checked (features, labels) as the rounds will
-    stack them; materialises the cache. Yields (partition, count)."""
+    stack them; materialises the cache. Yields (partition, count, SHA-256 of its examples in
+    order: the data's fingerprint a checkpoint keeps)."""
 
-    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int]]:
+    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int, str]]:
         try:
-            n, group = 0, []
+            n, group, hasher = 0, [], hashlib.sha256()
             for tagged in it:
                 group.append(tagged)
                 n += 1
+                _digest_all(hasher, [tagged])
                 if len(group) == per_batch:
                     batches_of(group, per_batch, num_classes)
                     group = []
             if group:
                 batches_of(group, per_batch, num_classes)
-            yield partition, n
+            yield partition, n, hasher.hexdigest()
         except BaseException as exc:
             raise _fail(partition, "count", exc) from exc
 
@@ -409,23 +452,37 @@ def row_to_pair(row: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def export_task(directory: str, per_round: int, per_batch: int, num_classes: int) -> Any:
     """EXPORT: write each round's mini-batches of a partition to one .npz file (no pickle),
-    every element checked on the way (features, labels) and named by where it began."""
+    every element checked on the way (features, labels) and named by where it began. Yields
+    (worker, round, path, examples so far, SHA-256 of them in order: count_task's, at the end)."""
 
-    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int, str]]:
+    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int, str, int, str]]:
         try:
             buffer: list[Any] = []
-            k = 0
+            k, n, hasher = 0, 0, hashlib.sha256()
             for e in it:
                 buffer.append(e)
                 if len(buffer) == per_round:
-                    yield _write_round(directory, partition, k, buffer, per_batch, num_classes)
+                    n += _digest_all(hasher, buffer)
+                    written = _write_round(directory, partition, k, buffer, per_batch, num_classes)
+                    yield (*written, n, hasher.hexdigest())
                     buffer, k = [], k + 1
             if buffer:
-                yield _write_round(directory, partition, k, buffer, per_batch, num_classes)
+                n += _digest_all(hasher, buffer)
+                written = _write_round(directory, partition, k, buffer, per_batch, num_classes)
+                yield (*written, n, hasher.hexdigest())
         except BaseException as exc:
             raise _fail(partition, "export", exc) from exc
 
     return run
+
+
+def _digest_all(hasher: Any, tagged: list[Any]) -> int:
+    for _, element in tagged:
+        try:
+            example_digest(hasher, check_element(element, "element"))
+        except ValueError:
+            pass  # the mini-batch checks that follow name the element
+    return len(tagged)
 
 
 def round_records(per_round: int, stored_rounds: int) -> Any:

@@ -59,7 +59,9 @@ from kit.nn.loop import NonFiniteScoreError, StepResult
 from kit.nn.workspace_mgr import WorkspaceMode
 from kit.parallel.threshold import threshold_decode
 from kit.spark import _executor as ex
+from kit.spark import scheduling
 from kit.spark.aggregation import array_bytes, check_depth, merge_round, round_partial, tree_aggregate
+from kit.spark.checkpoint import CheckpointStore, check_directory, check_every, data_fingerprint
 
 __all__ = [
     "ParameterAveragingTrainingMaster",
@@ -93,6 +95,7 @@ class Prepared:
     export_dir: str | None = None
     setup: dict[str, Any] = field(default_factory=dict)
     stored_rounds: int = 0  # EXPORT into Spark's storage: partition w * stored_rounds + k holds (w, k)
+    fingerprint: dict[str, Any] = field(default_factory=dict)  # what a checkpoint checks on resuming
 
 
 def _memory_and_disk() -> Any:
@@ -161,7 +164,20 @@ class TrainingMaster:
     `aggregation_depth` (DL4J's aggregationDepth, default 2): the workers' results come back by
     tree aggregation (kit.spark.aggregation), so the driver receives at most
     ceil(workers ** (1 / depth)) partial results a round; 1 brings every worker's result to the
-    driver. Distributed evaluation merges its partitions the same way."""
+    driver. Distributed evaluation merges its partitions the same way.
+
+    kit's scheduling and recovery options (none in DL4J's masters):
+    `checkpoint_every` (rounds; None or 0: off) and `checkpoint_directory` (a path, a file:// URL,
+    or a URL fsspec opens): the driver checkpoints the fit, and `SparkNetwork.fit(...,
+    resume=True)` goes on from the latest checkpoint bit for bit (kit.spark.checkpoint).
+    `barrier` (default False): each round's job is one Spark barrier stage, every worker's task
+    started together or none (Spark's barrier execution); more workers than the cluster's task
+    slots is refused when fit() is called. A barrier round first shuffles its stored partitions
+    to one partition per worker (Spark allows no PartitionPruningRDD in a barrier stage).
+    `gpus_per_task` (None, a whole number, or a share <= 0.5): the round's job asks Spark for
+    that many GPUs per task (a ResourceProfile), and each task trains on the GPU whose address
+    Spark gave it (`TaskContext.resources()["gpu"]`); Spark's local mode cannot schedule GPUs,
+    which fit() says at the call."""
 
     mode = "averaging"
 
@@ -181,9 +197,22 @@ class TrainingMaster:
         worker_gc_window_ms: int,
         round_timeout: float = 300.0,
         aggregation_depth: int = 2,
+        checkpoint_every: int | None = None,
+        checkpoint_directory: str | os.PathLike | None = None,
+        barrier: bool = False,
+        gpus_per_task: float | None = None,
     ) -> None:
         name = type(self).__name__
         self.aggregation_depth = check_depth(name, aggregation_depth)
+        self.checkpoint_every = check_every(name, checkpoint_every)
+        self.checkpoint_directory = check_directory(name, checkpoint_directory)
+        if self.checkpoint_every and self.checkpoint_directory is None:
+            raise ValueError(
+                f"{name}(checkpoint_every={checkpoint_every!r}): checkpoints need a checkpoint_directory (a path or "
+                "URL the driver writes to, and a later driver reads from)"
+            )
+        self.barrier = _check_bool(name, "barrier", barrier)
+        self.gpus_per_task = scheduling.check_gpus(name, gpus_per_task)
         timeout = _check_real(name, "round_timeout", round_timeout)
         if not timeout > 0:
             raise ValueError(f"{name}(round_timeout={round_timeout!r}): seconds > 0 (default 300)")
@@ -267,7 +296,7 @@ class TrainingMaster:
             # Spark's own storage (its executors' disks, fetched by Spark where a task runs):
             # nothing needs a disk shared with the driver or between executors
             sizes = runner(prepared.mapPartitionsWithIndex(ex.count_task(per_batch, num_classes)), "count")
-            rounds = max((math.ceil(n / per_round) for _, n in sizes), default=0)
+            rounds = max((math.ceil(n / per_round) for _, n, _ in sizes), default=0)
             r = max(rounds, 1)
             stored = (
                 prepared.mapPartitionsWithIndex(ex.export_records(per_round, per_batch, r))
@@ -276,8 +305,9 @@ class TrainingMaster:
             )
             runner(stored.mapPartitions(lambda it: [sum(1 for _ in it)]), "export")  # written once, here
             data = Prepared(stored, workers, rounds, per_batch, stored_rounds=r)
-            setup["examples_per_worker"] = [n for _, n in sorted(sizes)]
+            setup["examples_per_worker"] = [n for _, n, _ in sorted(sizes)]
             setup["storage"] = "Spark (DISK_ONLY)"
+            digests = {w: (n, sha) for w, n, sha in sizes}
         elif self.rdd_training_approach is RDDTrainingApproach.EXPORT:
             export_dir = tempfile.mkdtemp(prefix="kit-spark-export-", dir=_local_path(self.export_directory))
             setup["storage"] = self.export_directory
@@ -289,12 +319,13 @@ class TrainingMaster:
             except BaseException:
                 shutil.rmtree(export_dir, ignore_errors=True)
                 raise
-            paths = {(worker, k): path for worker, k, path in written}
+            paths = {(worker, k): path for worker, k, path, _, _ in written}
             rounds = 1 + max((k for _, k in paths), default=-1)
             data = Prepared(None, workers, rounds, per_batch, paths, export_dir)
+            digests = {w: (n, sha) for w, k, _, n, sha in sorted(written, key=lambda rec: rec[1])}  # the last round's
         else:  # DIRECT: each round's examples one cached partition, read by that round only
             sizes = runner(prepared.mapPartitionsWithIndex(ex.count_task(per_batch, num_classes)), "count")
-            rounds = max((math.ceil(n / per_round) for _, n in sizes), default=0)
+            rounds = max((math.ceil(n / per_round) for _, n, _ in sizes), default=0)
             r = max(rounds, 1)
             stored = (
                 prepared.mapPartitionsWithIndex(ex.round_records(per_round, r))
@@ -303,7 +334,9 @@ class TrainingMaster:
             )
             runner(stored.mapPartitions(lambda it: [sum(1 for _ in it)]), "cache")
             data = Prepared(stored, workers, rounds, per_batch, stored_rounds=r)
-            setup["examples_per_worker"] = [n for _, n in sorted(sizes)]
+            setup["examples_per_worker"] = [n for _, n, _ in sorted(sizes)]
+            digests = {w: (n, sha) for w, n, sha in sizes}
+        data.fingerprint = data_fingerprint(per_batch, per_round, data.rounds, workers, digests)
         setup["rounds"] = data.rounds
         setup["prepare_ms"] = (time.perf_counter() - t0) * 1e3
         data.setup = setup
@@ -333,6 +366,7 @@ class TrainingMaster:
             gc_window_ms=self.worker_gc_window_ms,
             threshold=getattr(self, "threshold", {}),
             stored_rounds=data.stored_rounds,
+            gpus_per_task=self.gpus_per_task,
         )
 
     def _round_rdd(self, sc: Any, data: Prepared, k: int) -> Any:
@@ -343,6 +377,28 @@ class TrainingMaster:
             return _only_partitions(sc, data.rdd, [w * data.stored_rounds + k for w in range(data.workers)])
         records = [(w, data.paths[(w, k)]) for w in range(data.workers) if (w, k) in data.paths]
         return sc.parallelize(records, max(len(records), 1))
+
+    def _job(self, sc: Any, data: Prepared, k: int, fn: Any) -> Any:
+        """Round k's job (kit.spark.scheduling: barrier stage, GPU resource profile)."""
+        return scheduling.round_job(self, sc, self._round_rdd(sc, data, k), data, fn)
+
+    def check_cluster(self, sc: Any, rdd: Any) -> None:
+        """What the cluster must offer, checked when fit() is called (kit.spark.scheduling)."""
+        scheduling.check_cluster(self, sc, rdd)
+
+    def checkpoint_store(self) -> CheckpointStore | None:
+        return CheckpointStore(self.checkpoint_directory) if self.checkpoint_directory else None
+
+    def training_settings(self) -> dict[str, Any]:
+        """The settings a checkpoint's rounds depend on (resuming with others is refused)."""
+        return {
+            "master": type(self).__name__,
+            "batch_size_per_worker": self.batch_size_per_worker,
+            "batches_per_round": self._batches_per_round,
+            "repartition": self.repartition.value,
+            "save_updater": getattr(self, "save_updater", None),
+            "threshold": getattr(self, "threshold", None),
+        }
 
     def _submit(
         self, owner: Any, data: Prepared, k: int, keys: tuple[str, ...], workers: dict[int, Any] | None = None
@@ -362,7 +418,7 @@ class TrainingMaster:
         t1 = time.perf_counter()
         try:
             fn = ex.round_task(self._spec(owner, data, k, keys, sizes), bc, workers_bc)
-            job = self._round_rdd(sc, data, k).mapPartitionsWithIndex(fn)
+            job = self._job(sc, data, k, fn)
             with owner.watched(f"round {k}"):
                 partial, tree = tree_aggregate(job, None, round_partial, merge_round, self.aggregation_depth)
         finally:
@@ -423,6 +479,10 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
         worker_gc_window_ms: int = 5000,
         round_timeout: float = 300.0,
         aggregation_depth: int = 2,
+        checkpoint_every: int | None = None,
+        checkpoint_directory: str | os.PathLike | None = None,
+        barrier: bool = False,
+        gpus_per_task: float | None = None,
     ) -> None:
         super().__init__(
             batch_size_per_worker,
@@ -439,6 +499,10 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
             worker_gc_window_ms,
             round_timeout,
             aggregation_depth,
+            checkpoint_every,
+            checkpoint_directory,
+            barrier,
+            gpus_per_task,
         )
         self.averaging_frequency = averaging_frequency
         self.save_updater = _check_bool("ParameterAveragingTrainingMaster", "save_updater", save_updater)
@@ -490,6 +554,10 @@ class SharedTrainingMaster(TrainingMaster):
         worker_gc_window_ms: int = 5000,
         round_timeout: float = 300.0,
         aggregation_depth: int = 2,
+        checkpoint_every: int | None = None,
+        checkpoint_directory: str | os.PathLike | None = None,
+        barrier: bool = False,
+        gpus_per_task: float | None = None,
     ) -> None:
         super().__init__(
             batch_size_per_worker,
@@ -506,6 +574,10 @@ class SharedTrainingMaster(TrainingMaster):
             worker_gc_window_ms,
             round_timeout,
             aggregation_depth,
+            checkpoint_every,
+            checkpoint_directory,
+            barrier,
+            gpus_per_task,
         )
         self.batches_per_round = batches_per_round
         name = "SharedTrainingMaster"

@@ -30,12 +30,15 @@ needs to continue), and the next fit goes on from the network's counters, local 
 in between included.
 
 A task that fails (bad labels, NaN features, a crash) stops fit() with SparkTrainingError
-naming the partition, and the job group is cancelled so no Spark job is left running.
+naming the partition, and the job group is cancelled so no Spark job is left running. A driver
+that dies loses nothing past the master's last checkpoint (`checkpoint_every`): a new driver's
+`fit(rdd, epochs=N, resume=True)` goes on from it bit for bit (kit.spark.checkpoint).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import shutil
@@ -52,7 +55,9 @@ from kit.evaluation import ROC, Evaluation
 from kit.labels import class_indices
 from kit.nn.loop import StepResult, TrainingLoop
 from kit.nn.network import Network
+from kit.settings import install_hint
 from kit.spark import _executor as ex
+from kit.spark import checkpoint
 from kit.spark.aggregation import tree_aggregate
 from kit.spark.masters import TrainingMaster
 from kit.spark.stats import SparkTrainingStats
@@ -88,8 +93,6 @@ def spark_missing() -> str | None:
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        from kit.settings import install_hint
-
         return f'PySpark is not installed: {install_hint("spark")} (or pip install "pyspark>=3.5")'
     java_home = os.environ.get("JAVA_HOME")
     java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
@@ -225,6 +228,17 @@ def spark_error(exc: BaseException, what: str) -> SparkTrainingError:
     return SparkTrainingError(f"Spark {what} failed in {where}: {type(exc).__name__}: {first[:600]}")
 
 
+class _Rounds:
+    """The rounds of each epoch, the first epoch from `first` on (a resumed fit's)."""
+
+    def __init__(self, rounds: int, first: int) -> None:
+        self.rounds, self.first = rounds, first
+
+    def __iter__(self) -> Iterator[int]:
+        first, self.first = self.first, 0
+        return iter(range(first, self.rounds))
+
+
 class SparkNetwork:
     """A Network trained by a training master on a SparkContext (DL4J's SparkDl4jMultiLayer)."""
 
@@ -235,6 +249,15 @@ class SparkNetwork:
             raise TypeError(
                 "SparkNetwork needs a ParameterAveragingTrainingMaster or SharedTrainingMaster, got "
                 f"{type(training_master).__name__}"
+            )
+        if network.mixed or network.loss_scaler is not None:
+            raise ValueError(
+                f"SparkNetwork: kit.spark does not train mixed-precision networks yet (this one computes in "
+                f"{network.dtype} with master_dtype={network.master_dtype} and loss_scale="
+                f"{'set' if network.loss_scaler is not None else None}): the executors would each keep their own "
+                "loss scale and the averaging knows nothing of master weights. Train it with "
+                "kit.parallel.ParallelWrapper, which supports mixed precision, or build the network for Spark "
+                "without master_dtype and loss_scale"
             )
         self.sc = spark_context
         self.network = network
@@ -300,18 +323,54 @@ class SparkNetwork:
         return len(infos) if master.startswith("local") else max(0, len(infos) - 1)
 
     # ---- training ------------------------------------------------------------------------
-    def fit(self, data: Any, epochs: int = 1, listeners: Iterable[Any] = ()) -> Network:
-        """Train on an RDD of (features, labels) pairs or a DataFrame; returns the network."""
+    def fit(self, data: Any, epochs: int = 1, listeners: Iterable[Any] = (), resume: bool = False) -> Network:
+        """Train on an RDD of (features, labels) pairs or a DataFrame; returns the network.
+
+        With the master's `checkpoint_every`, the driver writes a checkpoint every that many rounds
+        and at the end (kit.spark.checkpoint). `resume=True` goes on from the latest one in its
+        `checkpoint_directory`, bit for bit as if the fit had not stopped: give the interrupted
+        call again (`epochs` counts from the epoch that fit began at), with a network of the same
+        configuration (its state is replaced by the checkpoint's), and the same data."""
         master = self.training_master
-        self._adopt_local_progress()
+        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+            raise ValueError(f"fit(epochs={epochs!r}): must be a positive integer")
+        if not isinstance(resume, (bool, np.bool_)):
+            raise ValueError(f"fit(resume={resume!r}): True (go on from the latest checkpoint) or False")
+        store = master.checkpoint_store()
+        saved = None
+        if resume:
+            if store is None:
+                raise ValueError(
+                    f"fit(resume=True): {type(master).__name__} has no checkpoint_directory to resume from; give "
+                    "the master the interrupted fit's checkpoint_directory"
+                )
+            saved = checkpoint.load_for(store, self)  # before the data are prepared: a wrong network fails fast
+        else:
+            self._adopt_local_progress()
+            if store is not None:
+                checkpoint.check_fresh(store, self.iteration)
         rdd = as_rdd(data)
+        master.check_cluster(self.sc, rdd)
         with self.watched("data preparation"):  # Spark's own actions too (zipWithIndex counts partitions)
             prepared = master.prepare(self.sc, rdd, self.run_job, self.network.output_shape[0])
         if prepared.rounds == 0:
             master.release(prepared)
             raise ValueError("SparkNetwork.fit: the RDD holds no elements")
+        start = {"fit_start_epoch": self.epoch, "fit_epochs": epochs, "epoch": self.epoch, "round": 0}
+        if saved is not None:
+            where, header, arrays = saved
+            try:
+                checkpoint.check_data(where, header, prepared.fingerprint)
+            except BaseException:
+                master.release(prepared)
+                raise
+            checkpoint.restore(self, header, arrays)
+            start = {**header["position"], "fit_epochs": epochs}
+        remaining = start["fit_start_epoch"] + epochs - start["epoch"]
         stats = SparkTrainingStats(type(master).__name__, dict(prepared.setup))
         keep = master.collect_training_stats
+        written = [self.iteration]  # the rounds of the newest checkpoint
+        position = dict(start)
 
         def step(group: list[int]) -> list[StepResult]:
             (k,) = group
@@ -322,11 +381,21 @@ class SparkNetwork:
                 stats.workers.extend({**w, "epoch": self.epoch} for w in worker_stats)
             if results:
                 self.last_score = float(np.mean([r.score for r in results]))
+            if all(math.isfinite(r.score) for r in results):  # a round not applied is not checkpointed
+                last = k + 1 == prepared.rounds
+                position.update(epoch=self.epoch + last, round=0 if last else k + 1)
+                done = self.iteration + 1  # the loop counts this round after the step
+                if master.checkpoint_every and done % master.checkpoint_every == 0:
+                    checkpoint.write(store, self, done, prepared.fingerprint, position)
+                    written[0] = done
             return results
 
         self.loop = TrainingLoop(self.network, step, listeners=listeners, counters=self)
         try:
-            self.loop.run(list(range(prepared.rounds)), epochs)
+            if remaining > 0:
+                self.loop.run(_Rounds(prepared.rounds, start["round"]), remaining)
+            if master.checkpoint_every and written[0] != self.iteration:
+                checkpoint.write(store, self, self.iteration, prepared.fingerprint, position)
         finally:
             master.release(prepared)
             with self.network._lock:  # counters with the state, as save() reads them

@@ -1,0 +1,123 @@
+"""How a round's job is scheduled: Spark's barrier execution and GPU resource profiles.
+
+kit.spark.masters calls these for a master whose `barrier` or `gpus_per_task` is set (a live
+SparkContext is needed, so only the argument checks run as doctests):
+
+    >>> from kit.spark.scheduling import check_gpus
+    >>> check_gpus("SharedTrainingMaster", 1), check_gpus("SharedTrainingMaster", 0.5)
+    (1, 0.5)
+    >>> check_gpus("SharedTrainingMaster", 0.7)
+    Traceback (most recent call last):
+    ValueError: SharedTrainingMaster(gpus_per_task=0.7): GPUs each task needs, a whole number >= 1 or a share ...
+
+Barrier execution (`barrier=True`): Spark starts all the tasks of a barrier stage together, or
+none, and retries them together: the round's workers run at the same time, as DL4J's gradient
+sharing assumes. A stage of N tasks needs N free task slots, so a fit with more workers than
+the cluster's slots is refused when fit() is called (Spark would wait and then fail). Spark
+allows no PartitionPruningRDD (nor any change in the number of partitions) inside a barrier
+stage, so a barrier round first moves its stored partitions to one partition per worker with a
+shuffle of one record each.
+
+GPUs (`gpus_per_task`): the round's job carries a ResourceProfile whose task requests ask for
+that many GPUs (`TaskResourceRequests().resource("gpu", amount)`, applied with
+`rdd.withResources`), and each task builds its network on the GPU whose address Spark gave it
+(`TaskContext.get().resources()["gpu"].addresses`, kit.spark._executor.task_device). Spark
+schedules GPUs on standalone, YARN and Kubernetes clusters whose executors declare them; its
+local mode cannot, which fit() says at the call.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+
+__all__ = ["check_cluster", "check_gpus", "cluster_slots", "round_job"]
+
+
+def check_gpus(owner: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not ((value >= 1 and float(value).is_integer()) or 0 < value <= 0.5):
+        raise ValueError(
+            f"{owner}(gpus_per_task={value!r}): GPUs each task needs, a whole number >= 1 or a share of one GPU "
+            "<= 0.5 (Spark's rule for fractions); None trains on the executors' default device"
+        )
+    return int(value) if value >= 1 else float(value)
+
+
+def cluster_slots(sc: Any) -> int:
+    """Tasks the cluster runs at once: local[N]'s N (local[*]: the cores), else the
+    defaultParallelism (the executors' cores), each divided by spark.task.cpus."""
+    master = sc.master or ""
+    found = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master)
+    if found:
+        cores = 1 if found.group(1) is None else (os.cpu_count() or 1) if found.group(1) == "*" else int(found.group(1))
+    else:
+        cores = sc.defaultParallelism
+    return max(1, cores // int(sc.getConf().get("spark.task.cpus", "1")))
+
+
+def round_job(master: Any, sc: Any, rounds_rdd: Any, data: Any, fn: Any) -> Any:
+    """Round k's job: `fn` on every worker's partition; with `barrier`, in one barrier stage
+    (Spark starts all its tasks together or none). Spark refuses a PartitionPruningRDD inside
+    a barrier stage, so there the round's stored partitions are first moved to one partition
+    per worker by a shuffle (one record each). `gpus_per_task`: the job's resource profile."""
+    if master.barrier:
+        if data.stored_rounds:
+            per = data.stored_rounds
+            rounds_rdd = rounds_rdd.partitionBy(data.workers, lambda key, per=per: key // per)
+        job = rounds_rdd.barrier().mapPartitionsWithIndex(fn)
+    else:
+        job = rounds_rdd.mapPartitionsWithIndex(fn)
+    if master.gpus_per_task:
+        from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
+
+        cpus = int(sc.getConf().get("spark.task.cpus", "1"))
+        requests = TaskResourceRequests().cpus(cpus).resource("gpu", master.gpus_per_task)
+        job = job.withResources(ResourceProfileBuilder().require(requests).build)
+    return job
+
+
+def check_cluster(master: Any, sc: Any, rdd: Any) -> None:
+    """What the cluster must offer, checked when fit() is called: room for every worker's
+    task at once (barrier), GPUs Spark can schedule (gpus_per_task)."""
+    name = type(master).__name__
+    if master.gpus_per_task:
+        spark_master = sc.master or ""
+        if spark_master.startswith("local"):
+            raise ValueError(
+                f"{name}(gpus_per_task={master.gpus_per_task!r}): Spark's local mode ({spark_master}) cannot "
+                "schedule GPU "
+                "resources; run on a standalone, YARN or Kubernetes cluster whose executors declare GPUs "
+                "(spark.executor.resource.gpu.amount and a discovery script), or leave gpus_per_task=None "
+                "and pick the device with kit.Device"
+            )
+        declared = sc.getConf().get("spark.executor.resource.gpu.amount")
+        if not declared:
+            raise ValueError(
+                f"{name}(gpus_per_task={master.gpus_per_task!r}): this SparkContext's executors declare no GPUs "
+                "(spark.executor.resource.gpu.amount is not set); start the context with it and "
+                "spark.executor.resource.gpu.discoveryScript, or leave gpus_per_task=None"
+            )
+        if float(declared) < master.gpus_per_task:
+            raise ValueError(
+                f"{name}(gpus_per_task={master.gpus_per_task!r}): each executor declares "
+                f"spark.executor.resource.gpu.amount={declared}, fewer than one task asks for"
+            )
+    if master.barrier:
+        workers = master.num_workers or sc.defaultParallelism
+        partitions = rdd.getNumPartitions()
+        if master.repartition.value == "NEVER" or (
+            master.repartition.value == "NUM_PARTITIONS_WORKERS_DIFFERS" and partitions == workers
+        ):
+            workers = partitions
+        slots = cluster_slots(sc)
+        if workers > slots:
+            raise ValueError(
+                f"{name}(barrier=True): {workers} workers need {workers} tasks running at once, but the cluster "
+                f"({sc.master}) has {slots} task slot(s); give num_workers <= {slots} (repartition NEVER: fewer "
+                "partitions), add executors or cores, or train with barrier=False"
+            )
