@@ -6,16 +6,19 @@ python -m kit bench arrays         # wrapper overhead per op vs raw NumPy
 python -m kit bench workspaces     # plain vs caching allocator vs workspace
 python -m kit bench arrays --quick # fewer repeats (CI, smoke runs; KIT_QUICK=1 does the same)
 python -m kit lab                  # JupyterLab on the chapters (adds --allow-root when run as root)
-python -m kit book                 # the chapters as a static HTML site, from their stored outputs
+python -m kit book                 # the chapters as a static HTML book (Sphinx), from their stored outputs
 python -m kit --version            # the installed version of gpu-workspaces-kit (pip's name for kit)
 
 The console script `kit` is the same command. A bad setting in the environment (kit.settings)
-is one line on stderr and exit status 2, as a bad argument is.
+is one line on stderr and exit status 2, as a bad argument is; so is a command whose extra is not
+installed (`lab` needs the `lab` extra, `book` the `book` extra, `bench spark` the `spark` extra:
+the line names the pip command) and `lab` or `book` where there are no chapters (a wheel has none).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import sys
@@ -26,8 +29,8 @@ from threadpoolctl import threadpool_info
 
 import kit
 from kit import bench as benchmarks
+from kit import book as chapters_book
 from kit import readings, settings
-from kit.book import build_book
 from kit.devices import host_device_count
 
 
@@ -74,10 +77,48 @@ def blas_lines() -> list[str]:
     ]
 
 
+class ChaptersNotFoundError(FileNotFoundError):
+    """No chapter notebooks where `lab` and `book` look: a wheel install ships none."""
+
+
+# what each command imports beyond kit's own dependencies: (the extra that installs it, import names)
+NEEDS = {
+    "lab": ("lab", ("jupyterlab", "ipykernel")),
+    "book": ("book", tuple(chapters_book.MODULES)),
+    "bench spark": ("spark", ("pyspark",)),
+}
+
+
+def missing_extra(command: str) -> str | None:
+    """The one-line reason `command` cannot run here (its extra's modules absent), else None."""
+    extra, modules = NEEDS.get(command, (None, ()))
+    absent = []
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package missing, or a module blocked with None
+            found = False
+        if not found:
+            absent.append(module)
+    if not absent:
+        return None
+    return f"`{command}` needs {', '.join(absent)}, not installed here: {settings.install_hint(extra)}"
+
+
 def notebooks_dir() -> Path:
-    """The chapters: `notebooks/` of the checkout this kit comes from, else the current directory's."""
-    here = Path(__file__).resolve().parents[1] / "notebooks"
-    return here if here.is_dir() else Path.cwd() / "notebooks"
+    """The chapters: `notebooks/` of the checkout this kit comes from, else the current directory's.
+
+    Raises ChaptersNotFoundError, saying where the chapters come from, when neither exists (a wheel
+    install run outside a checkout)."""
+    for candidate in (Path(__file__).resolve().parents[1] / "notebooks", Path.cwd() / "notebooks"):
+        if candidate.is_dir():
+            return candidate
+    raise ChaptersNotFoundError(
+        f"no chapters here: neither {Path(__file__).resolve().parents[1] / 'notebooks'} nor "
+        f"{Path.cwd() / 'notebooks'} exists (a pip/wheel install of {settings.DISTRIBUTION} has no notebooks): "
+        "the chapters are the notebooks/ folder of kit's source repository; run from the folder that holds "
+        "notebooks/, or pass --dir DIR (lab) / --notebooks DIR (book)"
+    )
 
 
 def lab_command(directory: Path, extra: list[str] | None = None, euid: int | None = None) -> list[str]:
@@ -123,8 +164,16 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     lab = sub.add_parser("lab", help="JupyterLab on the chapters (works as root)")
     lab.add_argument("--dir", default=None, help="directory to open (default: the chapters)")
     lab.add_argument("--print", action="store_true", help="print the command instead of running it")
-    book = sub.add_parser("book", help="build the chapters into a static HTML site (offline)")
+    book = sub.add_parser("book", help="build the chapters into a static HTML book (offline, the book extra)")
     book.add_argument("--out", default="build/book", help="output directory (default build/book)")
+    book.add_argument("--notebooks", default=None, help="folder of chapter notebooks (default: the chapters)")
+    book.add_argument(
+        "--repository",
+        default=None,
+        metavar="URL",
+        help="the repository's GitHub address (https://github.com/<owner>/<name>): adds Colab and Binder links",
+    )
+    book.add_argument("--branch", default="main", help="the branch those links open (default main)")
     return parser
 
 
@@ -142,14 +191,26 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         found = settings.load()  # checked at import too; read again in case the environment changed
-        return _run(args, rest, found)
+        missing = _needs(args)
+        if missing:
+            return _error(prog, missing)
+        return _run(args, rest, found, prog)
     except settings.SettingError as exc:
         return _error(prog, str(exc))
     except benchmarks.OutputPathError as exc:
         return _error(f"{prog} bench", str(exc))
+    except ChaptersNotFoundError as exc:
+        return _error(f"{prog} {args.command}", str(exc))
 
 
-def _run(args: argparse.Namespace, rest: list[str], found: settings.Settings) -> int:
+def _needs(args: argparse.Namespace) -> str | None:
+    command = args.command if args.command != "bench" else f"bench {args.name}"
+    if args.command == "lab" and args.print:
+        return None  # printing the command needs nothing installed
+    return missing_extra(command)
+
+
+def _run(args: argparse.Namespace, rest: list[str], found: settings.Settings, prog: str) -> int:
     if args.command == "info":
         print("\n".join(info_lines()))
         return 0
@@ -161,7 +222,11 @@ def _run(args: argparse.Namespace, rest: list[str], found: settings.Settings) ->
         # become JupyterLab (no child process): stopping `python -m kit lab` stops the server
         os.execv(cmd[0], cmd)
     if args.command == "book":
-        index = build_book(notebooks_dir(), Path(args.out))
+        source = Path(args.notebooks) if args.notebooks else notebooks_dir()
+        try:
+            index = chapters_book.build_book(source, Path(args.out), repository=args.repository, branch=args.branch)
+        except (FileNotFoundError, FileExistsError, ValueError) as exc:
+            return _error(f"{prog} book", str(exc))
         print(f"book written: {index}")
         return 0
     json_path = benchmarks.check_json_path(args.json) if args.json else None  # before minutes of benchmark

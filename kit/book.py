@@ -1,47 +1,64 @@
-"""The chapters as a static HTML site, built offline from their stored outputs.
+"""The chapters as a static HTML book (Sphinx + MyST-NB, the engine of Jupyter Book 1), built
+offline from their stored outputs: nothing is executed and nothing is fetched, then or when read.
 
     python -m kit book                      # -> build/book/index.html
     python -m kit book --out site/          # elsewhere
+    python -m kit book --repository URL     # a GitHub address: adds Colab and Binder links
 
-    >>> import tempfile
-    >>> from pathlib import Path
     >>> import nbformat
-    >>> from kit.book import build_book, chapter_title
-    >>> src = Path(tempfile.mkdtemp())             # one tiny chapter, so the example runs anywhere
-    >>> cells = [nbformat.v4.new_markdown_cell("# Arrays and backends"), nbformat.v4.new_code_cell("1 + 1")]
-    >>> nbformat.write(nbformat.v4.new_notebook(cells=cells), src / "01_arrays.ipynb")
-    >>> index = build_book(src, src / "_build" / "book")   # python -m kit book: notebooks/ -> build/book
-    >>> sorted(p.name for p in index.parent.iterdir())
-    ['01_arrays.html', 'index.html']
-    >>> chapter_title(nbformat.read(src / "01_arrays.ipynb", as_version=4))    # the index lists chapters by it
+    >>> from kit.book import chapter_title, prepare_chapter
+    >>> cells = [nbformat.v4.new_markdown_cell("# Arrays and backends"), nbformat.v4.new_code_cell("import kit")]
+    >>> nb = prepare_chapter(nbformat.v4.new_notebook(cells=cells), "01_arrays")
+    >>> chapter_title(nb)                           # the page and the sidebar name it so
     'Arrays and backends'
+    >>> nb.cells[2].metadata.tags                   # the setup cell: its output shown, its source not
+    ['remove-input']
+    >>> "Run it" in nb.cells[1].source              # how to run the page's notebook yourself
+    True
 
-Each chapter becomes one page (nbconvert's HTML exporter, "lab" template) showing the outputs
-stored in the notebook, nothing re-executed; figures are written beside the pages as PNG files
-(`NAME_files/`) and referenced from them; `index.html` lists the chapters with their titles and
-links each page to the previous and next one. Needs nbconvert (the `dev` and `lab` extras); no
-network at build time.
+What a page has: the sidebar with every chapter, the page's own table of contents, full-text
+search (Sphinx's index, loaded by a script tag, so it works from file://), math typeset by the
+MathJax 3 copy that ships in the `sphinx-mathjax-offline` package (copied beside the pages), the
+figures as PNG files in `_images/`, the stored live panels as their static HTML, no `In [1]:`
+prompts, and a "Run it" note. The build works on copies of the notebooks: the setup cell (the
+first code cell) gets the `remove-input` tag, and saved widget state is dropped so no page asks
+for a widget manager from a CDN. Needs the `book` extra (`pip install "gpu-workspaces-kit[book]"`,
+also in `dev`); `python -m kit book` names that extra in one line when MODULES are absent.
 """
 
 from __future__ import annotations
 
-import html
 import re
 import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
-__all__ = ["build_book", "chapter_title"]
+__all__ = ["MODULES", "build_book", "chapter_title", "prepare_chapter"]
 
-_STYLE = (
-    "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;line-height:1.5}"
-    "li{margin:.6rem 0}.kit-nav{font-family:system-ui,sans-serif;padding:.5rem 1rem;background:#f4f4f4;"
-    "border-bottom:1px solid #ddd}.kit-nav a{margin-right:1.5rem}"
-)
+# import name -> pip name: what `python -m kit book` needs (the `book` extra in pyproject.toml);
+# sphinx-mathjax-offline's import name has hyphens: Sphinx loads it by name, as an extension
+MODULES = {
+    "sphinx": "sphinx",
+    "myst_nb": "myst-nb",
+    "sphinx_book_theme": "sphinx-book-theme",
+    "sphinx-mathjax-offline": "sphinx-mathjax-offline",  # MathJax 3, for math with no network
+}
+TITLE = "kit: the chapters"
+
+_CSS = """
+/* wide tables and outputs scroll inside their own box instead of widening the page */
+.bd-article table, .cell_output table { display: block; max-width: 100%; overflow-x: auto; }
+.cell_output, .cell_output .output { max-width: 100%; overflow-x: auto; }
+.cell_output pre { white-space: pre; }
+"""
 
 
-def chapter_title(nb: object) -> str:
+def chapter_title(nb: Any) -> str:
     """The first markdown heading of a notebook, without the '#'."""
-    for cell in nb.cells:  # type: ignore[attr-defined]
+    for cell in nb.cells:
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
                 if line.startswith("#"):
@@ -49,8 +66,8 @@ def chapter_title(nb: object) -> str:
     return "untitled"
 
 
-def _summary(nb: object) -> str:
-    for cell in nb.cells:  # type: ignore[attr-defined]
+def _summary(nb: Any) -> str:
+    for cell in nb.cells:
         if cell.cell_type == "markdown":
             m = re.search(r"\*\*What you will measure:\*\*(.+?)(\n\n|$)", cell.source, re.S)
             if m:
@@ -60,48 +77,133 @@ def _summary(nb: object) -> str:
     return ""
 
 
-def build_book(notebooks: Path, out: Path) -> Path:
-    """Write one HTML page per `notebooks/*.ipynb` plus `index.html` into `out`; returns the index."""
+def _github(repository: str) -> str:
+    """'owner/name' from https://github.com/owner/name(.git), the form Colab and Binder links need."""
+    m = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+?)(\.git)?/?", repository.strip())
+    if not m:
+        raise ValueError(
+            f"--repository {repository!r} is not a GitHub address (https://github.com/<owner>/<name>): "
+            "Colab and Binder open notebooks from GitHub"
+        )
+    return f"{m.group(1)}/{m.group(2)}"
+
+
+def _run_note(stem: str, repository: str | None, branch: str) -> str:
+    if repository:
+        repo = _github(repository)
+        colab = f"https://colab.research.google.com/github/{repo}/blob/{branch}/notebooks/{stem}.ipynb"
+        binder = f"https://mybinder.org/v2/gh/{repo}/{branch}?urlpath=lab/tree/notebooks/{stem}.ipynb"
+        where = f"[Open in Colab]({colab}) · [Launch on Binder]({binder}) (no GPU)."
+    else:  # no published address to link to: say how, invent none
+        where = (
+            "On Colab, upload it (File > Upload notebook); on Binder, give mybinder.org the repository's "
+            f"address and `notebooks/{stem}.ipynb` as the path."
+        )
+    return (
+        "```{admonition} Run it\n:class: tip\n"
+        "This page shows the outputs stored when the chapter was last run. To measure your own machine, "
+        f'install kit (`pip install "gpu-workspaces-kit[lab]"`) and open <a href="{stem}.ipynb" download>'
+        f"{stem}.ipynb</a> in JupyterLab; the first cell installs kit where it is missing. {where}\n```"
+    )
+
+
+def prepare_chapter(nb: Any, stem: str, repository: str | None = None, branch: str = "main") -> Any:
+    """The notebook as the book shows it (the caller's copy is changed and returned): the setup cell's
+    source hidden, saved widget state dropped, a "Run it" note after the first markdown cell."""
     import nbformat
-    from nbconvert import HTMLExporter
-    from nbconvert.writers import FilesWriter
+
+    nb.metadata.pop("widgets", None)  # saved widget state would make the page load a widget manager
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    if code:
+        tags = code[0].metadata.setdefault("tags", [])
+        if "remove-input" not in tags:
+            tags.append("remove-input")
+    first_md = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
+    nb.cells.insert(first_md + 1, nbformat.v4.new_markdown_cell(_run_note(stem, repository, branch)))
+    return nb
+
+
+def _conf(title: str) -> dict[str, Any]:
+    """Sphinx's configuration, written out as conf.py in the build's source folder."""
+    return {
+        "project": title,
+        "html_title": title,
+        "extensions": ["myst_nb", "sphinx_book_theme", "sphinx-mathjax-offline"],
+        "exclude_patterns": ["_build"],
+        "nb_execution_mode": "off",  # the stored outputs, never re-run
+        "nb_ipywidgets_js": {},  # no require.js or widget manager from a CDN
+        "nb_merge_streams": True,
+        "myst_enable_extensions": ["dollarmath", "amsmath"],
+        "myst_heading_anchors": 3,
+        "suppress_warnings": ["myst.header", "mystnb.unknown_mime_type"],
+        "html_theme": "sphinx_book_theme",
+        "html_theme_options": {
+            "home_page_in_toc": True,
+            "show_toc_level": 2,
+            "use_download_button": False,
+            "use_repository_button": False,
+            "use_fullscreen_button": False,
+            "footer_content_items": [],
+        },
+        "html_context": {"default_mode": "light"},
+        "html_static_path": ["_static"],
+        "html_css_files": ["kit-book.css"],
+        "html_copy_source": False,
+        "html_show_sourcelink": False,
+        "html_show_search_summary": False,  # summaries fetch() each page, which file:// forbids
+        "html_last_updated_fmt": None,
+    }
+
+
+def build_book(
+    notebooks: Path, out: Path, repository: str | None = None, branch: str = "main", quiet: bool = True
+) -> Path:
+    """Build every `notebooks/NN_*.ipynb` into `out` (one page each, plus index.html); returns the index.
+
+    `out` is replaced when it holds an earlier book; a non-empty folder that does not is refused."""
+    import nbformat
 
     chapters = sorted(Path(notebooks).glob("[0-9]*.ipynb"))
     if not chapters:
-        raise FileNotFoundError(f"no chapter notebooks (NN_name.ipynb) in {notebooks}: run from a checkout of kit")
+        raise FileNotFoundError(f"no chapter notebooks (NN_name.ipynb) in {notebooks}")
+    if repository:
+        _github(repository)  # a bad address fails before the build
     out = Path(out)
-    if out.exists():
+    if out.exists() and any(out.iterdir()):
+        if not (out / ".buildinfo").is_file():
+            raise FileExistsError(f"{out} is not empty and holds no earlier book: choose another --out")
         shutil.rmtree(out)
-    out.mkdir(parents=True)
-    exporter = HTMLExporter(template_name="lab")
-    exporter.register_preprocessor("nbconvert.preprocessors.ExtractOutputPreprocessor", enabled=True)
-    writer = FilesWriter(build_directory=str(out))
-    entries = []
-    for i, path in enumerate(chapters):
-        nb = nbformat.read(path, as_version=4)
-        body, resources = exporter.from_notebook_node(
-            nb, resources={"output_files_dir": f"{path.stem}_files", "unique_key": path.stem}
+    with tempfile.TemporaryDirectory(prefix="kit-book-") as tmp:
+        src = Path(tmp) / "src"
+        (src / "_static").mkdir(parents=True)
+        (src / "_static" / "kit-book.css").write_text(_CSS, encoding="utf-8")
+        entries = []
+        for path in chapters:
+            nb = nbformat.read(path, as_version=4)
+            nbformat.write(prepare_chapter(nb, path.stem, repository, branch), src / path.name)
+            entries.append((path.stem, chapter_title(nb), _summary(nb)))
+        items = "\n".join(f"1. [{title}]({stem}.ipynb)  \n   {summary}" for stem, title, summary in entries)
+        toctree = "\n".join(stem for stem, _, _ in entries)
+        (src / "index.md").write_text(
+            f"# {TITLE}\n\nEvery number on these pages was measured when the chapter was last run and stored; "
+            "run the notebooks to measure your own machine.\n\n"
+            f"{items}\n\n```{{toctree}}\n:hidden:\n:caption: Chapters\n\n{toctree}\n```\n",
+            encoding="utf-8",
         )
-        nav = ['<a href="index.html">contents</a>']
-        if i > 0:
-            nav.append(f'<a href="{chapters[i - 1].stem}.html">&larr; previous</a>')
-        if i + 1 < len(chapters):
-            nav.append(f'<a href="{chapters[i + 1].stem}.html">next &rarr;</a>')
-        bar = f'<style>{_STYLE}</style><nav class="kit-nav">{"".join(nav)}</nav>'
-        body = re.sub(r"(<body[^>]*>)", lambda m, bar=bar: m.group(1) + bar, body, count=1)
-        writer.write(body, resources, notebook_name=path.stem)
-        entries.append((path.stem, chapter_title(nb), _summary(nb)))
-    items = "\n".join(
-        f'<li><a href="{stem}.html">{html.escape(title)}</a><br><small>{html.escape(summary)}</small></li>'
-        for stem, title, summary in entries
-    )
-    index = out / "index.html"
-    index.write_text(
-        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>kit: the chapters</title>"
-        f"<style>{_STYLE}</style></head><body><h1>kit: the chapters</h1>"
-        "<p>Every number on these pages was measured when the chapter was last run and stored; "
-        "run the notebooks to measure your own machine.</p>"
-        f"<ol>{items}</ol></body></html>",
-        encoding="utf-8",
-    )
-    return index
+        (src / "conf.py").write_text(
+            "".join(f"{key} = {value!r}\n" for key, value in _conf(TITLE).items()), encoding="utf-8"
+        )
+        # built in the temporary folder, then moved (MyST-NB writes beside its output folder); in a
+        # child process, so Sphinx's global state and warnings stay out of the caller's Python
+        html = Path(tmp) / "html"
+        cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-d", str(Path(tmp) / "doctrees"), str(src), str(html)]
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL if quiet else None)  # warnings go to stderr
+        if done.returncode != 0:
+            raise RuntimeError(f"the book's Sphinx build failed (exit status {done.returncode}; its messages above)")
+        for path in chapters:  # the "Run it" note links each page's notebook, stored beside it
+            shutil.copy(path, html / path.name)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        shutil.move(html, out)
+    return out / "index.html"

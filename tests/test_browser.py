@@ -3,7 +3,10 @@
 Runs where Debian's chromium and the playwright package are installed (.ci/run installs both
 when it can); skipped elsewhere. For each chapter, in quick mode: no JavaScript error on the
 page, no traceback in any output, every live panel updates while it runs and ends as its static
-final state. A screenshot per chapter is kept in build/screenshots/ (KIT_ARTIFACTS overrides)."""
+final state. A screenshot per chapter is kept in build/screenshots/ (KIT_ARTIFACTS overrides).
+And every stored chapter, opened as it is committed, stays clean: JupyterLab does not mark it
+modified (a kernelspec or metadata it rewrites on open would, and the reader is asked to save a
+notebook they never touched)."""
 
 import os
 import shutil
@@ -59,6 +62,10 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     for name in CHAPTERS:
         shutil.copy(NOTEBOOKS / f"{name}.ipynb", root)
+    pristine = root / "pristine"  # never run here, so autosave cannot rewrite them before they are checked
+    pristine.mkdir()
+    for path in NOTEBOOKS.glob("[0-9]*.ipynb"):
+        shutil.copy(path, pristine)
     # render every cell (no windowing), so a panel that lives only briefly is still drawn
     settings = tmp_path_factory.mktemp("settings") / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
@@ -178,4 +185,38 @@ def test_chapter_runs_in_jupyterlab(lab, browser, chapter):
         page.wait_for_timeout(500)
         page.screenshot(path=str(ARTIFACTS / f"{chapter}.png"))
     finally:
+        page.close()
+
+
+CLEAN_WAIT_MS = 5000  # how long an opened chapter must stay unmodified once its kernel is up
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("chapter", sorted(p.stem for p in NOTEBOOKS.glob("[0-9]*.ipynb")))
+def test_opening_a_stored_chapter_leaves_it_clean(lab, browser, chapter):
+    """No dirty mark (`jp-mod-dirty` on the tab, `model.dirty`) within a few seconds of opening."""
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    try:
+        page.goto(f"{lab}/lab/tree/pristine/{chapter}.ipynb?reset", timeout=120_000)
+        page.wait_for_selector(".jp-Notebook", timeout=120_000)
+        page.wait_for_function(f"{NB} && {NB}.context && {NB}.context.isReady", timeout=120_000)
+        page.wait_for_function(  # the kernel started: the moment JupyterLab writes its kernelspec
+            f"{NB}.sessionContext.session && {NB}.sessionContext.session.kernel", timeout=120_000
+        )
+        dirty = False
+        try:
+            page.wait_for_function(
+                f"{NB}.context.model.dirty || !!document.querySelector('.jp-mod-dirty')", timeout=CLEAN_WAIT_MS
+            )
+            dirty = True
+        except playwright.TimeoutError:
+            pass
+        if dirty:
+            changed = page.evaluate(
+                f"""() => {{ const m = {NB}.context.model;
+                return JSON.stringify({{kernelspec: m.getMetadata('kernelspec'), keys: Object.keys(m.metadata)}}); }}"""
+            )
+            pytest.fail(f"{chapter}: JupyterLab marked it modified on opening (metadata now {changed})")
+    finally:
+        page.evaluate(f"() => {NB} && {NB}.sessionContext.shutdown()")  # seven idle kernels would slow the rest
         page.close()

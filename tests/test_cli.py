@@ -1,8 +1,11 @@
 import datetime
 import json
+import os
 import platform
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -54,7 +57,7 @@ def test_bench_help_lists_every_benchmark_with_one_line(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "-h"])
     out = capsys.readouterr().out
-    assert list(benchmarks.BENCHMARKS) == ["arrays", "workspaces", "train", "parallel", "spark", "d2l"]
+    assert list(benchmarks.BENCHMARKS) == ["arrays", "workspaces", "train", "parallel", "spark", "d2l", "precision"]
     for name, (_, description) in benchmarks.BENCHMARKS.items():
         assert "\n" not in description and len(description) < 100
         assert any(line.split() == [name, *description.split()] for line in out.splitlines()), name
@@ -123,3 +126,83 @@ def test_bench_parallel_client_kinds_serve_every_request():
             assert pi.requests_served == 64 * 3, kind
             assert len(latencies) == 64 * 3 and throughput > 0, kind
             assert max(pi.batch_sizes) > 1, kind  # 64 clients at once: requests were merged
+
+
+# Runs kit's command line in a fresh Python in which the named modules cannot be imported
+# (sys.modules[name] = None makes `import name` fail and find_spec say "absent"), as on a
+# machine without that extra: argv[1] is the comma-separated names, the rest is the command.
+_WITHOUT = (
+    "import sys\n"
+    "for name in sys.argv[1].split(','):\n"
+    "    sys.modules[name] = None\n"
+    "from kit.__main__ import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
+
+
+def _kit_without(modules, *args, cwd=None, env=None):
+    cmd = [sys.executable, "-c", _WITHOUT, ",".join(modules) or "-", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+
+
+@pytest.mark.parametrize(
+    ("modules", "args", "extra"),
+    [
+        (["sphinx", "myst_nb"], ["book", "--out", "{tmp}/book"], "book"),
+        (["jupyterlab"], ["lab", "--no-browser"], "lab"),
+        (["pyspark"], ["bench", "spark", "--quick"], "spark"),
+    ],
+    ids=["book", "lab", "bench-spark"],
+)
+def test_a_command_without_its_extra_names_the_extra_in_one_line(tmp_path, modules, args, extra):
+    out = _kit_without(modules, *[a.format(tmp=tmp_path) for a in args])
+    assert out.returncode == 2, out.stdout + out.stderr
+    (line,) = out.stderr.splitlines()  # one line, no traceback
+    command = " ".join(args[:2]) if args[0] == "bench" else args[0]
+    assert line == (
+        f"python -m kit: error: `{command}` needs {', '.join(modules)}, not installed here: "
+        f"{settings.install_hint(extra)}"
+    )
+    assert not (tmp_path / "book").exists()
+
+
+def test_lab_print_needs_no_extra(tmp_path):
+    out = _kit_without(["jupyterlab"], "lab", "--print", "--dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert f"--ServerApp.root_dir={tmp_path}" in out.stdout
+
+
+@pytest.fixture
+def installed_kit(tmp_path):
+    """kit as a wheel installs it: the package alone, no notebooks/ beside it (PYTHONPATH wins over
+    the checkout's editable install, which Python consults after the path)."""
+    site = tmp_path / "site"
+    shutil.copytree(Path(kit.__file__).parent, site / "kit", ignore=shutil.ignore_patterns("__pycache__"))
+    work = tmp_path / "work"
+    work.mkdir()
+    return work, dict(os.environ, PYTHONPATH=str(site))
+
+
+def test_lab_and_book_outside_a_checkout_say_where_the_chapters_are(installed_kit):
+    work, env = installed_kit
+    probe = subprocess.run(  # the copy is the kit that runs
+        [sys.executable, "-c", "import kit; print(kit.__file__)"], capture_output=True, text=True, cwd=work, env=env
+    )
+    assert probe.stdout.startswith(env["PYTHONPATH"]), probe.stdout + probe.stderr
+    for args in (["lab", "--print"], ["book", "--out", str(work / "book")]):
+        out = _kit_without([], *args, cwd=work, env=env)
+        assert out.returncode == 2, out.stdout + out.stderr
+        (line,) = out.stderr.splitlines()
+        assert line.startswith(f"python -m kit {args[0]}: error: no chapters here: neither ")
+        assert f"{work / 'notebooks'} exists" in line and "notebooks/ folder of kit's source repository" in line
+    (work / "notebooks").mkdir()  # the chapters fetched beside it: lab opens them
+    out = _kit_without([], "lab", "--print", cwd=work, env=env)
+    assert out.returncode == 0 and f"--ServerApp.root_dir={work / 'notebooks'}" in out.stdout, out.stderr
+
+
+def test_book_refuses_to_overwrite_a_folder_that_is_not_a_book(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["book", "--out", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == f"python -m kit book: error: {tmp_path} is not empty and holds no earlier book: choose another --out"
+    assert (tmp_path / "notes.txt").read_text() == "mine"

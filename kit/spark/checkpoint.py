@@ -24,7 +24,7 @@ shape in the order each worker trains on them) is what fixes the order; resuming
 or another order is refused, saying what differs.
 
 Directories: a plain path or a `file://` URL (created when missing), or any other URL through
-fsspec (`pip install "kit[spark]"`): a checkpoint is written to a local temporary file, put
+fsspec (`pip install "gpu-workspaces-kit[spark]"`): a checkpoint is written to a local temporary file, put
 next to its final name and moved there (an object store's move is a copy, but the object
 appears whole). The two newest checkpoints are kept.
 """
