@@ -32,6 +32,7 @@ from kit import bench as benchmarks
 from kit import book as chapters_book
 from kit import readings, settings
 from kit.devices import host_device_count
+from kit.spark import spark_missing
 
 
 def info_lines() -> list[str]:
@@ -207,7 +208,11 @@ def _needs(args: argparse.Namespace) -> str | None:
     command = args.command if args.command != "bench" else f"bench {args.name}"
     if args.command == "lab" and args.print:
         return None  # printing the command needs nothing installed
-    return missing_extra(command)
+    missing = missing_extra(command)
+    if missing is None and command == "bench spark":  # PySpark is there: Java too?
+        why = spark_missing()
+        return f"`bench spark` cannot start Spark here: {why}" if why else None
+    return missing
 
 
 def _run(args: argparse.Namespace, rest: list[str], found: settings.Settings, prog: str) -> int:

@@ -206,3 +206,14 @@ def test_book_refuses_to_overwrite_a_folder_that_is_not_a_book(tmp_path, capsys)
     (line,) = capsys.readouterr().err.splitlines()
     assert line == f"python -m kit book: error: {tmp_path} is not empty and holds no earlier book: choose another --out"
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_bench_spark_without_java_says_so_in_one_line():
+    """PySpark installed but no Java: one line naming what is missing, exit 2, no traceback."""
+    env = {**os.environ, "JAVA_HOME": "/nonexistent-java-home"}
+    r = subprocess.run(
+        [sys.executable, "-m", "kit", "bench", "spark", "--quick"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "JAVA_HOME=/nonexistent-java-home" in lines[0] and "Traceback" not in r.stderr
