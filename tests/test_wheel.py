@@ -22,8 +22,11 @@ DISTRIBUTION = "gpu-workspaces-kit"  # pip's name for kit (the `kit` on PyPI is 
 pytestmark = pytest.mark.slow
 
 
-def _run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kw)
+def _run(cmd, env=None, **kw):
+    """A subprocess that sees no PYTHONPATH: a checkout on it (and the egg-info a build leaves there)
+    would make a fresh venv's pip find kit "already installed" and import it from the checkout."""
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTHONPATH"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, **kw)
 
 
 @pytest.fixture(scope="module")
