@@ -41,9 +41,10 @@ after every epoch trained while measuring, for a measurement that takes a while.
 The scaling model predicts the N-device epoch time from one-device measurements:
     T(N) = batches * t_step(N) / N  +  (batches / (N * F)) * bytes_moved(N) / bandwidth
 where t_step(N) is one training step measured with the compute each worker would have (the
-CPU's cores shared out, or a whole GPU), F the averaging frequency, bytes_moved(N) = 2 N P b
-(every replica's P parameters of b bytes gathered and broadcast, updater state too), and the
-bandwidth a measured device copy.
+CPU's cores shared out, or a whole GPU), F the averaging frequency, bytes_moved(N) = 2 (N - 1) P b k
+(each of the N - 1 other replicas' P parameters of b bytes gathered to the first device and the
+average broadcast back, k buffers with the updater state: what kit.devices.transfer_stats counts),
+and the bandwidth a measured device copy.
 """
 
 from __future__ import annotations
@@ -259,7 +260,7 @@ def predict_epoch_seconds(
     compute = batches * step_seconds / (n if parallel else 1)
     if n == 1:
         return compute
-    moved = 2 * n * params * bytes_per_value * buffers
+    moved = 2 * (n - 1) * params * bytes_per_value * buffers  # the first replica's stay where they are
     return compute + (batches / (n * frequency)) * moved / bandwidth
 
 

@@ -169,7 +169,7 @@ class Beside:
 
     def text(self) -> str:
         """The table as text no wider than 100 columns (transposed when it would be), then the note."""
-        return tables.text_table(self.columns, self._cells(), [self.note] if self.note else [])
+        return tables.text_table(self.columns, self._cells(), self.note.splitlines())
 
     __str__ = text
 
@@ -177,7 +177,7 @@ class Beside:
         return self.text()
 
     def _repr_html_(self) -> str:
-        notes = [self.note] if self.note else []
+        notes = self.note.splitlines()
         return tables.html_table(self.columns, self._cells(), notes, text_columns=["quantity"])
 
 
@@ -200,18 +200,29 @@ def beside(
     columns = ["quantity", f"your machine ({here})"] + [run_label(r) for r in runs]
     _reported.update({name: _number(value) for name, value in measured.items()})
     rows: list[list[Any]] = []
+    quick_columns: list[str] = []  # runs whose chapter figures shown here came from quick-mode chapters
     for name, value in measured.items():
         row = [name, value]
         pick = picks.get(name)
         for run in runs:
             if pick is None:  # the same quantity, as the GPU check's run of the chapters reported it
-                row.append(_chapter_figure(run, name))
+                figure, mode = _chapter_figure(run, name), _chapter_mode(run, name)
+                row.append(figure)
+                if figure is not None and mode.startswith("quick") and run_label(run) not in quick_columns:
+                    quick_columns.append(run_label(run))
             elif callable(pick):
                 row.append(pick(run))
             else:
                 row.append(lookup(run, pick))
         rows.append(row)
-    return Beside(columns, rows, "" if runs else NO_RUN_YET, runs)
+    notes = [] if runs else [NO_RUN_YET]
+    notes += [
+        f"{label}: its chapter figures come from a quick-mode run (KIT_QUICK=1: smaller workloads than a full "
+        "run), so they are not the same measurement as this machine's full-mode figures; read them as orders "
+        "of magnitude"
+        for label in quick_columns
+    ]
+    return Beside(columns, rows, "\n".join(notes), runs)
 
 
 # Every quantity a chapter shows through `beside` is remembered in this process, so that
@@ -230,6 +241,14 @@ def _number(value: Any) -> Any:
         return float(value)
     except (TypeError, ValueError):
         return str(value)
+
+
+def _chapter_mode(report: dict[str, Any], name: str) -> str:
+    """The mode ("quick ..." or "full ...") of the chapter run that reported `name`, "" if unknown."""
+    for chapter in report.get("parts", {}).get("chapters", {}).values():
+        if isinstance(chapter, dict) and name in chapter.get("figures", {}):
+            return str(chapter.get("mode", ""))
+    return ""
 
 
 def _chapter_figure(report: dict[str, Any], name: str) -> Any:

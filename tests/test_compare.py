@@ -16,10 +16,10 @@ def test_scaling_model_terms():
     one = predict_epoch_seconds(100, 1, 0.01, 1, 1000, 4, 1, 1e9, True)
     assert one == pytest.approx(1.0)
     two = predict_epoch_seconds(100, 2, 0.01, 1, 1000, 4, 1, 1e9, True)
-    # half the compute, plus 50 averagings of 2 * 2 * 1000 * 4 bytes at 1 GB/s
-    assert two == pytest.approx(0.5 + 50 * 16000 / 1e9)
+    # half the compute, plus 50 averagings of 2 * (2 - 1) * 1000 * 4 bytes at 1 GB/s
+    assert two == pytest.approx(0.5 + 50 * 8000 / 1e9)
     shared = predict_epoch_seconds(100, 2, 0.01, 10, 1000, 4, 1, 1e9, False)
-    assert shared == pytest.approx(1.0 + 5 * 16000 / 1e9)  # one device's compute is not divided
+    assert shared == pytest.approx(1.0 + 5 * 8000 / 1e9)  # one device's compute is not divided
 
 
 def test_compare_devices_reports_and_labels_rows():
@@ -155,3 +155,34 @@ def test_comparison_shows_itself_as_html_with_badges_and_as_text_within_100_colu
     for note in result.notes():
         assert note.split()[0] in text
     assert "speedup" in text and "copied_MB_per_epoch" in text  # every column is still there (transposed)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_the_scaling_models_traffic_is_what_the_transfer_counter_counts(n):
+    """bytes_moved(N) = 2 (N - 1) P b k: one epoch on N simulated host devices, F = 1, moves exactly
+    that per averaging through kit's counted transfer path (besides the batches and the replicas'
+    first copies)."""
+    from kit.data import ArrayIterator
+    from kit.devices import reset_transfer_stats, set_host_device_count, transfer_stats
+    from kit.parallel import ParallelWrapper
+
+    rng = np.random.default_rng(0)
+    data = DataSet(rng.random((12 * n, 8)).astype(np.float32), rng.integers(0, 3, 12 * n), num_classes=3)
+    previous = set_host_device_count(n)
+    try:
+        net = mlp(8, hidden=(8,), n_out=3, updater=Sgd(0.1), seed=0)
+        params = net.num_params
+        reset_transfer_stats()
+        devices = [f"cpu:{i}" for i in range(n)]
+        with ParallelWrapper(net, devices=devices, averaging_frequency=1, prefetch_buffer=0) as pw:
+            pw.fit(ArrayIterator(data, 4), epochs=1)
+            averagings = pw.averagings
+        moved = transfer_stats()
+    finally:
+        set_host_device_count(previous)
+    params_bytes = sum(nbytes for _count, nbytes in moved.values())
+    batches = sum(b.features.nbytes + b.labels.nbytes for i, b in enumerate(ArrayIterator(data, 4)) if i % n)
+    first_copies = (n - 1) * params * 4
+    per_averaging = (params_bytes - batches - first_copies) / averagings
+    model = predict_epoch_seconds(1, n, 0.0, 1, params, 4, 1, 1.0, True) * n  # the traffic term alone, batches = 1
+    assert per_averaging == 2 * (n - 1) * params * 4 == model

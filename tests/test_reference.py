@@ -203,3 +203,25 @@ def test_bench_d2l_refuses_an_unknown_initialisation_before_loading_anything():
 
     with pytest.raises(ValueError, match=r"bench_d2l\(init='he'\): 'd2l' .* or 'default'"):
         bench_d2l(init="he")
+
+
+def test_a_column_of_quick_mode_chapter_figures_says_so():
+    """The shipped H100 report ran the chapters in quick mode: a table that shows its chapter figures
+    beside this machine's says so under the table (a note per such column), in text and in HTML."""
+    from kit import reference
+
+    runs = reference.reference_runs()
+    chapter_figures = {
+        name: value
+        for run in runs
+        for chapter in run.get("parts", {}).get("chapters", {}).values()
+        if isinstance(chapter, dict) and str(chapter.get("mode", "")).startswith("quick")
+        for name, value in chapter.get("figures", {}).items()
+    }
+    if not chapter_figures:
+        pytest.skip("no reference run with quick-mode chapter figures is shipped")
+    name = next(iter(chapter_figures))
+    table = reference.beside({name: 1.0})
+    assert "quick-mode run" in table.text() and "quick-mode run" in table._repr_html_()
+    plain = reference.beside({"a quantity no run reported": 1.0})
+    assert "quick-mode run" not in plain.text()

@@ -105,13 +105,35 @@ def spark_missing() -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _stderr_to_devnull() -> Iterator[None]:
+    """File descriptor 2 points at /dev/null inside the block: a process started there (Spark's
+    JVM, and the Python workers it forks) keeps writing its stderr there for its whole life."""
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def local_spark_context(
-    master: str = "local[2]", app_name: str = "kit", driver_memory: str = "1g", conf: dict[str, str] | None = None
+    master: str = "local[2]",
+    app_name: str = "kit",
+    driver_memory: str = "1g",
+    conf: dict[str, str] | None = None,
+    quiet: bool = False,
 ) -> Any:
     """A SparkContext whose executors run this Python, with clear errors. Spark's own web UI stays
     on (http://localhost:4040 while the context lives, the next free port if taken): what DL4J's
     users were told to turn off was DL4J's training UI, whose dependencies clashed with Spark's;
-    `conf={"spark.ui.enabled": "false"}` turns it off."""
+    `conf={"spark.ui.enabled": "false"}` turns it off. `quiet=True` starts the JVM with its stderr
+    on /dev/null (its start-up warnings and log4j lines, a notebook's red boxes); kit's errors
+    still arrive as Python exceptions. It applies only when this call starts the JVM."""
+    if not isinstance(quiet, bool):
+        raise TypeError(f"local_spark_context(quiet={quiet!r}): True or False")
     why = spark_missing()
     if why:
         raise SparkUnavailableError(why)
@@ -126,7 +148,8 @@ def local_spark_context(
     for key, value in settings.items():
         spark_conf = spark_conf.set(key, value)
     try:
-        sc = SparkContext.getOrCreate(spark_conf)
+        with _stderr_to_devnull() if quiet else contextlib.nullcontext():
+            sc = SparkContext.getOrCreate(spark_conf)
     except Exception as exc:
         raise SparkUnavailableError(
             f"Spark could not start with master {master!r}: {type(exc).__name__}: {str(exc)[:400]}; "

@@ -307,3 +307,32 @@ def test_a_mixed_precision_network_is_refused_at_the_call_and_the_remedy_runs():
     ParallelWrapper(mixed, workers=1).shutdown()  # the first remedy: the wrapper takes it
     plain = mlp(8, hidden=(8,), n_out=3, dtype="float16")  # the second: no master_dtype, no loss_scale
     assert SparkNetwork(None, plain, ParameterAveragingTrainingMaster(batch_size_per_worker=4)).network is plain
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_quiet_context_starts_spark_with_nothing_on_stderr(quiet):
+    """quiet=True: the JVM's start-up warnings and log4j lines go nowhere (a chapter's stored output
+    stays clean); without it they reach stderr as before. A fresh process, so this call starts the JVM."""
+    import subprocess
+    import sys
+
+    code = (
+        "from kit.spark import local_spark_context\n"
+        f"sc = local_spark_context('local[1]', conf={{'spark.ui.enabled': 'false'}}, quiet={quiet})\n"
+        "print(sc.parallelize(range(10), 2).map(lambda v: v * v).sum())\n"
+        "sc.stop()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "285"
+    if quiet:
+        assert r.stderr.strip() == "", r.stderr
+    else:
+        assert "log4j" in r.stderr or "WARN" in r.stderr or "WARNING" in r.stderr  # what quiet takes away
+
+
+def test_local_spark_context_refuses_a_non_bool_quiet():
+    from kit.spark import local_spark_context
+
+    with pytest.raises(TypeError, match=r"quiet='yes'"):
+        local_spark_context(quiet="yes")
