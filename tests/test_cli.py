@@ -217,3 +217,17 @@ def test_bench_spark_without_java_says_so_in_one_line():
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "JAVA_HOME=/nonexistent-java-home" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_bench_arrays_defines_each_derived_column_in_its_header():
+    """added_us and ratio are medians of per-repeat differences and ratios, not kit_us - raw_us:
+    the printed table says so above the columns, one definition per column."""
+    from kit import bench
+
+    result = bench.bench_arrays(quick=True)
+    text = bench.format_result(result)
+    header_at = text.splitlines().index(next(line for line in text.splitlines() if line.startswith("op ")))
+    above = "\n".join(text.splitlines()[:header_at])
+    for column in ("raw_us", "kit_us", "added_us", "ratio", "spread", "reliable"):
+        assert f"  {column}: " in above, column
+    assert "not kit_us - raw_us" in above

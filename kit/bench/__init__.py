@@ -106,6 +106,15 @@ def bench_arrays(quick: bool = False) -> dict[str, Any]:
         "repeats": repeats,
         "min_time_s": min_time,
         "columns": ["op", "elements", "raw_us", "kit_us", "added_us", "ratio", "spread", "reliable"],
+        "column_notes": {
+            "raw_us": "the raw NumPy/CuPy op, microseconds per call (median of the repeats)",
+            "kit_us": "the same op through kit, microseconds per call (median of the repeats)",
+            "added_us": "kit minus raw within each repeat, then the median over repeats "
+            "(so not kit_us - raw_us, which mixes two repeats)",
+            "ratio": "kit / raw within each repeat, then the median over repeats (so not kit_us / raw_us)",
+            "spread": "half the range of the repeats over their median, the wider of kit's and raw's",
+            "reliable": "NO when kit.measure flagged either timing (machine busy, spread too wide)",
+        },
         "rows": rows,
         "summary": {
             "small_added_us_median": statistics.median(small),
@@ -298,6 +307,7 @@ def format_result(result: dict[str, Any]) -> str:
         for row in result["rows"]
     ]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+    lines += [f"  {c}: {note}" for c, note in result.get("column_notes", {}).items()]  # one definition each
     lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
     lines += [
