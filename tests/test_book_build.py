@@ -99,7 +99,7 @@ def test_book_pages_work_offline(book, offline):
     _open(page, book / "index.html")
     sidebar = page.locator("nav.bd-links").inner_text()
     titles = [chapter_title(nbformat.read(p, as_version=4)) for p in _chapters()]
-    assert len(titles) == 7
+    assert len(titles) >= 8 and len(set(titles)) == len(titles)  # every chapter, each with its own title
     for title in titles:
         assert title in sidebar, f"the sidebar does not list {title!r}"
         assert title in _article(page), f"the index does not list {title!r}"
