@@ -87,6 +87,7 @@ NEEDS = {
     "lab": ("lab", ("jupyterlab", "ipykernel")),
     "book": ("book", tuple(chapters_book.MODULES)),
     "bench spark": ("spark", ("pyspark",)),
+    "bench d2l": ("bench", ("torch",)),  # the d2l table is kit beside PyTorch
 }
 
 

@@ -151,8 +151,9 @@ def _kit_without(modules, *args, cwd=None, env=None):
         (["sphinx", "myst_nb"], ["book", "--out", "{tmp}/book"], "book"),
         (["jupyterlab"], ["lab", "--no-browser"], "lab"),
         (["pyspark"], ["bench", "spark", "--quick"], "spark"),
+        (["torch"], ["bench", "d2l", "--quick"], "bench"),
     ],
-    ids=["book", "lab", "bench-spark"],
+    ids=["book", "lab", "bench-spark", "bench-d2l"],
 )
 def test_a_command_without_its_extra_names_the_extra_in_one_line(tmp_path, modules, args, extra):
     out = _kit_without(modules, *[a.format(tmp=tmp_path) for a in args])
