@@ -25,16 +25,8 @@ from kit.book import build_book, chapter_title  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
 SHOTS = Path(os.environ.get("KIT_BOOK_SHOTS", "/tmp/book_shots"))
-ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from _chromium import ARGS  # noqa: E402  (one launch recipe for every browser test)
+
 MATH = "04_multi_device_training"  # the chapter with display math
 SEARCHED = "03_training_with_workspaces"
 LOCAL = ("file:", "data:", "blob:", "about:")

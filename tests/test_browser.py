@@ -37,16 +37,8 @@ CHAPTERS = {
     "05_parallel_inference": False,
     "06_early_stopping": False,
 }
-ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from _chromium import ARGS  # noqa: E402  (one launch recipe for every browser test)
+
 NB = "window.jupyterapp.shell.currentWidget"
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
