@@ -155,8 +155,13 @@ class LossScaler:
     def merged(scalers: list[LossScaler]) -> np.ndarray:
         """One state for replicas that are averaged: the most careful scale (the smallest), the
         fewest clean steps, the most skipped steps."""
-        states = np.stack([s.state() for s in scalers])
-        return np.array([states[:, 0].min(), states[:, 1].max(), states[:, 2].min()])
+        return LossScaler.merge_states([s.state() for s in scalers])
+
+    @staticmethod
+    def merge_states(states: list[Any]) -> np.ndarray:
+        """merged() for states as state() returns them (what Spark's executors send back)."""
+        table = np.asarray(states, dtype=np.float64).reshape(len(states), 3)
+        return np.array([table[:, 0].min(), table[:, 1].max(), table[:, 2].min()])
 
     # ---- the decision ------------------------------------------------------------------
     def update(self, finite: bool) -> bool:

@@ -70,9 +70,12 @@ __all__ = [
     "round_records",
     "round_task",
     "row_to_pair",
+    "scaler_state",
     "single_examples",
+    "state_keys",
     "tag_elements",
     "task_device",
+    "weights",
 ]
 
 MARK = "[kit.spark] partition"
@@ -102,6 +105,7 @@ class RoundSpec:
     periodic_gc: bool = True
     gc_window_ms: int = 5000
     threshold: dict[str, float] = field(default_factory=dict)
+    scaler: tuple[float, ...] | None = None  # mixed precision: the driver's LossScaler.state()
     stored_rounds: int = 0  # EXPORT in Spark's storage: record key = worker * stored_rounds + round
     gpus_per_task: float | None = None  # the job's resource profile asked for GPUs: train on the one Spark gave
 
@@ -156,21 +160,39 @@ def _this_task_device(spec: RoundSpec) -> Any:
     return task_device(ctx.resources() if ctx is not None else None)
 
 
+def weights(net: Network) -> Any:
+    """The weights the updater moves: the float32 master weights of a mixed-precision network
+    (kit.nn.mixed), the parameters otherwise. What crosses the wire as "params": averaging or
+    summing float16 copies would lose what the master weights are there to keep."""
+    return net.flat_master if net.mixed else net.flat_params
+
+
+def state_keys(net: Network) -> tuple[str, ...]:
+    """The state arrays a round sends, in order: "params" (the master weights when mixed; the
+    float16 copy is written from them) and the updater's state."""
+    return tuple(k for k in net.state_arrays() if k != "master")
+
+
 def load_state(net: Network, flat: np.ndarray, keys: Iterable[str], sizes: Iterable[int]) -> None:
     arrays = net.state_arrays()
     offset = 0
     for key, size in zip(keys, sizes):
         part = flat[offset : offset + size]
         if key == "params":
-            net.set_params(part)
+            net.set_params(part)  # a mixed network keeps every float32 digit in its master weights
         else:
             arrays[key].assign(part)
         offset += size
 
 
 def pack_state(net: Network, keys: Iterable[str]) -> np.ndarray:
-    arrays = net.state_arrays()
+    arrays = {**net.state_arrays(), "params": weights(net)}
     return np.concatenate([arrays[k].numpy().reshape(-1) for k in keys])  # the widest of their dtypes
+
+
+def scaler_state(net: Network) -> tuple[float, ...] | None:
+    """The loss scaler's [scale, skipped steps, clean steps] as plain floats, or None."""
+    return None if net.loss_scaler is None else tuple(float(v) for v in net.loss_scaler.state())
 
 
 def check_element(element: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
@@ -320,10 +342,11 @@ def _train_round(
     everyone = workers_bc.value if workers_bc is not None else {}  # unpickled whole, every worker's
     received = array_bytes(flat) + array_bytes(everyone)
     load_state(net, flat, spec.keys, spec.sizes)
+    if net.loss_scaler is not None and spec.scaler is not None:  # the executor's network is reused: set it each round
+        net.loss_scaler.load_state(spec.scaler)
     if not spec.send_updater and spec.mode != "shared":  # DL4J's saveUpdater(false): each round's updater starts fresh
-        for key, arr in net.state_arrays().items():
-            if key not in spec.keys:
-                arr.assign(np.zeros(arr.shape, arr.dtype))
+        for arr in net.updater_state.values():
+            arr.assign(np.zeros(arr.shape, arr.dtype))
     net.iteration = spec.base_iteration
     t2 = time.perf_counter()
     allocs0 = memory.heap_allocations()
@@ -340,6 +363,7 @@ def _train_round(
         keys = spec.keys if spec.send_updater else spec.keys[:1]
         result["state"] = pack_state(net, keys)
         result["finite"] = bool(np.all(np.isfinite(result["state"])))  # the driver gets sums only
+        result["scaler"] = scaler_state(net)
     t4 = time.perf_counter()
     gc1 = memory.gc_stats()
     result["stats"] = {
@@ -386,12 +410,14 @@ def _shared_steps(
         state = {**own, "residual": own["residual"].copy()}
         for key, value in own["updater"].items():
             arrays[key].assign(value)
+        if net.loss_scaler is not None and own.get("scaler") is not None:  # each worker keeps its own scale
+            net.loss_scaler.load_state(own["scaler"])
     algo = AdaptiveThresholdAlgorithm(**spec.threshold)
     messages, counts = [], []
     for ds in batches:
-        old = net.flat_params.numpy().copy()
+        old = weights(net).numpy().copy()  # mixed precision: the float32 master weights
         scores.append(float(net.fit_batch(ds)))
-        update = old - net.flat_params.numpy()
+        update = old - weights(net).numpy()  # 0 for a step the loss scaler skipped
         state["residual"] += update
         state["tau"] = algo.calculate_threshold(
             net.iteration, 0, state["tau"], state["last_dense"], state["last_sparsity"]
@@ -406,7 +432,8 @@ def _shared_steps(
         counts.append(count)
         state["last_dense"] = message is not None and int(message[3]) == 1
         state["last_sparsity"] = count / old.size
-    state["updater"] = {k: arr.numpy().copy() for k, arr in arrays.items() if k != "params"}
+    state["updater"] = {f"updater_{k}": arr.numpy().copy() for k, arr in net.updater_state.items()}
+    state["scaler"] = scaler_state(net)
     extra = {
         "tau": float(state["tau"]),
         "encoded": int(sum(counts)),

@@ -320,6 +320,7 @@ def snapshot(owner: Any, iteration: int, fingerprint: dict, position: dict[str, 
             "worker_iteration": owner.worker_iteration,
             "epoch": position["epoch"],
             "last_score": owner.last_score,
+            "loss_scaler": None if net.loss_scaler is None else [float(v) for v in net.loss_scaler.state()],
         },
         "workers": workers,
     }
@@ -406,6 +407,8 @@ def restore(owner: Any, header: dict[str, Any], arrays: dict[str, np.ndarray]) -
         for key, value in state.items():
             if key != "params":
                 value.assign(arrays[key])
+        if net.loss_scaler is not None and counters.get("loss_scaler") is not None:  # exact: powers of two, counts
+            net.loss_scaler.load_state(counters["loss_scaler"])
         net.iteration, net.epoch = counters["worker_iteration"], counters["epoch"]
         net.last_score = counters["last_score"]
     owner.iteration, owner.worker_iteration = counters["iteration"], counters["worker_iteration"]

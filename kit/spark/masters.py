@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from kit.nn.loop import NonFiniteScoreError, StepResult
+from kit.nn.mixed import LossScaler
 from kit.nn.workspace_mgr import WorkspaceMode
 from kit.parallel.threshold import threshold_decode
 from kit.spark import _executor as ex
@@ -365,6 +366,7 @@ class TrainingMaster:
             periodic_gc=self.worker_periodic_gc,
             gc_window_ms=self.worker_gc_window_ms,
             threshold=getattr(self, "threshold", {}),
+            scaler=ex.scaler_state(owner.network),
             stored_rounds=data.stored_rounds,
             gpus_per_task=self.gpus_per_task,
         )
@@ -408,11 +410,10 @@ class TrainingMaster:
         out), the float64 sum of the states of the `trained` workers that sent one, and the
         timings and byte counts (what is counted: `SparkTrainingStats`)."""
         sc, net = owner.sc, owner.network
-        arrays = net.state_arrays()
-        sizes = tuple(arrays[key].shape[0] for key in keys)
+        sizes = timing_sizes(net, keys)
         start = time.time()
         t0 = time.perf_counter()
-        flat = np.concatenate([arrays[key].numpy().reshape(-1) for key in keys])  # in the network's dtypes
+        flat = ex.pack_state(net, keys)  # in the state's dtypes (a mixed network's float32 master weights)
         bc = sc.broadcast(flat)
         workers_bc = sc.broadcast(workers) if workers else None
         t1 = time.perf_counter()
@@ -509,7 +510,7 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
 
     def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
         net = owner.network
-        keys = tuple(net.state_arrays()) if self.save_updater else ("params",)
+        keys = ex.state_keys(net) if self.save_updater else ("params",)
         results, total, trained, timing = self._submit(owner, data, k, keys)
         t0 = time.perf_counter()
         if _diverged(results, k, owner):  # nothing applied: the loop raises NonFiniteScoreError naming the worker
@@ -519,6 +520,9 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
             mean = total.astype(np.float64, copy=trained == 1)
             mean /= trained
             ex.load_state(net, mean, keys, timing_sizes(net, keys))  # each array takes its own dtype
+            scalers = [r["scaler"] for r in results if r.get("scaler") is not None]
+            if scalers:  # averaged replicas share one scaler state again: the most careful scale
+                net.loss_scaler.load_state(LossScaler.merge_states(scalers))
             owner.worker_iteration += max(len(r["scores"]) for r in results)
         timing["aggregate_ms"] = (time.perf_counter() - t0) * 1e3
         return self._results(owner, results), timing, [r["stats"] for r in results]
@@ -603,7 +607,7 @@ class SharedTrainingMaster(TrainingMaster):
     def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
         net = owner.network
         states = owner.shared_worker_states
-        keys = tuple(net.state_arrays()) if self._sends_updater_state(states, data.workers) else ("params",)
+        keys = ex.state_keys(net) if self._sends_updater_state(states, data.workers) else ("params",)
         results, _, _, timing = self._submit(owner, data, k, keys, states)
         t0 = time.perf_counter()
         total = np.zeros(net.num_params, np.result_type(net.dtype, np.float32))
@@ -618,11 +622,13 @@ class SharedTrainingMaster(TrainingMaster):
                     states[r["worker"]] = r["worker_state"]
             arrays = net.state_arrays()
             with net._lock:  # a save() in between sees the round whole
-                net.set_params(net.params().numpy() - total)
-                if states:  # the network's updater state: worker 0's (the lowest worker that has one)
+                net.set_params(ex.weights(net).numpy() - total)  # mixed: the float32 master weights
+                if states:  # the network's updater state (and loss scale): worker 0's (the lowest that has one)
                     first = states[min(states)]
                     for key, value in first["updater"].items():
                         arrays[key].assign(value)
+                    if net.loss_scaler is not None and first.get("scaler") is not None:
+                        net.loss_scaler.load_state(first["scaler"])
             owner.worker_iteration += max((len(r["scores"]) for r in results), default=0)
         timing["aggregate_ms"] = (time.perf_counter() - t0) * 1e3
         return self._results(owner, results), timing, [r["stats"] for r in results]

@@ -29,6 +29,16 @@ round's updater starts afresh, so Adam, Nesterov and the like take other steps. 
 needs to continue), and the next fit goes on from the network's counters, local training
 in between included.
 
+Mixed precision (kit.nn.mixed: dtype float16, master_dtype float32, a loss scale) trains as
+with ParallelWrapper: what crosses the wire as the parameters is the float32 master weights
+(averaged, or moved by shared training's threshold-encoded updates), and the executors write
+their float16 copies from them. Each executor starts a round from the driver's loss-scaler state
+and skips its own overflowing steps; parameter averaging then gives the network one state, the
+most careful of the workers' (smallest scale, most skipped steps), and shared training keeps each
+worker's scaler with its residual, the network taking worker 0's. With one worker, frequency 1
+and save_updater=True, a mixed-precision fit equals Network.fit bit for bit, skipped steps
+included.
+
 A task that fails (bad labels, NaN features, a crash) stops fit() with SparkTrainingError
 naming the partition, and the job group is cancelled so no Spark job is left running. A driver
 that dies loses nothing past the master's last checkpoint (`checkpoint_every`): a new driver's
@@ -272,15 +282,6 @@ class SparkNetwork:
             raise TypeError(
                 "SparkNetwork needs a ParameterAveragingTrainingMaster or SharedTrainingMaster, got "
                 f"{type(training_master).__name__}"
-            )
-        if network.mixed or network.loss_scaler is not None:
-            raise ValueError(
-                f"SparkNetwork: kit.spark does not train mixed-precision networks yet (this one computes in "
-                f"{network.dtype} with master_dtype={network.master_dtype} and loss_scale="
-                f"{'set' if network.loss_scaler is not None else None}): the executors would each keep their own "
-                "loss scale and the averaging knows nothing of master weights. Train it with "
-                "kit.parallel.ParallelWrapper, which supports mixed precision, or build the network for Spark "
-                "without master_dtype and loss_scale"
             )
         self.sc = spark_context
         self.network = network

@@ -294,21 +294,6 @@ def test_export_keeps_mini_batches_in_spark_or_in_the_directory_given(sc, digits
         assert not glob.glob(str(tmp_path / "kit-spark-export-*"))
 
 
-def test_a_mixed_precision_network_is_refused_at_the_call_and_the_remedy_runs():
-    """kit.spark cannot keep one loss scale across executors yet: said when the SparkNetwork is built,
-    before any data moves; the network the message suggests (no master_dtype, no loss_scale) is taken."""
-    from kit.nn import mlp
-    from kit.parallel import ParallelWrapper
-    from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork
-
-    mixed = mlp(8, hidden=(8,), n_out=3, dtype="float16", master_dtype="float32", loss_scale="dynamic")
-    with pytest.raises(ValueError, match=r"does not train mixed-precision networks yet.*ParallelWrapper"):
-        SparkNetwork(None, mixed, ParameterAveragingTrainingMaster(batch_size_per_worker=4))
-    ParallelWrapper(mixed, workers=1).shutdown()  # the first remedy: the wrapper takes it
-    plain = mlp(8, hidden=(8,), n_out=3, dtype="float16")  # the second: no master_dtype, no loss_scale
-    assert SparkNetwork(None, plain, ParameterAveragingTrainingMaster(batch_size_per_worker=4)).network is plain
-
-
 @pytest.mark.parametrize("quiet", [False, True])
 def test_a_quiet_context_starts_spark_with_nothing_on_stderr(quiet):
     """quiet=True: the JVM's start-up warnings and log4j lines go nowhere (a chapter's stored output
