@@ -243,25 +243,40 @@ def compare(
     sync: Callable[[], Any] | None = None,
     warmup: bool = True,
     children_are_ours: bool = False,
+    progress: Callable[[int, int, str], Any] | None = None,
 ) -> dict[str, Timing]:
     """Time every variant, interleaved: each repeat runs all variants once, in an order rotated
     per repeat. `number` fixes the calls per repeat (else `autorange` finds them per variant;
     `same_number=True` gives every variant the largest, e.g. so each trains equally long).
-    `children_are_ours`: as in `machine_load`, for variants that work in child processes."""
+    `children_are_ours`: as in `machine_load`, for variants that work in child processes.
+    `progress(done, total, note)` (a `kit.widgets.Progress`) is called after each warm-up,
+    calibration and timed run, between timed regions: it never runs inside one."""
     if not fns:
         raise ValueError("compare(fns={}): give at least one variant, e.g. {'kit': f, 'raw': g}")
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"compare(repeats={repeats!r}): must be a positive integer (5 or more for a spread)")
+    calibrate = number is None
+    total = len(fns) * (int(warmup) + int(calibrate) + repeats)
+    steps = iter(range(1, total + 1))
+
+    def step(note: str) -> None:
+        if progress is not None:
+            progress(next(steps), total, note)
+
     with machine_load(children_are_ours) as load:
         if warmup:  # caches, lazy imports, first-touch page faults, a workspace's learning cycle
-            for fn in fns.values():
+            for k, fn in fns.items():
                 _run(fn, 1, sync)
+                step(f"warm-up: {k}")
         if isinstance(number, dict):
             numbers = {k: int(number[k]) for k in fns}
         elif number is not None:
             numbers = dict.fromkeys(fns, int(number))
         else:
-            numbers = {k: autorange(fn, min_time, sync) for k, fn in fns.items()}
+            numbers = {}
+            for k, fn in fns.items():
+                numbers[k] = autorange(fn, min_time, sync)
+                step(f"calls per repeat: {k}")
             if same_number:
                 numbers = dict.fromkeys(fns, max(numbers.values()))
         names = list(fns)
@@ -269,6 +284,7 @@ def compare(
         for r in range(repeats):
             for k in names[r % len(names) :] + names[: r % len(names)]:
                 out[k].seconds.append(_run(fns[k], numbers[k], sync) / numbers[k])
+                step(f"repeat {r + 1} of {repeats}: {k}")
     for t in out.values():
         t.load = load.others
     return out

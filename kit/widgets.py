@@ -64,6 +64,7 @@ except ImportError:  # kit before readings moved out of kit.memory
 
 __all__ = [
     "MemoryPanel",
+    "Progress",
     "StaticPanel",
     "TimingPanel",
     "TrainingPanel",
@@ -367,6 +368,117 @@ class TimingPanel(_Panel):
     def close(self) -> None:
         self._redraw(force=True)
         self._finish()
+
+
+class Progress(_Panel):
+    """How far a long cell has got: what is being measured, steps done of the total, time spent
+    and about how long is left (a straight-line guess from the steps so far). Call it as
+    `bar(done, total, note)` (what kit.measure.compare's `progress=` calls), `bar.tick()`, or
+    wrap an iterable with `bar.iter(items)`; at `close()` (or the end of a `with` block) it leaves
+    its final line as static HTML, so a stored chapter shows what ran and how long it took.
+
+        >>> from kit.measure import compare
+        >>> with Progress("timing two sums") as bar:
+        ...     _ = compare({"a": lambda: sum(range(100)), "b": lambda: sum(range(200))},
+        ...                 min_time=0.001, repeats=3, progress=bar)
+        timing two sums: 1/10, ... left (warm-up: a)
+        timing two sums: 10/10 steps (100%) in ... s
+        >>> bar.done, bar.total     # 2 warm-ups, 2 calibrations, 3 repeats of 2 variants
+        (10, 10)
+    """
+
+    def __init__(
+        self,
+        what: str,
+        total: int | None = None,
+        interval: float = 0.25,
+        text_interval: float = 5.0,
+        display: bool = True,
+        widgets: bool | None = None,
+    ) -> None:
+        if not isinstance(what, str) or not what.strip():
+            raise ValueError(f"Progress(what={what!r}): say what is being measured, e.g. 'timing the three modes'")
+        if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total < 0):
+            raise ValueError(f"Progress(total={total!r}): a whole number of steps >= 0, or None while unknown")
+        self.what, self.total, self.done, self.note = what, total, 0, ""
+        self.use_widgets = in_notebook() if widgets is None else widgets
+        self._throttle = _Throttle(interval if self.use_widgets else text_interval)
+        self._start = time.perf_counter()
+        self._ended: float | None = None
+        if self.use_widgets:
+            import ipywidgets as w
+
+            self._bar = w.FloatProgress(value=0.0, min=0.0, max=float(total or 1), layout=w.Layout(width="160px"))
+            self._info = w.HTML(value="")
+            self.widget = w.HBox([w.HTML(value=f"<b>{html.escape(what)}</b>&nbsp;"), self._bar, self._info])
+        self._show(display)
+
+    def __call__(self, done: int, total: int | None = None, note: str = "") -> None:
+        """`done` steps of `total` (None: the total given before) finished; `note`: the step now."""
+        if total is not None:
+            self.total = total
+        self.done, self.note = done, note
+        self._redraw(force=False)
+
+    def tick(self, n: int = 1, note: str = "") -> None:
+        self(self.done + n, note=note)
+
+    def iter(self, items: Any, total: int | None = None) -> Any:
+        """Each item of `items`, counting a step after each (the total from len() when it has one)."""
+        if total is None and hasattr(items, "__len__"):
+            total = len(items)
+        if total is not None:
+            self.total = total
+        for item in items:
+            yield item
+            self.tick()
+
+    @property
+    def elapsed(self) -> float:
+        return (self._ended or time.perf_counter()) - self._start
+
+    def _numbers(self) -> str:
+        spent = self.elapsed
+        if self._ended is not None:
+            of = f"/{self.total}" if self.total is not None else ""
+            pct = f" ({self.done / self.total:.0%})" if self.total else ""
+            return f"{self.done}{of} steps{pct} in {_duration(spent)}"
+        if self.total is None:
+            text = f"{self.done} steps, {_duration(spent)}"
+        else:
+            text = f"{self.done}/{self.total}, {_duration(spent)}"
+            if 0 < self.done < self.total:
+                text += f", about {_duration(spent * (self.total - self.done) / self.done)} left"
+        return text + (f" ({self.note})" if self.note else "")
+
+    def _redraw(self, force: bool) -> None:
+        if not self._throttle.ready(force):
+            return
+        self.last_text = f"{self.what}: {self._numbers()}"
+        if self.use_widgets:
+            self._bar.max = float(self.total or 1)
+            self._bar.value = float(min(self.done, self.total) if self.total else 0)
+            self._info.value = "&nbsp;" + html.escape(self._numbers())
+        else:
+            _emit(self.last_text)
+
+    def static(self) -> StaticPanel:
+        frac = self.done / self.total if self.total else 1.0
+        row = [f"<b>{html.escape(self.what)}</b>", _bar_html(frac), html.escape(self._numbers())]
+        return StaticPanel(_table_html("", [], [row]), self.last_text)
+
+    def close(self) -> None:
+        if self._ended is None:
+            self._ended = time.perf_counter()
+        self._redraw(force=True)
+        self._finish()
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s"
 
 
 class TrainingPanel(_Panel):

@@ -111,3 +111,68 @@ def test_a_closed_panel_leaves_static_html_in_the_saved_notebook(tmp_path, monke
     assert any("20/20" in h for h in htmls)
     plain = " ".join(o["data"].get("text/plain", "") for o in outputs if "data" in o)
     assert "VBox(" not in plain and "HTML(value=" not in plain
+
+
+# ---- Progress: what a long cell shows while it runs (issue 23 item 4) -----------------------
+
+
+def test_progress_counts_every_step_of_compare_and_is_called_only_between_timed_runs():
+    from kit.measure import compare
+    from kit.widgets import Progress
+
+    calls = {"a": 0, "b": 0}
+    seen = []
+
+    def variant(k):
+        def fn():
+            calls[k] += 1
+
+        return fn
+
+    def progress(done, total, note):
+        seen.append((done, total, note, dict(calls)))
+
+    compare({"a": variant("a"), "b": variant("b")}, number=3, repeats=4, progress=progress)
+    total = 2 * (1 + 4)  # a warm-up and 4 repeats per variant; no calibration with number given
+    assert [d for d, *_ in seen] == list(range(1, total + 1)) and {t for _, t, *_ in seen} == {total}
+    assert [n for *_, n, _ in seen][:2] == ["warm-up: a", "warm-up: b"] and seen[-1][2].startswith("repeat 4 of 4")
+    # each call comes after a whole run: the calls made so far are 1 (warm-up) + 3 per repeat done
+    for _, _, note, made in seen[2:]:
+        assert all((c - 1) % 3 == 0 for c in made.values()), (note, made)
+    bar = Progress("timing a and b", widgets=False, display=False)
+    compare({"a": variant("a")}, min_time=1e-4, repeats=2, progress=bar)
+    assert (bar.done, bar.total) == (4, 4)  # warm-up, calibration, 2 repeats
+
+
+def test_progress_text_mode_says_what_how_far_and_how_long_and_ends_once(capsys):
+    from kit.widgets import Progress
+
+    with Progress("training three nets", total=3, text_interval=3600) as bar:
+        for _ in bar.iter(range(3)):
+            pass
+    out = [line for line in capsys.readouterr().out.splitlines() if line.startswith("training three nets")]
+    assert out[0].startswith("training three nets: 1/3, ") and "left" in out[0]
+    assert out[-1].startswith("training three nets: 3/3 steps (100%) in ") and len(out) == 2
+
+
+def test_progress_widget_leaves_a_static_final_line_and_refuses_bad_arguments():
+    from kit.widgets import Progress
+
+    bar = Progress("timing", widgets=True, display=False, interval=3600)
+    bar(1, 4, "repeat 1")
+    assert bar._bar.max == 4 and bar._bar.value == 1 and "about" in bar._info.value
+    bar(4)
+    bar.close()
+    static = bar.static()
+    assert "timing" in static.html and "4/4 steps (100%)" in static.html and "left" not in static.html
+    assert repr(static).startswith("timing: 4/4 steps")
+    unknown = Progress("counting", widgets=False, display=False)
+    unknown.tick(2)
+    assert unknown._numbers().startswith("2 steps, ")
+    for kw, message in [
+        ({"what": ""}, r"what=''\): say what is being measured"),
+        ({"what": "x", "total": -1}, r"total=-1\): a whole number"),
+        ({"what": "x", "total": 2.5}, r"total=2.5\)"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            Progress(**kw, display=False)
