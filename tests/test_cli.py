@@ -232,3 +232,17 @@ def test_bench_arrays_defines_each_derived_column_in_its_header():
     for column in ("raw_us", "kit_us", "added_us", "ratio", "spread", "reliable"):
         assert f"  {column}: " in above, column
     assert "not kit_us - raw_us" in above
+
+
+@pytest.mark.parametrize("which", ["arrays", "workspaces"])
+def test_bench_progress_counts_every_timed_step_up_to_its_total(which):
+    """Chapters 1 and 2 show these benchmarks' progress: every step is reported, in order, and
+    the last one is the total announced from the start (a bar that stops short, or runs past
+    100 %, tells the reader something false)."""
+    from kit import bench
+
+    seen = []
+    getattr(bench, f"bench_{which}")(quick=True, progress=lambda done, total, note: seen.append((done, total, note)))
+    done = [d for d, _, _ in seen]
+    assert done == list(range(1, len(seen) + 1)) and {t for _, t, _ in seen} == {len(seen)}
+    assert all(note for _, _, note in seen)

@@ -50,7 +50,7 @@ __all__ = [
 # ---------------------------------------------------------------------------------------
 
 
-def _array_rows(dev: Any, size: int, min_time: float, repeats: int) -> list[dict[str, Any]]:
+def _array_rows(dev: Any, size: int, min_time: float, repeats: int, stages: _Stages) -> list[dict[str, Any]]:
     a, b = kit.rand((size,)), kit.rand((size,))
     ra, rb = a.data, b.data
     xp = dev.xp
@@ -67,7 +67,10 @@ def _array_rows(dev: Any, size: int, min_time: float, repeats: int) -> list[dict
     }
     rows = []
     for op, (kit_fn, raw_fn) in cases.items():
-        t = measure.compare({"kit": kit_fn, "raw": raw_fn}, min_time=min_time, repeats=repeats, sync=kit.backend.sync)
+        step = stages.stage(f"{op}, {size:,} elements")
+        t = measure.compare(
+            {"kit": kit_fn, "raw": raw_fn}, min_time=min_time, repeats=repeats, sync=kit.backend.sync, progress=step
+        )
         ratios = [k / r for k, r in zip(t["kit"].seconds, t["raw"].seconds)]
         added = [(k - r) * 1e6 for k, r in zip(t["kit"].seconds, t["raw"].seconds)]
         warnings = t["kit"].warnings + t["raw"].warnings
@@ -86,15 +89,37 @@ def _array_rows(dev: Any, size: int, min_time: float, repeats: int) -> list[dict
     return rows
 
 
-def bench_arrays(quick: bool = False) -> dict[str, Any]:
+class _Stages:
+    """Several compare() runs in a row reported as one progress: steps counted on across them."""
+
+    def __init__(self, progress: Callable[[int, int, str], Any] | None, total: int) -> None:
+        self.progress, self.total, self.done = progress, total, 0
+
+    def stage(self, what: str) -> Callable[[int, int, str], Any] | None:
+        if self.progress is None:
+            return None
+        base = self.done
+
+        def report(done: int, steps: int, note: str) -> None:
+            self.done = base + done
+            self.progress(self.done, self.total, f"{what}: {note}")
+
+        return report
+
+
+def bench_arrays(quick: bool = False, progress: Callable[[int, int, str], Any] | None = None) -> dict[str, Any]:
     """Each variant is timed for at least `min_time` per repeat (0.2 s full, 0.01 s quick), kit and
-    raw interleaved; 100 elements (per-op overhead) and 1,000,000 elements (the op dominates)."""
+    raw interleaved; 100 elements (per-op overhead) and 1,000,000 elements (the op dominates).
+    `progress`: a `kit.widgets.Progress` (or any `progress(done, total, note)`)."""
     dev = kit.current_device()
     repeats, min_time = (3, 0.01) if quick else (5, 0.2)
+    stages = _Stages(
+        progress, 2 * 7 * 2 * (2 + repeats)
+    )  # 2 sizes x 7 ops x 2 variants x (warm-up, calibration, repeats)
     with measure.machine_load() as load:
         rows = []
         for size in (100, 1_000_000):
-            rows += _array_rows(dev, size, min_time, repeats)
+            rows += _array_rows(dev, size, min_time, repeats, stages)
     small = [r["added_us"] for r in rows if r["elements"] == 100]
     # a view costs the same at any size, so it has no place in a large-array overhead figure
     large = [r["ratio"] for r in rows if r["elements"] != 100 and r["op"] != "slice view"]
@@ -181,9 +206,9 @@ def _set_regime(name: str) -> None:
         kit.memory.set_max_device_cache(512 << 20 if name == "caching" else 0)
 
 
-def bench_workspaces(quick: bool = False) -> dict[str, Any]:
+def bench_workspaces(quick: bool = False, progress: Callable[[int, int, str], Any] | None = None) -> dict[str, Any]:
     """The same MLP step in three regimes, interleaved; each timed repeat lasts at least 0.3 s
-    (full) or 0.02 s (quick)."""
+    (full) or 0.02 s (quick). `progress`: as in `bench_arrays`."""
     repeats, min_time = (3, 0.02) if quick else (7, 0.3)
     step = mlp_cycle()
     regimes = _regimes()
@@ -203,6 +228,7 @@ def bench_workspaces(quick: bool = False) -> dict[str, Any]:
         min_time=min_time,
         repeats=repeats,
         sync=kit.backend.sync,
+        progress=progress,
     )
     times = {k: [x / block for x in t.seconds] for k, t in timed.items()}
     rows = []
