@@ -373,9 +373,10 @@ class TimingPanel(_Panel):
 class Progress(_Panel):
     """How far a long cell has got: what is being measured, steps done of the total, time spent
     and about how long is left (a straight-line guess from the steps so far). Call it as
-    `bar(done, total, note)` (what kit.measure.compare's `progress=` calls), `bar.tick()`, or
-    wrap an iterable with `bar.iter(items)`; at `close()` (or the end of a `with` block) it leaves
-    its final line as static HTML, so a stored chapter shows what ran and how long it took.
+    `bar(done, total, note)` (what kit.measure.compare's `progress=` calls), `bar.tick()`, wrap an
+    iterable with `bar.iter(items)`, or pass it to `fit(..., listeners=[bar])`; at `close()` (or
+    the end of a `with` block) it leaves its final line as static HTML, so a stored chapter shows
+    what ran and how long it took.
 
         >>> from kit.measure import compare
         >>> with Progress("timing two sums") as bar:
@@ -422,6 +423,11 @@ class Progress(_Panel):
 
     def tick(self, n: int = 1, note: str = "") -> None:
         self(self.done + n, note=note)
+
+    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+        """A training listener: one step per iteration (with Spark or ParallelWrapper, one per
+        worker and round), the epoch as the note."""
+        self.tick(note=f"epoch {epoch + 1}")
 
     def iter(self, items: Any, total: int | None = None) -> Any:
         """Each item of `items`, counting a step after each (the total from len() when it has one)."""

@@ -152,13 +152,23 @@ def _train_and_score(
     return right
 
 
-def stall_case(train: DataSet, hidden: tuple[int, ...] = (64,), steps: int = 20, lr: float = 0.002) -> dict[str, Any]:
+def stall_case(
+    train: DataSet,
+    hidden: tuple[int, ...] = (64,),
+    steps: int = 20,
+    lr: float = 0.002,
+    progress: Callable[[int, int, str], Any] | None = None,
+) -> dict[str, Any]:
     """Fine-tune a converged digits network (Adam, 15 epochs, float32) with Sgd(lr), full batch, in
     each precision from the same weights. Returns per precision the loss before and after, the
     loss drop, the drop as a fraction of float32's, and the shares of the compute parameters and of
-    the master weights (the same array, but for mixed precision) that changed."""
+    the master weights (the same array, but for mixed precision) that changed. `progress(done,
+    total, note)`: after the converged network and after each precision."""
+    total = 1 + len(VARIANTS)
     ref = mlp(train.features.shape[1], hidden=hidden, n_out=10, updater=Adam(1e-2), seed=0)
     ref.fit(ArrayIterator(train, 64), epochs=15)
+    if progress is not None:
+        progress(1, total, "converged in float32")
     out: dict[str, Any] = {}
     for name, kw in VARIANTS.items():
         net = mlp(train.features.shape[1], hidden=hidden, n_out=10, updater=Sgd(lr), seed=0, **kw)
@@ -172,6 +182,8 @@ def stall_case(train: DataSet, hidden: tuple[int, ...] = (64,), steps: int = 20,
             "changed": float(np.mean(net.params().numpy() != before)),
             "master_changed": float(np.mean(net.flat_master.numpy() != master)),
         }
+        if progress is not None:
+            progress(1 + len(out), total, f"{name} fine-tuned")
     for run in out.values():
         run["fraction_of_float32"] = run["drop"] / out["float32"]["drop"]
     return out
