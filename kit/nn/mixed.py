@@ -24,7 +24,8 @@ each of its bytes has a place (n parameters):
 One step: the loss's gradient seed is multiplied by `scale` (computed in float32, then stored
 in float16: 2**16 itself does not fit float16), backward runs in float16, the gradient is
 unscaled into a float32 working array (UPDATER_WORKING_MEM), checked for inf/NaN, L2 is added
-in float32, the updater moves the master weights, and the float16 copy is written from them.
+in float32, the updater moves the master weights (working in that same array: it is this step's
+own, so Adam carves no temporary beside it), and the float16 copy is written from them.
 Without scaling, gradients below float16's smallest subnormal (6e-8) become 0; without master
 weights, an update smaller than half a float16 spacing (about 5e-4 x |w|) rounds away and the
 parameters stop moving.
@@ -251,7 +252,7 @@ def precision_step(net: Any, mgr: LayerWorkspaceMgr) -> bool:
         for sl in net._l2:
             g.data[sl] += net.l2 * master.data[sl]
     skipped = scaler.skipped_steps if scaler is not None else 0
-    net.updater.apply(master, g, net.updater_state, net.iteration + 1 - skipped, mgr)
+    net.updater.apply(master, g, net.updater_state, net.iteration + 1 - skipped, mgr, scratch=True)
     if net.mixed:
         xp.copyto(params.data, master.data, casting="same_kind")
     return True

@@ -43,8 +43,18 @@ class Updater:
     def config(self) -> dict[str, Any]:
         return {"type": type(self).__name__, "lr": self.lr}
 
-    def apply(self, params: NDArray, grads: NDArray, state: dict[str, NDArray], step: int, mgr: LayerWorkspaceMgr):
-        """Update `params` in place from `grads` (step counts from 1)."""
+    def apply(
+        self,
+        params: NDArray,
+        grads: NDArray,
+        state: dict[str, NDArray],
+        step: int,
+        mgr: LayerWorkspaceMgr,
+        scratch: bool = False,
+    ):
+        """Update `params` in place from `grads` (step counts from 1). `scratch=True`: `grads` is a
+        working array made for this one step (mixed precision's unscaled float32 gradient), which
+        the update overwrites instead of carving a temporary of its own in UPDATER_WORKING_MEM."""
         raise NotImplementedError
 
 
@@ -61,9 +71,12 @@ class Sgd(Updater):
     def __init__(self, lr: float = 0.1) -> None:
         super().__init__(lr)
 
-    def apply(self, params, grads, state, step, mgr):
+    def apply(self, params, grads, state, step, mgr, scratch=False):
         xp = params.device.xp
-        tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, params.dtype, params.device)._data
+        if scratch:
+            tmp = grads.data
+        else:
+            tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, params.dtype, params.device)._data
         xp.multiply(grads.data, self.lr, out=tmp)
         params.data -= tmp
 
@@ -80,11 +93,14 @@ class Nesterovs(Updater):
     def config(self) -> dict[str, Any]:
         return {**super().config(), "momentum": self.momentum}
 
-    def apply(self, params, grads, state, step, mgr):
+    def apply(self, params, grads, state, step, mgr, scratch=False):
         xp, mu = params.device.xp, self.momentum
         v = state["v"].data
         prev = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, params.dtype, params.device).data
-        tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, params.dtype, params.device).data
+        if scratch:  # grads are read once, into tmp itself: the same arithmetic, one temporary fewer
+            tmp = grads.data
+        else:
+            tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, params.dtype, params.device).data
         xp.copyto(prev, v)
         v *= mu
         xp.multiply(grads.data, self.lr, out=tmp)
@@ -107,14 +123,17 @@ class Adam(Updater):
     def config(self) -> dict[str, Any]:
         return {**super().config(), "beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}
 
-    def apply(self, params, grads, state, step, mgr):
+    def apply(self, params, grads, state, step, mgr, scratch=False):
         xp, g = params.device.xp, grads.data
         m, v = state["m"].data, state["v"].data
-        tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, m.dtype, params.device).data
         if g.dtype != m.dtype:  # half-precision parameters: moments and their arithmetic in float32
             g32 = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, m.dtype, params.device).data
             xp.copyto(g32, g)  # (in float16, g * g underflows to 0 below |g| ~ 2e-4: then m / 0)
-            g = g32
+            g, scratch = g32, True  # a copy of its own: the update may overwrite it
+        if scratch:
+            self._apply_in(g, params, m, v, step)
+            return
+        tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, params.shape, m.dtype, params.device).data
         m *= self.beta1
         xp.multiply(g, 1 - self.beta1, out=tmp)
         m += tmp
@@ -128,3 +147,22 @@ class Adam(Updater):
         xp.divide(m, tmp, out=tmp)
         tmp *= alpha
         params.data -= tmp
+
+    def _apply_in(self, g: Any, params: NDArray, m: Any, v: Any, step: int) -> None:
+        """The same step with `g` as the only working array (it is overwritten): (1 - beta1) g is
+        formed in place for m, and squared for v with the factor (1 - beta2) / (1 - beta1)^2, so
+        nothing cancels; within float32 rounding of the two-array form above."""
+        xp, b1, b2 = params.device.xp, self.beta1, self.beta2
+        m *= b1
+        g *= 1 - b1
+        m += g  # m = b1 m + (1 - b1) g
+        xp.multiply(g, g, out=g)
+        g *= (1 - b2) / (1 - b1) ** 2
+        v *= b2
+        v += g  # v = b2 v + (1 - b2) g^2
+        alpha = self.lr * math.sqrt(1 - b2**step) / (1 - b1**step)
+        xp.sqrt(v, out=g)
+        g += self.epsilon * math.sqrt(1 - b2**step)
+        xp.divide(m, g, out=g)
+        g *= alpha
+        params.data -= g

@@ -414,8 +414,46 @@ def test_float16_activations_halve_the_workspace_bytes(digits):
     act = "WS_ALL_LAYERS_ACT"  # activations and their gradients: float16 in forward and backward
     assert 0.45 <= mixed[act] / f32[act] <= 0.55, (mixed, f32)
     assert mixed[act] == f16[act]
-    # the update works in float32: the unscaled gradient is one float32 vector beside Adam's temporary
-    assert mixed["WS_UPDATER_WORKING_MEM"] == 2 * f32["WS_UPDATER_WORKING_MEM"] > 0
+    # the update works in float32, in the unscaled gradient itself (this step's own array): no
+    # temporary beside it, so the updater carves what float32's does (it carved twice as much before)
+    assert mixed["WS_UPDATER_WORKING_MEM"] == f16["WS_UPDATER_WORKING_MEM"] == f32["WS_UPDATER_WORKING_MEM"] > 0
+    assert sum(mixed.values()) < sum(f32.values())  # so the whole cycle is smaller than float32's
+
+
+@pytest.mark.parametrize("updater", ["Sgd", "Nesterovs", "Adam"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_an_update_in_its_own_gradient_array_equals_the_one_with_a_temporary(updater, dtype):
+    """scratch=True (mixed precision's unscaled gradient) lets the updater overwrite the gradient
+    instead of carving a temporary: the same steps, to the dtype's rounding (Sgd and Nesterovs do
+    the very same arithmetic; Adam forms (1 - beta1) g in place), and one temporary fewer."""
+    import kit
+    from kit.nn import updaters
+    from kit.nn.updaters import state_dtype
+    from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
+
+    rng = np.random.default_rng(0)
+    upd = getattr(updaters, updater)(1e-2)
+    p0 = rng.standard_normal(1000).astype(dtype)
+    grads = [(rng.standard_normal(1000) * 10.0 ** rng.integers(-6, 2)).astype(dtype) for _ in range(5)]
+    results, carved = {}, {}
+    for scratch in (False, True):
+        params = kit.asarray(p0.copy())
+        state = {k: kit.zeros((1000,), dtype=state_dtype(np.dtype(dtype))) for k in upd.state_names}
+        mgr = LayerWorkspaceMgr(WorkspaceMode.NONE)  # every temporary is a counted heap allocation
+        before = kit.memory.heap_allocations(this_thread=True)
+        for step, g in enumerate(grads, start=1):
+            g = kit.asarray(g.copy())
+            with mgr.updater():
+                upd.apply(params, g, state, step, mgr, scratch=scratch)
+        carved[scratch] = kit.memory.heap_allocations(this_thread=True) - before
+        results[scratch] = params.numpy()
+    tol = {"float32": 1e-6, "float64": 1e-14}[dtype]
+    if updater == "Adam":
+        np.testing.assert_allclose(results[True], results[False], rtol=tol, atol=tol)
+    else:
+        np.testing.assert_array_equal(results[True], results[False])
+    assert not np.array_equal(results[True], p0)
+    assert carved[True] < carved[False], carved
 
 
 def test_the_score_listener_shows_scale_and_skipped_steps(digits):
