@@ -1,0 +1,78 @@
+"""Every long cell of a stored chapter shows progress (what it measures, how far, how long): the
+reader of a live run is not left staring at a silent cell, and the stored page keeps the final
+line. "Long" is read from the stored full run itself (nbclient records when each cell started
+and finished), so a cell that grew slow fails here until it gets a `kit.widgets.Progress` or
+another kit panel."""
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+CHAPTERS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+LONG_S = 5.0  # the issue's "about 5 s"
+
+
+def _seconds(cell: dict) -> float | None:
+    run = cell.get("metadata", {}).get("execution", {})
+    start, end = run.get("iopub.execute_input"), run.get("shell.execute_reply")
+    if not (start and end):
+        return None
+    parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))  # noqa: E731
+    return (parse(end) - parse(start)).total_seconds()
+
+
+def _has_panel(cell: dict) -> bool:
+    """A kit panel's final state (Progress, TimingPanel, TrainingPanel, MemoryPanel ...) is an
+    HTML output of class kit-panel."""
+    return any(
+        'class="kit-panel"' in "".join(out.get("data", {}).get("text/html", ""))
+        for out in cell.get("outputs", [])
+        if out.get("output_type") in ("display_data", "execute_result")
+    )
+
+
+def test_every_chapter_is_checked():
+    assert len(CHAPTERS) == 8
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_cell_over_five_seconds_in_the_stored_run_shows_progress(path):
+    nb = json.loads(path.read_text())
+    timed, silent = 0, []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        seconds = _seconds(cell)
+        if seconds is None:
+            continue
+        timed += 1
+        if seconds > LONG_S and not _has_panel(cell):
+            silent.append(f"cell {i} ({seconds:.1f} s): {cell['source'][0].strip() if cell['source'] else ''}")
+    assert timed, f"{path.name}: no cell has its run's timing; store it with scripts/store_chapters.py"
+    assert not silent, f"{path.name}: long cells without progress:\n" + "\n".join(silent)
+
+
+def test_the_check_finds_a_silent_long_cell():
+    """The check can fail: a 6-second cell without a panel is found, one with a Progress line is not."""
+    slow = {
+        "cell_type": "code",
+        "source": ["x = slow()"],
+        "metadata": {
+            "execution": {
+                "iopub.execute_input": "2026-11-25T10:00:00.000Z",
+                "shell.execute_reply": "2026-11-25T10:00:06.000Z",
+            }
+        },
+        "outputs": [],
+    }
+    assert _seconds(slow) == 6.0 and not _has_panel(slow)
+    from kit.widgets import Progress
+
+    bar = Progress("slow", total=1, widgets=False, display=False)
+    bar.tick()
+    bar.close()
+    slow["outputs"] = [{"output_type": "display_data", "data": {"text/html": bar.static().html}}]
+    assert _has_panel(slow)
