@@ -53,6 +53,10 @@ _CSS = """
 .bd-article table, .cell_output table { display: block; max-width: 100%; overflow-x: auto; }
 .cell_output, .cell_output .output { max-width: 100%; overflow-x: auto; }
 .cell_output pre { white-space: pre; }
+/* kit's panels (progress, timing, memory) are laid out for JupyterLab's full-width outputs: in the
+   book's narrower column their cells wrap, so a label or a figure is never cut off at the edge */
+.kit-panel td { white-space: normal !important; }
+.cell_output .kit-panel table { display: table; }
 """
 
 

@@ -157,6 +157,25 @@ def test_wide_outputs_scroll_inside_their_box(book, offline):
         assert all(o in ("auto", "scroll") for o in wide), f"{stem}: a wide table does not scroll ({wide})"
 
 
+def test_every_stored_panel_fits_the_column_whole(book, offline):
+    """A panel (a progress line, a timing or memory panel) is read whole in the book's column at
+    900 px: its cells wrap instead of hiding the label or the figures past the edge of a box."""
+    page, _, _ = offline
+    page.set_viewport_size({"width": 900, "height": 900})
+    panels = 0
+    for stem in [p.stem for p in _chapters()]:
+        _open(page, book / f"{stem}.html")
+        sizes = page.evaluate(
+            """() => [...document.querySelectorAll('article .kit-panel')].map(p => [
+                Math.max(...[...p.querySelectorAll('table')].map(t => t.scrollWidth - t.clientWidth), 0),
+                p.offsetWidth, p.closest('.cell_output').clientWidth, p.innerText.slice(0, 60)])"""
+        )
+        panels += len(sizes)
+        cut = [s for s in sizes if s[0] > 1 or s[1] > s[2] + 1]  # a table that scrolls, a panel past its column
+        assert not cut, f"{stem}: panels wider than their column: {cut}"
+    assert panels >= 20, panels  # every chapter's long cells leave one
+
+
 def test_stored_panels_are_static_html_and_no_widget_manager_is_loaded(book):
     html = (book / "02_workspaces.html").read_text(encoding="utf-8")
     assert "kit-panel" in html, "the stored panels are missing"
