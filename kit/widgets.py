@@ -11,10 +11,10 @@
     ...         h = (x @ w).tanh()
     ...     redrawn = panel.update()               # throttled: True a few times per second at most
     ...     timer.tick()
-    workspace loop: 1/100, ...
+    workspace loop: 1/100 in ...
     >>> panel.close(); timer.close()               # the final state, always
     memory: ...PANEL 0 B/... cycles 100)...
-    workspace loop: 100/100, ...
+    workspace loop: 100/100 in ...
     >>> ws.destroy()
 
 Training panels are listeners:
@@ -27,10 +27,10 @@ Training panels are listeners:
     >>> training = kit.widgets.TrainingPanel(total_iterations=2 * len(it))
     memory: ...
     >>> net.fit(it, epochs=2, listeners=[training])
-    training: 1/46, ...
+    training: 1/46 in ...
     <kit.nn.network.Network object at 0x...>
     >>> training.close()
-    training: 46/46, ...
+    training: 46/46 in ...
     memory: ...
     loss: last ..., mean of last 20 ..., epochs done 2
     >>> workers = kit.widgets.WorkerPanel(2, total_iterations=len(it))
@@ -351,9 +351,12 @@ class TimingPanel(_Panel):
         med = statistics.median(self.times)
         elapsed = time.perf_counter() - self._start
         of = f"/{self.total}" if self.total else ""
+        # the rate is the mean over the whole run; the median only the recent window's: under load
+        # the two part (a slow tail raises the mean), so each says what it is
+        mean = elapsed / max(self.count, 1)
         return (
-            f"{self.count}{of}, last {self.times[-1] * 1e3:.2f} ms, median {med * 1e3:.2f} ms, "
-            f"{self.count / max(elapsed, 1e-9):.1f}/s"
+            f"{self.count}{of} in {elapsed:.1f} s (mean {mean * 1e3:.2f} ms, {self.count / max(elapsed, 1e-9):.1f}/s); "
+            f"last {self.times[-1] * 1e3:.2f} ms, median of the last {len(self.times)} {med * 1e3:.2f} ms"
         )
 
     @property
