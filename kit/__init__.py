@@ -26,7 +26,7 @@ widgets (live panels); above them kit.nn, kit.data, kit.parallel, kit.earlystopp
 
 from __future__ import annotations
 
-from kit import backend, context, devices, memory, readings, settings, widgets, workspace
+from kit import backend, context, devices, memory, readings, settings, state, widgets, workspace
 from kit.backend import BackendError, get_default_dtype, set_default_dtype
 from kit.context import scope_out_of_workspaces
 from kit.creation import (
@@ -159,6 +159,7 @@ __all__ = [
     "settings",
     "sqrt",
     "stack",
+    "state",
     "tanh",
     "where",
     "widgets",

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from kit import settings
+from kit.state import STATE
 
 __all__ = [
     "BackendChoice",
@@ -64,30 +65,29 @@ class BackendChoice:
 
 
 _lock = threading.Lock()
-_choice: BackendChoice | None = None
-_gpu_status: tuple[bool, str] | None = None
 
 
 def gpu_status() -> tuple[bool, str]:
     """(usable, one-line reason). Probes CuPy once; never raises."""
-    global _gpu_status
-    if _gpu_status is not None:
-        return _gpu_status
+    status = STATE.probes.get("gpu_status")  # a fact of the machine: probed once, kept by reset
+    if status is None:
+        status = STATE.probes["gpu_status"] = _probe_gpu()
+    return status
+
+
+def _probe_gpu() -> tuple[bool, str]:
     try:
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install raising at import
-        _gpu_status = (False, f"CuPy is not importable ({type(exc).__name__}: {_first_line(exc)})")
-        return _gpu_status
+        return (False, f"CuPy is not importable ({type(exc).__name__}: {_first_line(exc)})")
     try:
         count = cupy.cuda.runtime.getDeviceCount()
         if count < 1:
-            _gpu_status = (False, "CuPy found no CUDA device")
-            return _gpu_status
+            return (False, "CuPy found no CUDA device")
         cupy.zeros(1, dtype=cupy.float32).sum().item()  # a real kernel: driver and runtime agree
-        _gpu_status = (True, f"CuPy {cupy.__version__} sees {count} CUDA device(s)")
     except Exception as exc:
-        _gpu_status = (False, f"CUDA is not usable ({type(exc).__name__}: {_first_line(exc)})")
-    return _gpu_status
+        return (False, f"CUDA is not usable ({type(exc).__name__}: {_first_line(exc)})")
+    return (True, f"CuPy {cupy.__version__} sees {count} CUDA device(s)")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -130,14 +130,15 @@ def choose(environ: dict[str, str] | None = None) -> BackendChoice:
 
 def current() -> BackendChoice:
     """The process-wide choice, made on first use."""
-    global _choice
-    if _choice is None:
+    choice = STATE.probes.get("backend")
+    if choice is None:
         with _lock:
-            if _choice is None:
-                _choice = choose()
-                if _choice.name == "cupy" and get_matmul_precision() == "high":
+            choice = STATE.probes.get("backend")
+            if choice is None:
+                choice = STATE.probes["backend"] = choose()
+                if choice.name == "cupy" and get_matmul_precision() == "high":
                     _apply_matmul_precision()
-    return _choice
+    return choice
 
 
 def name() -> str:
@@ -202,35 +203,28 @@ def resolve_dtype(dtype: object, *, floating_only: bool = False) -> np.dtype:
     return dt
 
 
-_default_dtype: np.dtype | None = None
-
-
 def get_default_dtype() -> np.dtype:
-    global _default_dtype
-    if _default_dtype is None:
-        _default_dtype = resolve_dtype(settings.default_dtype(), floating_only=True)
-    return _default_dtype
+    if STATE.default_dtype is None:
+        STATE.default_dtype = resolve_dtype(settings.default_dtype(), floating_only=True)
+    return STATE.default_dtype
 
 
 def set_default_dtype(dtype: object) -> np.dtype:
     """Set the floating dtype used when none is given. Returns the previous one."""
-    global _default_dtype
     previous = get_default_dtype()
-    _default_dtype = resolve_dtype(dtype, floating_only=True)
+    STATE.default_dtype = resolve_dtype(dtype, floating_only=True)
     return previous
 
 
 MATMUL_PRECISIONS = settings.MATMUL_PRECISIONS
-_matmul_precision: str | None = None
 
 
 def get_matmul_precision() -> str:
     """How float32 matrix products run on a GPU: 'highest' (float32) or 'high' (TF32)."""
-    global _matmul_precision
-    if _matmul_precision is None:
+    if STATE.matmul_precision is None:
         # CuPy's own switch, when set and KIT_MATMUL_PRECISION is not, is what runs: say so
-        _matmul_precision = settings.matmul_precision() or ("high" if settings.cupy_tf32() else "highest")
-    return _matmul_precision
+        STATE.matmul_precision = settings.matmul_precision() or ("high" if settings.cupy_tf32() else "highest")
+    return STATE.matmul_precision
 
 
 def _check_precision(value: object, where: str) -> str:
@@ -248,9 +242,8 @@ def set_matmul_precision(precision: str) -> str:
     (Ampere and later), as PyTorch does for convolutions by default; 'highest' keeps float32.
     NumPy has no TF32: on the CPU the setting is kept and changes nothing. CuPy's batched
     products (3-D and more) stay float32 either way."""
-    global _matmul_precision
     previous = get_matmul_precision()
-    _matmul_precision = _check_precision(precision, f"set_matmul_precision({precision!r})")
+    STATE.matmul_precision = _check_precision(precision, f"set_matmul_precision({precision!r})")
     if name() == "cupy":
         _apply_matmul_precision()
     return previous
@@ -288,20 +281,14 @@ def is_cupy_array(obj: Any) -> bool:
     return type(obj).__module__.startswith("cupy") and hasattr(obj, "__cuda_array_interface__")
 
 
-_nvml: Any = None
-_nvml_tried = False
-
-
 def nvml() -> Any:
     """NVIDIA's NVML module (nvidia-ml-py), initialised once; None where it is missing or fails."""
-    global _nvml, _nvml_tried
-    if not _nvml_tried:
-        _nvml_tried = True
+    if "nvml" not in STATE.probes:
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            _nvml = pynvml
+            STATE.probes["nvml"] = pynvml
         except Exception:  # not installed, or no NVIDIA driver: readings fall back to CuPy's pool
-            _nvml = None
-    return _nvml
+            STATE.probes["nvml"] = None
+    return STATE.probes["nvml"]

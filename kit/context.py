@@ -41,9 +41,10 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import threading
 from types import FrameType
 from typing import Any
+
+from kit.state import STATE
 
 __all__ = ["current_workspace", "scope_out_of_workspaces", "set_current_workspace"]
 
@@ -51,11 +52,7 @@ _SUSPENDABLE = 0x20 | 0x80 | 0x200  # CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GEN
 _CONTEXTLIB = contextlib.__file__
 
 
-class _Context(threading.local):
-    ws: Any = None  # a class default, so every thread reads None until it opens a workspace
-
-
-_tls = _Context()
+_tls = STATE.thread  # this thread's slots (kit.state): `.ws` is the current workspace
 
 
 class _OutOfWorkspaces:

@@ -30,7 +30,7 @@ import numpy as np
 from kit import backend
 from kit.devices import AnyDevice, as_device, host_source, transfer
 from kit.memory import allocate
-from kit.ndarray import NDArray, ShapeError, _wrap
+from kit.ndarray import NDArray, ShapeError, wrap
 
 __all__ = [
     "arange",
@@ -66,14 +66,14 @@ def _shape(shape: Shape, op: str) -> tuple[int, ...]:
 def empty(shape: Shape, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
     dev = as_device(device)
     out, owner = allocate(_shape(shape, "empty"), backend.resolve_dtype(dtype), dev)
-    return _wrap(out, dev, owner)
+    return wrap(out, dev, owner)
 
 
 def full(shape: Shape, value: Any, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
     dev = as_device(device)
     out, owner = allocate(_shape(shape, "full"), backend.resolve_dtype(dtype), dev)
     out.fill(value)
-    return _wrap(out, dev, owner)
+    return wrap(out, dev, owner)
 
 
 def zeros(shape: Shape, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
@@ -123,7 +123,7 @@ def arange(start: float, stop: float | None = None, step: float = 1, dtype: Any 
     xp.multiply(wide, step, out=wide, casting="unsafe")
     xp.add(wide, start, out=wide, casting="unsafe")
     xp.copyto(out, wide, casting="unsafe")
-    return _wrap(out, dev, owner)
+    return wrap(out, dev, owner)
 
 
 def array(obj: Any, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
@@ -139,7 +139,7 @@ def array(obj: Any, dtype: Any = None, device: str | AnyDevice | None = None) ->
         transfer(out, dev, np.asarray(host, dtype=dt), host_source(dev))
     else:  # already on this device
         dev.xp.copyto(out, host, casting="unsafe")
-    return _wrap(out, dev, owner)
+    return wrap(out, dev, owner)
 
 
 def asarray(obj: Any, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
@@ -155,7 +155,7 @@ def asarray(obj: Any, dtype: Any = None, device: str | AnyDevice | None = None) 
         dt = backend.resolve_dtype(dtype) if dtype is not None else obj.dtype
         if dt == obj.dtype:
             backend.resolve_dtype(obj.dtype)  # refuse unsupported dtypes (complex, object, ...)
-            return _wrap(obj, dev, None)
+            return wrap(obj, dev, None)
     return array(obj, dtype=dtype, device=dev)
 
 
@@ -203,7 +203,7 @@ def _random(kind: str, shape: Shape, dtype: Any, device: Any) -> NDArray:
         with dev.activate():
             draw(out=tmp, dtype=np.float32)
         dev.xp.copyto(out, tmp, casting="unsafe")
-    return _wrap(out, dev, owner)
+    return wrap(out, dev, owner)
 
 
 def rand(shape: Shape, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:

@@ -46,6 +46,7 @@ import psutil
 from threadpoolctl import threadpool_limits
 
 from kit import backend, settings
+from kit.state import STATE
 
 __all__ = [
     "Device",
@@ -132,7 +133,7 @@ class Device(_DeviceBase):
             if int(index) >= count:
                 have = f"this machine has {count} usable GPU(s)" if count else backend.gpu_status()[1]
                 raise DeviceError(f"device {spec!r} does not exist: {have}; kit.devices() lists what there is")
-        elif int(index) >= _host["count"]:
+        elif int(index) >= STATE.host_devices:
             raise DeviceError(
                 f"device {spec!r} does not exist: {_host_devices_now()}; {_more_host_devices(int(index))}"
             )
@@ -165,12 +166,12 @@ class Device(_DeviceBase):
     @property
     def simulated(self) -> bool:
         """True for a CPU device while the host is split into several simulated devices."""
-        return self.kind == "cpu" and _host["count"] > 1
+        return self.kind == "cpu" and STATE.host_devices > 1
 
     @property
     def blas_threads(self) -> int:
         """BLAS threads this device may use when every simulated host device works at once."""
-        return cores_per_worker(_host["count"]) if self.simulated else (os.cpu_count() or 1)
+        return cores_per_worker(STATE.host_devices) if self.simulated else (os.cpu_count() or 1)
 
     def memory_info(self) -> tuple[int, int]:
         """(free bytes, total bytes) of this device's memory (a simulated host device: the host's)."""
@@ -191,7 +192,7 @@ class Device(_DeviceBase):
         cores = os.cpu_count() or 1
         if self.simulated:
             return (
-                f"{self.name}: simulated on the host ({cpu}, {cores} core(s) shared by {_host['count']} "
+                f"{self.name}: simulated on the host ({cpu}, {cores} core(s) shared by {STATE.host_devices} "
                 f"simulated devices, {self.blas_threads} BLAS thread(s) each); a separate placement domain"
             )
         return f"{self.name}: {cpu}, {cores} core(s) (physical)"
@@ -269,22 +270,17 @@ def _normalise(spec: str) -> str:
     return f"{kind}:{int(index)}"
 
 
-_gpu_count: int | None = None
-
-
 def gpu_count() -> int:
-    global _gpu_count
-    if _gpu_count is None:
+    """How many GPUs CuPy can use (probed once: a fact of the machine)."""
+    n = STATE.probes.get("gpu_count")
+    if n is None:
         ok, _ = backend.gpu_status()
-        _gpu_count = int(backend.cupy().cuda.runtime.getDeviceCount()) if ok else 0
-    return _gpu_count
-
-
-_host = {"count": settings.host_devices()}  # KIT_HOST_DEVICES, checked by kit.settings
+        n = STATE.probes["gpu_count"] = int(backend.cupy().cuda.runtime.getDeviceCount()) if ok else 0
+    return n
 
 
 def _host_devices_now() -> str:
-    last = _host["count"] - 1
+    last = STATE.host_devices - 1
     return "the CPU is one device, 'cpu:0'" if last == 0 else f"{last + 1} simulated host devices, cpu:0..cpu:{last}"
 
 
@@ -306,18 +302,18 @@ def set_host_device_count(n: int) -> int:
             f"set_host_device_count({n!r}): kit simulates 1 to {settings.MAX_HOST_DEVICES} host devices; "
             "e.g. kit.devices.set_host_device_count(2)"
         )
-    previous, _host["count"] = _host["count"], n
+    previous, STATE.host_devices = STATE.host_devices, n
     return previous
 
 
 def host_device_count() -> int:
-    return _host["count"]
+    return STATE.host_devices
 
 
 def devices() -> list[Device]:
     """The devices of this machine: cpu:0 (cpu:0..N-1 when simulated), then gpu:0..N-1 when
     CuPy can use them."""
-    cpus = [Device(f"cpu:{i}") for i in range(_host["count"])]
+    cpus = [Device(f"cpu:{i}") for i in range(STATE.host_devices)]
     return cpus + [Device(f"gpu:{i}") for i in range(gpu_count())]
 
 
@@ -332,26 +328,18 @@ def as_device(spec: str | AnyDevice | None) -> AnyDevice:
 def default_device() -> Device:
     """gpu:0 when the backend is CuPy, else cpu:0."""
     name = backend.name()
-    found = _default_by_backend.get(name)  # Device(spec) parses the spec: every array creation asks
+    key = "default device " + name  # Device(spec) parses the spec: every array creation asks, so keep it
+    found = STATE.probes.get(key)
     if found is None:
-        found = _default_by_backend[name] = Device("gpu:0") if name == "cupy" else Device("cpu:0")
+        found = STATE.probes[key] = Device("gpu:0") if name == "cupy" else Device("cpu:0")
     return found
-
-
-_default_by_backend: dict[str, Device] = {}
 
 
 # ---------------------------------------------------------------------------------------
 # thread <-> device affinity (ND4J's AffinityManager)
 
 
-class _DeviceStack(threading.local):
-    stack: list | None = None  # `with kit.device(...)` scopes on this thread (a class default: no miss)
-
-
-_local = _DeviceStack()
-_affinity: dict[int, AnyDevice] = {}
-_affinity_lock = threading.Lock()
+_thread = STATE.thread  # this thread's slots: .device_stack, the `with kit.device(...)` scopes
 
 
 def attach_thread_to_device(dev: str | AnyDevice, thread: threading.Thread | None = None) -> AnyDevice:
@@ -360,8 +348,8 @@ def attach_thread_to_device(dev: str | AnyDevice, thread: threading.Thread | Non
     ident = (thread or threading.current_thread()).ident
     if ident is None:
         raise DeviceError("attach_thread_to_device: that thread has not started yet")
-    with _affinity_lock:
-        _affinity[ident] = d
+    with STATE.lock:
+        STATE.affinity[ident] = d
     if ident == threading.get_ident():
         _use_for_this_thread(d)
     return d
@@ -369,8 +357,8 @@ def attach_thread_to_device(dev: str | AnyDevice, thread: threading.Thread | Non
 
 def detach_thread(thread: threading.Thread | None = None) -> None:
     ident = (thread or threading.current_thread()).ident
-    with _affinity_lock:
-        d = _affinity.pop(ident, None)
+    with STATE.lock:
+        d = STATE.affinity.pop(ident, None)
     if d is not None and d.kind == "gpu" and ident == threading.get_ident():
         _use_for_this_thread(None)
 
@@ -394,19 +382,19 @@ def _use_for_this_thread(d: AnyDevice | None) -> None:
 
 
 def device_for_thread(thread: threading.Thread) -> AnyDevice:
-    d = _affinity.get(thread.ident)  # type: ignore[arg-type]
+    d = STATE.affinity.get(thread.ident)  # type: ignore[arg-type]
     return d if d is not None else default_device()
 
 
 def device_for_current_thread() -> AnyDevice:
     """The device this thread was attached to, or the default device."""
-    d = _affinity.get(threading.get_ident())
+    d = STATE.affinity.get(threading.get_ident())
     return d if d is not None else default_device()
 
 
 def current_device() -> AnyDevice:
     """The innermost `with kit.device(...)`, else the thread's attached device, else the default."""
-    stack = _local.stack
+    stack = _thread.device_stack
     if stack:
         return stack[-1]
     return device_for_current_thread()
@@ -416,9 +404,9 @@ def current_device() -> AnyDevice:
 def device(dev: str | AnyDevice) -> Iterator[AnyDevice]:
     """`with kit.device("gpu:1"):` creates arrays on gpu:1 (and makes it current for CuPy)."""
     d = as_device(dev)
-    stack = _local.stack
+    stack = _thread.device_stack
     if stack is None:
-        stack = _local.stack = []
+        stack = _thread.device_stack = []
     stack.append(d)
     try:
         with d.activate():
@@ -440,8 +428,8 @@ def default_devices(workers: int) -> list[AnyDevice]:
         per = -(-workers // n)
         slots = {i: logical_devices(per, f"gpu:{i}") for i in range(n)}
         return [slots[i % n][i // n] for i in range(workers)]
-    if _host["count"] > 1:
-        hosts = [Device(f"cpu:{i}") for i in range(_host["count"])]
+    if STATE.host_devices > 1:
+        hosts = [Device(f"cpu:{i}") for i in range(STATE.host_devices)]
         return [hosts[i % len(hosts)] for i in range(workers)]
     return list(logical_devices(workers, "cpu:0")) if workers > 1 else [Device("cpu:0")]
 
@@ -472,18 +460,14 @@ def blas_threads(n: int) -> Iterator[None]:
 # the one transfer path between devices
 
 
-_transfers: dict[tuple[str, str], list[int]] = {}
-_transfers_lock = threading.Lock()
-
-
 def transfer(dst: Any, dst_device: AnyDevice, src: Any, src_device: AnyDevice, host_arrays: bool = False) -> None:
     """Copy the raw array `src` (on src_device) into `dst` (on dst_device), same shape. Every
     copy between two devices in kit comes through here and is counted per device pair.
     `host_arrays`: both are NumPy arrays standing for data of those devices (the small host
     messages of gradient sharing, whatever the backend): counted, copied on the host."""
     if src_device is not dst_device:
-        with _transfers_lock:
-            entry = _transfers.setdefault((src_device.name, dst_device.name), [0, 0])
+        with STATE.lock:
+            entry = STATE.transfers.setdefault((src_device.name, dst_device.name), [0, 0])
             entry[0] += 1
             entry[1] += int(src.nbytes)
     if host_arrays:
@@ -575,30 +559,26 @@ def host_source(device: AnyDevice) -> AnyDevice:
 
 def transfer_stats() -> dict[tuple[str, str], tuple[int, int]]:
     """Copies between devices since the last reset: (source, target) -> (count, bytes)."""
-    with _transfers_lock:
-        return {pair: (n, b) for pair, (n, b) in _transfers.items()}
+    with STATE.lock:
+        return {pair: (n, b) for pair, (n, b) in STATE.transfers.items()}
 
 
 def reset_transfer_stats() -> None:
-    with _transfers_lock:
-        _transfers.clear()
+    with STATE.lock:
+        STATE.transfers.clear()
 
 
 # ---------------------------------------------------------------------------------------
 # random generators: one per device
 
-_base_seed: int = settings.seed()  # KIT_SEED
-_seed_epoch = 0
-_known: list = []  # weakrefs not needed: devices are few and long-lived
-
 
 def _seed_for(dev: AnyDevice) -> int:
     slot = getattr(dev, "slot", -1) + 1
-    return (_base_seed * 1_000_003 + dev.index * 1009 + (0 if dev.kind == "cpu" else 7) + slot * 31) & 0x7FFFFFFF
+    return (STATE.base_seed * 1_000_003 + dev.index * 1009 + (0 if dev.kind == "cpu" else 7) + slot * 31) & 0x7FFFFFFF
 
 
 def _make_rng(dev: AnyDevice, s: int) -> Any:
-    _known.append(dev)
+    STATE.seeded.append(dev)  # devices are few and long-lived: no weakrefs needed
     if dev.kind == "gpu":
         cupy = backend.cupy()
         with cupy.cuda.Device(dev.index):
@@ -608,11 +588,16 @@ def _make_rng(dev: AnyDevice, s: int) -> Any:
 
 def seed(value: int) -> None:
     """Re-seed every device's generator (reproducible rand/randn)."""
-    global _base_seed
-    _base_seed = int(value)
-    for dev in _known:
+    STATE.base_seed = int(value)
+    _forget_generators()
+
+
+@STATE.on_reset
+def _forget_generators() -> None:
+    """Every device makes its generator again from the seed at its next random draw."""
+    for dev in STATE.seeded:
         dev._rng = None
-    _known.clear()
+    STATE.seeded.clear()
 
 
 class _DevicesModule(types.ModuleType):

@@ -27,25 +27,28 @@ time it took.
 
 from __future__ import annotations
 
+import functools
 import gc
 import math
-import sys
 import threading
 import time
+import weakref
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
 
-from kit.context import _tls as _context
 from kit.context import resolve
 from kit.devices import AnyDevice, Device, gpu_count
+from kit.state import STATE
 
 __all__ = [
+    "CachingAllocator",
+    "Lease",
     "allocate",
     "allocate_heap",
     "cache_stats",
-    "count_external",
+    "count",
     "counters",
     "gc_stats",
     "heap_allocations",
@@ -57,48 +60,48 @@ __all__ = [
     "set_max_cacheable_length",
     "set_max_device_cache",
     "set_max_host_cache",
+    "set_recorder",
     "toggle_periodic_gc",
 ]
 
 
-# This thread's counters (the current workspace lives in kit.context).
-class _Counters(threading.local):
-    counts: Any = None  # this thread's counters, made on its first allocation
+_thread = STATE.thread  # this thread's slots: .ws (the current workspace), .counts
 
 
-_tls = _Counters()
-_all_counters: list[dict] = []
-_all_counters_lock = threading.Lock()
-
-# The memory timeline recording now (kit.timeline), or None: the one check that allocate_heap,
-# kit.workspace and LayerWorkspaceMgr.create make, so that recording costs a global load and a
-# comparison when it is off. kit.ndarray's fast paths, where NumPy allocates a heap result itself,
-# read no new flag: while a timeline records, `_cache.on` is set too (_set_recorder), which sends
-# them through allocate_heap, where they are counted and recorded.
-_recorder: Any = None
-
-
-def _set_recorder(recorder: Any) -> None:
-    """Install kit.timeline's recorder, or remove it (None)."""
-    global _recorder
-    _recorder = recorder
-    _cache.update_on()
+def set_recorder(recorder: Any) -> None:
+    """Install kit.timeline's recorder, or remove it (None). `STATE.recorder` is the one check that
+    allocate_heap, kit.workspace and LayerWorkspaceMgr.create make, so that recording costs a load
+    and a comparison when it is off. kit.ndarray's fast paths, where NumPy allocates a heap result
+    itself, read no new flag: while a timeline records, the cache's `on` is set too, which sends
+    them through allocate_heap, where they are counted and recorded."""
+    STATE.recorder = recorder
+    STATE.cache.update_on()
 
 
 def _thread_counters() -> dict:
-    counts = _tls.counts
+    counts = _thread.counts
     if counts is None:
         counts = defaultdict(lambda: [0, 0])  # physical Device -> [allocations, bytes]
-        _tls.counts = counts
-        with _all_counters_lock:
-            _all_counters.append(counts)
+        _thread.counts = counts
+        with STATE.lock:
+            STATE.thread_counters.append(counts)
     return counts
 
 
+def count(device: AnyDevice, nbytes: int) -> None:
+    """Count one heap allocation of `nbytes` on `device`: the one place kit counts memory. The
+    heap path, the cache, a workspace's arena growth or spill, and NumPy results made inside a
+    ufunc (kit.ndarray) all come here."""
+    c = (_thread.counts or _thread_counters())[device.physical]
+    c[0] += 1
+    c[1] += nbytes
+
+
 def allocate(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) -> tuple[Any, Any]:
-    """Allocate an uninitialised array: (xp array, owner). The owner is the workspace the
-    memory was carved from, a cache lease, or None for a plain heap allocation."""
-    ws = _context.ws
+    """The one door for memory: an uninitialised array, as `(raw, owner)`. The owner is the
+    workspace whose arena the memory was carved from (Workspace.alloc), the cache's lease on a
+    block (CachingAllocator.alloc), or None for a plain heap allocation (allocate_heap)."""
+    ws = _thread.ws
     if ws is not None:
         if ws.physical is device.physical:
             return ws.alloc(shape, dtype)
@@ -110,14 +113,13 @@ def allocate(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) -> tupl
 
 
 def allocate_heap(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) -> tuple[Any, Any]:
-    """`allocate` on the heap whatever workspace is open (kit.scope_out_of_workspaces in one call)."""
+    """`allocate` on the heap whatever workspace is open (kit.scope_out_of_workspaces in one call):
+    through the cache when it is on for this size, else a fresh array."""
     nbytes = math.prod(shape) * dtype.itemsize
-    counts = _tls.counts or _thread_counters()
-    c = counts[device.physical]
-    c[0] += 1
-    c[1] += nbytes
-    if _cache.on and _cache.enabled_for(device, nbytes):
-        result = _cache.take(shape, dtype, device, nbytes)
+    count(device, nbytes)
+    cache = STATE.cache
+    if cache.on and cache.enabled_for(device, nbytes):
+        result = cache.alloc(shape, dtype, device, nbytes)
     elif device.kind == "cpu":
         result = np.empty(shape, dtype), None
     elif gpu_count() == 1:  # the only GPU is always CuPy's current one: no device switch per result
@@ -125,23 +127,16 @@ def allocate_heap(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice) ->
     else:
         with device.physical.activate():
             result = device.xp.empty(shape, dtype), None
-    if _recorder is not None:
-        _recorder.heap(result, device, nbytes)
+    if STATE.recorder is not None:
+        STATE.recorder.heap(result, device, nbytes)
     return result
-
-
-def count_external(device: AnyDevice, nbytes: int) -> None:
-    """Count an allocation made outside `allocate` (a workspace spill or arena growth)."""
-    c = _thread_counters()[device.physical]
-    c[0] += 1
-    c[1] += nbytes
 
 
 def counters() -> dict[str, tuple[int, int]]:
     """Heap allocations made through kit, per physical device: name -> (count, bytes)."""
     total: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    with _all_counters_lock:
-        snapshot = [dict(c) for c in _all_counters]
+    with STATE.lock:
+        snapshot = [dict(c) for c in STATE.thread_counters]
     for counts in snapshot:
         for dev, (n, b) in counts.items():
             total[dev.name][0] += n
@@ -161,8 +156,8 @@ def heap_bytes(device: str | None = None, *, this_thread: bool = False) -> int:
 
 
 def reset_counters() -> None:
-    with _all_counters_lock:
-        for counts in _all_counters:
+    with STATE.lock:
+        for counts in STATE.thread_counters:
             counts.clear()
 
 
@@ -172,52 +167,64 @@ def reset_counters() -> None:
 _BUCKET = 256  # bytes: requests are rounded up to this, so near sizes share blocks
 
 
-class _Lease:
-    """A cached block lent to one NDArray (and the views made from it). When the last of them is
-    collected the lease goes too, and gives the block back to the cache -- but only if nothing
-    else (a raw view, a .numpy() result) still points into it."""
+class Lease:
+    """The cache's lease on one block: the owner of every array made from it. The block goes
+    back to the cache exactly when the last array that points into its memory is collected --
+    NDArrays, their views, and raw NumPy/CuPy views alike -- because every one of them holds
+    `lent`, the one array made over the block for this lease (a NumPy view's base is the array
+    it was cut from, never the block itself; CuPy's is too), and a weak reference watches `lent`.
+    (CuPy's pool does the same with its MemoryPointer.)"""
 
-    __slots__ = ("block", "device", "size")
+    __slots__ = ("device", "size")
     _gen = 0  # arrays from the cache are never stale: same check as workspaces, always passes
     _tid = None  # and any thread may use them
 
-    def __init__(self, block: Any, device: Device, size: int) -> None:
-        self.block, self.device, self.size = block, device, size
+    def __init__(self, block: Any, device: Device, size: int, lent: Any, cache: CachingAllocator) -> None:
+        self.device, self.size = device, size
+        watch = weakref.ref(lent, functools.partial(cache.returned, block, device, size))
+        cache.out[id(watch)] = watch
 
-    def __del__(self) -> None:
-        # refs to the block: this slot + getrefcount's argument; a surviving view of the memory
-        # holds one more through its base
-        if sys.getrefcount(self.block) <= 2:
-            _cache.give(self.block, self.device, self.size)
+
+def _lend(block: Any, device: Device) -> Any:
+    """An array over all of `block` that is not a view of it: every view cut from it has it as
+    its base, so it lives exactly as long as anything that points into the block."""
+    if device.kind == "cpu":
+        return np.frombuffer(memoryview(block), dtype=np.uint8)
+    return device.xp.ndarray(block.shape, block.dtype, memptr=block.data)  # CuPy: shares the pointer
 
 
 class CachingAllocator:
     """Size-bucketed free lists of raw blocks, per device, with byte limits."""
 
     def __init__(self) -> None:
-        self.max_host_cache = 0  # 0: off (NumPy + malloc already recycle; chapter 2 measures it)
-        self.max_device_cache = 512 << 20  # ND4J's default device cache
-        self.max_cacheable_length = 96 << 20  # ND4J's host cacheable length
         self._free: dict[tuple[str, int], list] = defaultdict(list)
         self._cached_bytes: dict[str, int] = defaultdict(int)
         self._lock = threading.Lock()
+        self.out: dict[int, weakref.ref] = {}  # one watch per block lent now; it leaves when the block is free
+        self.defaults()
+
+    def defaults(self) -> None:
+        """The limits of a fresh process, nothing cached, counters at zero."""
+        self.max_host_cache = 0  # 0: off (NumPy + malloc already recycle; chapter 2 measures it)
+        self.max_device_cache = 512 << 20  # ND4J's default device cache
+        self.max_device_cache_kit = 0  # on GPUs CuPy's pool already caches; kit's on top is opt-in
+        self.max_cacheable_length = 96 << 20  # ND4J's host cacheable length
         self.hits = 0
         self.misses = 0
-        # any cache enabled, or a memory timeline recording: the one flag the allocation fast paths
-        # read; set, every heap result goes through allocate_heap
-        self.on = False
+        self.purge()
+        self.update_on()
 
     def update_on(self) -> None:
-        self.on = self.max_host_cache > 0 or self.max_device_cache_kit > 0 or _recorder is not None
+        # any cache enabled, or a memory timeline recording: the one flag the allocation fast paths
+        # read; set, every heap result goes through allocate_heap
+        self.on = self.max_host_cache > 0 or self.max_device_cache_kit > 0 or STATE.recorder is not None
 
     def enabled_for(self, device: AnyDevice, nbytes: int) -> bool:
         limit = self.max_host_cache if device.kind == "cpu" else self.max_device_cache_kit
         return limit > 0 and nbytes <= self.max_cacheable_length
 
-    # on GPUs CuPy's pool already caches; kit's cache on top is opt-in (set_max_device_cache)
-    max_device_cache_kit = 0
-
-    def take(self, shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice, nbytes: int) -> tuple[Any, _Lease]:
+    def alloc(self, shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice, nbytes: int) -> tuple[Any, Lease]:
+        """A cached block if one of this size is free, else a new one: `(raw, lease)`."""
         size = max(_BUCKET, -(-nbytes // _BUCKET) * _BUCKET)
         phys = device.physical
         with self._lock:
@@ -231,8 +238,13 @@ class CachingAllocator:
         if block is None:
             with phys.activate():
                 block = phys.xp.empty(size, dtype=np.uint8)
-        data = block[:nbytes].view(dtype).reshape(shape)
-        return data, _Lease(block, phys, size)
+        lent = _lend(block, phys)
+        return lent[:nbytes].view(dtype).reshape(shape), Lease(block, phys, size, lent, self)
+
+    def returned(self, block: Any, device: Device, size: int, watch: weakref.ref) -> None:
+        """The last array over a lent block is gone: the block is free again."""
+        self.out.pop(id(watch), None)
+        self.give(block, device, size)
 
     def give(self, block: Any, device: Device, size: int) -> None:
         limit = self.max_host_cache if device.kind == "cpu" else self.max_device_cache_kit
@@ -258,7 +270,8 @@ class CachingAllocator:
             }
 
 
-_cache = CachingAllocator()
+STATE.cache = CachingAllocator()
+STATE.on_reset(STATE.cache.defaults)
 
 
 def _check_bytes(name: str, value: int) -> int:
@@ -269,10 +282,10 @@ def _check_bytes(name: str, value: int) -> int:
 
 def set_max_host_cache(nbytes: int) -> None:
     """Keep up to nbytes of freed host blocks for reuse (0 switches the host cache off)."""
-    _cache.max_host_cache = _check_bytes("set_max_host_cache", nbytes)
-    _cache.update_on()
+    STATE.cache.max_host_cache = _check_bytes("set_max_host_cache", nbytes)
+    STATE.cache.update_on()
     if nbytes == 0:
-        _cache.purge()
+        STATE.cache.purge()
 
 
 def set_max_device_cache(nbytes: int) -> None:
@@ -280,60 +293,59 @@ def set_max_device_cache(nbytes: int) -> None:
     default 512 MB); 0 switches kit's device cache off. It bounds what is *kept*, not what may be
     allocated: CuPy's pool is not capped (a cap there made a ResNet-18 step run out of memory on
     an 80 GB H100 once a benchmark had set 512 MB)."""
-    _cache.max_device_cache = _check_bytes("set_max_device_cache", nbytes)
-    _cache.max_device_cache_kit = nbytes
-    _cache.update_on()
+    STATE.cache.max_device_cache = _check_bytes("set_max_device_cache", nbytes)
+    STATE.cache.max_device_cache_kit = nbytes
+    STATE.cache.update_on()
 
 
 def set_max_cacheable_length(nbytes: int) -> None:
     """Blocks larger than this are never cached (ND4J: 96 MB host)."""
-    _cache.max_cacheable_length = _check_bytes("set_max_cacheable_length", nbytes)
+    STATE.cache.max_cacheable_length = _check_bytes("set_max_cacheable_length", nbytes)
 
 
 def cache_stats() -> dict[str, Any]:
-    return _cache.stats()
+    return STATE.cache.stats()
 
 
 def purge_cache() -> None:
-    _cache.purge()
+    STATE.cache.purge()
 
 
 # ---------------------------------------------------------------------------------------
 # periodic GC (ND4J MemoryManager: togglePeriodicGc / setAutoGcWindow)
 
-_gc = {"enabled": False, "window_ms": 100, "last": 0.0, "calls": 0, "seconds": 0.0}
-
 
 def toggle_periodic_gc(enabled: bool) -> None:
     """ND4J's default is off (since 1.0.0-beta4)."""
-    _gc["enabled"] = bool(enabled)
+    STATE.gc["enabled"] = bool(enabled)
 
 
 def set_auto_gc_window(ms: int) -> None:
     """At most one gc.collect() per `ms` milliseconds from kit's loops; 0 disables it."""
     if not isinstance(ms, (int, float)) or ms < 0:
         raise ValueError(f"set_auto_gc_window({ms!r}): give milliseconds >= 0")
-    _gc["window_ms"] = ms
+    STATE.gc["window_ms"] = ms
 
 
 def maybe_gc() -> bool:
     """Called once per iteration by kit's loops. Returns True when it collected."""
-    if not _gc["enabled"] or _gc["window_ms"] <= 0:
+    gc_state = STATE.gc
+    if not gc_state["enabled"] or gc_state["window_ms"] <= 0:
         return False
     now = time.perf_counter()
-    if (now - _gc["last"]) * 1000.0 < _gc["window_ms"]:
+    if (now - gc_state["last"]) * 1000.0 < gc_state["window_ms"]:
         return False
     gc.collect()
     done = time.perf_counter()
-    _gc["last"] = done
-    _gc["calls"] += 1
-    _gc["seconds"] += done - now
+    gc_state["last"] = done
+    gc_state["calls"] += 1
+    gc_state["seconds"] += done - now
     return True
 
 
 def gc_stats() -> dict[str, Any]:
-    return {k: _gc[k] for k in ("enabled", "window_ms", "calls", "seconds")}
+    return {k: STATE.gc[k] for k in ("enabled", "window_ms", "calls", "seconds")}
 
 
 def reset_gc_stats() -> None:
-    _gc.update(calls=0, seconds=0.0, last=0.0)
+    STATE.gc.update(calls=0, seconds=0.0, last=0.0)

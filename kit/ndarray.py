@@ -30,11 +30,9 @@ from typing import Any
 import numpy as np
 
 from kit import backend
-from kit.context import _tls as _context
 from kit.context import current_workspace, scope_out_of_workspaces
 from kit.devices import AnyDevice, DeviceError, as_device, host_source, scalar, to_host, transfer
-from kit.memory import _cache, _Lease, _thread_counters, allocate
-from kit.memory import _tls as _counters
+from kit.memory import Lease, allocate, count
 from kit.shapes import (
     _BOOL,
     _BOOL_RESULT,
@@ -53,9 +51,10 @@ from kit.shapes import (
     _resolve_reshape,
     _result_dtype,
 )
+from kit.state import STATE
 from kit.workspace import Workspace, leverage_target, parent_of_current_workspace
 
-__all__ = ["DeviceMismatchError", "NDArray", "ShapeError", "from_raw"]
+__all__ = ["DeviceMismatchError", "NDArray", "ShapeError", "from_raw", "heap_result", "wrap"]
 
 
 class DeviceMismatchError(DeviceError):
@@ -66,10 +65,15 @@ class DeviceMismatchError(DeviceError):
 
 
 _NDARRAY = np.ndarray
+_new = object.__new__
+_thread = STATE.thread  # this thread's slots: .ws, the current workspace
 
 
-def _wrap(data: Any, device: AnyDevice, owner: Any) -> NDArray:
-    arr = object.__new__(NDArray)
+def wrap(data: Any, device: AnyDevice, owner: Any) -> NDArray:
+    """The one function that builds an NDArray: `data` (a NumPy/CuPy array) on `device`, owned by
+    `owner` (the workspace it was carved from, the cache's lease, or None for the heap), of the
+    owner's current generation. Every array kit hands out, views included, is made here."""
+    arr = _new(NDArray)
     arr._data = data
     arr._device = device
     arr._owner = owner
@@ -77,20 +81,13 @@ def _wrap(data: Any, device: AnyDevice, owner: Any) -> NDArray:
     return arr
 
 
-def _heap_result(out: Any, dev: AnyDevice) -> NDArray:
+def heap_result(out: Any, dev: AnyDevice) -> NDArray:
     """Wrap an array NumPy (or CuPy, from its pool) allocated itself for a heap result, counted as
     `allocate` counts."""
     if out.__class__ is not _NDARRAY and dev.kind == "cpu":  # a ufunc over 0-d operands returns a NumPy scalar
         out = np.asarray(out)
-    c = (_counters.counts or _thread_counters())[dev.physical]
-    c[0] += 1
-    c[1] += out.nbytes
-    arr = object.__new__(NDArray)
-    arr._data = out
-    arr._device = dev
-    arr._owner = None
-    arr._gen = 0
-    return arr
+    count(dev, out.nbytes)
+    return wrap(out, dev, None)
 
 
 _CUPY_UFUNCS: dict[np.ufunc, Any] = {}
@@ -107,7 +104,7 @@ def _cupy_ufunc(ufunc: np.ufunc) -> Any:
 def _numpy_allocates(dev: AnyDevice) -> bool:
     """True where a result goes to the plain host heap: no workspace open, no cache, a CPU
     device. There kit lets NumPy allocate the result inside the ufunc, as a raw op does."""
-    return _context.ws is None and not _cache.on and dev.kind == "cpu"
+    return _thread.ws is None and not STATE.cache.on and dev.kind == "cpu"
 
 
 def _mismatch(op: str, a: NDArray, b: NDArray) -> None:
@@ -125,6 +122,9 @@ class NDArray:
 
     # ---- validity ------------------------------------------------------------------
     def _check(self, op: str) -> Any:
+        """The one staleness check: this array's memory, if it may still be used here. Raises (the
+        owner words why) when its workspace has moved past the cycle that made it, or when another
+        thread's workspace owns it. Heap arrays (owner None) and cached blocks always pass."""
         o = self._owner
         if o is not None and (o._gen is not self._gen or (o._tid is not None and o._tid != _get_ident())):
             o._stale(self, op)
@@ -164,10 +164,7 @@ class NDArray:
     @property
     def data(self) -> Any:
         """The underlying NumPy/CuPy array (checked for staleness; shares memory)."""
-        o = self._owner  # _check("data"), inlined: layers read .data of every array that comes in
-        if o is not None and (o._gen is not self._gen or (o._tid is not None and o._tid != _get_ident())):
-            o._stale(self, "data")
-        return self._data
+        return self._check("data")
 
     @data.setter
     def data(self, value: Any) -> None:
@@ -187,18 +184,12 @@ class NDArray:
     # ---- elementwise binary --------------------------------------------------------
     def _binary(self, other: Any, ufunc: np.ufunc, op: str, reflected: bool = False) -> NDArray:
         """Every binary op (the operators take a shortcut first, see _install_operators)."""
-        o = self._owner
-        if o is not None and (o._gen is not self._gen or (o._tid is not None and o._tid != _get_ident())):
-            o._stale(self, op)
-        a = self._data
+        a = self._check(op)
         dev = self._device
         if other.__class__ is NDArray:
-            oo = other._owner
-            if oo is not None and (oo._gen is not other._gen or (oo._tid is not None and oo._tid != _get_ident())):
-                oo._stale(other, op)
+            b = other._check(op)
             if other._device is not dev:
                 _mismatch(op, self, other)
-            b = other._data
             shape = a.shape if a.shape == b.shape else _broadcast(a.shape, b.shape, op)
             same = a.dtype == b.dtype and a.dtype is not _BOOL and ufunc not in _FLOAT_RESULT  # bool // bool is int8
             dtype = a.dtype if same else _result_dtype(ufunc, a.dtype, b.dtype)
@@ -215,7 +206,7 @@ class NDArray:
             ufunc(b, a, out=out)
         else:
             ufunc(a, b, out=out)
-        return _wrap(out, dev, owner)
+        return wrap(out, dev, owner)
 
     def _coerce(self, other: Any, op: str) -> NDArray:
         if isinstance(other, np.generic):
@@ -256,14 +247,14 @@ class NDArray:
     def _unary(self, ufunc: np.ufunc, op: str) -> NDArray:
         a = self._check(op)
         dev = self._device
-        if _context.ws is None and not _cache.on and dev.kind == "cpu":  # _numpy_allocates, inlined
+        if _thread.ws is None and not STATE.cache.on and dev.kind == "cpu":  # _numpy_allocates, inlined
             try:
-                return _heap_result(ufunc(a, order="C"), dev)
+                return heap_result(ufunc(a, order="C"), dev)
             except TypeError:
                 pass  # below: kit's message naming the dtype
         out, owner = allocate(a.shape, _result_dtype(ufunc, a.dtype, None), dev)
         ufunc(a, out=out)
-        return _wrap(out, dev, owner)
+        return wrap(out, dev, owner)
 
     def exp(self) -> NDArray:
         return self._unary(np.exp, "exp")
@@ -292,7 +283,7 @@ class NDArray:
             raise ValueError(f"clip: lower bound {lo} is greater than upper bound {hi}")
         out, owner = allocate(a.shape, a.dtype, self._device)
         self._device.xp.clip(a, lo, hi, out=out)
-        return _wrap(out, self._device, owner)
+        return wrap(out, self._device, owner)
 
     # ---- matmul --------------------------------------------------------------------
     def __matmul__(self, other: NDArray) -> NDArray:
@@ -310,39 +301,36 @@ class NDArray:
             _mismatch("matmul", self, other)
         if _numpy_allocates(self._device):
             try:
-                return _heap_result(np.matmul(a, b), self._device)
+                return heap_result(np.matmul(a, b), self._device)
             except (ValueError, TypeError):
                 pass  # below: kit's message naming both shapes
         shape = _matmul_shape(a.shape, b.shape)
         dtype = a.dtype if a.dtype == b.dtype else _result_dtype(np.matmul, a.dtype, b.dtype)
         out, owner = allocate(shape, dtype, self._device)
         self._device.xp.matmul(a, b, out=out)
-        return _wrap(out, self._device, owner)
+        return wrap(out, self._device, owner)
 
     # ---- reductions ----------------------------------------------------------------
     def _reduce(self, op: str, axis: Any, keepdims: bool) -> NDArray:
-        o = self._owner
-        if o is not None and (o._gen is not self._gen or (o._tid is not None and o._tid != _get_ident())):
-            o._stale(self, op)
-        a = self._data
+        a = self._check(op)
         key = (op, a.shape, a.dtype, axis if axis.__class__ is not list else tuple(axis), keepdims)
         plan = _plan_cache.get(key)
         if plan is None:
             plan = _plan_cache[key] = _reduction_plan(op, a, axis, keepdims)
         axes, shape, out_dtype, count, reducer = plan
         dev = self._device
-        if reducer is not None and _context.ws is None and not _cache.on and dev.kind == "cpu":
+        if reducer is not None and _thread.ws is None and not STATE.cache.on and dev.kind == "cpu":
             r = reducer(a, axes, out_dtype, None, keepdims)  # NumPy allocates, as a raw reduction does
             if op == "mean":
                 r = np.true_divide(r, count, out=r) if r.__class__ is _NDARRAY else r / count
-            return _heap_result(r, dev)
-        if dev.kind == "gpu" and _context.ws is None and not _cache.on and a.dtype != _HALF:
+            return heap_result(r, dev)
+        if dev.kind == "gpu" and _thread.ws is None and not STATE.cache.on and a.dtype != _HALF:
             # CuPy allocates from its pool inside the reduction, as the raw call does: a reduction
             # into `out=` ran a second kernel (kit's sum of 100 floats took 36 us, CuPy's 12 on an H100)
             r = getattr(a, op)(axis=axes, keepdims=keepdims)
             if r.dtype != out_dtype:
                 r = r.astype(out_dtype)
-            return _heap_result(r, dev)
+            return heap_result(r, dev)
         out, owner = allocate(shape, out_dtype, dev)
         xp = dev.xp
         if xp is np and a.dtype != _HALF:  # ufunc.reduce: numpy's fast path, no wrapper layers
@@ -367,7 +355,7 @@ class NDArray:
             # reduction refused a float32 min on an H100 (CuPy 14.2 beside NumPy 2.5: "operand
             # type(s) all returned NotImplemented ... Float32DType")
             out[...] = getattr(a, op)(axis=axes, keepdims=keepdims)
-        return _wrap(out, dev, owner)
+        return wrap(out, dev, owner)
 
     def sum(self, axis: Any = None, keepdims: bool = False) -> NDArray:
         return self._reduce("sum", axis, keepdims)
@@ -395,14 +383,12 @@ class NDArray:
             (ax,) = _norm_axis(axis, a.ndim, "argmax", a.shape)  # type: ignore[misc]
             out, owner = allocate(_reduced_shape(a.shape, (ax,), keepdims), np.dtype(np.intp), self._device)
             self._device.xp.argmax(a, axis=ax, out=out, keepdims=keepdims)
-        return _wrap(out, self._device, owner)
+        return wrap(out, self._device, owner)
 
     # ---- shape ---------------------------------------------------------------------
     def _view(self, data: Any) -> NDArray:
         """A view shares memory, so it shares the owner and generation of its base."""
-        arr = object.__new__(NDArray)
-        arr._data, arr._device, arr._owner, arr._gen = data, self._device, self._owner, self._gen
-        return arr
+        return wrap(data, self._device, self._owner)
 
     def reshape(self, *shape: Any) -> NDArray:
         a = self._check("reshape")
@@ -418,7 +404,7 @@ class NDArray:
             return self._view(a.reshape(target))
         out, owner = allocate(a.shape, a.dtype, self._device)
         self._device.xp.copyto(out, a)
-        return _wrap(out.reshape(target), self._device, owner)
+        return wrap(out.reshape(target), self._device, owner)
 
     def ravel(self) -> NDArray:
         return self.reshape(-1)
@@ -452,21 +438,21 @@ class NDArray:
             _check_take_bounds(key, a.shape, xp)
             out, owner = allocate(tuple(key.shape) + a.shape[1:], a.dtype, self._device)
             xp.take(a, key, axis=0, out=out)
-            return _wrap(out, self._device, owner)
+            return wrap(out, self._device, owner)
         if isinstance(key, xp.ndarray) and key.dtype == bool:
             if key.shape != a.shape[: key.ndim]:
                 raise ShapeError(f"getitem: boolean mask of shape {key.shape} does not match array shape {a.shape}")
             n = int(xp.count_nonzero(key))
             out, owner = allocate((n, *a.shape[key.ndim :]), a.dtype, self._device)
             out[...] = a[key]  # the mask gather makes a temporary; the result lives where kit put it
-            return _wrap(out, self._device, owner)
+            return wrap(out, self._device, owner)
         try:
             tmp = a[key]
         except IndexError as exc:
             raise IndexError(f"getitem: {exc} (array shape {a.shape})") from None
         out, owner = allocate(tmp.shape, tmp.dtype, self._device)
         xp.copyto(out, tmp)
-        return _wrap(out, self._device, owner)
+        return wrap(out, self._device, owner)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         a = self._check("setitem")
@@ -492,7 +478,7 @@ class NDArray:
         a = self._check("dup")
         out, owner = allocate(a.shape, a.dtype, self._device)
         self._device.xp.copyto(out, a)
-        return _wrap(out, self._device, owner)
+        return wrap(out, self._device, owner)
 
     copy = dup
 
@@ -501,7 +487,7 @@ class NDArray:
         dt = backend.resolve_dtype(dtype)
         out, owner = allocate(a.shape, dt, self._device)
         self._device.xp.copyto(out, a, casting="unsafe")
-        return _wrap(out, self._device, owner)
+        return wrap(out, self._device, owner)
 
     def to(self, device: Any) -> NDArray:
         """A copy on another device (this array when already there): the one transfer path,
@@ -513,7 +499,7 @@ class NDArray:
             return self
         out, owner = allocate(a.shape, a.dtype, dev)
         transfer(out, dev, a, self._device)
-        return _wrap(out, dev, owner)
+        return wrap(out, dev, owner)
 
     def assign(self, source: Any) -> NDArray:
         """Copy `source` (a kit array on any device, or a host array) into this array in place."""
@@ -600,7 +586,7 @@ class NDArray:
         with scope_out_of_workspaces():
             out, owner = allocate(a.shape, a.dtype, self._device)
         self._device.xp.copyto(out, a)
-        return _wrap(out, self._device, owner)
+        return wrap(out, self._device, owner)
 
     def leverage_to(self, name: str, enforce_existence: bool = False) -> NDArray:
         """Copy into the open workspace `name` of this thread (ND4J leverageTo). A detached
@@ -611,7 +597,7 @@ class NDArray:
             return self
         out, owner = target.alloc(a.shape, a.dtype)
         self._device.xp.copyto(out, a)
-        return _wrap(out, self._device, owner)
+        return wrap(out, self._device, owner)
 
     def leverage(self) -> NDArray:
         """Copy into the parent of the current workspace; detach() when there is none."""
@@ -634,7 +620,7 @@ class NDArray:
             )
         out, owner = current.alloc(a.shape, a.dtype)
         self._device.xp.copyto(out, a)
-        return _wrap(out, self._device, owner)
+        return wrap(out, self._device, owner)
 
 
 def from_raw(obj: Any, device: AnyDevice) -> NDArray:
@@ -643,10 +629,10 @@ def from_raw(obj: Any, device: AnyDevice) -> NDArray:
     host = np.asarray(obj)
     backend.resolve_dtype(host.dtype)  # refuse complex, object, ... with kit's message
     if device.kind == "cpu":
-        return _wrap(host, device, None)
+        return wrap(host, device, None)
     out, owner = allocate(host.shape, host.dtype, device)
     transfer(out, device, host, host_source(device))
-    return _wrap(out, device, owner)
+    return wrap(out, device, owner)
 
 
 # Operators: (dunder, ufunc, op name for messages). Each becomes a two-line method calling
@@ -679,7 +665,7 @@ def _binary_method(ufunc: np.ufunc, name: str, reflected: bool) -> Any:
 
     def method(self: NDArray, other: Any) -> NDArray:
         dev = self._device
-        if self._owner is None and _context.ws is None and not _cache.on and dev.kind == "cpu":
+        if self._owner is None and _thread.ws is None and not STATE.cache.on and dev.kind == "cpu":
             cls = other.__class__
             if cls is NDArray:
                 if other._owner is None and other._device is dev:
@@ -692,18 +678,18 @@ def _binary_method(ufunc: np.ufunc, name: str, reflected: bool) -> Any:
                             out = ufunc(self._data, other._data, order="C")
                     except (ValueError, TypeError):  # _binary says which shapes or dtypes
                         return self._binary(other, ufunc, name, reflected)
-                    return _heap_result(out, dev)
+                    return heap_result(out, dev)
             elif cls is float or cls is int or cls is bool:
                 try:
                     out = ufunc(other, self._data, order="C") if reflected else ufunc(self._data, other, order="C")
                 except TypeError:
                     return self._binary(other, ufunc, name, reflected)
-                return _heap_result(out, dev)
+                return heap_result(out, dev)
         elif (
             dev.kind == "gpu"
             and self._owner is None
-            and _context.ws is None
-            and not _cache.on
+            and _thread.ws is None
+            and not STATE.cache.on
             and other.__class__ is NDArray
             and other._owner is None
             and other._device is dev
@@ -718,7 +704,7 @@ def _binary_method(ufunc: np.ufunc, name: str, reflected: bool) -> Any:
                 out = f(other._data, self._data) if reflected else f(self._data, other._data)
             except (ValueError, TypeError):
                 return self._binary(other, ufunc, name, reflected)
-            return _heap_result(out, dev)
+            return heap_result(out, dev)
         return self._binary(other, ufunc, name, reflected)
 
     return method
@@ -755,7 +741,7 @@ def _describe_owner(arr: NDArray) -> str:
     o = arr._owner
     if o is None:
         return "heap"
-    if o.__class__ is _Lease:
+    if o.__class__ is Lease:
         return "heap (cached block)"
     return f"workspace {o.name!r} cycle {o.cycle_of(arr._gen)}"
 

@@ -21,7 +21,7 @@ import numpy as np
 from kit.creation import asarray
 from kit.devices import AnyDevice
 from kit.memory import allocate
-from kit.ndarray import NDArray, _mismatch, _wrap
+from kit.ndarray import NDArray, _mismatch, wrap
 from kit.shapes import _SCALARS, ShapeError, _broadcast, _norm_axis
 
 __all__ = ["concatenate", "maximum", "minimum", "stack", "where"]
@@ -62,7 +62,7 @@ def concatenate(arrays: Any, axis: int = 0) -> NDArray:
     dtype = np.result_type(*[d.dtype for d in datas])
     out, owner = allocate(shape, dtype, dev)
     dev.xp.concatenate(datas, axis=ax, out=out)
-    return _wrap(out, dev, owner)
+    return wrap(out, dev, owner)
 
 
 def stack(arrays: Any, axis: int = 0) -> NDArray:
@@ -76,7 +76,7 @@ def stack(arrays: Any, axis: int = 0) -> NDArray:
     shape = (*datas[0].shape[:ax], len(datas), *datas[0].shape[ax:])
     out, owner = allocate(shape, np.result_type(*[d.dtype for d in datas]), dev)
     dev.xp.stack(datas, axis=ax, out=out)
-    return _wrap(out, dev, owner)
+    return wrap(out, dev, owner)
 
 
 def where(cond: NDArray, a: Any, b: Any) -> NDArray:
@@ -103,7 +103,7 @@ def where(cond: NDArray, a: Any, b: Any) -> NDArray:
     out, owner = allocate(shape, dtype, dev)
     dev.xp.copyto(out, parts[1])
     dev.xp.copyto(out, parts[0], where=c)
-    return _wrap(out, dev, owner)
+    return wrap(out, dev, owner)
 
 
 def maximum(a: NDArray, b: Any) -> NDArray:

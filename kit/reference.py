@@ -54,6 +54,7 @@ from typing import Any
 
 import kit
 from kit import tables
+from kit.state import STATE
 
 __all__ = [
     "NO_RUN_YET",
@@ -198,7 +199,7 @@ def beside(
     runs = reference_runs(directory)
     here = device or f"{kit.current_device().name}, {kit.backend.name()}"
     columns = ["quantity", f"your machine ({here})"] + [run_label(r) for r in runs]
-    _reported.update({name: _number(value) for name, value in measured.items()})
+    STATE.reported.update({name: _number(value) for name, value in measured.items()})
     rows: list[list[Any]] = []
     quick_columns: list[str] = []  # runs whose chapter figures shown here came from quick-mode chapters
     for name, value in measured.items():
@@ -228,12 +229,11 @@ def beside(
 # Every quantity a chapter shows through `beside` is remembered in this process, so that
 # scripts/gpu-check, which runs the chapters' cells on a GPU, can store them in its report under
 # parts.chapters.<notebook>.figures; `beside` then finds them there by name, without a pick.
-_reported: dict[str, Any] = {}
 
 
 def reported() -> dict[str, Any]:
     """The quantities shown through `beside` in this process so far (name -> figure)."""
-    return dict(_reported)
+    return dict(STATE.reported)
 
 
 def _number(value: Any) -> Any:

@@ -42,7 +42,7 @@ bytes, spilled bytes, capacity); `summary()` and the notebook table count per wo
 thread; `plot()` draws one cycle; `save_trace(path)` writes Chrome's trace event format.
 
 Cost: allocate_heap, Workspace.alloc and its scopes, and LayerWorkspaceMgr.create read
-`kit.memory._recorder` once and record only when it is set; off, that is one global load and one
+`kit.state.STATE.recorder` once and record only when it is set; off, that is one global load and one
 comparison. kit.ndarray's fast paths, where NumPy allocates a heap result itself, read nothing new:
 while a timeline records they take the path through allocate_heap (the one a caching allocator
 already sends them down), so they are recorded there. (One heap result escapes: the copy an
@@ -69,6 +69,7 @@ from typing import Any
 import numpy as np
 
 from kit import memory
+from kit.state import STATE
 
 __all__ = ["KINDS", "MemoryTimeline", "TimelineError", "memory_timeline"]
 
@@ -78,7 +79,7 @@ KINDS = ("alloc", "release", "spill", "reset")
 _TYPE_ORDER = ("INPUT", "ACTIVATIONS", "ACTIVATION_GRAD", "FF_WORKING_MEM", "BP_WORKING_MEM", "UPDATER_WORKING_MEM")
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
 _UNTYPED = "#c7c7c7"
-_slot = threading.Lock()  # guards memory._recorder: one timeline at a time
+_slot = threading.Lock()  # guards STATE.recorder: one timeline at a time
 
 
 class TimelineError(RuntimeError):
@@ -108,7 +109,7 @@ class MemoryTimeline:
         with _slot:
             if self._used:
                 raise TimelineError("this timeline has recorded already; make a new one with kit.memory_timeline()")
-            if memory._recorder is not None:
+            if STATE.recorder is not None:
                 raise TimelineError(
                     "another memory timeline is recording; stop it first (one records at a time, and it "
                     "already sees every thread)"
@@ -116,13 +117,13 @@ class MemoryTimeline:
             self._used = True
             self._t0 = perf_counter()
             self.recording = True
-            memory._set_recorder(self)
+            memory.set_recorder(self)
         return self
 
     def stop(self) -> MemoryTimeline:
         with _slot:
-            if memory._recorder is self:
-                memory._set_recorder(None)
+            if STATE.recorder is self:
+                memory.set_recorder(None)
         with self._lock:
             self.recording = False
             self._live.clear()  # arrays still alive keep no reference to the timeline

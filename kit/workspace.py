@@ -34,7 +34,6 @@ import enum
 import math
 import sys
 import threading
-import weakref
 from dataclasses import dataclass
 from threading import get_ident as _get_ident
 from typing import Any
@@ -42,7 +41,6 @@ from typing import Any
 import numpy as np
 
 from kit import memory
-from kit.context import _tls as _context
 from kit.context import (
     current_workspace,
     resolve,
@@ -51,6 +49,7 @@ from kit.context import (
     suspended_between,
 )
 from kit.devices import AnyDevice, as_device
+from kit.state import STATE
 
 __all__ = [
     "AllocationPolicy",
@@ -236,9 +235,8 @@ class _Generation:
         self.sites: list[tuple[int, int, str]] | None = None  # (start, end, "file:line") in debug
 
 
-_debug = {"mode": DebugMode.DISABLED, "sites": False}
-_all: weakref.WeakSet = weakref.WeakSet()
-_all_lock = threading.Lock()
+STATE.debug_mode = DebugMode.DISABLED  # the process-wide debug mode and allocation-site tracking live in STATE
+_thread = STATE.thread  # this thread's slots: .ws (the current workspace), .manager
 
 
 def set_debug_mode(mode: DebugMode | str) -> None:
@@ -250,17 +248,17 @@ def set_debug_mode(mode: DebugMode | str) -> None:
             raise WorkspaceConfigError(
                 f"debug mode {mode!r}: use one of {', '.join(m.name for m in DebugMode)}"
             ) from None
-    _debug["mode"] = mode
+    STATE.debug_mode = mode
 
 
 def get_debug_mode() -> DebugMode:
-    return _debug["mode"]
+    return STATE.debug_mode
 
 
 def track_allocation_sites(enabled: bool = True) -> None:
     """Debug switch: remember where (file:line) each workspace array was allocated, and
     print it in stale-array errors. Costs a stack walk per allocation."""
-    _debug["sites"] = bool(enabled)
+    STATE.track_sites = bool(enabled)
 
 
 def _caller_site() -> str:
@@ -332,8 +330,8 @@ class Workspace:
                 size = min(size, config.max_size)
             self._allocate_arena(size)
             self._initialized = True
-        with _all_lock:
-            _all.add(self)
+        with STATE.lock:
+            STATE.workspaces.add(self)
 
     # ---- the arena -----------------------------------------------------------------
     def _allocate_arena(self, nbytes: int) -> None:
@@ -346,9 +344,9 @@ class Workspace:
         self._base = _address(self._arena)
         self.capacity = nbytes
         self.arena_allocations += 1
-        memory.count_external(self.physical, nbytes + ALIGNMENT)
-        if memory._recorder is not None:  # the arena is one heap allocation
-            memory._recorder.arena(self, arena, nbytes + ALIGNMENT)
+        memory.count(self.physical, nbytes + ALIGNMENT)
+        if STATE.recorder is not None:  # the arena is one heap allocation
+            STATE.recorder.arena(self, arena, nbytes + ALIGNMENT)
 
     def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[Any, Workspace]:
         """Carve an array from the arena (or spill, as the policy says)."""
@@ -357,29 +355,29 @@ class Workspace:
         # made last time (same memory, so same semantics; 3x cheaper than carving). The views
         # are dropped whenever the arena is replaced, so a hit always lies inside this arena.
         hit = self._views.get((off, shape, dtype))
-        if hit is not None and _debug["mode"] is DebugMode.DISABLED:
+        if hit is not None and STATE.debug_mode is DebugMode.DISABLED:
             data, size = hit
             self._offset = end = off + size
             self.allocations += 1
             self._cycle_bytes += size
             if end > self.peak_used:
                 self.peak_used = end
-            if _debug["sites"]:
+            if STATE.track_sites:
                 self._remember_site(self._base + off, size)
-            if memory._recorder is not None:
-                memory._recorder.carve(self, off, size)
+            if STATE.recorder is not None:
+                STATE.recorder.carve(self, off, size)
             return data, self
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes == 0:  # an empty array holds no memory: nothing to carve
             self.allocations += 1
-            if memory._recorder is not None:
-                memory._recorder.carve(self, off, 0)
+            if STATE.recorder is not None:
+                STATE.recorder.carve(self, off, 0)
             with self.physical.activate():
                 return self.physical.xp.empty(shape, dtype), self
         size = (nbytes + ALIGNMENT - 1) & -ALIGNMENT
         self.allocations += 1
         self._cycle_bytes += size
-        if off + size <= self.capacity and _debug["mode"] is not DebugMode.SPILL_EVERYTHING:
+        if off + size <= self.capacity and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
             self._offset = end = off + size
             if end > self.peak_used:
                 self.peak_used = end
@@ -387,12 +385,12 @@ class Workspace:
             if len(self._views) >= 8192:
                 self._views.clear()
             self._views[(off, shape, dtype)] = (data, size)
-            if _debug["sites"]:
+            if STATE.track_sites:
                 self._remember_site(self._base + off, nbytes)
-            if memory._recorder is not None:
-                memory._recorder.carve(self, off, size)
+            if STATE.recorder is not None:
+                STATE.recorder.carve(self, off, size)
             return data, self
-        if self._circular and 0 < size <= self.capacity and _debug["mode"] is not DebugMode.SPILL_EVERYTHING:
+        if self._circular and 0 < size <= self.capacity and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
             self._wrap_around()
             self.allocations -= 1  # counted again by the retry
             self._cycle_bytes -= size
@@ -400,7 +398,7 @@ class Workspace:
         return self._spill(shape, dtype, nbytes, size), self
 
     def _spill(self, shape: tuple[int, ...], dtype: np.dtype, nbytes: int, size: int) -> Any:
-        if self.config.policy_spill is SpillPolicy.FAIL and _debug["mode"] is not DebugMode.SPILL_EVERYTHING:
+        if self.config.policy_spill is SpillPolicy.FAIL and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
             self._cycle_bytes -= size
             self.allocations -= 1
             raise WorkspaceFullError(
@@ -411,13 +409,13 @@ class Workspace:
         self.spilled_bytes += size
         self.cycle_spilled_bytes += size
         self.spilled_count += 1
-        memory.count_external(self.physical, nbytes)
+        memory.count(self.physical, nbytes)
         with self.physical.activate():
             data = self.physical.xp.empty(shape, dtype)
-        if _debug["sites"]:
+        if STATE.track_sites:
             self._remember_site(_address(data), nbytes)
-        if memory._recorder is not None:
-            memory._recorder.spill(self, data, size)
+        if STATE.recorder is not None:
+            STATE.recorder.spill(self, data, size)
         return data
 
     def _remember_site(self, address: int, nbytes: int) -> None:
@@ -429,8 +427,8 @@ class Workspace:
         """Circular buffer: the write pointer returns to 0; arrays from the previous lap stay
         valid until the pointer passes them."""
         self._retire(f"circular workspace wrapped around in cycle {self._entered}", ArrayOverwrittenError)
-        if memory._recorder is not None:
-            memory._recorder.reset(self)
+        if STATE.recorder is not None:
+            STATE.recorder.reset(self)
         self._lap += 1
         self._gen = _Generation(self._entered, self._lap)
         self._offset = 0
@@ -455,21 +453,21 @@ class Workspace:
             raise WorkspaceScopeError(
                 f"workspace {self.name!r} was destroyed; get a new one with get_workspace_for_current_thread()"
             )
-        if _debug["mode"] is DebugMode.BYPASS_EVERYTHING:
+        if STATE.debug_mode is DebugMode.BYPASS_EVERYTHING:
             self._bypassed.append(True)
             self._saved_current = set_current_workspace(None)
             return self
         self._bypassed.append(False)
         if self._open:
-            if _context.ws is self:
+            if _thread.ws is self:
                 self._tag += 1  # re-entrant: same cycle
                 return self
             raise WorkspaceScopeError(
                 f"workspace {self.name!r} is already open further out; a workspace cannot be opened "
                 f"inside its own scope with another workspace in between"
             )
-        self.parent = _context.ws
-        _context.ws = self
+        self.parent = _thread.ws
+        _thread.ws = self
         self._open = True
         self._entered += 1
         if not self._circular:
@@ -479,8 +477,8 @@ class Workspace:
             self._gen.cycle = self._entered
         self._cycle_bytes = 0
         self.cycle_spilled_bytes = 0
-        if memory._recorder is not None:
-            memory._recorder.cycle_start(self)
+        if STATE.recorder is not None:
+            STATE.recorder.cycle_start(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -492,7 +490,7 @@ class Workspace:
             return
         if not self._open:  # already closed (out of order, see below): nothing left to do
             return
-        current = _context.ws
+        current = _thread.ws
         out_of_order = current is not self
         if out_of_order:  # e.g. a generator that yielded inside `with ws:` dropped while another is open:
             self._unlink_from(current)  # close it anyway, so it is not left open for good, then say so
@@ -500,14 +498,14 @@ class Workspace:
             # scope's doing, and they resolve to what is current below them (now self.parent)
             out_of_order = not suspended_between(current, self.parent)
         else:
-            _context.ws = self.parent
+            _thread.ws = self.parent
         self._open = False
         self.cycles += 1
         used = self.last_cycle_bytes = self._cycle_bytes
         if used > self.max_cycle_bytes:
             self.max_cycle_bytes = used
-        if memory._recorder is not None:  # before the reset: the timeline records the bytes it frees
-            memory._recorder.cycle_end(self)
+        if STATE.recorder is not None:  # before the reset: the timeline records the bytes it frees
+            STATE.recorder.cycle_end(self)
         if not self._circular:
             # the message is written only if a stale array is ever used (_stale): "cycle N ended
             # when the scope closed", N being the generation's cycle
@@ -537,7 +535,7 @@ class Workspace:
 
     def _learn(self) -> None:
         cfg = self.config
-        if _debug["mode"] is DebugMode.SPILL_EVERYTHING:
+        if STATE.debug_mode is DebugMode.SPILL_EVERYTHING:
             return
         if not self._initialized:
             if cfg.policy_learning is LearningPolicy.FIRST_LOOP or (
@@ -653,7 +651,7 @@ class Workspace:
             site = next((s for a, b, s in reversed(g.sites) if a <= where < b), None)
             if site:
                 msg += f" It was allocated at {site}."
-        elif not _debug["sites"]:
+        elif not STATE.track_sites:
             msg += " (kit.workspace.track_allocation_sites(True) adds where it was allocated.)"
         raise kind(msg)
 
@@ -727,13 +725,10 @@ class _Manager:
             del self.workspaces[key]
 
 
-_local = threading.local()
-
-
 def get_manager() -> _Manager:
-    mgr = getattr(_local, "manager", None)
+    mgr = _thread.manager
     if mgr is None:
-        mgr = _local.manager = _Manager()
+        mgr = _thread.manager = _Manager()
     return mgr
 
 
@@ -775,6 +770,14 @@ def destroy_all_workspaces_for_current_thread() -> int:
     return len(victims)
 
 
+@STATE.on_reset
+def _close_and_destroy_this_threads_workspaces() -> None:
+    """kit.state.reset(): this thread's workspaces, open or not, are closed and destroyed."""
+    for ws in list(get_manager().workspaces.values()):
+        ws._open = False
+    destroy_all_workspaces_for_current_thread()
+
+
 def leverage_target(name: str, enforce_existence: bool = False, device: AnyDevice | None = None) -> Workspace | None:
     """The open workspace `name` on `device` (default: the default device) of this thread that
     leverage_to copies into, or None (ND4J: the array stays where it is) unless
@@ -809,5 +812,5 @@ def parent_of_current_workspace() -> Workspace | None:
 
 def all_workspaces() -> list[Workspace]:
     """Every live workspace of every thread (for panels and stats)."""
-    with _all_lock:
-        return [ws for ws in list(_all) if not ws.destroyed]
+    with STATE.lock:
+        return [ws for ws in list(STATE.workspaces) if not ws.destroyed]

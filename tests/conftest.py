@@ -6,6 +6,7 @@ os.environ.setdefault("KIT_QUICK", "1")
 
 import pytest
 
+import kit
 from kit import backend
 from kit.devices import set_host_device_count
 
@@ -22,18 +23,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _clean_kit_state():
-    """Each test starts with no open workspaces, no host cache and default debug modes."""
-    import kit
-
+    """Each test starts from kit's state as at import: kit.state.reset() closes and destroys this
+    thread's workspaces and puts every setting, counter and registry back."""
     yield
-    kit.memory.set_max_host_cache(0)
-    kit.workspace.set_debug_mode("DISABLED")
-    kit.workspace.track_allocation_sites(False)
-    kit.memory.toggle_periodic_gc(False)
-    kit.context.set_current_workspace(None)
-    for ws in list(kit.workspace.get_manager().workspaces.values()):
-        ws._open = False
-    kit.destroy_all_workspaces_for_current_thread()
+    kit.state.reset()
 
 
 @pytest.fixture(params=[1, 2, 3], ids=["1-host-device", "2-host-devices", "3-host-devices"])

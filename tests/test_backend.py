@@ -5,6 +5,7 @@ import pytest
 
 import kit
 from kit import backend
+from kit.state import STATE
 
 
 def test_default_choice_is_numpy_without_a_usable_gpu():
@@ -107,7 +108,7 @@ def test_set_default_dtype_changes_creation_and_returns_previous():
 
 
 def test_matmul_precision_is_set_read_and_restored(monkeypatch):
-    monkeypatch.setattr(backend, "_matmul_precision", None)
+    monkeypatch.setattr(STATE, "matmul_precision", None)
     monkeypatch.delenv("KIT_MATMUL_PRECISION", raising=False)
     monkeypatch.delenv("CUPY_TF32", raising=False)
     assert backend.get_matmul_precision() == "highest"  # float32, CuPy's and NumPy's default
@@ -118,7 +119,7 @@ def test_matmul_precision_is_set_read_and_restored(monkeypatch):
 
 @pytest.mark.parametrize("bad", ["tf32", "HIGH", None, 1])
 def test_a_bad_matmul_precision_names_the_value_and_a_remedy_that_runs(monkeypatch, bad):
-    monkeypatch.setattr(backend, "_matmul_precision", "highest")
+    monkeypatch.setattr(STATE, "matmul_precision", "highest")
     with pytest.raises(ValueError, match=r"set_matmul_precision\(.*\): .*one of \['high', 'highest'\]") as info:
         backend.set_matmul_precision(bad)
     assert repr(bad) in str(info.value)
@@ -130,14 +131,14 @@ def test_a_bad_matmul_precision_names_the_value_and_a_remedy_that_runs(monkeypat
 
 def test_the_precision_comes_from_the_environment(monkeypatch):
     for env, cupy_env, expected in (("high", None, "high"), (None, "1", "high"), (None, "0", "highest")):
-        monkeypatch.setattr(backend, "_matmul_precision", None)
+        monkeypatch.setattr(STATE, "matmul_precision", None)
         for var, value in (("KIT_MATMUL_PRECISION", env), ("CUPY_TF32", cupy_env)):
             if value is None:
                 monkeypatch.delenv(var, raising=False)
             else:
                 monkeypatch.setenv(var, value)
         assert backend.get_matmul_precision() == expected  # CuPy's own switch, when set, is reported
-    monkeypatch.setattr(backend, "_matmul_precision", None)
+    monkeypatch.setattr(STATE, "matmul_precision", None)
     monkeypatch.setenv("KIT_MATMUL_PRECISION", "fast")
     with pytest.raises(ValueError, match="KIT_MATMUL_PRECISION='fast'"):
         backend.get_matmul_precision()

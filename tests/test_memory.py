@@ -57,6 +57,29 @@ def test_cache_never_recycles_a_block_something_still_points_to():
     assert not np.shares_memory(raw, y.numpy())
 
 
+def test_a_cached_block_returns_exactly_when_the_last_array_over_it_is_gone():
+    """The lease owns the block: not back while any NDArray, kit view or raw NumPy view of it
+    lives, and back (reused by the next request of its size) as soon as the last one goes --
+    the old guess by reference count kept a block out of the cache for good once a raw view
+    had outlived its NDArray."""
+    memory.set_max_host_cache(1 << 20)
+    memory.purge_cache()
+    cached = lambda: memory.cache_stats()["cached_bytes"].get("cpu:0", 0)  # noqa: E731
+    x = kit.full((64,), 5.0)  # 256 bytes: one bucket
+    raw = x.numpy()[3:]  # a raw NumPy view of a view of the block
+    view = x[:8]
+    del x
+    assert cached() == 0  # the kit view still points into it
+    del view
+    gc.collect()
+    assert cached() == 0 and raw[0] == 5.0  # the raw view still does
+    del raw
+    assert cached() == 256  # the last one is gone: the block is free again, at once
+    hits = memory.cache_stats()["hits"]
+    y = kit.zeros((64,))
+    assert memory.cache_stats()["hits"] == hits + 1 and cached() == 0 and y.numpy().sum() == 0
+
+
 def test_cache_limits():
     memory.set_max_host_cache(1024)
     memory.purge_cache()

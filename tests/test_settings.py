@@ -15,6 +15,7 @@ import pytest
 import kit
 from kit import backend, settings
 from kit.settings import SettingError
+from kit.state import STATE
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -99,14 +100,14 @@ def test_good_values_are_parsed():
 
 
 def test_backend_and_devices_read_their_settings_through_kit_settings(monkeypatch):
-    monkeypatch.setattr(backend, "_default_dtype", None)
+    monkeypatch.setattr(STATE, "default_dtype", None)
     monkeypatch.setenv("KIT_DEFAULT_DTYPE", "fp64")
     assert backend.get_default_dtype() == np.float64
-    monkeypatch.setattr(backend, "_default_dtype", None)
+    monkeypatch.setattr(STATE, "default_dtype", None)
     monkeypatch.setenv("KIT_DEFAULT_DTYPE", "int7")
     with pytest.raises(SettingError, match="KIT_DEFAULT_DTYPE='int7'"):
         backend.get_default_dtype()
-    monkeypatch.setattr(backend, "_default_dtype", None)
+    monkeypatch.setattr(STATE, "default_dtype", None)
     monkeypatch.delenv("KIT_DEFAULT_DTYPE")
     with pytest.raises(SettingError, match="KIT_BACKEND='tpu'"):
         backend.choose({"KIT_BACKEND": "tpu"})

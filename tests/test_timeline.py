@@ -14,6 +14,7 @@ from kit import memory, timeline
 from kit.data import ArrayIterator, DataSet, load_digits
 from kit.nn import ArrayType, Sgd, WorkspaceMode, mlp
 from kit.parallel import ParallelWrapper
+from kit.state import STATE
 from kit.timeline import FIELDS, KINDS, MemoryTimeline, TimelineError
 from kit.workspace import AllocationPolicy, LearningPolicy, ResetPolicy, SpillPolicy, WorkspaceConfig
 
@@ -124,7 +125,7 @@ def test_heap_events_match_the_heap_counters():
     with kit.memory_timeline() as tl:
         before = memory.heap_allocations(this_thread=True)
         a = kit.ones((100,))  # allocate_heap
-        b = a + 1  # NumPy allocates (ndarray._heap_result)
+        b = a + 1  # NumPy allocates (ndarray.heap_result)
         c = (a * b).sum()
         made = memory.heap_allocations(this_thread=True) - before
         del b
@@ -138,16 +139,16 @@ def test_heap_events_match_the_heap_counters():
 
 
 def test_recording_sends_numpys_own_allocations_through_allocate_heap_and_no_further():
-    assert not memory._cache.on  # the fast paths' one flag: nothing to record, no cache
+    assert not STATE.cache.on  # the fast paths' one flag: nothing to record, no cache
     with kit.memory_timeline():
-        assert memory._cache.on  # while recording, heap results go through allocate_heap
+        assert STATE.cache.on  # while recording, heap results go through allocate_heap
         memory.set_max_host_cache(1 << 20)  # a cache switched on and off inside keeps the flag
         memory.set_max_host_cache(0)
-        assert memory._cache.on
+        assert STATE.cache.on
         memory.set_max_host_cache(1 << 20)
-    assert memory._cache.on  # the cache still wants it
+    assert STATE.cache.on  # the cache still wants it
     memory.set_max_host_cache(0)
-    assert not memory._cache.on
+    assert not STATE.cache.on
 
 
 def test_a_circular_workspace_records_a_reset_per_wrap():
@@ -173,11 +174,11 @@ def test_recording_off_records_nothing_and_keeps_nothing(digits):
     net = mlp(64, hidden=(16,), n_out=10)
     idle = kit.memory_timeline()  # made, never started
     net.fit(batches(train, 2)[0])
-    assert idle.events == [] and idle.cycles == [] and memory._recorder is None
+    assert idle.events == [] and idle.cycles == [] and STATE.recorder is None
     with kit.memory_timeline() as tl:
         keep = kit.ones((1000,))  # alive when recording stops
         net.fit(batches(train, 1)[0])
-    assert memory._recorder is None and not memory._cache.on
+    assert STATE.recorder is None and not STATE.cache.on
     n = len(tl.events)
     net.fit(batches(train, 2)[1])
     assert len(tl.events) == n and not tl.recording
@@ -197,7 +198,7 @@ def test_one_timeline_records_at_a_time():
             kit.memory_timeline().start()
     with pytest.raises(TimelineError, match="recorded already"):
         tl.start()
-    assert memory._recorder is None
+    assert STATE.recorder is None
 
 
 def test_events_from_many_threads_all_arrive():

@@ -502,7 +502,7 @@ def test_an_array_carved_while_closed_never_becomes_valid_again():
         with ws:
             pass
         data, owner = ws.alloc((4,), np.dtype(np.float32))  # Workspace.alloc, no cycle open
-        a = kit.ndarray._wrap(data, ws.device, owner)
+        a = kit.ndarray.wrap(data, ws.device, owner)
         for _ in range(2):
             with ws:
                 kit.zeros((4,)) + 9  # the next cycles reuse the memory

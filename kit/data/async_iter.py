@@ -28,7 +28,6 @@ AsyncShieldIterator wraps an iterator so that nothing prefetches it (async_suppo
 
 from __future__ import annotations
 
-import itertools
 import queue
 import threading
 import time
@@ -40,6 +39,7 @@ from typing import Any
 from kit._lifecycle import ShutsDownOnExit
 from kit.data.dataset import DataSet, DataSetIterator, _raw
 from kit.devices import as_device, attach_thread_to_device
+from kit.state import STATE
 from kit.workspace import (
     AllocationPolicy,
     LearningPolicy,
@@ -56,9 +56,6 @@ _EPOCH, _STOP, _END, _CUT = object(), object(), object(), object()  # _CUT: an e
 
 class IteratorShutDownError(RuntimeError):
     """The iterator was shut down while its consumer was still in an epoch: the data did not end."""
-
-
-_serial = itertools.count()
 
 
 class _Failure:
@@ -108,7 +105,7 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
     @staticmethod
     def _run(ref: weakref.ref, requests: queue.Queue, device: Any, config: WorkspaceConfig) -> None:
         attach_thread_to_device(device)
-        ws = get_workspace_for_current_thread(config, f"ADSI_ITER-{next(_serial)}", device)
+        ws = get_workspace_for_current_thread(config, STATE.unique_name("ADSI_ITER-"), device)
         owner = ref()
         if owner is not None:
             owner.workspace = ws

@@ -28,7 +28,6 @@ operations on one vector. Training runs each iteration inside the workspaces of
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import os
 import threading
@@ -56,11 +55,10 @@ from kit.nn.plan import InferencePlan
 from kit.nn.updaters import Adam, Updater, state_dtype, updater_from_config
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
 from kit.shapes import accumulator
+from kit.state import STATE
 from kit.workspace import scope_out_of_workspaces
 
 __all__ = ["ModelFileError", "Network"]
-
-_ids = itertools.count()
 
 
 def _leaves(layer: Layer) -> list[Layer]:
@@ -115,7 +113,7 @@ class Network:
         self.last_etl_ms = 0.0
         self._lock = _TurnLock()
         self._loop: Any = None  # a weak reference to the loop training this network (stop_fit)
-        self._name = f"net{next(_ids)}"
+        self._name = STATE.unique_name("net")
         self._allocate_buffers()
         calls = len(self.layers) + 1  # each leaf layer, and the loss
         self._train_mgr = LayerWorkspaceMgr(self.training_workspace_mode, f"{self._name}/train/", self.device, calls)

@@ -34,7 +34,7 @@ import numpy as np
 
 from kit.context import scope_out_of_workspaces
 from kit.creation import empty
-from kit.ndarray import NDArray, _heap_result
+from kit.ndarray import NDArray, heap_result
 from kit.nn.layers import call_forward, softmax_into
 from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
 
@@ -196,6 +196,6 @@ class InferencePlan:
             for _, step in self._steps:
                 step()
             if cpu:  # the answer as a heap copy: NumPy's copy, counted like every heap result
-                return _heap_result(self._result._data.copy(), self._result._device)
+                return heap_result(self._result._data.copy(), self._result._device)
             with scope_out_of_workspaces():
                 return self._result.dup()

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from kit import memory
-from kit.memory import _cache, allocate_heap
-from kit.ndarray import NDArray, _heap_result, _wrap
+from kit.memory import allocate_heap
+from kit.ndarray import NDArray, heap_result, wrap
+from kit.state import STATE
 from kit.workspace import (
     AllocationPolicy,
     DebugMode,
@@ -35,7 +35,6 @@ from kit.workspace import (
     Workspace,
     WorkspaceConfig,
     WorkspaceScopeError,
-    _debug,
     get_workspace_for_current_thread,
 )
 
@@ -91,7 +90,6 @@ WS_OUTPUT_MEM = "WS_OUTPUT_MEM"
 
 
 _NO_SCOPE = contextlib.nullcontext()
-_new = object.__new__
 _WORKING = (ArrayType.FF_WORKING_MEM, ArrayType.BP_WORKING_MEM)
 
 
@@ -187,28 +185,24 @@ class LayerWorkspaceMgr:
     # ---- arrays --------------------------------------------------------------------
     def create(self, array_type: ArrayType, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
         """An uninitialised array in the workspace for `array_type` (or the heap)."""
-        recorder = memory._recorder
+        recorder = STATE.recorder
         if recorder is not None and recorder.array_type() is None:  # kit.timeline: name the array's type
             with recorder.typed(array_type.name):
                 return self.create(array_type, shape, dtype, device)
         by_type = self._local.by_type
         ws = (by_type if by_type is not None else self._by_type()).get(array_type)
         dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
-        if ws is None or _debug["mode"] is DebugMode.BYPASS_EVERYTHING:  # bypass: the heap
-            if _cache.on or device.kind != "cpu":
-                data, owner = allocate_heap(shape, dt, device)
-                return _wrap(data, device, owner)
-            return _heap_result(np.empty(shape, dt), device)  # allocate_heap's host path, in one call
+        if ws is None or STATE.debug_mode is DebugMode.BYPASS_EVERYTHING:  # bypass: the heap
+            if STATE.cache.on or device.kind != "cpu":
+                return wrap(*allocate_heap(shape, dt, device), device)
+            return heap_result(np.empty(shape, dt), device)  # allocate_heap's host path, in one call
         if not ws._open:
             raise WorkspaceScopeError(
                 f"workspace {ws.name!r} for array type {array_type.name} is not open (ND4J: "
                 f'Workspace "{ws.name}" for array type {array_type.name} is not open)'
             )
-        arr = _new(NDArray)  # ndarray._wrap, inlined: a dozen of these per layer step
-        arr._data, arr._owner = ws.alloc(shape, dt)
-        arr._device = device
-        arr._gen = ws._gen
-        return arr
+        data, owner = ws.alloc(shape, dt)
+        return wrap(data, device, owner)
 
     def zeros(self, array_type: ArrayType, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
         out = self.create(array_type, shape, dtype, device)
