@@ -600,6 +600,76 @@ def _forget_generators() -> None:
     STATE.seeded.clear()
 
 
+# ---------------------------------------------------------------------------------------
+# BLAS threads shared out among concurrent CPU workers, process-wide, for as long as they run
+
+_blas_lock = threading.RLock()  # re-entrant: a share collected by the GC may be released inside a hold
+_blas_holders: dict[int, int] = {}  # token -> the BLAS threads its share asked for
+_blas_original: Any = None  # the first share's limiter: it remembers the limits from before
+_blas_tokens = iter(range(1, 1 << 62))
+
+
+def _blas_hold(limit: int) -> int:
+    global _blas_original
+    with _blas_lock:
+        token = next(_blas_tokens)
+        before = min(_blas_holders.values(), default=None)
+        _blas_holders[token] = limit
+        if _blas_original is None:
+            _blas_original = threadpool_limits(limits=limit, user_api="blas")
+        elif before is None or limit < before:
+            threadpool_limits(limits=limit, user_api="blas")
+        return token
+
+
+def _blas_let_go(token: int) -> None:
+    global _blas_original
+    with _blas_lock:
+        if _blas_holders.pop(token, None) is None:
+            return
+        if not _blas_holders:
+            if _blas_original is not None:
+                _blas_original.restore_original_limits()
+            _blas_original = None
+        else:
+            threadpool_limits(limits=min(_blas_holders.values()), user_api="blas")
+
+
+class BlasThreadShare:
+    """`cores_per_worker(workers)` BLAS threads for everything in the process, held while
+    `workers` CPU workers run at once (each BLAS call with every core would fight the others for
+    them): from construction until `release()`, or for a `with` block. Shares live side by side:
+    the smallest limit among the live ones applies, and the last one released restores the limits
+    from before the first (shares do not restore each other's). ParallelInference holds one while
+    it serves from several CPU workers. `blas_threads(n)` is the plain form for one block of code.
+
+        >>> from kit.devices import BlasThreadShare
+        >>> with BlasThreadShare(workers=2) as share:  # two workers: half the cores each
+        ...     pass                                    # run them here
+        >>> share.threads == cores_per_worker(2)
+        True
+    """
+
+    def __init__(self, workers: int) -> None:
+        self.threads = cores_per_worker(workers)
+        self._token: int | None = _blas_hold(self.threads)
+
+    def release(self) -> None:
+        """Give the share back; once released, releasing again does nothing."""
+        token, self._token = self._token, None
+        if token is not None:
+            _blas_let_go(token)
+
+    def __enter__(self) -> BlasThreadShare:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+__all__ += ["BlasThreadShare"]
+
+
 class _DevicesModule(types.ModuleType):
     """`kit.devices` is this module, and calling it lists the devices: `kit.devices()` and
     `kit.devices.set_host_device_count(2)` both work as written."""

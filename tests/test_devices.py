@@ -6,6 +6,7 @@ import pytest
 import kit
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
 from kit.devices import (
+    BlasThreadShare,
     blas_threads,
     default_device,
     detach_thread,
@@ -124,6 +125,22 @@ def test_blas_threads_limit_is_applied_and_restored():
     before = current()
     with blas_threads(1):
         assert all(n == 1 for n in current())
+    assert current() == before
+
+
+def test_blas_thread_shares_apply_the_smallest_and_the_last_one_released_restores():
+    from threadpoolctl import threadpool_info
+
+    def current():
+        return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+
+    before = current()
+    wide = BlasThreadShare(workers=2)  # half the cores each
+    with BlasThreadShare(workers=10_000) as narrow:  # one thread: the smallest applies
+        assert narrow.threads == 1 and all(n == 1 for n in current())
+    assert current() == [wide.threads] * len(before)  # the narrow one gone: the wide one's limit again
+    wide.release()
+    wide.release()  # once released, nothing more
     assert current() == before
 
 

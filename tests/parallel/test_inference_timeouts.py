@@ -55,7 +55,7 @@ def call(pi, kind, x, timeout):
 def waiters(pi):
     """Callers parked until something changes: for room, for a replica, or (asyncio) on a loop."""
     e = pi._engine
-    return e.blocked + len(e.room_waiters) + getattr(e, "borrowers_waiting", 0)
+    return e.has_room.count + len(e.room_waiters) + e.has_replica.count
 
 
 class Busy:

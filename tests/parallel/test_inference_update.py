@@ -13,6 +13,7 @@ from kit.devices import host_device_count
 from kit.nn import MSE, Adam, BatchNorm, Dense, Layer, Nesterovs, Network, ReLU, Sgd, mlp
 from kit.nn.workspace_mgr import ArrayType
 from kit.parallel import InferenceMode, ParallelInference
+from kit.parallel.inference.delivery import Request
 
 N_IN = 6
 
@@ -174,10 +175,10 @@ def hold_and_queue(pi, mode, x):
     waiting.start()
     engine = pi._engine
     for _ in range(1000):  # until the second one waits: queued, or for the replica
-        if pi.queued() == 1 or engine.borrowers_waiting == 1:
+        if pi.queued() == 1 or engine.has_replica.count == 1:
             break
         threading.Event().wait(0.01)
-    assert pi.queued() == 1 or engine.borrowers_waiting == 1
+    assert pi.queued() == 1 or engine.has_replica.count == 1
     return [held, waiting], answers
 
 
@@ -212,14 +213,12 @@ def test_an_update_to_another_input_shape_with_requests_in_flight_is_refused_and
 def test_a_request_checked_against_the_old_input_shape_is_refused_when_it_arrives_after_the_swap(mode):
     """The window between a caller's shape check and its queueing: an update to another input
     shape in between must not hand the request to a model that cannot take it."""
-    from kit.parallel.inference import _Request
-
     old, new = mlp(N_IN, (8,), 3), mlp(N_IN + 2, (8,), 3)
     with ParallelInference(old, workers=1, inference_mode=mode) as pi:
         arr, single, _ = pi._prepare(np.zeros(N_IN, np.float32))  # checked against the old model
         pi.update_model(new)
         with pytest.raises(ValueError, match=r"got \(1, 6\): update_model changed the input shape"):
-            pi._engine.submit(_Request(arr, single), None)
+            pi._engine.submit(Request(arr, single), None)
         assert pi.queued() == 0 and pi.output(np.zeros(N_IN + 2, np.float32)).shape == (3,)
 
 
