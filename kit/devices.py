@@ -604,35 +604,38 @@ def _forget_generators() -> None:
 # BLAS threads shared out among concurrent CPU workers, process-wide, for as long as they run
 
 _blas_lock = threading.RLock()  # re-entrant: a share collected by the GC may be released inside a hold
-_blas_holders: dict[int, int] = {}  # token -> the BLAS threads its share asked for
-_blas_original: Any = None  # the first share's limiter: it remembers the limits from before
-_blas_tokens = iter(range(1, 1 << 62))
 
 
 def _blas_hold(limit: int) -> int:
-    global _blas_original
     with _blas_lock:
-        token = next(_blas_tokens)
-        before = min(_blas_holders.values(), default=None)
-        _blas_holders[token] = limit
-        if _blas_original is None:
-            _blas_original = threadpool_limits(limits=limit, user_api="blas")
+        token = next(STATE.blas_tokens)
+        before = min(STATE.blas_holders.values(), default=None)
+        STATE.blas_holders[token] = limit
+        if STATE.blas_original is None:
+            STATE.blas_original = threadpool_limits(limits=limit, user_api="blas")
         elif before is None or limit < before:
             threadpool_limits(limits=limit, user_api="blas")
         return token
 
 
 def _blas_let_go(token: int) -> None:
-    global _blas_original
     with _blas_lock:
-        if _blas_holders.pop(token, None) is None:
+        if STATE.blas_holders.pop(token, None) is None:
             return
-        if not _blas_holders:
-            if _blas_original is not None:
-                _blas_original.restore_original_limits()
-            _blas_original = None
+        if STATE.blas_holders:
+            threadpool_limits(limits=min(STATE.blas_holders.values()), user_api="blas")
         else:
-            threadpool_limits(limits=min(_blas_holders.values()), user_api="blas")
+            _restore_blas_limits()
+
+
+@STATE.on_reset
+def _restore_blas_limits() -> None:
+    """No share holds BLAS threads any more: the limits from before the first one come back."""
+    with _blas_lock:
+        STATE.blas_holders.clear()
+        if STATE.blas_original is not None:
+            STATE.blas_original.restore_original_limits()
+        STATE.blas_original = None
 
 
 class BlasThreadShare:

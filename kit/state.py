@@ -58,6 +58,9 @@ class State:
         self.thread_counters: list[dict] = []  # every thread's allocation counters
         self.seeded: list = []  # devices whose generators were made from base_seed (kit.devices)
         self._serials: dict[str, Iterator[int]] = {}  # never reset: names stay unique for the process
+        self.blas_holders: dict[int, int] = {}  # BLAS-thread share token -> threads it asked for (kit.devices)
+        self.blas_original: Any = None  # the first share's limiter: it remembers the limits from before
+        self.blas_tokens = itertools.count(1)
         self._fresh()
 
     def _fresh(self) -> None:
@@ -67,8 +70,6 @@ class State:
         self.base_seed: int = settings.seed()  # KIT_SEED
         self.affinity: dict[int, Any] = {}  # thread ident -> device it is attached to
         self.transfers: dict[tuple[str, str], list[int]] = {}  # (source, target) -> [copies, bytes]
-        self.blas_holders: dict[int, int] = {}  # token -> BLAS threads a holder asked for
-        self.blas_original: Any = None  # the first holder's limiter: it remembers the original limits
         # backend
         self.default_dtype: Any = None  # None: KIT_DEFAULT_DTYPE, read on first use
         self.matmul_precision: str | None = None  # None: KIT_MATMUL_PRECISION, read on first use
