@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from _datasets import random_dataset
 
 from kit.data import ArrayIterator, DataSet, load_digits
 from kit.earlystopping import (
@@ -263,3 +264,65 @@ def test_parallel_trainer_stops_mid_epoch_on_an_iteration_condition(digits):
     assert result.termination_reason is TerminationReason.ITERATION_TERMINATION_CONDITION
     assert result.total_epochs == 0 and trainer.wrapper.iteration < 8  # stopped before the epoch's 8 rounds
     assert trainer.wrapper.threads_alive() == 0
+
+
+# ---- regressions for the defects issue 13's adversarial pass found ------------------------------
+
+
+def test_a_nan_score_never_becomes_best_and_does_not_stop_improvement():
+    cfg = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(4), ScoreImprovementEpochTerminationCondition(1)],
+        score_calculator=Scripted([math.nan, 0.5, 0.9, 0.7], minimize=False),
+    )
+    result = EarlyStoppingTrainer(cfg, mlp(6, hidden=(4,), n_out=3), ArrayIterator(random_dataset(), 16)).fit()
+    assert result.best_model_epoch == 2 and result.best_model_score == 0.9
+    assert result.total_epochs == 4  # improvement at epoch 2; no stop before MaxEpochs
+
+
+def test_an_unbounded_early_stopping_configuration_is_an_error():
+    with pytest.raises(ValueError, match=r"MaxScoreIterationTerminationCondition.*may never stop training"):
+        EarlyStoppingConfig(
+            iteration_termination_conditions=[MaxScoreIterationTerminationCondition(1e9)],
+            score_calculator=Scripted([], minimize=False),
+        )
+    with pytest.raises(ValueError, match="may never stop"):
+        EarlyStoppingConfig(
+            epoch_termination_conditions=[BestScoreEpochTerminationCondition(0.99)],
+            score_calculator=Scripted([], minimize=False),
+        )
+
+
+def test_best_model_falls_back_to_the_trained_model_when_nothing_was_scored():
+    net = mlp(6, hidden=(4,), n_out=3)
+    cfg = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(3)],
+        iteration_termination_conditions=[MaxScoreIterationTerminationCondition(-1.0)],  # stops at once
+        score_calculator=ClassificationScoreCalculator("ACCURACY", random_dataset(16, seed=3)),
+    )
+    result = EarlyStoppingTrainer(cfg, net, ArrayIterator(random_dataset(), 16)).fit()
+    assert result.best_model_epoch == -1 and result.best_model is net
+
+
+def test_a_second_parallel_early_stopping_fit_says_why_it_cannot_run():
+    cfg = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(1)],
+        score_calculator=ClassificationScoreCalculator("ACCURACY", random_dataset(16, seed=3)),
+    )
+    trainer = EarlyStoppingParallelTrainer(
+        cfg, mlp(6, hidden=(4,), n_out=3), ArrayIterator(random_dataset(), 16), workers=2
+    )
+    assert trainer.fit().total_epochs == 1
+    with pytest.raises(RuntimeError, match=r"runs once: its ParallelWrapper was shut down .* make a new trainer"):
+        trainer.fit()
+
+
+def test_early_stopping_counts_its_own_epochs_on_a_trained_model():
+    net = mlp(6, hidden=(4,), n_out=3)
+    net.fit(ArrayIterator(random_dataset(), 16), epochs=5)
+    cfg = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(3)],
+        score_calculator=ClassificationScoreCalculator("ACCURACY", random_dataset(16, seed=3)),
+    )
+    result = EarlyStoppingTrainer(cfg, net, ArrayIterator(random_dataset(), 16)).fit()
+    assert result.total_epochs == 3 and sorted(result.score_vs_epoch) == [0, 1, 2]  # DL4J's epochCount
+    assert net.epoch == 8

@@ -333,3 +333,11 @@ def test_soft_labels_train_but_are_scored_only_after_argmax():
     ev = Evaluation(C)
     ev.eval(soft.argmax(axis=1), net.output(data.features))
     assert ev.n == 3
+
+
+# ---- regressions for the defects issue 13's adversarial pass found ------------------------------
+
+
+def test_fractional_class_labels_are_refused_not_truncated():
+    with pytest.raises(ValueError, match=r"label 0\.4 at index 0 is not a whole number: .*\(2 label\(s\) are not\)"):
+        DataSet(np.zeros((3, 4)), [0.4, 1.9, 1.0])

@@ -317,3 +317,36 @@ def test_every_float16_reduction_agrees_with_float64(op, axis):
         with kit.workspace.get_workspace_for_current_thread(name="F16_REDUCE", device="cpu:0") as _:
             in_ws = getattr(kit.asarray(x, device="cpu:0"), op)(axis=axis).numpy()
         np.testing.assert_array_equal(in_ws, got)
+
+
+# ---- regressions for the defects issue 13's adversarial pass found ------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("op", ["sum", "mean", "max", "min", "var"])
+def test_reductions_match_numpy_for_every_dtype(op, dtype):
+    rng = np.random.default_rng(1)
+    x = (
+        (rng.random((300, 7)) * 4).astype(dtype)
+        if dtype.startswith("float")
+        else rng.integers(0, 9, (300, 7)).astype(dtype)
+    )
+    for axis in (None, 0, 1):
+        got = getattr(kit.asarray(x), op)(axis=axis).numpy()
+        want = getattr(np, op)(x, axis=axis)
+        assert got.dtype == want.dtype, (op, dtype, axis)
+        if dtype == "float16":  # kit adds float16 in float32: compare with the exact answer, not NumPy's float16 sum
+            want = getattr(np, op)(x.astype(np.float64), axis=axis).astype(np.float16)
+        np.testing.assert_allclose(got, want, rtol=2e-3 if dtype == "float16" else 1e-6)
+
+
+def test_float16_mean_of_many_ones_is_one_as_in_numpy():
+    x = np.ones(100_000, np.float16)
+    assert float(kit.asarray(x).mean()) == float(np.mean(x)) == 1.0
+
+
+def test_leverage_of_a_detached_array_returns_it_unchanged():
+    outer = kit.get_workspace_for_current_thread(name="LEV_OUTER")
+    heap = kit.ones((3,))
+    with outer:
+        assert heap.leverage_to("LEV_OUTER") is heap

@@ -567,3 +567,68 @@ def test_max_size_caps_the_arena_after_over_allocation(policy, circular, max_siz
             run_cycle(ws, first)
             assert ws.capacity <= max_size, (first, ws.capacity)
         ws.destroy()
+
+
+# ---- regressions for the defects issue 13's adversarial pass found ------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    shapes=st.lists(st.integers(1, 40), min_size=1, max_size=5),
+    how=st.sampled_from(["numpy", "asarray", "array"]),
+    cycles=st.integers(1, 3),
+)
+def test_no_host_array_from_a_workspace_changes_after_its_cycle(shapes, how, cycles):
+    ws = kit.get_workspace_for_current_thread(name="PROP_ALIAS")
+    with ws:
+        arrays = [kit.full((n,), float(i + 1)) for i, n in enumerate(shapes)]
+        take = {"numpy": lambda a: a.numpy(), "asarray": np.asarray, "array": np.array}[how]
+        hosts = [take(a) for a in arrays]
+    expected = [h.copy() for h in hosts]
+    for c in range(cycles):  # later cycles write other values over the same arena
+        with ws:
+            for n in shapes:
+                kit.full((n,), -7.0 - c)
+    for h, e in zip(hosts, expected):
+        np.testing.assert_array_equal(h, e)
+        h[...] = 99  # writing to the copy corrupts nothing
+    with ws:
+        fresh = kit.full((shapes[0],), 5.0)
+        assert fresh.numpy().tolist() == [5.0] * shapes[0]
+
+
+def test_cross_thread_use_of_a_workspace_array_raises():
+    ws = kit.get_workspace_for_current_thread(name="OWNER")
+    errors = []
+    with ws:
+        x = kit.ones((4,))
+
+        def other():
+            try:
+                x.sum()
+            except WorkspaceThreadError as exc:
+                errors.append(str(exc))
+
+        t = threading.Thread(target=other, name="intruder")
+        t.start()
+        t.join()
+        assert float(x.sum()) == 4.0  # the owner still may
+    assert len(errors) == 1 and "'intruder' may not use it" in errors[0] and ".detach()" in errors[0]
+
+
+def test_a_generator_dropped_inside_another_scope_does_not_leave_its_workspace_open():
+    inner = kit.get_workspace_for_current_thread(name="GEN_WS")
+    outer = kit.get_workspace_for_current_thread(name="OUTER_WS")
+
+    def batches():
+        with inner:
+            yield kit.ones((3,))
+
+    gen = batches()
+    next(gen)  # the generator is suspended inside `with inner:`
+    with outer:
+        with pytest.raises(WorkspaceScopeError, match="closed while 'OUTER_WS' is current"):
+            gen.close()  # what dropping it does
+        assert kit.context.current_workspace() is outer
+    assert not inner.is_scope_active and not outer.is_scope_active
+    assert kit.context.current_workspace() is None

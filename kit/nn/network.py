@@ -67,6 +67,33 @@ def _leaves(layer: Layer) -> list[Layer]:
 
 
 class Network:
+    """A feed-forward network: its layers (one Sequential body), trained by one updater against one loss.
+
+    What it owns: `flat_params` and `flat_grads`, one vector each, of which every layer's
+    parameters and gradients are views (and `flat_master`, the float32 master weights of a
+    mixed-precision network); `updater_state` (Adam's m and v ...); the counters `iteration` and
+    `epoch`; and two LayerWorkspaceMgrs, whose workspaces (named after this network, one set per
+    thread that uses it) hold each training and each inference iteration's arrays. Arrays it hands
+    out (`output`, `params`) are detached: they stay valid after those workspaces move on.
+
+        >>> import numpy as np
+        >>> from kit.data import DataSet
+        >>> from kit.nn import Dense, Network, ReLU, Sgd
+        >>> net = Network([Dense(4), ReLU(), Dense(3)], input_shape=(5,), updater=Sgd(0.1), seed=0)
+        >>> net.num_params                                    # (5*4 + 4) + (4*3 + 3)
+        39
+        >>> net.flat_params.numpy()[:] = 0                    # one vector: every layer sees the change
+        >>> float(abs(net.layers[0].params["W"]).sum())
+        0.0
+        >>> net.set_params(np.random.default_rng(0).normal(0, 0.5, net.num_params))
+        >>> ds = DataSet(np.ones((2, 5), np.float32), [0, 2], num_classes=3)
+        >>> first = net.fit_batch(ds)
+        >>> net.fit_batch(ds) < first, net.iteration         # one step each: the loss went down
+        (True, 2)
+        >>> net.output(ds.features).shape                     # (B, 3) class probabilities
+        (2, 3)
+    """
+
     def __init__(
         self,
         layers: list[Layer] | Sequential,

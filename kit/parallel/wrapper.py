@@ -236,6 +236,30 @@ class _Worker:
 
 
 class ParallelWrapper(ShutsDownOnExit):
+    """Data-parallel training of the user's Network (`model`) by `workers` replicas (DL4J's ParallelWrapper).
+
+    What it owns: the replicas (one Network per worker, built once from the model's configuration
+    and state, on its device: `replicas`, `devices`), one worker thread per replica (and the
+    prefetch thread of a fit with `prefetch_buffer`), and the counters of its rounds (`iteration`,
+    `epoch`, `averagings`, `encoding_stats`). It does not own the model: each fit() starts from the
+    model as it is and leaves the averaged result in it. The threads end with `shutdown()`, at the
+    end of a `with` block, or when the wrapper is dropped; a shut-down wrapper cannot fit again.
+
+        >>> import numpy as np
+        >>> from kit.data import ArrayIterator, DataSet
+        >>> from kit.nn import Sgd, mlp
+        >>> from kit.parallel import ParallelWrapper
+        >>> net = mlp(4, hidden=(8,), n_out=2, updater=Sgd(0.1), seed=0)
+        >>> data = DataSet(np.random.default_rng(0).random((32, 4)), np.arange(32) % 2, num_classes=2)
+        >>> with ParallelWrapper(net, workers=2, prefetch_buffer=0) as pw:
+        ...     pw.fit(ArrayIterator(data, 8), epochs=2)    # 4 batches an epoch: 2 rounds of 2 workers
+        <kit.parallel.wrapper.ParallelWrapper object at 0x...>
+        >>> net.iteration, net.epoch                        # a round counts as one iteration
+        (4, 2)
+        >>> len(pw.replicas), pw.threads_alive()            # the `with` block shut the threads down
+        (2, 0)
+    """
+
     def __init__(
         self,
         model: Network,

@@ -4,9 +4,11 @@ saved best model's epoch counter, stop conditions, empty and used-up data."""
 
 import numpy as np
 import pytest
+from _datasets import random_dataset
 
 from kit.data import ArrayIterator, DataSet
 from kit.earlystopping import (
+    ClassificationScoreCalculator,
     DataSetLossCalculator,
     EarlyStoppingConfig,
     EarlyStoppingParallelTrainer,
@@ -18,7 +20,7 @@ from kit.earlystopping import (
     TerminationReason,
 )
 from kit.nn import Network, Sgd, mlp
-from kit.nn.loop import EmptyDataError, StepResult, TrainingLoop
+from kit.nn.loop import EmptyDataError, NonFiniteScoreError, StepResult, TrainingLoop
 from kit.parallel import ParallelWrapper
 
 
@@ -188,3 +190,37 @@ def test_a_tuple_instead_of_a_dataset_gets_a_clear_error():
 def test_bad_epochs_are_rejected_with_the_value():
     with pytest.raises(ValueError, match=r"epochs=0"):
         net().fit(ArrayIterator(data(), 16), epochs=0)
+
+
+# ---- regressions for the defects issue 13's adversarial pass found ------------------------------
+
+
+def test_an_overflowing_loss_stops_fit_instead_of_training_on_nan():
+    net = mlp(4, hidden=(8,), n_out=2, updater=Sgd(0.1))
+    huge = DataSet(np.full((10, 4), 3e38, dtype=np.float32), np.arange(10) % 2, num_classes=2)
+    with pytest.raises(NonFiniteScoreError, match=r"iteration 1 \(epoch 0\): the loss is (nan|inf)"):
+        net.fit(ArrayIterator(huge, 5), epochs=3)
+    assert net.iteration == 1  # it stopped at once
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_stop_fit_from_a_listener_stops_every_training_path(parallel):
+    class StopAt3:
+        def iteration_done(self, model, iteration, epoch, **info):
+            if iteration == 3:
+                model.stop_fit()
+
+    net = mlp(6, hidden=(4,), n_out=3)
+    cfg = EarlyStoppingConfig(
+        epoch_termination_conditions=[MaxEpochsTerminationCondition(5)],
+        score_calculator=ClassificationScoreCalculator("ACCURACY", random_dataset(16, seed=3)),
+    )
+    if parallel:
+        trainer = EarlyStoppingParallelTrainer(
+            cfg, net, ArrayIterator(random_dataset(), 8), workers=2, prefetch_buffer=0, listeners=[StopAt3()]
+        )
+    else:
+        trainer = EarlyStoppingTrainer(cfg, net, ArrayIterator(random_dataset(), 8), listeners=[StopAt3()])
+    result = trainer.fit()
+    assert net.iteration == 3
+    assert result.termination_details == "stop_fit() was called" and result.total_epochs == 0

@@ -18,6 +18,7 @@ from kit.nn import (
     ReLU,
     Sgd,
     WorkspaceMode,
+    lenet,
     mlp,
     resnet18,
 )
@@ -275,3 +276,59 @@ def test_score_skips_empty_batches_and_says_when_there_is_nothing():
     with pytest.raises(ValueError, match="score: no examples"):
         net.score([empty, empty])
     assert net.evaluate([empty, full]).accuracy() == net.evaluate([full]).accuracy()
+
+
+# ---- regressions for the defects issue 13's adversarial pass found ------------------------------
+
+
+def test_label_rows_out_of_range_are_refused_naming_the_row():
+    net = mlp(4, hidden=(4,), n_out=3)
+    rows = np.eye(3)[[0, 1, 2, 0]]
+    rows[2] = [0, 2.0, -1.0]
+    with pytest.raises(ValueError, match=r"label row 2 is \[ 0\.  2\. -1\.\]"):
+        net.fit_batch(DataSet(np.zeros((4, 4)), rows))
+
+
+def test_nan_in_classifier_label_rows_is_named():
+    net = mlp(4, hidden=(4,), n_out=3)
+    ds = DataSet(np.zeros((4, 4)), [0, 1, 2, 0], num_classes=3)
+    ds.labels.data[1, 1] = np.nan  # edited behind the DataSet's back
+    with pytest.raises(ValueError, match=r"label row 1 is \[ 0. nan  0.\]"):
+        net.fit_batch(ds)
+
+
+def test_state_from_another_architecture_with_the_same_count_is_refused():
+    a = mlp(6, hidden=(4,), n_out=3)  # 6*4+4 + 4*3+3 = 43 parameters
+    b = mlp(4, hidden=(5,), n_out=3)  # 4*5+5 + 5*3+3 = 43 parameters, another network
+    assert a.num_params == b.num_params == 43
+    with pytest.raises(ValueError, match="architectures differ"):
+        a.copy_state_from(b)
+
+
+def test_empty_arrays_in_a_new_workspace_and_through_the_network():
+    ws = kit.get_workspace_for_current_thread(name="EMPTY_FIRST")
+    with ws:
+        z = kit.zeros((0,))
+        assert z.shape == (0,) and float(z.sum()) == 0.0
+    net = mlp(6, hidden=(4,), n_out=3)
+    assert net.output(np.zeros((0, 6))).shape == (0, 3)
+    with pytest.raises(ValueError, match="0 examples"):
+        net.fit_batch(DataSet(np.zeros((0, 6)), np.zeros((0, 3))))
+
+
+def test_empty_dataset_tuple_and_zero_sizes_get_clear_errors():
+    net = mlp(6, hidden=(4,), n_out=3)
+    with pytest.raises(ValueError, match="0 examples"):
+        net.fit(DataSet(np.zeros((0, 6)), np.zeros((0, 3))))
+    with pytest.raises(TypeError, match="wrap features and labels in a DataSet"):
+        net.fit((np.zeros((2, 6)), np.zeros(2)))
+    with pytest.raises(ValueError, match=r"input_shape=\(0,\)"):
+        mlp(0, hidden=(4,), n_out=3)
+    with pytest.raises(ValueError, match=r"input_shape=\(0, 28, 28\)"):
+        lenet(in_channels=0)
+
+
+def test_set_params_refuses_values_that_overflow_the_network_dtype():
+    net = mlp(4, hidden=(4,), n_out=3, dtype="float16")
+    with pytest.raises(ValueError, match=r"magnitude 1e\+06 does not fit this network's float16"):
+        net.set_params(np.full(net.num_params, 1e6))

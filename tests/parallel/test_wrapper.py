@@ -6,6 +6,7 @@ import threading
 
 import numpy as np
 import pytest
+from _datasets import random_dataset
 
 import kit
 from kit.data import ArrayIterator, DataSet, load_digits
@@ -198,3 +199,15 @@ def test_devices_are_labelled_logical_or_physical():
     gpus = gpu_count() >= 2
     expected = "(physical)" if gpus else "(simulated on the host)" if host_device_count() >= 2 else "(logical)"
     assert text.endswith(expected), text
+
+
+# ---- regressions for the defects issue 13's adversarial pass found ------------------------------
+
+
+def test_a_wrapper_goes_on_counting_from_a_trained_model():
+    net = mlp(6, hidden=(4,), n_out=3)
+    net.fit(ArrayIterator(random_dataset(), 16), epochs=3)  # 4 iterations an epoch
+    assert (net.iteration, net.epoch) == (12, 3)
+    with ParallelWrapper(net, workers=2, prefetch_buffer=0) as pw:
+        pw.fit(ArrayIterator(random_dataset(), 16))  # 4 batches: 2 rounds
+    assert (net.iteration, net.epoch) == (14, 4)

@@ -7,6 +7,7 @@ import threading
 
 import numpy as np
 import pytest
+from _datasets import random_dataset
 
 from kit.data import ArrayIterator, DataSet, load_digits
 from kit.nn import MSE, Adam, Nesterovs, Sgd, mlp
@@ -144,3 +145,19 @@ def test_shutdown_at_any_moment_of_a_fit_ends_it_cleanly(small, workers):
         assert pw.threads_alive() == 0
     assert not kit_threads()
     assert len(outcomes) == 8
+
+
+# ---- regressions for the defects issue 13's adversarial pass found ------------------------------
+
+
+def test_the_wrapper_sees_parameters_set_between_fits():
+    net = mlp(6, hidden=(4,), n_out=3, updater=Sgd(0.1))
+    ref = net.clone()
+    w0 = net.params().numpy().copy()
+    with ParallelWrapper(net, workers=2, prefetch_buffer=0) as pw:
+        pw.fit(ArrayIterator(random_dataset(), 8))
+        net.set_params(w0)  # back to the start, behind the wrapper's back
+        pw.fit(ArrayIterator(random_dataset(), 8))
+    with ParallelWrapper(ref, workers=2, prefetch_buffer=0) as pw:
+        pw.fit(ArrayIterator(random_dataset(), 8))  # one fit from w0
+    np.testing.assert_allclose(net.params().numpy(), ref.params().numpy(), rtol=1e-6, atol=1e-7)
