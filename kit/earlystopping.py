@@ -510,14 +510,11 @@ class EarlyStoppingTrainer(_BaseTrainer):
     """One device: the network's own step; iteration conditions after every mini-batch."""
 
     def _loop(self, epoch_end: Callable[[int], bool]) -> TrainingLoop:
-        loop = TrainingLoop(
-            self.model,
-            self.model.train_step,
+        return self.model.make_loop(
             listeners=self.listeners,
             iteration_conditions=self.config.iteration_termination_conditions,
             epoch_end=epoch_end,
         )
-        return loop.attach(self.model)
 
 
 class EarlyStoppingParallelTrainer(_BaseTrainer):
@@ -550,23 +547,16 @@ class EarlyStoppingParallelTrainer(_BaseTrainer):
         )
 
     def _loop(self, epoch_end: Callable[[int], bool]) -> TrainingLoop:
-        w = self.wrapper
-        if w._closed:
+        if self.wrapper.closed:
             raise RuntimeError(
                 "EarlyStoppingParallelTrainer.fit() runs once: its ParallelWrapper was shut down when the first "
                 "run ended (as in DL4J); make a new trainer to train again"
             )
-        w._begin()
-        w.loop = TrainingLoop(
-            self.model,
-            w.train_step,
+        return self.wrapper.make_loop(
             listeners=self.listeners,
-            counters=w,
-            batches_per_step=w.workers,
             iteration_conditions=self.config.iteration_termination_conditions,
             epoch_end=epoch_end,
-        ).attach(self.model, *w.replicas)
-        return w.loop
+        )
 
     def _session(self) -> contextlib.AbstractContextManager[Iterable[DataSet]]:
         return self.wrapper.session(self.train)
@@ -576,6 +566,6 @@ class EarlyStoppingParallelTrainer(_BaseTrainer):
         return self.model
 
     def _finish(self) -> None:
-        if not self.wrapper._closed:
+        if not self.wrapper.closed:
             self.wrapper.sync()
         self.wrapper.shutdown()

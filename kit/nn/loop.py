@@ -17,7 +17,13 @@
 `Network.fit`, `ParallelWrapper.fit`, both early-stopping trainers and the Spark training
 masters run this loop (in the spirit of Chainer's Trainer with extensions); they differ only in
 the *step*: a function that trains on a group of `batches_per_step` mini-batches (one for a
-network, one per worker for a wrapper) and returns one `StepResult` per mini-batch.
+network, one per worker for a wrapper) and returns one `StepResult` per mini-batch. What can be
+trained builds its own loop (`Trainable.make_loop`: Network and ParallelWrapper), so a caller
+such as early stopping asks for one instead of reaching into the trainer:
+
+    >>> loop = net.make_loop(listeners=[], iteration_conditions=[])
+    >>> loop.run(ArrayIterator(train, 64), epochs=1), net.epoch
+    (1, 4)
 
 The listener protocol and its numbering are DL4J's, the same on every path:
 
@@ -39,9 +45,16 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["EmptyDataError", "NonFiniteScoreError", "StepResult", "TrainingLoop", "call_listener"]
+__all__ = [
+    "EmptyDataError",
+    "NonFiniteScoreError",
+    "StepResult",
+    "Trainable",
+    "TrainingLoop",
+    "call_listener",
+]
 
 
 class EmptyDataError(ValueError):
@@ -70,6 +83,21 @@ def call_listener(listener: Any, name: str, *args: Any) -> None:
     fn = getattr(listener, name, None)
     if fn is not None:
         fn(*args)
+
+
+@runtime_checkable
+class Trainable(Protocol):
+    """What can be trained by the one loop: it builds the loop with its own step, counters and
+    stop hooks (Network: one mini-batch a step; ParallelWrapper: one per worker, counted on the
+    wrapper, stopping every replica). Early stopping trains whatever implements it."""
+
+    def make_loop(
+        self,
+        *,
+        listeners: Iterable[Any] = (),
+        iteration_conditions: Iterable[Any] = (),
+        epoch_end: Callable[[int], bool] | None = None,
+    ) -> TrainingLoop: ...
 
 
 class TrainingLoop:

@@ -32,7 +32,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -377,6 +377,20 @@ class Network:
                 self._update(mgr)
             self.iteration += 1
 
+    def make_loop(
+        self,
+        *,
+        listeners: Iterable[Any] = (),
+        iteration_conditions: Iterable[Any] = (),
+        epoch_end: Callable[[int], bool] | None = None,
+    ) -> TrainingLoop:
+        """The training loop over this network's own step, one mini-batch at a time (kit.nn.loop's
+        Trainable); `stop_fit()` stops it."""
+        loop = TrainingLoop(
+            self, self.train_step, listeners=listeners, iteration_conditions=iteration_conditions, epoch_end=epoch_end
+        )
+        return loop.attach(self)
+
     def fit_batch(self, ds: DataSet) -> float:
         """One iteration on one mini-batch: gradients, L2, updater. Returns the score."""
         return self._train_one(ds, advance=True)
@@ -411,7 +425,7 @@ class Network:
         """Train on a DataSet (one iteration, as DL4J's fit(DataSet)) or an iterator (epochs).
         `prefetch=N` wraps an iterator that allows it in an AsyncPrefetchIterator with a queue
         of N (DL4J always wraps, with a queue of 2; kit asks you to choose)."""
-        loop = TrainingLoop(self, self.train_step, listeners=listeners).attach(self)
+        loop = self.make_loop(listeners=listeners)
         if isinstance(data, DataSet):  # one iteration, no epoch (DL4J's fit(DataSet))
             loop.run_step([data])
             return self

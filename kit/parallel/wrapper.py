@@ -375,14 +375,38 @@ class ParallelWrapper(ShutsDownOnExit):
     # ---- training -------------------------------------------------------------------
     def fit(self, data: Iterable[DataSet], epochs: int = 1) -> ParallelWrapper:
         """Train `epochs` epochs on the wrapper's workers; the user's model ends with the average."""
-        self._begin()
-        self.loop = TrainingLoop(
-            self.model, self.train_step, listeners=self.listeners, counters=self, batches_per_step=self.workers
-        ).attach(self.model, *self.replicas)
+        self.make_loop(listeners=self.listeners)
         with self.session(data) as source:
             self.loop.run(source, epochs)
         self.sync()
         return self
+
+    def make_loop(
+        self,
+        *,
+        listeners: Iterable[Any] = (),
+        iteration_conditions: Iterable[Any] = (),
+        epoch_end: Callable[[int], bool] | None = None,
+    ) -> TrainingLoop:
+        """Start a run (the model's changes since the last one reach the replicas) and build its
+        loop (kit.nn.loop's Trainable): one mini-batch per worker a step, counted on the wrapper;
+        `stop_fit()` on the model or any replica stops it. Run it inside `session(data)`."""
+        self._begin()
+        self.loop = TrainingLoop(
+            self.model,
+            self.train_step,
+            listeners=listeners,
+            counters=self,
+            batches_per_step=self.workers,
+            iteration_conditions=iteration_conditions,
+            epoch_end=epoch_end,
+        ).attach(self.model, *self.replicas)
+        return self.loop
+
+    @property
+    def closed(self) -> bool:
+        """True once shut down (by shutdown(), a `with` block, or a worker's failure)."""
+        return self._closed
 
     @contextlib.contextmanager
     def session(self, data: Iterable[DataSet]) -> Iterator[Iterable[DataSet]]:

@@ -224,3 +224,45 @@ def test_stop_fit_from_a_listener_stops_every_training_path(parallel):
     result = trainer.fit()
     assert net.iteration == 3
     assert result.termination_details == "stop_fit() was called" and result.total_epochs == 0
+
+
+def test_network_and_wrapper_are_trainable_and_their_loops_train_as_fit_does():
+    import numpy as np
+
+    from kit.data import ArrayIterator, load_digits
+    from kit.nn import mlp
+    from kit.nn.loop import Trainable
+    from kit.parallel import ParallelWrapper
+
+    train, _ = load_digits()
+    a, b = mlp(64, hidden=(16,), n_out=10), mlp(64, hidden=(16,), n_out=10)
+    b.set_params(a.params())
+    a.fit(ArrayIterator(train, 64), epochs=1)
+    assert b.make_loop().run(ArrayIterator(train, 64), 1) == 1
+    assert isinstance(b, Trainable) and (a.iteration, a.epoch) == (b.iteration, b.epoch)
+    assert np.array_equal(a.params().numpy(), b.params().numpy())
+    with ParallelWrapper(mlp(64, hidden=(16,), n_out=10), workers=2, prefetch_buffer=0) as w:
+        assert isinstance(w, Trainable) and not w.closed
+        loop = w.make_loop()
+        with w.session(ArrayIterator(train, 64)) as source:
+            loop.run(source, 1)
+        assert loop.counters is w and loop.batches_per_step == 2 and w.iteration > 0
+    assert w.closed
+
+
+def test_early_stopping_reads_no_private_attribute_of_what_it_trains():
+    import ast
+    from pathlib import Path
+
+    import kit.earlystopping
+
+    tree = ast.parse(Path(kit.earlystopping.__file__).read_text())
+    reads = [
+        f"line {node.lineno}: .{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    ]
+    assert reads == []
