@@ -52,8 +52,10 @@ Shape = int | tuple[int, ...] | list[int]
 
 
 def _shape(shape: Shape, op: str) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)):
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (int(shape),)
+    if isinstance(shape, (str, bytes, bool, float)):  # '12' would iterate as (1, 2)
+        raise ShapeError(f"{op}: a shape is an int or a tuple of ints, got {shape!r}")
     try:
         out = tuple(int(n) for n in shape)
     except (TypeError, ValueError):
@@ -69,19 +71,23 @@ def empty(shape: Shape, dtype: Any = None, device: str | AnyDevice | None = None
     return wrap(out, dev, owner)
 
 
-def full(shape: Shape, value: Any, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
+def _filled(op: str, shape: Shape, value: Any, dtype: Any, device: str | AnyDevice | None) -> NDArray:
     dev = as_device(device)
-    out, owner = allocate(_shape(shape, "full"), backend.resolve_dtype(dtype), dev)
+    out, owner = allocate(_shape(shape, op), backend.resolve_dtype(dtype), dev)
     out.fill(value)
     return wrap(out, dev, owner)
 
 
+def full(shape: Shape, value: Any, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
+    return _filled("full", shape, value, dtype, device)
+
+
 def zeros(shape: Shape, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
-    return full(shape, 0, dtype, device)
+    return _filled("zeros", shape, 0, dtype, device)
 
 
 def ones(shape: Shape, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
-    return full(shape, 1, dtype, device)
+    return _filled("ones", shape, 1, dtype, device)
 
 
 def empty_like(x: NDArray, dtype: Any = None) -> NDArray:

@@ -41,14 +41,19 @@ def test_a_shape_is_an_int_or_a_sequence_of_ints_and_the_default_dtype_is_the_de
     ("shape", "message"),
     [
         ("ab", r"a shape is an int or a tuple of ints, got 'ab'"),
+        ("12", r"a shape is an int or a tuple of ints, got '12'"),  # not (1, 2)
+        (True, r"a shape is an int or a tuple of ints, got True"),
+        (2.0, r"a shape is an int or a tuple of ints, got 2.0"),
         ((2, 1.5j), r"a shape is an int or a tuple of ints, got \(2, 1\.5j\)"),
         ((2, -1), r"negative dimensions are not allowed, got shape \(2, -1\)"),
     ],
 )
-def test_a_bad_shape_is_refused_naming_it(shape, message):
-    for make in (kit.empty, kit.zeros, kit.rand):
-        with pytest.raises(ShapeError, match=message):
+def test_a_bad_shape_is_refused_naming_it_and_the_call(shape, message):
+    for make in (kit.empty, kit.zeros, kit.ones, kit.rand):
+        with pytest.raises(ShapeError, match=rf"^{make.__name__}: {message}"):
             make(shape)
+    with pytest.raises(ShapeError, match=rf"^full: {message}"):
+        kit.full(shape, 7.0)
 
 
 def test_like_functions_keep_shape_dtype_and_device_unless_told_otherwise():
