@@ -18,10 +18,13 @@ From a shell, `python -m kit info` prints the backend, devices and BLAS. pip kno
 `kit.devices.set_host_device_count(2)` work as written. Environment variables (KIT_HOST_DEVICES,
 KIT_DEFAULT_DTYPE, KIT_QUICK, ...) are checked once, at import, by kit.settings.
 
-Modules, lowest first: settings (the environment), backend (NumPy/CuPy), devices (placement, the one transfer path),
-context (the current workspace), memory (allocation, counters, cache, GC window), workspace
-(arenas), shapes/ndarray/ops/creation (arrays), readings (RSS, GPU, one stats dictionary),
-widgets (live panels); above them kit.nn, kit.data, kit.parallel, kit.earlystopping.
+Modules, lowest first: settings (the environment), state (everything kit keeps process-wide, with
+one reset()), backend (NumPy/CuPy), devices (placement, the one transfer path, BLAS-thread shares),
+context (the current workspace), memory (the one allocation door and counter, the cache, GC window),
+workspace (arenas), shapes/ndarray/ops/creation (arrays; ndarray.wrap builds every NDArray),
+readings (RSS, GPU, one stats dictionary), widgets (live panels); above them kit.nn (layers, their
+kernels, the training loop and its Trainable protocol), kit.data, kit.parallel (the wrapper;
+inference as facade, engine and delivery), kit.earlystopping, kit.spark.
 """
 
 from __future__ import annotations

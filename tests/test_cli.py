@@ -196,6 +196,10 @@ def test_lab_and_book_outside_a_checkout_say_where_the_chapters_are(installed_ki
         (line,) = out.stderr.splitlines()
         assert line.startswith(f"python -m kit {args[0]}: error: no chapters here: neither ")
         assert f"{work / 'notebooks'} exists" in line and "notebooks/ folder of kit's source repository" in line
+    elsewhere = work / "my-chapters"
+    elsewhere.mkdir()  # the message's remedy for lab: --dir DIR
+    out = _kit_without([], "lab", "--print", "--dir", str(elsewhere), cwd=work, env=env)
+    assert out.returncode == 0 and f"--ServerApp.root_dir={elsewhere}" in out.stdout, out.stderr
     (work / "notebooks").mkdir()  # the chapters fetched beside it: lab opens them
     out = _kit_without([], "lab", "--print", cwd=work, env=env)
     assert out.returncode == 0 and f"--ServerApp.root_dir={work / 'notebooks'}" in out.stdout, out.stderr

@@ -55,7 +55,7 @@ import shutil
 import sys
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -262,14 +262,25 @@ def spark_error(exc: BaseException, what: str) -> SparkTrainingError:
 
 
 class _Rounds:
-    """The rounds of each epoch, the first epoch from `first` on (a resumed fit's)."""
+    """The rounds of each epoch, the first epoch from `first` on (a resumed fit's); `epochs_left`
+    epochs of them are what the fit asked for."""
 
-    def __init__(self, rounds: int, first: int) -> None:
-        self.rounds, self.first = rounds, first
+    def __init__(self, rounds: int, first: int, epochs_left: int) -> None:
+        self.rounds, self.first, self.epochs_left = rounds, first, epochs_left
 
     def __iter__(self) -> Iterator[int]:
         first, self.first = self.first, 0
         return iter(range(first, self.rounds))
+
+
+class _FitRun:
+    """What one fit's rounds share: the prepared data, the checkpoint store and position, the
+    rounds of the newest checkpoint, and the stats collected."""
+
+    def __init__(self, prepared: Any, store: Any, start: dict[str, Any], stats: SparkTrainingStats) -> None:
+        self.prepared, self.store, self.stats = prepared, store, stats
+        self.position = dict(start)
+        self.written = 0
 
 
 class SparkNetwork:
@@ -295,6 +306,7 @@ class SparkNetwork:
         self.last_score = float("nan")
         self.loop: TrainingLoop | None = None
         self._stats: SparkTrainingStats | None = None
+        self._run: _FitRun | None = None  # the session's rounds, while one is open
 
     @property
     def config_json(self) -> str:
@@ -355,6 +367,37 @@ class SparkNetwork:
         `checkpoint_directory`, bit for bit as if the fit had not stopped: give the interrupted
         call again (`epochs` counts from the epoch that fit began at), with a network of the same
         configuration (its state is replaced by the checkpoint's), and the same data."""
+        with self.session(data, epochs, resume) as rounds:
+            if rounds.epochs_left > 0:
+                self.make_loop(listeners=listeners).run(rounds, rounds.epochs_left)
+        return self.network
+
+    def make_loop(
+        self,
+        *,
+        listeners: Iterable[Any] = (),
+        iteration_conditions: Iterable[Any] = (),
+        epoch_end: Callable[[int], bool] | None = None,
+    ) -> TrainingLoop:
+        """The training loop over Spark rounds (kit.nn.loop's Trainable): one round of the master
+        a step, counted on this SparkNetwork; `stop_fit()` stops it. Run it over the rounds a
+        `session(data)` gives."""
+        self.loop = TrainingLoop(
+            self.network,
+            self._train_round,
+            listeners=listeners,
+            counters=self,
+            iteration_conditions=iteration_conditions,
+            epoch_end=epoch_end,
+        )
+        return self.loop
+
+    @contextlib.contextmanager
+    def session(self, data: Any, epochs: int = 1, resume: bool = False) -> Iterator[_Rounds]:
+        """One fit's data, prepared for the master's rounds (and restored from the latest checkpoint
+        with `resume=True`): yields the rounds to run a loop over, `epochs_left` epochs of them. On
+        leaving, the final checkpoint is written (after a run that did not fail), the prepared data
+        are released and the network holds the counters with its state."""
         master = self.training_master
         if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
             raise ValueError(f"fit(epochs={epochs!r}): must be a positive integer")
@@ -377,56 +420,53 @@ class SparkNetwork:
         master.check_cluster(self.sc, rdd)
         with self.watched("data preparation"):  # Spark's own actions too (zipWithIndex counts partitions)
             prepared = master.prepare(self.sc, rdd, self.run_job, self.network.output_shape[0])
-        if prepared.rounds == 0:
-            master.release(prepared)
-            raise ValueError("SparkNetwork.fit: the RDD holds no elements")
-        start = {"fit_start_epoch": self.epoch, "fit_epochs": epochs, "epoch": self.epoch, "round": 0}
-        if saved is not None:
-            where, header, arrays = saved
-            try:
-                checkpoint.check_data(where, header, prepared.fingerprint)
-            except BaseException:
-                master.release(prepared)
-                raise
-            checkpoint.restore(self, header, arrays)
-            start = {**header["position"], "fit_epochs": epochs}
-        remaining = start["fit_start_epoch"] + epochs - start["epoch"]
-        stats = SparkTrainingStats(type(master).__name__, dict(prepared.setup))
-        keep = master.collect_training_stats
-        written = [self.iteration]  # the rounds of the newest checkpoint
-        position = dict(start)
-
-        def step(group: list[int]) -> list[StepResult]:
-            (k,) = group
-            results, timing, worker_stats = master.run_round(self, prepared, k)
-            if keep:
-                n = len([w for w in worker_stats if w.get("examples")])
-                stats.rounds.append({"round": k, "epoch": self.epoch, "workers": n, **timing})
-                stats.workers.extend({**w, "epoch": self.epoch} for w in worker_stats)
-            if results:
-                self.last_score = float(np.mean([r.score for r in results]))
-            if all(math.isfinite(r.score) for r in results):  # a round not applied is not checkpointed
-                last = k + 1 == prepared.rounds
-                position.update(epoch=self.epoch + last, round=0 if last else k + 1)
-                done = self.iteration + 1  # the loop counts this round after the step
-                if master.checkpoint_every and done % master.checkpoint_every == 0:
-                    checkpoint.write(store, self, done, prepared.fingerprint, position)
-                    written[0] = done
-            return results
-
-        self.loop = TrainingLoop(self.network, step, listeners=listeners, counters=self)
+        began = False  # the counters go back to the network only once rounds may have run
         try:
-            if remaining > 0:
-                self.loop.run(_Rounds(prepared.rounds, start["round"]), remaining)
-            if master.checkpoint_every and written[0] != self.iteration:
-                checkpoint.write(store, self, self.iteration, prepared.fingerprint, position)
+            if prepared.rounds == 0:
+                raise ValueError("SparkNetwork.fit: the RDD holds no elements")
+            start = {"fit_start_epoch": self.epoch, "fit_epochs": epochs, "epoch": self.epoch, "round": 0}
+            if saved is not None:
+                where, header, arrays = saved
+                checkpoint.check_data(where, header, prepared.fingerprint)
+                checkpoint.restore(self, header, arrays)
+                start = {**header["position"], "fit_epochs": epochs}
+            run = _FitRun(prepared, store, start, SparkTrainingStats(type(master).__name__, dict(prepared.setup)))
+            run.written = self.iteration
+            self._run, began = run, True
+            yield _Rounds(prepared.rounds, start["round"], start["fit_start_epoch"] + epochs - start["epoch"])
+            if master.checkpoint_every and run.written != self.iteration:
+                checkpoint.write(store, self, self.iteration, prepared.fingerprint, run.position)
+            self._stats = run.stats if master.collect_training_stats else None
         finally:
+            self._run = None
             master.release(prepared)
-            with self.network._lock:  # counters with the state, as save() reads them
-                self.network.iteration, self.network.epoch = self.worker_iteration, self.epoch
-                self.network.last_score = self.last_score
-        self._stats = stats if keep else None
-        return self.network
+            if began:
+                with self.network._lock:  # counters with the state, as save() reads them
+                    self.network.iteration, self.network.epoch = self.worker_iteration, self.epoch
+                    self.network.last_score = self.last_score
+
+    def _train_round(self, group: list[int]) -> list[StepResult]:
+        """The loop's step: round k of the session's prepared data, on the executors."""
+        run, master = self._run, self.training_master
+        if run is None:
+            raise RuntimeError("SparkNetwork: a round runs inside `with spark_network.session(data) as rounds:`")
+        (k,) = group
+        prepared = run.prepared
+        results, timing, worker_stats = master.run_round(self, prepared, k)
+        if master.collect_training_stats:
+            n = len([w for w in worker_stats if w.get("examples")])
+            run.stats.rounds.append({"round": k, "epoch": self.epoch, "workers": n, **timing})
+            run.stats.workers.extend({**w, "epoch": self.epoch} for w in worker_stats)
+        if results:
+            self.last_score = float(np.mean([r.score for r in results]))
+        if all(math.isfinite(r.score) for r in results):  # a round not applied is not checkpointed
+            last = k + 1 == prepared.rounds
+            run.position.update(epoch=self.epoch + last, round=0 if last else k + 1)
+            done = self.iteration + 1  # the loop counts this round after the step
+            if master.checkpoint_every and done % master.checkpoint_every == 0:
+                checkpoint.write(run.store, self, done, prepared.fingerprint, run.position)
+                run.written = done
+        return results
 
     def _adopt_local_progress(self) -> None:
         """Training (or a state copy) on the Network itself between two Spark fits moved its

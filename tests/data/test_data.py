@@ -319,3 +319,28 @@ def test_shutdown_refuses_a_bad_timeout(bad):
     with pytest.raises(ValueError, match=r"shutdown\(timeout="):
         it.shutdown(timeout=bad)
     assert it.shutdown() is True
+
+
+def test_fashion_mnist_missing_then_its_remedy_set_kit_data_finds_the_files(tmp_path, monkeypatch):
+    """The message's remedy "set KIT_DATA", taken: the same call then loads the files from there."""
+    monkeypatch.delenv("KIT_DATA", raising=False)
+    monkeypatch.setattr(ds_module, "DEBIAN_DIR", tmp_path / "nowhere")
+    monkeypatch.setattr(ds_module, "DATA_DIR", tmp_path / "nodata")
+    rng = np.random.default_rng(1)
+    mine = tmp_path / "my-data"
+    mine.mkdir()
+    files = {}
+    for split, n in (("train", 5), ("t10k", 3)):
+        files[f"{split}-images-idx3-ubyte.gz"] = write_idx(
+            mine / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28))
+        )
+        files[f"{split}-labels-idx1-ubyte.gz"] = write_idx(
+            mine / f"{split}-labels-idx1-ubyte.gz", rng.integers(0, 10, n)
+        )
+    monkeypatch.setattr(ds_module, "FASHION_MNIST_FILES", {k: (v, 0) for k, v in files.items()})
+    with pytest.raises(ds_module.DataNotFoundError, match="or set KIT_DATA;") as refused:
+        ds_module.load_fashion_mnist()
+    assert str(mine) not in str(refused.value)
+    monkeypatch.setenv("KIT_DATA", str(mine))  # the remedy
+    train, test = ds_module.load_fashion_mnist()
+    assert (train.num_examples, test.num_examples) == (5, 3)

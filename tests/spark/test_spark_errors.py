@@ -119,3 +119,28 @@ def test_a_job_that_makes_no_progress_is_cancelled_after_round_timeout(sc, digit
         time.sleep(0.1)
     assert sc.statusTracker().getActiveJobsIds() == []
     assert sc.parallelize([1, 2], 2).sum() == 3  # the context still works
+
+
+def test_the_remedies_of_spark_s_argument_errors_run_as_printed(sc, digits):
+    """A DataSet given to fit: "make one with kit.spark.to_rdd(sc, dataset)", taken; GPUs asked
+    of local mode: "leave gpus_per_task=None", taken. Each remedy then trains."""
+    import re
+
+    from kit.spark import to_rdd
+
+    spark = SparkNetwork(
+        sc, mlp(64, hidden=(8,), n_out=10, seed=0), ParameterAveragingTrainingMaster(20, 1, num_workers=2)
+    )
+    with pytest.raises(TypeError, match=r"make one with kit\.spark\.to_rdd\(sc, dataset\)") as refused:
+        spark.fit(digits)
+    assert re.search(r"kit\.spark\.to_rdd\((\w+), (\w+)\)", str(refused.value)).groups() == ("sc", "dataset")
+    dataset = digits
+    spark.fit(to_rdd(sc, dataset))  # the remedy, as printed
+    assert spark.network.epoch == 1
+    asks = ParameterAveragingTrainingMaster(20, 1, num_workers=2, gpus_per_task=1)
+    with pytest.raises(ValueError, match=r"or leave gpus_per_task=None"):
+        SparkNetwork(sc, mlp(64, hidden=(8,), n_out=10), asks).fit(to_rdd(sc, digits))
+    leaves = ParameterAveragingTrainingMaster(20, 1, num_workers=2, gpus_per_task=None)
+    trained = SparkNetwork(sc, mlp(64, hidden=(8,), n_out=10), leaves)
+    trained.fit(to_rdd(sc, digits))
+    assert trained.network.epoch == 1

@@ -321,3 +321,25 @@ def test_local_spark_context_refuses_a_non_bool_quiet():
 
     with pytest.raises(TypeError, match=r"quiet='yes'"):
         local_spark_context(quiet="yes")
+
+
+def test_spark_network_is_trainable_and_its_loop_over_a_session_trains_as_fit_does(sc, digits):
+    """The Trainable protocol on Spark: make_loop() run over session(data)'s rounds is what fit()
+    does (same parameters, same counters), and a round outside a session is refused in words."""
+    from kit.nn.loop import Trainable
+
+    def make():
+        net = mlp(64, hidden=(8,), n_out=10, updater=Adam(1e-2), seed=3)
+        return SparkNetwork(sc, net, ParameterAveragingTrainingMaster(20, 2, num_workers=2))
+
+    rdd = to_rdd(sc, digits)
+    a, b = make(), make()
+    a.fit(rdd, epochs=2)
+    assert isinstance(b, Trainable)
+    with b.session(rdd, epochs=2) as rounds:
+        assert b.make_loop().run(rounds, rounds.epochs_left) == 2
+    assert (b.network.iteration, b.network.epoch) == (a.network.iteration, a.network.epoch)
+    assert b.network.epoch == 2 and b.network.iteration > 0
+    assert np.array_equal(b.network.params().numpy(), a.network.params().numpy())
+    with pytest.raises(RuntimeError, match=r"a round runs inside `with spark_network.session\(data\) as rounds:`"):
+        b.make_loop().run([0], 1)
