@@ -39,11 +39,13 @@ from typing import Any
 import numpy as np
 
 from kit import backend, memory
+from kit.checks import all_finite, check_finite
 from kit.creation import asarray, empty, zeros
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
 from kit.devices import as_device
 from kit.evaluation import Evaluation
+from kit.labels import probability_rows
 from kit.ndarray import NDArray
 from kit.nn.config import NetworkConfig
 from kit.nn.init import initial_values
@@ -55,7 +57,6 @@ from kit.nn.persistence import ModelFileError, read_model, write_model
 from kit.nn.plan import InferencePlan
 from kit.nn.updaters import Adam, Updater, state_dtype, updater_from_config
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
-from kit.shapes import accumulator
 from kit.workspace import scope_out_of_workspaces
 
 __all__ = ["ModelFileError", "Network"]
@@ -210,10 +211,9 @@ class Network:
             raise ValueError(
                 f"set_params: expected {self.flat_params.shape[0]} values, got an array of shape {src.shape}"
             )
-        if not np.all(np.isfinite(src)):
-            raise ValueError("set_params: the values contain NaN or infinity")
+        check_finite(src, "the values", where="set_params")
         cast = src.astype(self.dtype, copy=False)
-        if not np.all(np.isfinite(cast)):
+        if not all_finite(cast):
             worst = float(np.max(np.abs(src)))
             raise ValueError(f"set_params: a value of magnitude {worst:.3g} does not fit this network's {self.dtype}")
         with self._lock:  # save() from another thread sees the old parameters or the new, never a mix
@@ -249,18 +249,7 @@ class Network:
         return x
 
     def _check_finite(self, x: NDArray, what: str) -> None:
-        raw = x.data  # one pass; only a non-finite sum triggers the search below
-        # (np.dot(flat, flat) would be 3x faster, but a BLAS call here on every step starves other
-        # threads of this process: save() from another thread took seconds instead of milliseconds)
-        acc = accumulator(raw.dtype)  # float16 data summed in float32: a finite batch must not sum to inf
-        total = float(np.add.reduce(raw, axis=None, dtype=acc) if x.device.kind == "cpu" else raw.sum(dtype=acc))
-        if math.isfinite(total):
-            return
-        host = x.numpy()
-        bad = np.argwhere(~np.isfinite(host))
-        if bad.size:
-            where = ", ".join(str(int(i)) for i in bad[0])
-            raise ValueError(f"{what} contain NaN or infinity ({len(bad)} values; first at index [{where}])")
+        check_finite(x.data, what)  # one pass; only a non-finite sum triggers the search (kit.checks)
 
     def _labels(self, y: NDArray, n: int) -> NDArray:
         expected = (n, *self.output_shape)
@@ -662,16 +651,8 @@ def _check_label_rows(y: NDArray) -> None:
         lo, low_sum, high_sum = raw.min(), sums.min(), sums.max()
     if float(lo) >= 0 and float(low_sum) >= 1 - 1e-3 and float(high_sum) <= 1 + 1e-3:  # NaN fails each test
         return
-    host, n = y.numpy(), raw.shape[0]
-    host_sums = sums.get() if xp is not np else sums  # the sums tested above: both tests agree on the rows
-    outside = ((host < 0) | (host > 1 + 1e-3) | ~np.isfinite(host)).reshape(n, -1).any(axis=1)
-    bad = np.flatnonzero(outside | ~(np.abs(host_sums - 1) <= 1e-3).reshape(n, -1).any(axis=1))
-    i = int(bad[0])
-    raise ValueError(
-        f"label row {i} is {np.array2string(host[i], threshold=12)}: a classifier's labels are one-hot rows or "
-        f"probabilities (values in [0, 1] summing to 1); {bad.size} row(s) are not. Give class indices (N,) and "
-        "DataSet makes the one-hot rows"
-    )
+    host = y.numpy()
+    probability_rows(host.reshape(host.shape[0], -1))  # kit.labels' rule names the first bad row
 
 
 def _architecture(cfg: NetworkConfig) -> str:

@@ -12,12 +12,14 @@
 
 The CPU analogue of a captured CUDA graph. The first pass records every array the layers ask
 their LayerWorkspaceMgr for (activations, working memory) and keeps them. Each later call is a
-fixed list of steps over those buffers: the common layers (Dense, ReLU, Tanh, Dropout) and the
-softmax become direct kernel calls with `out=` on the raw arrays; any other layer runs its own
-forward again and receives the same buffers in the same order. A call allocates nothing but its
-answer, opens no workspace, and skips the per-call checks `Network.output` makes (conversion of
-the input, device and dtype checks, scopes, one NDArray per op). The input still gets one
-finiteness check: NaN data is refused.
+fixed list of steps over those buffers: each layer names its step beside its forward
+(`Layer.plan_step`: Dense, the activations and Dropout call their kernel from kit.nn.kernels with
+`out=` on the raw arrays; `Loss.plan_step`: the softmax); a layer without one that says its forward
+can be replayed (`plan_replay`) runs that forward again and receives the same buffers in the
+same order. A network with a layer that is neither is declined (PlanDeclinedError). A call
+allocates nothing but its answer, opens no workspace, and skips the per-call checks
+`Network.output` makes (conversion of the input, device and dtype checks, scopes, one NDArray per
+op). The input still gets one finiteness check (kit.checks): NaN data is refused.
 
 A plan serves one batch size (a request of another size is an error naming both); parameters are
 read in place, so training between calls is seen; the answer is a copy, safe to keep.
@@ -26,23 +28,27 @@ read in place, so training between calls is seen; the answer is a copy, safe to 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from kit.checks import all_finite, check_finite
 from kit.context import scope_out_of_workspaces
 from kit.creation import empty
 from kit.ndarray import NDArray, _heap_result
-from kit.nn.layers import call_forward, softmax_into
+from kit.nn.layers import Layer, call_forward
 from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
 
-__all__ = ["InferencePlan", "PlanMismatchError"]
+__all__ = ["InferencePlan", "PlanDeclinedError", "PlanMismatchError"]
 
 
 class PlanMismatchError(ValueError):
     """A layer asked for a different array on replay than when the plan was captured."""
+
+
+class PlanDeclinedError(ValueError):
+    """A layer has no planned kernel and does not say its forward can be replayed."""
 
 
 _NO_SCOPE = contextlib.nullcontext()
@@ -82,39 +88,23 @@ class _ReplayMgr(LayerWorkspaceMgr):
         return _NO_SCOPE
 
 
-def _fast_step(layer: Any, x: Any, y: Any, xp: Any) -> Callable[[], Any] | None:
-    """A direct kernel call for the common layers (raw arrays, out=), or None: replay the layer."""
-    kind = type(layer).__name__
-    if kind == "Dense":
-        w, b, mm, add = layer.params["W"].data, layer.params["b"].data, xp.matmul, xp.add
-        return lambda: add(mm(x, w, out=y), b, out=y)
-    if kind == "ReLU":
-        mx = xp.maximum
-        return lambda: mx(x, 0, out=y)
-    if kind == "Tanh":
-        th = xp.tanh
-        return lambda: th(x, out=y)
-    if kind == "Dropout":  # identity at inference
-        cp = xp.copyto
-        return lambda: cp(y, x)
+def _plannable(layer: Layer) -> bool:
+    """A planned kernel of its own, or a forward that may be replayed over plannable sublayers."""
+    if type(layer).plan_step is not Layer.plan_step and not layer.is_composite:
+        return True
+    return layer.plan_replay and all(_plannable(sub) for sub in layer.sublayers())
+
+
+def declined(net: Any) -> str | None:
+    """Why `net` cannot be planned (the first layer that cannot), or None when it can."""
+    for i, layer in enumerate(net.body.layers):
+        if not _plannable(layer):
+            return (
+                f"planned inference: layer {i} ({type(layer).__name__}, or a layer inside it) has no planned kernel "
+                "(plan_step) and does not say its forward can be replayed on the arrays recorded once "
+                "(plan_replay = True, for a forward that takes every array from mgr); Network.output runs it unplanned"
+            )
     return None
-
-
-def _softmax_step(xp: Any, z: Any, out: Any, row: Any) -> Callable[[], Any]:
-    if xp is not np:
-        return lambda: softmax_into(xp, z, out, row)
-    # NumPy: the ufuncs' own reduce, without np.max/np.sum's Python wrappers (3 us each on a
-    # (1, 10) array, more than the arithmetic)
-    mx, sub, ex, add, div = np.maximum.reduce, np.subtract, np.exp, np.add.reduce, np.divide
-
-    def step() -> None:
-        mx(z, axis=-1, keepdims=True, out=row)
-        sub(z, row, out=out)
-        ex(out, out=out)
-        add(out, axis=-1, keepdims=True, out=row)
-        div(out, row, out=out)
-
-    return step
 
 
 class InferencePlan:
@@ -123,18 +113,23 @@ class InferencePlan:
     def __init__(self, net: Any, batch_size: int) -> None:
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"plan_inference(batch_size={batch_size!r}): must be a positive integer")
+        reason = declined(net)
+        if reason is not None:
+            raise PlanDeclinedError(reason)
         self.net, self.batch_size = net, batch_size
         self.input_shape = (batch_size, *net.input_shape)
+        self._cpu = net.device.kind == "cpu"
         self._mgr = _ReplayMgr(net.device)
         with scope_out_of_workspaces():
             self._input = empty(self.input_shape, net.dtype, net.device)
             self._result = empty((batch_size, *net.output_shape), net.dtype, net.device)
         self._input.data.fill(0)
         with net._lock:
-            self._steps = self._capture()  # every buffer the layers ask for is made and kept
+            steps = self._capture()  # every buffer the layers ask for is made and kept
         self._mgr.capturing = False
-        self.direct_steps = sum(1 for kind, _ in self._steps if kind == "direct")
-        self.replayed_steps = len(self._steps) - self.direct_steps
+        self._calls = [step for _, step in steps]
+        self.direct_steps = sum(1 for kind, _ in steps if kind == "direct")
+        self.replayed_steps = len(steps) - self.direct_steps
         self.buffer_bytes = sum(b.nbytes for b in self._mgr.buffers) + self._input.nbytes + self._result.nbytes
 
     def _capture(self) -> list[tuple[str, Callable[[], Any]]]:
@@ -144,16 +139,15 @@ class InferencePlan:
         for layer in net.body.layers:
             start = len(mgr.buffers)
             y = call_forward(layer, x, mgr, False)
-            fast = _fast_step(layer, x.data, y.data, xp)
+            fast = layer.plan_step(xp, x.data, y.data, [b.data for b in mgr.buffers[start:]])
+            if fast is None and not layer.plan_replay:
+                raise PlanDeclinedError(f"planned inference: {type(layer).__name__}.plan_step gave no kernel")
             steps.append(("direct", fast) if fast is not None else ("replay", self._replay(layer, x, start)))
             x = y
         start = len(mgr.buffers)
         net.loss.activate(x, self._result, mgr)
-        if type(net.loss).__name__ == "SoftmaxCrossEntropy":
-            row, z, out = mgr.buffers[start].data, x.data, self._result.data
-            steps.append(("direct", _softmax_step(xp, z, out, row)))
-        else:
-            steps.append(("replay", self._replay_loss(x, start)))
+        fast = net.loss.plan_step(xp, x.data, self._result.data, [b.data for b in mgr.buffers[start:]])
+        steps.append(("direct", fast) if fast is not None else ("replay", self._replay_loss(x, start)))
         return steps
 
     def _replay(self, layer: Any, x: NDArray, start: int) -> Callable[[], Any]:
@@ -181,21 +175,26 @@ class InferencePlan:
             raise ValueError(f"this plan serves batches of shape {self.input_shape}, got {raw.shape}: plan another")
         if raw.dtype.kind not in "fiu":
             raise TypeError(f"features must be real numbers, got dtype {raw.dtype}")
-        net = self.net
-        with net._lock:
+        with self.net._lock:
+            return self._run(raw)
+
+    def _run(self, raw: Any) -> NDArray:
+        """The answer for `raw` (a NumPy array of the input shape, or an array of the network's
+        device); the caller holds the network's lock."""
+        if self._cpu:
+            target = self._input._data
+            target[...] = raw  # casts as copyto(casting="unsafe") does, without its Python wrapper
+        else:
             target = self._input.data
-            cpu = net.device.kind == "cpu"
-            if cpu:
-                target[...] = raw  # casts as copyto(casting="unsafe") does, without its Python wrapper
-                total = np.add.reduce(target, axis=None)  # a finiteness probe without np.sum's wrapper
+            if isinstance(raw, np.ndarray):
+                self._input.assign(raw.astype(self.net.dtype, copy=False))
             else:
-                self._input.assign(raw.astype(net.dtype, copy=False))
-                total = float(target.sum())
-            if not math.isfinite(total):
-                net._check_finite(self._input, "features")  # names the first bad value
-            for _, step in self._steps:
-                step()
-            if cpu:  # the answer as a heap copy: NumPy's copy, counted like every heap result
-                return _heap_result(self._result._data.copy(), self._result._device)
-            with scope_out_of_workspaces():
-                return self._result.dup()
+                self.net.device.xp.copyto(target, raw, casting="unsafe")
+        if not all_finite(target):
+            check_finite(target, "features")  # names the first bad value
+        for step in self._calls:
+            step()
+        if self._cpu:  # the answer as a heap copy: NumPy's copy, counted like every heap result
+            return _heap_result(self._result._data.copy(), self._result._device)
+        with scope_out_of_workspaces():
+            return self._result.dup()

@@ -6,7 +6,19 @@ import pytest
 
 import kit
 from kit.data import ArrayIterator, DataSet
-from kit.nn import BatchNorm, Conv2D, Dense, Flatten, GlobalAvgPool, Network, ReLU, Residual, Sgd, lenet, mlp
+from kit.nn import (
+    BatchNorm,
+    Conv2D,
+    Dense,
+    Flatten,
+    GlobalAvgPool,
+    Network,
+    ReLU,
+    Residual,
+    Sgd,
+    lenet,
+    mlp,
+)
 from kit.nn.plan import InferencePlan
 
 
