@@ -15,8 +15,9 @@ these; planned inference (kit.nn.plan) calls the same kernels on the buffers it 
 the closure each layer's `plan_step` returns. Each forward kernel has its backward beside it.
 
 NumPy is specialised in one place only, where measurement said so: the row reductions of the
-softmax use the ufuncs' own `reduce` (np.max and np.sum wrap them in ~3 us of Python each, more
-than the arithmetic on a (1, 10) batch). The convolution and pooling kernels live in
+softmax call the ufuncs' own `reduce`, positionally (np.max and np.sum wrap it in ~3 us of Python
+each, keywords cost another 0.4 us: more than the arithmetic on a (1, 10) batch). The convolution
+and pooling kernels live in
 kit/nn/im2col.py, beside the layout they share.
 
 Shapes are written with the batch: B examples, n_in -> n_out features, C classes.
@@ -48,9 +49,23 @@ __all__ = [
 ]
 
 
-def _row_reductions(xp: Any) -> tuple[Any, Any]:
-    """(max, sum) over an axis with out= and keepdims=: NumPy's ufunc methods, else xp's functions."""
-    return (np.maximum.reduce, np.add.reduce) if xp is np else (xp.max, xp.sum)
+_np_max, _np_sum = np.maximum.reduce, np.add.reduce
+
+
+def _row_max(xp: Any, x: Any, row: Any) -> None:
+    """row = the maximum over x's last axis, kept as (..., 1)."""
+    if xp is np:
+        _np_max(x, -1, None, row, True)  # (array, axis, dtype, out, keepdims)
+    else:
+        xp.max(x, axis=-1, keepdims=True, out=row)
+
+
+def _row_sum(xp: Any, x: Any, row: Any) -> None:
+    """row = the sum over x's last axis, kept as (..., 1)."""
+    if xp is np:
+        _np_sum(x, -1, None, row, True)
+    else:
+        xp.sum(x, axis=-1, keepdims=True, out=row)
 
 
 # ---- dense -------------------------------------------------------------------------------------
@@ -64,7 +79,10 @@ def dense_backward_into(xp: Any, x: Any, e: Any, w: Any, dw: Any, db: Any, dx: A
     """dw = x.T @ e (n_in, n_out); db = sum of e over the batch (n_out,); dx = e @ w.T (B, n_in),
     skipped when dx is None (a network's first layer: nobody needs d loss / d input)."""
     xp.matmul(x.T, e, out=dw)
-    e.sum(axis=0, out=db)
+    if xp is np:
+        _np_sum(e, 0, None, db)  # without ndarray.sum's Python wrapper
+    else:
+        e.sum(axis=0, out=db)
     if dx is not None:
         xp.matmul(e, w.T, out=dx)
 
@@ -110,12 +128,11 @@ def softmax_into(xp: Any, x: Any, out: Any, row: Any, log_out: Any | None = None
     """out = softmax(x) over the last axis, stable for any x (the row maximum is subtracted);
     `row` is scratch of shape (..., 1). With `log_out`, log_softmax(x) = x - max - log(sum exp)
     goes there too, without the log of a probability that underflowed to 0."""
-    top, total = _row_reductions(xp)
-    top(x, axis=-1, keepdims=True, out=row)
+    _row_max(xp, x, row)
     shifted = out if log_out is None else log_out
     xp.subtract(x, row, out=shifted)
     xp.exp(shifted, out=out)
-    total(out, axis=-1, keepdims=True, out=row)
+    _row_sum(xp, out, row)
     xp.divide(out, row, out=out)
     if log_out is not None:
         xp.log(row, out=row)
@@ -125,7 +142,7 @@ def softmax_into(xp: Any, x: Any, out: Any, row: Any, log_out: Any | None = None
 def softmax_backward_into(xp: Any, e: Any, y: Any, scratch: Any, row: Any, out: Any) -> None:
     """out = y * (e - sum_j e_j y_j); `scratch` of e's shape and `row` (..., 1) are working memory."""
     xp.multiply(e, y, out=scratch)
-    _row_reductions(xp)[1](scratch, axis=-1, keepdims=True, out=row)
+    _row_sum(xp, scratch, row)
     xp.subtract(e, row, out=out)
     xp.multiply(out, y, out=out)
 
@@ -151,7 +168,8 @@ def cross_entropy_into(xp: Any, z: Any, t: Any, grad: Any, logp: Any, row: Any) 
     b = z.shape[0]
     softmax_into(xp, z, grad, row, log_out=logp)
     logp *= t
-    loss = -float(logp.sum(dtype=accumulator(logp.dtype))) / b
+    acc = accumulator(logp.dtype)
+    loss = -float(_np_sum(logp, None, acc) if xp is np else logp.sum(dtype=acc)) / b
     grad -= t
     grad *= 1.0 / b
     return loss

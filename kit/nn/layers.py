@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -244,8 +245,8 @@ class Dense(Layer):
     plan_replay = True
 
     def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
-        # the parameters are looked up at each call: a plan reads the ones bound now, in place
-        return lambda: dense_into(xp, x, self.params["W"]._data, self.params["b"]._data, y)
+        # the parameters are views of the network's flat buffer: read in place at every call
+        return partial(dense_into, xp, x, self.params["W"]._data, self.params["b"]._data, y)
 
 
 # ---------------------------------------------------------------------------------------
@@ -272,7 +273,7 @@ class ReLU(Layer):
     plan_replay = True
 
     def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
-        return lambda: relu_into(xp, x, y)
+        return partial(relu_into, xp, x, y)
 
 
 def relu_grad_into(eps: NDArray, y: NDArray, out: NDArray, mgr: LayerWorkspaceMgr) -> None:
@@ -304,8 +305,7 @@ class _Elementwise(Layer):
         return dx
 
     def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
-        kernel = type(self).kernel
-        return lambda: kernel(xp, x, y)
+        return partial(type(self).kernel, xp, x, y)
 
 
 class Tanh(_Elementwise):
@@ -336,8 +336,7 @@ class Softmax(Layer):
     plan_replay = True
 
     def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
-        row = buffers[-1]  # the (B, 1) working array forward asked for after y
-        return lambda: softmax_into(xp, x, y, row)
+        return partial(softmax_into, xp, x, y, buffers[-1])  # the (B, 1) working array asked for after y
 
 
 class Dropout(Layer):
@@ -380,7 +379,7 @@ class Dropout(Layer):
     plan_replay = True
 
     def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
-        return lambda: copy_into(xp, x, y)  # the identity at inference
+        return partial(copy_into, xp, x, y)  # the identity at inference
 
 
 class Flatten(Layer):

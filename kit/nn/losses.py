@@ -12,6 +12,7 @@ names the kernel planned inference (kit.nn.plan) calls for `activate`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, ClassVar
 
 from kit.ndarray import NDArray
@@ -51,7 +52,7 @@ class Loss:
         None: the plan runs `activate` again on them."""
         if type(self).activate is not Loss.activate:
             return None
-        return lambda: copy_into(xp, z, result)
+        return partial(copy_into, xp, z, result)
 
 
 def loss_from_config(cfg: dict[str, Any]) -> Loss:
@@ -77,8 +78,7 @@ class SoftmaxCrossEntropy(Loss):
         softmax_into(out.device.xp, out.data, result.data, row)
 
     def plan_step(self, xp: Any, z: Any, result: Any, buffers: list[Any]) -> Callable[[], Any]:
-        row = buffers[0]  # the (B, 1) working array activate asked for
-        return lambda: softmax_into(xp, z, result, row)
+        return partial(softmax_into, xp, z, result, buffers[0])  # the (B, 1) working array activate asked for
 
 
 class MSE(Loss):

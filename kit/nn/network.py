@@ -54,7 +54,7 @@ from kit.nn.loop import StepResult, TrainingLoop
 from kit.nn.losses import Loss, SoftmaxCrossEntropy, loss_from_config
 from kit.nn.mixed import LossScaler, master_dtype_for, precision_step, scale_seed
 from kit.nn.persistence import ModelFileError, read_model, write_model
-from kit.nn.plan import InferencePlan
+from kit.nn.plan import InferencePlan, OutputPlans
 from kit.nn.updaters import Adam, Updater, state_dtype, updater_from_config
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
 from kit.workspace import scope_out_of_workspaces
@@ -121,6 +121,7 @@ class Network:
         calls = len(self.layers) + 1  # each leaf layer, and the loss
         self._train_mgr = LayerWorkspaceMgr(self.training_workspace_mode, f"{self._name}/train/", self.device, calls)
         self._infer_mgr = LayerWorkspaceMgr(self.inference_workspace_mode, f"{self._name}/infer/", self.device, calls)
+        self.output_plans = OutputPlans(self)  # output()'s plans, one per batch size (kit.nn.plan)
         self._initialise()
 
     # ---- flat buffers ----------------------------------------------------------------
@@ -396,9 +397,25 @@ class Network:
             loop.stop()
 
     # ---- inference -----------------------------------------------------------------
-    def output(self, x: Any, train: bool = False) -> NDArray:
+    def output(self, x: Any, train: bool = False, planned: bool = True) -> NDArray:
         """Predictions for x (probabilities for softmax cross-entropy), always in detached heap
-        memory, also when called inside a workspace (DL4J throws there, dl4j#8231)."""
+        memory, also when called inside a workspace (DL4J throws there, dl4j#8231).
+
+        In inference a batch size asked for again is answered by a plan (kit.nn.plan,
+        `output_plans`): the same numbers with less bookkeeping. `planned=False` runs the layers
+        unplanned, in the inference workspaces."""
+        if planned and not train:
+            lock = self._lock._lock
+            if lock.acquire(blocking=False):  # free: the RLock itself, without _TurnLock's Python
+                try:
+                    answer = self.output_plans.answer(x)
+                finally:
+                    lock.release()
+            else:  # wait the way every other caller does (counted, let in between training steps)
+                with self._lock:
+                    answer = self.output_plans.answer(x)
+            if answer is not None:
+                return answer
         with self._lock, scope_out_of_workspaces():
             x = self._features(x)
             if x.shape[0] == 0:  # no examples, no work: an empty answer of the right shape

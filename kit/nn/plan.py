@@ -5,10 +5,13 @@
     >>> net = mlp(8, hidden=(16,), n_out=3)
     >>> plan = net.plan_inference(batch_size=1)        # buffers fixed now, once
     >>> x = np.random.default_rng(0).random((1, 8))
-    >>> bool(np.allclose(plan.output(x).numpy(), net.output(x).numpy()))
+    >>> bool(np.allclose(plan.output(x).numpy(), net.output(x, planned=False).numpy()))
     True
     >>> plan.buffer_bytes > 0
     True
+    >>> _ = net.output(x), net.output(x)               # output() plans by itself: a batch size seen twice
+    >>> net.output_plans.used, len(net.output_plans)
+    (1, 1)
 
 The CPU analogue of a captured CUDA graph. The first pass records every array the layers ask
 their LayerWorkspaceMgr for (activations, working memory) and keeps them. Each later call is a
@@ -23,11 +26,19 @@ op). The input still gets one finiteness check (kit.checks): NaN data is refused
 
 A plan serves one batch size (a request of another size is an error naming both); parameters are
 read in place, so training between calls is seen; the answer is a copy, safe to keep.
+
+`Network.output` uses plans by itself (`OutputPlans`, `net.output_plans`): in inference, for a
+NumPy array or an NDArray of the network's device and dtype, from the second call with a batch
+size on, at most `limit` plans (the least recently used is dropped) of at most `max_bytes` of
+buffers in all. They are dropped when what a plan fixed changes: the loss object, the layer list,
+the parameter buffer, the device or the dtype (parameter values are read in place: set_params,
+fit, copy_state_from, ParallelInference's updates need no new plan).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +51,7 @@ from kit.ndarray import NDArray, _heap_result
 from kit.nn.layers import Layer, call_forward
 from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
 
-__all__ = ["InferencePlan", "PlanDeclinedError", "PlanMismatchError"]
+__all__ = ["InferencePlan", "OutputPlans", "PlanDeclinedError", "PlanMismatchError"]
 
 
 class PlanMismatchError(ValueError):
@@ -198,3 +209,139 @@ class InferencePlan:
             return _heap_result(self._result._data.copy(), self._result._device)
         with scope_out_of_workspaces():
             return self._result.dup()
+
+
+class OutputPlans:
+    """The plans `Network.output` answers with (`net.output_plans`): one per batch size.
+
+    `used` counts the answers a plan gave, `captured` the plans made; `declined` says why this
+    network is not planned (None when it is). Set `enabled = False` to answer every call
+    unplanned; `clear()` drops every plan."""
+
+    def __init__(self, net: Any, limit: int = 8, max_bytes: int = 64 << 20) -> None:
+        self.net = net
+        self.enabled = True
+        self._plans: OrderedDict[int, InferencePlan] = OrderedDict()
+        self._limit, self._max_bytes = limit, max_bytes
+        self.used = 0
+        self.captured = 0
+        self.declined: str | None = None
+        self._seen: OrderedDict[int, None] = OrderedDict()  # batch sizes asked for once
+        self._too_big = 0  # batches of this many rows or more: over max_bytes (0: none yet)
+        self._fixed: tuple[Any, ...] | None = None  # what the plans were made for
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    @property
+    def limit(self) -> int:
+        """The most plans kept (one per batch size); 0 plans nothing."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        self._limit = value
+        self._trim()
+
+    @property
+    def max_bytes(self) -> int:
+        """The most bytes of buffers the plans keep in all; a batch whose plan needs more is unplanned."""
+        return self._max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        self._max_bytes = value
+        self._too_big = 0
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop the least recently used plans until both bounds hold."""
+        plans = self._plans
+        while plans and (len(plans) > self._limit or self.buffer_bytes > self._max_bytes):
+            plans.popitem(last=False)
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        """The batch sizes planned now, the least recently used first."""
+        return list(self._plans)
+
+    @property
+    def buffer_bytes(self) -> int:
+        return sum(plan.buffer_bytes for plan in self._plans.values())
+
+    def clear(self) -> None:
+        self._plans.clear()
+        self._seen.clear()
+        self._too_big = 0
+        self._fixed = None
+
+    def _still_fit(self) -> bool:
+        """Whether what the plans fixed is still the network's; if not, forget them."""
+        net, fixed = self.net, self._fixed
+        if (
+            fixed is not None
+            and fixed[0] is net.loss
+            and fixed[1] is net.flat_params._data
+            and fixed[2] == net.body.layers
+            and fixed[3] is net.device
+            and fixed[4] is net.dtype
+        ):
+            return self.declined is None
+        self.clear()
+        self._fixed = (net.loss, net.flat_params._data, list(net.body.layers), net.device, net.dtype)
+        self.declined = declined(net)
+        return self.declined is None
+
+    def answer(self, x: Any) -> NDArray | None:
+        """The planned answer for x, or None where no plan applies (Network.output then runs
+        unplanned): another device or dtype, a shape the network refuses, a batch size seen for
+        the first time, too many bytes, a network that declines. The caller holds the lock."""
+        if not self.enabled:
+            return None
+        net = self.net
+        if type(x) is np.ndarray:
+            raw = x
+            if raw.dtype.kind not in "fiu":
+                return None
+        elif isinstance(x, NDArray):
+            if x._device is not net.device or x.dtype != net.dtype:
+                return None
+            raw = x.data
+        else:
+            return None
+        shape = raw.shape
+        batch = shape[0] if shape else 0
+        if not batch or shape[1:] != net.input_shape or (self._too_big and batch >= self._too_big):
+            return None
+        if not self._still_fit():
+            return None
+        plans = self._plans
+        plan = plans.get(batch)
+        if plan is None:
+            plan = self._new(batch)
+            if plan is None:
+                return None
+        elif len(plans) > 1:
+            plans.move_to_end(batch)
+        answer = plan._run(raw)
+        self.used += 1
+        return answer
+
+    def _new(self, batch: int) -> InferencePlan | None:
+        seen = self._seen
+        if batch not in seen:  # a batch size asked for once (the last of an epoch) is not worth a plan
+            seen[batch] = None
+            if len(seen) > 4 * max(self.limit, 1):
+                seen.popitem(last=False)
+            return None
+        if self.limit < 1:
+            return None
+        plan = InferencePlan(self.net, batch)
+        self.captured += 1
+        if plan.buffer_bytes > self._max_bytes:
+            self._too_big = batch if not self._too_big else min(batch, self._too_big)
+            return None
+        self._plans[batch] = plan
+        self._plans.move_to_end(batch)
+        self._trim()  # the least recently used go first; the new plan fits on its own
+        return plan
