@@ -216,13 +216,13 @@ class OutputPlans:
 
     `used` counts the answers a plan gave, `captured` the plans made; `declined` says why this
     network is not planned (None when it is). Set `enabled = False` to answer every call
-    unplanned; `clear()` drops every plan."""
+    unplanned; `clear()` drops every plan; `resize()` sets the bounds."""
 
     def __init__(self, net: Any, limit: int = 8, max_bytes: int = 64 << 20) -> None:
         self.net = net
         self.enabled = True
         self._plans: OrderedDict[int, InferencePlan] = OrderedDict()
-        self._limit, self._max_bytes = limit, max_bytes
+        self.limit, self.max_bytes = limit, max_bytes  # the bounds: change them with resize()
         self.used = 0
         self.captured = 0
         self.declined: str | None = None
@@ -233,31 +233,19 @@ class OutputPlans:
     def __len__(self) -> int:
         return len(self._plans)
 
-    @property
-    def limit(self) -> int:
-        """The most plans kept (one per batch size); 0 plans nothing."""
-        return self._limit
-
-    @limit.setter
-    def limit(self, value: int) -> None:
-        self._limit = value
-        self._trim()
-
-    @property
-    def max_bytes(self) -> int:
-        """The most bytes of buffers the plans keep in all; a batch whose plan needs more is unplanned."""
-        return self._max_bytes
-
-    @max_bytes.setter
-    def max_bytes(self, value: int) -> None:
-        self._max_bytes = value
-        self._too_big = 0
+    def resize(self, limit: int | None = None, max_bytes: int | None = None) -> None:
+        """New bounds: at most `limit` plans (0 plans nothing), at most `max_bytes` of buffers in all
+        (a batch whose plan alone needs more runs unplanned). Plans over them are dropped now."""
+        if limit is not None:
+            self.limit = limit
+        if max_bytes is not None:
+            self.max_bytes, self._too_big = max_bytes, 0
         self._trim()
 
     def _trim(self) -> None:
         """Drop the least recently used plans until both bounds hold."""
         plans = self._plans
-        while plans and (len(plans) > self._limit or self.buffer_bytes > self._max_bytes):
+        while plans and (len(plans) > self.limit or self.buffer_bytes > self.max_bytes):
             plans.popitem(last=False)
 
     @property
@@ -338,7 +326,7 @@ class OutputPlans:
             return None
         plan = InferencePlan(self.net, batch)
         self.captured += 1
-        if plan.buffer_bytes > self._max_bytes:
+        if plan.buffer_bytes > self.max_bytes:
             self._too_big = batch if not self._too_big else min(batch, self._too_big)
             return None
         self._plans[batch] = plan

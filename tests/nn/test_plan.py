@@ -243,19 +243,19 @@ def test_a_loaded_or_cloned_network_plans_its_own_outputs(tmp_path):
 def test_the_plans_are_bounded_in_number_and_bytes():
     net = mlp(12, hidden=(16,), n_out=4)
     plans = net.output_plans
-    plans.limit = 3
+    plans.resize(limit=3)
     for batch in (1, 2, 3, 4, 5, 2):
         x = _probe(net, batch=batch)
         net.output(x)
         _same(net.output(x), net.output(x, planned=False))
     assert plans.batch_sizes == [4, 5, 2] and plans.captured == 6  # least recently used dropped first
-    plans.max_bytes = plans.buffer_bytes // 3  # room for about one small plan
+    plans.resize(max_bytes=plans.buffer_bytes // 3)  # room for about one small plan
     for batch in (2, 64, 64, 128, 128):
         x = _probe(net, batch=batch)
         _same(net.output(x), net.output(x, planned=False))
     assert 64 not in plans.batch_sizes and 128 not in plans.batch_sizes
     assert 0 < plans.buffer_bytes <= plans.max_bytes
-    plans.limit = 0
+    plans.resize(limit=0)
     assert len(plans) == 0
     x = _probe(net, batch=2)
     net.output(x), net.output(x)
