@@ -52,14 +52,6 @@ __all__ = [
 _np_max, _np_sum = np.maximum.reduce, np.add.reduce
 
 
-def _row_max(xp: Any, x: Any, row: Any) -> None:
-    """row = the maximum over x's last axis, kept as (..., 1)."""
-    if xp is np:
-        _np_max(x, -1, None, row, True)  # (array, axis, dtype, out, keepdims)
-    else:
-        xp.max(x, axis=-1, keepdims=True, out=row)
-
-
 def _row_sum(xp: Any, x: Any, row: Any) -> None:
     """row = the sum over x's last axis, kept as (..., 1)."""
     if xp is np:
@@ -128,11 +120,18 @@ def softmax_into(xp: Any, x: Any, out: Any, row: Any, log_out: Any | None = None
     """out = softmax(x) over the last axis, stable for any x (the row maximum is subtracted);
     `row` is scratch of shape (..., 1). With `log_out`, log_softmax(x) = x - max - log(sum exp)
     goes there too, without the log of a probability that underflowed to 0."""
-    _row_max(xp, x, row)
+    numpy = xp is np  # the row reductions written out here: this runs on every planned answer
+    if numpy:
+        _np_max(x, -1, None, row, True)  # (array, axis, dtype, out, keepdims)
+    else:
+        xp.max(x, axis=-1, keepdims=True, out=row)
     shifted = out if log_out is None else log_out
     xp.subtract(x, row, out=shifted)
     xp.exp(shifted, out=out)
-    _row_sum(xp, out, row)
+    if numpy:
+        _np_sum(out, -1, None, row, True)
+    else:
+        xp.sum(out, axis=-1, keepdims=True, out=row)
     xp.divide(out, row, out=out)
     if log_out is not None:
         xp.log(row, out=row)

@@ -163,7 +163,9 @@ class Layer:
     def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any] | None:
         """Planned inference: a call that writes this layer's inference output for the raw input
         `x` into the raw `y` (both fixed arrays of a plan; `buffers`: the raw arrays forward asked
-        `mgr` for when the plan was recorded, y among them), or None: the plan replays forward."""
+        `mgr` for when the plan was recorded, y among them), or None: the plan replays forward.
+        Built as functools.partial(kernel, xp, x, ...), the step lets a plan on the CPU pass the
+        caller's array as x instead of copying it into its own first."""
         return None
 
     def _check_input(self, x: NDArray) -> None:

@@ -22,7 +22,9 @@ can be replayed (`plan_replay`) runs that forward again and receives the same bu
 same order. A network with a layer that is neither is declined (PlanDeclinedError). A call
 allocates nothing but its answer, opens no workspace, and skips the per-call checks
 `Network.output` makes (conversion of the input, device and dtype checks, scopes, one NDArray per
-op). The input still gets one finiteness check (kit.checks): NaN data is refused.
+op). The input still gets one finiteness check (kit.checks): NaN data is refused. On the CPU a
+first step built as partial(kernel, xp, x, ...) reads a NumPy input of the network's dtype where
+it lies, without copying it into the plan first.
 
 A plan serves one batch size (a request of another size is an error naming both); parameters are
 read in place, so training between calls is seen; the answer is a copy, safe to keep.
@@ -40,6 +42,7 @@ from __future__ import annotations
 import contextlib
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -139,6 +142,9 @@ class InferencePlan:
             steps = self._capture()  # every buffer the layers ask for is made and kept
         self._mgr.capturing = False
         self._calls = [step for _, step in steps]
+        self._head = self._head_kernel(steps[0]) if self._cpu else None
+        self._tail = self._calls[1:]
+        self._dtype = net.dtype
         self.direct_steps = sum(1 for kind, _ in steps if kind == "direct")
         self.replayed_steps = len(steps) - self.direct_steps
         self.buffer_bytes = sum(b.nbytes for b in self._mgr.buffers) + self._input.nbytes + self._result.nbytes
@@ -160,6 +166,16 @@ class InferencePlan:
         fast = net.loss.plan_step(xp, x.data, self._result.data, [b.data for b in mgr.buffers[start:]])
         steps.append(("direct", fast) if fast is not None else ("replay", self._replay_loss(x, start)))
         return steps
+
+    def _head_kernel(self, first: tuple[str, Callable[[], Any]]) -> tuple[Any, ...] | None:
+        """The first step as (kernel, xp, the arguments after x) when it is
+        partial(kernel, xp, x, ...) on the plan's input: a NumPy input of the network's dtype is
+        then passed to the kernel as it is, not copied into the plan first."""
+        kind, step = first
+        if kind == "direct" and isinstance(step, partial) and len(step.args) > 1 and step.args[1] is self._input._data:
+            if not step.keywords:
+                return step.func, step.args[0], step.args[2:]
+        return None
 
     def _replay(self, layer: Any, x: NDArray, start: int) -> Callable[[], Any]:
         mgr = self._mgr
@@ -192,18 +208,27 @@ class InferencePlan:
     def _run(self, raw: Any) -> NDArray:
         """The answer for `raw` (a NumPy array of the input shape, or an array of the network's
         device); the caller holds the network's lock."""
-        if self._cpu:
-            target = self._input._data
-            target[...] = raw  # casts as copyto(casting="unsafe") does, without its Python wrapper
+        calls = self._calls
+        head = self._head
+        if head is not None and raw.__class__ is np.ndarray and raw.dtype is self._dtype:
+            if not all_finite(raw):
+                check_finite(raw, "features")  # names the first bad value
+            kernel, xp, rest = head
+            kernel(xp, raw, *rest)  # the first layer reads the caller's array
+            calls = self._tail
         else:
-            target = self._input.data
-            if isinstance(raw, np.ndarray):
-                self._input.assign(raw.astype(self.net.dtype, copy=False))
+            if self._cpu:
+                target = self._input._data
+                target[...] = raw  # casts as copyto(casting="unsafe") does, without its Python wrapper
             else:
-                self.net.device.xp.copyto(target, raw, casting="unsafe")
-        if not all_finite(target):
-            check_finite(target, "features")  # names the first bad value
-        for step in self._calls:
+                target = self._input.data
+                if isinstance(raw, np.ndarray):
+                    self._input.assign(raw.astype(self._dtype, copy=False))
+                else:
+                    self.net.device.xp.copyto(target, raw, casting="unsafe")
+            if not all_finite(target):
+                check_finite(target, "features")  # names the first bad value
+        for step in calls:
             step()
         if self._cpu:  # the answer as a heap copy: NumPy's copy, counted like every heap result
             return _heap_result(self._result._data.copy(), self._result._device)

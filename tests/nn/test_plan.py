@@ -268,9 +268,21 @@ def test_planned_output_refuses_nan_with_output_s_message():
     net.output(ok), net.output(ok)
     bad = ok.copy()
     bad[2, 5] = np.inf
-    with pytest.raises(ValueError, match=r"features contain NaN or infinity \(1 values; first at index \[2, 5\]\)"):
-        net.output(bad)
+    for given in (bad, bad.astype(np.float32)):  # copied into the plan; read where it lies
+        with pytest.raises(ValueError, match=r"features contain NaN or infinity \(1 values; first at index \[2, 5\]\)"):
+            net.output(given)
     assert net.output_plans.used == 1
+
+
+def test_the_callers_array_read_in_place_gives_the_copied_inputs_answer():
+    net = mlp(6, hidden=(8,), n_out=3)
+    wide = np.random.default_rng(4).random((4, 12)).astype(np.float32)
+    strided = wide[:, ::2]  # float32 but not contiguous
+    for x in (np.ascontiguousarray(strided), strided, strided.astype(np.float64), kit.asarray(strided.copy())):
+        net.output(x)
+        _same(net.output(x), net.output(x, planned=False))
+        np.testing.assert_allclose(net.output(x).numpy(), net.plan_inference(4).output(x).numpy(), rtol=1e-6)
+    assert net.output_plans.used == 11 and net.output_plans.captured == 1  # all but the first call
 
 
 def test_inputs_a_plan_does_not_take_go_unplanned():
