@@ -40,6 +40,7 @@ fit, copy_state_from, ParallelInference's updates need no new plan).
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
@@ -244,7 +245,11 @@ class OutputPlans:
     unplanned; `clear()` drops every plan; `resize()` sets the bounds."""
 
     def __init__(self, net: Any, limit: int = 8, max_bytes: int = 64 << 20) -> None:
-        self.net = net
+        # the network holds these plans: a weak way back, so that dropping the last reference to a
+        # network frees it (and its workspaces) at once, not at the next cyclic garbage collection
+        self.net = weakref.proxy(net)
+        self._net = weakref.ref(net)  # the hot path: one call, then plain attribute reads
+        self._example_shape = net.input_shape
         self.enabled = True
         self._plans: OrderedDict[int, InferencePlan] = OrderedDict()
         self.limit, self.max_bytes = limit, max_bytes  # the bounds: change them with resize()
@@ -261,11 +266,12 @@ class OutputPlans:
     def resize(self, limit: int | None = None, max_bytes: int | None = None) -> None:
         """New bounds: at most `limit` plans (0 plans nothing), at most `max_bytes` of buffers in all
         (a batch whose plan alone needs more runs unplanned). Plans over them are dropped now."""
-        if limit is not None:
-            self.limit = limit
-        if max_bytes is not None:
-            self.max_bytes, self._too_big = max_bytes, 0
-        self._trim()
+        with self.net._lock:
+            if limit is not None:
+                self.limit = limit
+            if max_bytes is not None:
+                self.max_bytes, self._too_big = max_bytes, 0
+            self._trim()
 
     def _trim(self) -> None:
         """Drop the least recently used plans until both bounds hold."""
@@ -283,23 +289,15 @@ class OutputPlans:
         return sum(plan.buffer_bytes for plan in self._plans.values())
 
     def clear(self) -> None:
-        self._plans.clear()
-        self._seen.clear()
-        self._too_big = 0
-        self._fixed = None
+        with self.net._lock:
+            self._plans.clear()
+            self._seen.clear()
+            self._too_big = 0
+            self._fixed = None
 
-    def _still_fit(self) -> bool:
-        """Whether what the plans fixed is still the network's; if not, forget them."""
-        net, fixed = self.net, self._fixed
-        if (
-            fixed is not None
-            and fixed[0] is net.loss
-            and fixed[1] is net.flat_params._data
-            and fixed[2] == net.body.layers
-            and fixed[3] is net.device
-            and fixed[4] is net.dtype
-        ):
-            return self.declined is None
+    def _refit(self, net: Any) -> bool:
+        """What the plans fixed changed (or nothing is fixed yet): forget them, and say whether
+        the network as it is now can be planned."""
         self.clear()
         self._fixed = (net.loss, net.flat_params._data, list(net.body.layers), net.device, net.dtype)
         self.declined = declined(net)
@@ -311,7 +309,7 @@ class OutputPlans:
         the first time, too many bytes, a network that declines. The caller holds the lock."""
         if not self.enabled:
             return None
-        net = self.net
+        net = self._net()
         if type(x) is np.ndarray:
             raw = x
             if raw.dtype.kind not in "fiu":
@@ -323,10 +321,23 @@ class OutputPlans:
         else:
             return None
         shape = raw.shape
-        batch = shape[0] if shape else 0
-        if not batch or shape[1:] != net.input_shape or (self._too_big and batch >= self._too_big):
+        if shape[1:] != self._example_shape or not shape[0]:  # a 0-d array fails the first test
             return None
-        if not self._still_fit():
+        batch = shape[0]
+        if self._too_big and batch >= self._too_big:
+            return None
+        fixed = self._fixed  # what the plans were made for, still the network's?
+        if (
+            fixed is None
+            or fixed[0] is not net.loss
+            or fixed[1] is not net.flat_params._data
+            or fixed[2] != net.body.layers
+            or fixed[3] is not net.device
+            or fixed[4] is not net.dtype
+        ):
+            if not self._refit(net):
+                return None
+        elif self.declined is not None:
             return None
         plans = self._plans
         plan = plans.get(batch)
@@ -349,7 +360,7 @@ class OutputPlans:
             return None
         if self.limit < 1:
             return None
-        plan = InferencePlan(self.net, batch)
+        plan = InferencePlan(self.net, batch)  # holds the proxy: no cycle through the network
         self.captured += 1
         if plan.buffer_bytes > self.max_bytes:
             self._too_big = batch if not self._too_big else min(batch, self._too_big)

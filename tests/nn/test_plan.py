@@ -1,6 +1,8 @@
 """Planned inference (kit.nn.plan): the same answers as Network.output, one allocation per call
 (the answer), parameters read in place, bad input refused."""
 
+import weakref
+
 import numpy as np
 import pytest
 
@@ -260,6 +262,16 @@ def test_the_plans_are_bounded_in_number_and_bytes():
     x = _probe(net, batch=2)
     net.output(x), net.output(x)
     assert len(plans) == 0 and plans.used == 8
+
+
+def test_a_network_with_plans_is_freed_as_soon_as_it_is_dropped():
+    net = mlp(6, hidden=(8,), n_out=3)
+    x = np.zeros((4, 6), np.float32)
+    net.output(x), net.output(x)
+    assert len(net.output_plans) == 1
+    gone = weakref.ref(net)
+    del net
+    assert gone() is None  # no reference cycle through the plans: freed without a garbage collection
 
 
 def test_planned_output_refuses_nan_with_output_s_message():
