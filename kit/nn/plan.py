@@ -31,10 +31,11 @@ read in place, so training between calls is seen; the answer is a copy, safe to 
 
 `Network.output` uses plans by itself (`OutputPlans`, `net.output_plans`): in inference, for a
 NumPy array or an NDArray of the network's device and dtype, from the second call with a batch
-size on, at most `limit` plans (the least recently used is dropped) of at most `max_bytes` of
-buffers in all. They are dropped when what a plan fixed changes: the loss object, the layer list,
-the parameter buffer, the device or the dtype (parameter values are read in place: set_params,
-fit, copy_state_from, ParallelInference's updates need no new plan).
+size on (that call records the plan, and the recording pass is its answer), at most `limit` plans
+(the least recently used is dropped) of at most `max_bytes` of buffers in all. They are dropped
+when what a plan fixed changes: the loss object, the layer list, the parameter buffer, the device
+or the dtype (parameter values are read in place: set_params, fit, copy_state_from and
+ParallelInference's updates need no new plan).
 """
 
 from __future__ import annotations
@@ -125,7 +126,9 @@ def declined(net: Any) -> str | None:
 class InferencePlan:
     """`Network.plan_inference(batch_size)`: forward passes for `batch_size` examples, replayed."""
 
-    def __init__(self, net: Any, batch_size: int) -> None:
+    def __init__(self, net: Any, batch_size: int, first: Any = None) -> None:
+        """`first`: a batch to record the plan with (checked and loaded as `output` does), whose
+        answer `_answer()` then gives; without it the plan is recorded on zeros."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"plan_inference(batch_size={batch_size!r}): must be a positive integer")
         reason = declined(net)
@@ -138,14 +141,17 @@ class InferencePlan:
         with scope_out_of_workspaces():
             self._input = empty(self.input_shape, net.dtype, net.device)
             self._result = empty((batch_size, *net.output_shape), net.dtype, net.device)
-        self._input.data.fill(0)
+        self._dtype = net.dtype
+        if first is None:
+            self._input.data.fill(0)
+        else:
+            self._load(first)
         with net._lock:
             steps = self._capture()  # every buffer the layers ask for is made and kept
         self._mgr.capturing = False
         self._calls = [step for _, step in steps]
         self._head = self._head_kernel(steps[0]) if self._cpu else None
         self._tail = self._calls[1:]
-        self._dtype = net.dtype
         self.direct_steps = sum(1 for kind, _ in steps if kind == "direct")
         self.replayed_steps = len(steps) - self.direct_steps
         self.buffer_bytes = sum(b.nbytes for b in self._mgr.buffers) + self._input.nbytes + self._result.nbytes
@@ -218,20 +224,28 @@ class InferencePlan:
             kernel(xp, raw, *rest)  # the first layer reads the caller's array
             calls = self._tail
         else:
-            if self._cpu:
-                target = self._input._data
-                target[...] = raw  # casts as copyto(casting="unsafe") does, without its Python wrapper
-            else:
-                target = self._input.data
-                if isinstance(raw, np.ndarray):
-                    self._input.assign(raw.astype(self._dtype, copy=False))
-                else:
-                    self.net.device.xp.copyto(target, raw, casting="unsafe")
-            if not all_finite(target):
-                check_finite(target, "features")  # names the first bad value
+            self._load(raw)
         for step in calls:
             step()
-        if self._cpu:  # the answer as a heap copy: NumPy's copy, counted like every heap result
+        return self._answer()
+
+    def _load(self, raw: Any) -> None:
+        """Copy `raw` into the plan's input (cast to the network's dtype) and check it there."""
+        if self._cpu:
+            target = self._input._data
+            target[...] = raw  # casts as copyto(casting="unsafe") does, without its Python wrapper
+        else:
+            target = self._input.data
+            if isinstance(raw, np.ndarray):
+                self._input.assign(raw.astype(self._dtype, copy=False))
+            else:
+                self.net.device.xp.copyto(target, raw, casting="unsafe")
+        if not all_finite(target):
+            check_finite(target, "features")  # names the first bad value
+
+    def _answer(self) -> NDArray:
+        """The result as a heap copy: the next call overwrites the plan's own."""
+        if self._cpu:  # NumPy's copy, counted like every heap result
             return _heap_result(self._result._data.copy(), self._result._device)
         with scope_out_of_workspaces():
             return self._result.dup()
@@ -342,16 +356,16 @@ class OutputPlans:
         plans = self._plans
         plan = plans.get(batch)
         if plan is None:
-            plan = self._new(batch)
-            if plan is None:
-                return None
-        elif len(plans) > 1:
+            return self._new(batch, raw)
+        if len(plans) > 1:
             plans.move_to_end(batch)
         answer = plan._run(raw)
         self.used += 1
         return answer
 
-    def _new(self, batch: int) -> InferencePlan | None:
+    def _new(self, batch: int, raw: Any) -> NDArray | None:
+        """Record a plan for `batch` on `raw` and give its answer (the recording pass computes it),
+        or None: a batch size seen for the first time, no room."""
         seen = self._seen
         if batch not in seen:  # a batch size asked for once (the last of an epoch) is not worth a plan
             seen[batch] = None
@@ -360,12 +374,12 @@ class OutputPlans:
             return None
         if self.limit < 1:
             return None
-        plan = InferencePlan(self.net, batch)  # holds the proxy: no cycle through the network
+        plan = InferencePlan(self.net, batch, first=raw)  # holds the proxy: no cycle through the network
         self.captured += 1
-        if plan.buffer_bytes > self.max_bytes:
+        if plan.buffer_bytes <= self.max_bytes:
+            self._plans[batch] = plan
+            self._trim()  # the least recently used go first; the new plan fits on its own
+        else:
             self._too_big = batch if not self._too_big else min(batch, self._too_big)
-            return None
-        self._plans[batch] = plan
-        self._plans.move_to_end(batch)
-        self._trim()  # the least recently used go first; the new plan fits on its own
-        return plan
+        self.used += 1
+        return plan._answer()

@@ -261,7 +261,7 @@ def test_the_plans_are_bounded_in_number_and_bytes():
     assert len(plans) == 0
     x = _probe(net, batch=2)
     net.output(x), net.output(x)
-    assert len(plans) == 0 and plans.used == 8
+    assert len(plans) == 0 and plans.used == 9  # the one recording pass of a plan too big to keep answered too
 
 
 def test_a_network_with_plans_is_freed_as_soon_as_it_is_dropped():
@@ -284,6 +284,11 @@ def test_planned_output_refuses_nan_with_output_s_message():
         with pytest.raises(ValueError, match=r"features contain NaN or infinity \(1 values; first at index \[2, 5\]\)"):
             net.output(given)
     assert net.output_plans.used == 1
+    fresh = mlp(6, hidden=(8,), n_out=3)
+    for _ in range(2):  # the second call would record a plan: the check comes first
+        with pytest.raises(ValueError, match=r"features contain NaN or infinity \(1 values; first at index \[2, 5\]\)"):
+            fresh.output(bad)
+    assert len(fresh.output_plans) == 0 and fresh.output_plans.used == 0
 
 
 def test_the_callers_array_read_in_place_gives_the_copied_inputs_answer():
