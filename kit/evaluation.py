@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.checks import check_finite
 from kit.labels import class_indices
 from kit.ndarray import NDArray
 
@@ -56,16 +57,9 @@ def _host(x: Any) -> np.ndarray:
 
 def _check_finite(what: str, values: np.ndarray, where: str) -> None:
     """Refuse NaN/infinity, naming how many and the first row (`where`: the class name)."""
-    if values.dtype.kind not in "fc":
-        return
-    bad = ~np.isfinite(values)
-    if bad.any():
-        rows = np.flatnonzero(bad.reshape(len(values), -1).any(axis=1)) if values.ndim else np.array([0])
-        raise ValueError(
-            f"{where}: {what} contain NaN or infinity ({int(bad.sum())} values in {rows.size} rows; first "
-            f"at row {int(rows[0])}); nothing was recorded. A diverged model gives NaN outputs: check "
-            "its score, or drop those rows"
-        )
+    then = "; nothing was recorded. A diverged model gives NaN outputs: check its score, or drop those rows"
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in the probe's sum: the error says it
+        check_finite(values, what, where=where, then=then, per_row=True)
 
 
 class Evaluation:

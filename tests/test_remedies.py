@@ -374,8 +374,9 @@ def test_the_class_index_remedy_for_bad_label_rows_runs():
     net, x = mlp(4, hidden=(4,), n_out=3), np.zeros((3, 4), np.float32)
     rows = np.array([[0, 2.0, -1.0], [1, 0, 0], [0, 0, 1]])
     message = _raised(lambda: net.fit_batch(DataSet(x, rows)))
-    assert _printed(message, r"(Give class indices \(N,\)) and DataSet makes the one-hot rows")
-    assert np.isfinite(net.fit_batch(DataSet(x, [1, 0, 2], num_classes=3)))
+    top = int(_printed(message, r"give class indices \(N,\) of whole numbers 0\.\.(\d+)"))
+    indices = [1, 0, top]  # class indices 0..top, as printed
+    assert np.isfinite(net.fit_batch(DataSet(x, indices, num_classes=top + 1)))
 
 
 @pytest.mark.skipif(backend.gpu_status()[0], reason="a GPU is usable here: a strict GPU choice does not fail")

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from kit import backend
+from kit.checks import check_finite
 from kit.context import scope_out_of_workspaces
 from kit.creation import asarray
 from kit.devices import as_device
@@ -141,12 +142,7 @@ def _as_labels(y: Any, n: int, num_classes: int | None, dev: Any, dtype: Any = N
         raise ValueError(f"labels have {raw.shape[1]} columns but num_classes={num_classes}")
     if num_classes is not None and num_classes > 1:
         probability_rows(raw)  # a classifier's rows: one-hot or probabilities (NaN is neither)
-    if not np.all(np.isfinite(raw)):
-        i, j = (int(k) for k in np.argwhere(~np.isfinite(raw))[0])
-        raise ValueError(
-            f"labels contain NaN or infinity (first at row {i}: {np.array2string(raw[i], threshold=12)}, "
-            f"column {j}); drop or fix those rows"
-        )
+    check_finite(raw, "labels", then="; drop or fix those rows")
     return asarray(raw.astype(dtype, copy=False), device=dev)
 
 

@@ -106,6 +106,8 @@ class Conv2D(Layer):
         c = self.input_shape[0]  # type: ignore[index]
         return self.out_channels * c * self.kernel * self.kernel <= PER_EXAMPLE_MAX_WEIGHTS
 
+    plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
+
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
         xp, dev = x.device.xp, x.device
@@ -283,6 +285,8 @@ class BatchNorm(Layer):
         c = self.input_shape[0]  # type: ignore[index]
         return ((0,), (1, c)) if ndim == 2 else ((0, 2, 3), (1, c, 1, 1))
 
+    plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
+
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
         xp, dev, d = x.device.xp, x.device, x.data
@@ -396,6 +400,8 @@ class Residual(Layer):
             )
         self.output_shape = shape
         return shape
+
+    plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         xp = x.device.xp

@@ -11,8 +11,15 @@ The contract (DL4J's, for layer authors): `forward(x, mgr, training)` returns an
 with `mgr.create(ArrayType.ACTIVATIONS, ...)`; `backward(eps, mgr)` writes parameter
 gradients into the views `self.grads[name]` and returns the input gradient made with
 `mgr.create(ArrayType.ACTIVATION_GRAD, ...)`. Temporaries come from FF_/BP_WORKING_MEM, so
-no layer allocates around kit. Kernels are written once against `xp` (NumPy or CuPy) on the
-raw arrays (`.data`, which checks staleness), with `out=` everywhere.
+no layer allocates around kit. The array code is in kit.nn.kernels, written once against `xp`
+(NumPy or CuPy) on the raw arrays (`.data`, which checks staleness), with `out=` everywhere.
+
+Planned inference (kit.nn.plan) asks each layer, beside its forward, how to replay it:
+`plan_step(xp, x, y, buffers)` returns a call of the layer's kernel on the plan's raw arrays
+(Dense, the activations, Dropout), and `plan_replay = True` says that forward takes every array
+it uses from `mgr`, so running it again on the arrays recorded once gives the right answer. A
+layer with neither (a subclass that writes its own forward and says nothing) is not planned:
+`Network.output` runs it unplanned.
 
 Shapes are written per example in `build` (no batch axis) and with the batch in comments.
 """
@@ -20,12 +27,28 @@ Shapes are written per example in `build` (no batch axis) and with the batch in 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 
 from kit.ndarray import NDArray
+from kit.nn.kernels import (
+    copy_into,
+    dense_backward_into,
+    dense_into,
+    dropout_into,
+    relu_backward_into,
+    relu_into,
+    sigmoid_backward_into,
+    sigmoid_into,
+    softmax_backward_into,
+    softmax_into,
+    tanh_backward_into,
+    tanh_into,
+)
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from kit.shapes import _BOOL
 
@@ -76,6 +99,9 @@ class Layer:
     # raise (the working-memory workspace is not open).
     forward_working_memory = True
     backward_working_memory = True
+    # Planned inference: True when forward takes every array it returns or writes from `mgr`
+    # (the contract above), so a plan may run it again on the arrays recorded once
+    plan_replay = False
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -87,6 +113,12 @@ class Layer:
             flag = f"{call}_working_memory"
             if call in cls.__dict__ and flag not in cls.__dict__:
                 setattr(cls, flag, True)
+        # likewise a subclass's own forward is not planned by its parent's kernel or promise
+        if "forward" in cls.__dict__:
+            if "plan_step" not in cls.__dict__:
+                cls.plan_step = Layer.plan_step  # type: ignore[method-assign]
+            if "plan_replay" not in cls.__dict__:
+                cls.plan_replay = False
 
     def __init__(self) -> None:
         self.params: dict[str, NDArray] = {}
@@ -127,6 +159,14 @@ class Layer:
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
         raise NotImplementedError
+
+    def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any] | None:
+        """Planned inference: a call that writes this layer's inference output for the raw input
+        `x` into the raw `y` (both fixed arrays of a plan; `buffers`: the raw arrays forward asked
+        `mgr` for when the plan was recorded, y among them), or None: the plan replays forward.
+        Built as functools.partial(kernel, xp, x, ...), the step lets a plan on the CPU pass the
+        caller's array as x instead of copying it into its own first."""
+        return None
 
     def _check_input(self, x: NDArray) -> None:
         if x.shape[1:] != self.input_shape:
@@ -190,23 +230,25 @@ class Dense(Layer):
         self._x = x
         dev = x._device
         y = mgr.create(ACT, (raw.shape[0], self.n_out), raw.dtype, dev)  # (B, n_out)
-        out = y._data
-        dev.xp.matmul(raw, self.params["W"]._data, out=out)
-        out += self.params["b"]._data
+        params = self.params
+        dense_into(dev.xp, raw, params["W"]._data, params["b"]._data, y._data)
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray | None:
         dev = eps._device
-        xp = dev.xp
         x, e = self._x.data, eps.data  # (B, n_in), (B, n_out)
         self._x = None  # used up: on the heap (NONE) the input is freed with this step, not the next
-        xp.matmul(x.T, e, out=self.grads["W"]._data)  # (n_in, n_out)
-        e.sum(axis=0, out=self.grads["b"]._data)
-        if self.skip_input_grad:  # the network's first layer: nobody needs d loss / d input
-            return None
-        dx = mgr.create(GRAD, x.shape, x.dtype, dev)
-        xp.matmul(e, self.params["W"]._data.T, out=dx._data)  # (B, n_in)
+        # the network's first layer: nobody needs d loss / d input
+        dx = None if self.skip_input_grad else mgr.create(GRAD, x.shape, x.dtype, dev)
+        w, grads = self.params["W"]._data, self.grads
+        dense_backward_into(dev.xp, x, e, w, grads["W"]._data, grads["b"]._data, None if dx is None else dx._data)
         return dx
+
+    plan_replay = True
+
+    def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
+        # the parameters are views of the network's flat buffer: read in place at every call
+        return partial(dense_into, xp, x, self.params["W"]._data, self.params["b"]._data, y)
 
 
 # ---------------------------------------------------------------------------------------
@@ -219,7 +261,7 @@ class ReLU(Layer):
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         raw, dev = x.data, x._device
         y = mgr.create(ACT, raw.shape, raw.dtype, dev)
-        dev.xp.maximum(raw, 0, out=y._data)
+        relu_into(dev.xp, raw, y._data)
         self._y = y
         return y
 
@@ -230,93 +272,73 @@ class ReLU(Layer):
         relu_grad_into(eps, y, dx, mgr)
         return dx
 
+    plan_replay = True
+
+    def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
+        return partial(relu_into, xp, x, y)
+
 
 def relu_grad_into(eps: NDArray, y: NDArray, out: NDArray, mgr: LayerWorkspaceMgr) -> None:
     """out = eps where the ReLU output y was positive, else 0 (the mask in BP working memory)."""
     e, dev = eps.data, eps._device
     mask = mgr.create(BP, e.shape, _BOOL, dev)._data
-    dev.xp.greater(y.data, 0, out=mask)
-    dev.xp.multiply(e, mask, out=out.data)
+    relu_backward_into(dev.xp, e, y.data, mask, out.data)
 
 
-def _times_eps(eps: NDArray, derivative: Any, mgr: LayerWorkspaceMgr) -> NDArray:
-    """dx = eps * f'(x), with f'(x) already computed into BP working memory."""
-    dx = mgr.create(GRAD, eps.shape, eps.dtype, eps.device)
-    eps.device.xp.multiply(eps.data, derivative, out=dx.data)
-    return dx
+class _Elementwise(Layer):
+    """An activation y = f(x) whose backward needs y and one array of BP working memory."""
 
-
-class Tanh(Layer):
     forward_working_memory = False
+    plan_replay = True
+    kernel: Callable[[Any, Any, Any], None]
+    backward_kernel: Callable[[Any, Any, Any, Any, Any], None]
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         y = mgr.create(ACT, x.shape, x.dtype, x.device)
-        x.device.xp.tanh(x.data, out=y.data)
+        type(self).kernel(x.device.xp, x.data, y.data)
         self._y = y
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-        xp = eps.device.xp
-        y = self._y.data
-        t = mgr.create(BP, eps.shape, eps.dtype, eps.device).data
-        xp.multiply(y, y, out=t)
-        xp.subtract(1, t, out=t)  # 1 - y^2
-        return _times_eps(eps, t, mgr)
+        dev = eps.device
+        scratch = mgr.create(BP, eps.shape, eps.dtype, dev).data
+        dx = mgr.create(GRAD, eps.shape, eps.dtype, dev)
+        type(self).backward_kernel(dev.xp, eps.data, self._y.data, scratch, dx.data)
+        return dx
+
+    def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
+        return partial(type(self).kernel, xp, x, y)
 
 
-class Sigmoid(Layer):
-    forward_working_memory = False
+class Tanh(_Elementwise):
+    kernel, backward_kernel = staticmethod(tanh_into), staticmethod(tanh_backward_into)
 
-    def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
-        xp = x.device.xp
-        y = mgr.create(ACT, x.shape, x.dtype, x.device)
-        # 1 / (1 + exp(-x)) computed as 0.5 * (1 + tanh(x / 2)): no overflow for large |x|
-        xp.multiply(x.data, 0.5, out=y.data)
-        xp.tanh(y.data, out=y.data)
-        xp.add(y.data, 1, out=y.data)
-        xp.multiply(y.data, 0.5, out=y.data)
-        self._y = y
-        return y
 
-    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-        xp = eps.device.xp
-        y = self._y.data
-        t = mgr.create(BP, eps.shape, eps.dtype, eps.device).data
-        xp.subtract(1, y, out=t)
-        xp.multiply(t, y, out=t)  # y (1 - y)
-        return _times_eps(eps, t, mgr)
+class Sigmoid(_Elementwise):
+    kernel, backward_kernel = staticmethod(sigmoid_into), staticmethod(sigmoid_backward_into)
 
 
 class Softmax(Layer):
     """Softmax over the last axis (numerically stable: the row maximum is subtracted)."""
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
-        xp = x.device.xp
         y = mgr.create(ACT, x.shape, x.dtype, x.device)
-        softmax_into(xp, x.data, y.data, mgr.create(FF, (*x.shape[:-1], 1), x.dtype, x.device).data)
+        softmax_into(x.device.xp, x.data, y.data, mgr.create(FF, (*x.shape[:-1], 1), x.dtype, x.device).data)
         self._y = y
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-        xp = eps.device.xp
-        y, e = self._y.data, eps.data
-        t = mgr.create(BP, e.shape, e.dtype, eps.device).data
-        s = mgr.create(BP, (*e.shape[:-1], 1), e.dtype, eps.device).data
-        xp.multiply(e, y, out=t)
-        xp.sum(t, axis=-1, keepdims=True, out=s)  # sum_j eps_j y_j
-        dx = mgr.create(GRAD, e.shape, e.dtype, eps.device)
-        xp.subtract(e, s, out=dx.data)
-        xp.multiply(dx.data, y, out=dx.data)  # y * (eps - sum(eps * y))
+        dev, e = eps.device, eps.data
+        scratch = mgr.create(BP, e.shape, e.dtype, dev).data
+        row = mgr.create(BP, (*e.shape[:-1], 1), e.dtype, dev).data
+        dx = mgr.create(GRAD, e.shape, e.dtype, dev)
+        softmax_backward_into(dev.xp, e, self._y.data, scratch, row, dx.data)
         return dx
 
+    plan_replay = True
 
-def softmax_into(xp: Any, x: Any, out: Any, row: Any) -> None:
-    """out = softmax(x) over the last axis; `row` is scratch of shape (..., 1)."""
-    xp.max(x, axis=-1, keepdims=True, out=row)
-    xp.subtract(x, row, out=out)
-    xp.exp(out, out=out)
-    xp.sum(out, axis=-1, keepdims=True, out=row)
-    xp.divide(out, row, out=out)
+    def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
+        return partial(softmax_into, xp, x, y, buffers[-1])  # the (B, 1) working array asked for after y
 
 
 class Dropout(Layer):
@@ -335,7 +357,7 @@ class Dropout(Layer):
         xp = x.device.xp
         y = mgr.create(ACT, x.shape, x.dtype, x.device)
         if not training or self.retain == 1.0:
-            xp.copyto(y.data, x.data)
+            copy_into(xp, x.data, y.data)
             self._mask = None
             return y
         # uniform draws in working memory (the generators fill float32/float64 only), then the
@@ -343,9 +365,7 @@ class Dropout(Layer):
         draws = mgr.create(FF, x.shape, np.float64 if x.dtype == np.float64 else np.float32, x.device)
         x.device.rng().random(out=draws.data, dtype=draws.dtype)
         mask = mgr.create(ACT, x.shape, x.dtype, x.device)
-        xp.less(draws.data, self.retain, out=mask.data, casting="unsafe")
-        xp.multiply(mask.data, 1.0 / self.retain, out=mask.data)
-        xp.multiply(x.data, mask.data, out=y.data)
+        dropout_into(xp, x.data, draws.data, self.retain, mask.data, y.data)
         self._mask = mask
         return y
 
@@ -353,10 +373,15 @@ class Dropout(Layer):
         xp = eps.device.xp
         dx = mgr.create(GRAD, eps.shape, eps.dtype, eps.device)
         if self._mask is None:
-            xp.copyto(dx.data, eps.data)
+            copy_into(xp, eps.data, dx.data)
         else:
             xp.multiply(eps.data, self._mask.data, out=dx.data)
         return dx
+
+    plan_replay = True
+
+    def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
+        return partial(copy_into, xp, x, y)  # the identity at inference
 
 
 class Flatten(Layer):
@@ -372,6 +397,8 @@ class Flatten(Layer):
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
         return eps.reshape(eps.shape[0], *self.input_shape)  # type: ignore[misc]
+
+    plan_replay = True  # a view of the input: replayed, it costs nothing
 
 
 class Sequential(Layer):
@@ -417,6 +444,8 @@ class Sequential(Layer):
             else:
                 eps = layer.backward(eps, mgr)
         return eps
+
+    plan_replay = True  # replayed when each of its layers can be (kit.nn.plan checks them)
 
 
 def call_forward(layer: Layer, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:

@@ -5,14 +5,18 @@
     MSE()                   outputs (B, n), targets (B, n) -> mean over all elements of (y - t)^2
 
 `output()` of a network trained with SoftmaxCrossEntropy returns probabilities (`activate`).
+The arithmetic is in kit.nn.kernels (cross_entropy_into, mse_into, softmax_into); `plan_step`
+names the kernel planned inference (kit.nn.plan) calls for `activate`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any, ClassVar
 
 from kit.ndarray import NDArray
-from kit.nn.layers import softmax_into
+from kit.nn.kernels import copy_into, cross_entropy_into, mse_into, softmax_into
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from kit.shapes import accumulator
 
@@ -26,6 +30,8 @@ class Loss:
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         Loss.registry[cls.__name__] = cls
+        if "activate" in cls.__dict__ and "plan_step" not in cls.__dict__:  # not the parent's kernel
+            cls.plan_step = Loss.plan_step  # type: ignore[method-assign]
 
     def config(self) -> dict[str, Any]:
         return {"type": type(self).__name__}
@@ -38,7 +44,15 @@ class Loss:
 
     def activate(self, out: NDArray, result: NDArray, mgr: LayerWorkspaceMgr) -> None:
         """Write the prediction for `out` into `result` (identity unless overridden)."""
-        out.device.xp.copyto(result.data, out.data)
+        copy_into(out.device.xp, out.data, result.data)
+
+    def plan_step(self, xp: Any, z: Any, result: Any, buffers: list[Any]) -> Callable[[], Any] | None:
+        """Planned inference: a call that writes `activate`'s prediction for the raw `z` into the raw
+        `result` (`buffers`: the raw arrays activate asked `mgr` for when the plan was recorded), or
+        None: the plan runs `activate` again on them."""
+        if type(self).activate is not Loss.activate:
+            return None
+        return partial(copy_into, xp, z, result)
 
 
 def loss_from_config(cfg: dict[str, Any]) -> Loss:
@@ -52,39 +66,24 @@ class SoftmaxCrossEntropy(Loss):
     classification = True
 
     def value_and_grad(self, out: NDArray, labels: NDArray, mgr: LayerWorkspaceMgr) -> tuple[float, NDArray]:
-        xp, dev, z, t = out.device.xp, out.device, out.data, labels.data
-        b = z.shape[0]
+        dev, z, t = out.device, out.data, labels.data
         grad = mgr.create(ArrayType.ACTIVATION_GRAD, z.shape, z.dtype, dev)  # becomes the gradient
-        p = grad._data  # fresh from mgr.create, like the working arrays below: no check needed
-        row = mgr.create(ArrayType.BP_WORKING_MEM, (b, 1), z.dtype, dev)._data
+        # fresh from mgr.create, like the working arrays below: no check needed
+        row = mgr.create(ArrayType.BP_WORKING_MEM, (z.shape[0], 1), z.dtype, dev)._data
         logp = mgr.create(ArrayType.BP_WORKING_MEM, z.shape, z.dtype, dev)._data
-        # log_softmax = z - max - log(sum(exp(z - max))): stable for any logits
-        z.max(axis=1, keepdims=True, out=row)
-        xp.subtract(z, row, out=logp)
-        xp.exp(logp, out=p)
-        p.sum(axis=1, keepdims=True, out=row)
-        xp.divide(p, row, out=p)  # softmax
-        xp.log(row, out=row)
-        logp -= row
-        logp *= t
-        loss = -float(logp.sum(dtype=accumulator(logp.dtype))) / b
-        p -= t
-        p *= 1.0 / b  # d loss / d logits = (softmax - labels) / B
-        return loss, grad
+        return cross_entropy_into(dev.xp, z, t, grad._data, logp, row), grad
 
     def activate(self, out: NDArray, result: NDArray, mgr: LayerWorkspaceMgr) -> None:
         row = mgr.create(ArrayType.FF_WORKING_MEM, (out.shape[0], 1), out.dtype, out.device).data
         softmax_into(out.device.xp, out.data, result.data, row)
 
+    def plan_step(self, xp: Any, z: Any, result: Any, buffers: list[Any]) -> Callable[[], Any]:
+        return partial(softmax_into, xp, z, result, buffers[0])  # the (B, 1) working array activate asked for
+
 
 class MSE(Loss):
     def value_and_grad(self, out: NDArray, labels: NDArray, mgr: LayerWorkspaceMgr) -> tuple[float, NDArray]:
-        xp, dev, y, t = out.device.xp, out.device, out.data, labels.data
+        dev, y, t = out.device, out.data, labels.data
         g = mgr.create(ArrayType.ACTIVATION_GRAD, y.shape, y.dtype, dev)
-        xp.subtract(y, t, out=g.data)
-        acc = accumulator(y.dtype)  # squares of float16 differences above 255 overflow float16
-        sq = mgr.create(ArrayType.BP_WORKING_MEM, y.shape, acc, dev).data
-        xp.multiply(g.data, g.data, out=sq, dtype=acc)
-        total = float(sq.sum())
-        g.data *= 2.0 / y.size
-        return total / y.size, g
+        squares = mgr.create(ArrayType.BP_WORKING_MEM, y.shape, accumulator(y.dtype), dev).data
+        return mse_into(dev.xp, y, t, g.data, squares), g

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.checks import all_finite
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["DYNAMIC", "LossScaleError", "LossScaler", "master_dtype_for", "precision_step", "scale_seed"]
@@ -221,13 +222,10 @@ def scale_seed(eps: Any, scale: float) -> None:
     eps.device.xp.multiply(raw, scale, out=raw, dtype=wide, casting="same_kind")
 
 
-def _finite(raw: Any, xp: Any) -> bool:
-    """One pass: a sum in float64 is finite exactly when every float16/float32 value is."""
-    if xp is not np:
-        return math.isfinite(float(raw.sum(dtype=np.float64)))
+def _finite(raw: Any) -> bool:
+    """kit.checks' one pass, with the overflow this looks for expected."""
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf is the NaN this looks for
-        total = np.add.reduce(raw, axis=None, dtype=np.float64)
-    return math.isfinite(float(total))
+        return all_finite(raw)
 
 
 def precision_step(net: Any, mgr: LayerWorkspaceMgr) -> bool:
@@ -240,7 +238,7 @@ def precision_step(net: Any, mgr: LayerWorkspaceMgr) -> bool:
             master.data[sl] = params.data[sl]
     grads = net.flat_grads.data
     used = scaler.scale if scaler is not None else 1.0  # what the seed was multiplied by (update may grow it)
-    if scaler is not None and not scaler.update(_finite(grads, xp)):
+    if scaler is not None and not scaler.update(_finite(grads)):
         return False  # params, master, updater state and Adam's t stay as they were
     wide = np.promote_types(master.dtype, np.float32)  # the unscaled gradient, where it cannot underflow
     g = mgr.create(ArrayType.UPDATER_WORKING_MEM, master.shape, wide, net.device)

@@ -38,11 +38,13 @@ from typing import Any
 import numpy as np
 
 from kit import backend, memory
+from kit.checks import all_finite, check_finite
 from kit.creation import asarray, empty, zeros
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
 from kit.devices import as_device
 from kit.evaluation import Evaluation
+from kit.labels import probability_rows
 from kit.ndarray import NDArray
 from kit.nn.config import NetworkConfig
 from kit.nn.init import initial_values
@@ -51,10 +53,9 @@ from kit.nn.loop import StepResult, TrainingLoop
 from kit.nn.losses import Loss, SoftmaxCrossEntropy, loss_from_config
 from kit.nn.mixed import LossScaler, master_dtype_for, precision_step, scale_seed
 from kit.nn.persistence import ModelFileError, read_model, write_model
-from kit.nn.plan import InferencePlan
+from kit.nn.plan import InferencePlan, OutputPlans
 from kit.nn.updaters import Adam, Updater, state_dtype, updater_from_config
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
-from kit.shapes import accumulator
 from kit.state import STATE
 from kit.workspace import scope_out_of_workspaces
 
@@ -145,6 +146,7 @@ class Network:
         calls = len(self.layers) + 1  # each leaf layer, and the loss
         self._train_mgr = LayerWorkspaceMgr(self.training_workspace_mode, f"{self._name}/train/", self.device, calls)
         self._infer_mgr = LayerWorkspaceMgr(self.inference_workspace_mode, f"{self._name}/infer/", self.device, calls)
+        self.output_plans = OutputPlans(self)  # output()'s plans, one per batch size (kit.nn.plan)
         self._initialise()
 
     # ---- flat buffers ----------------------------------------------------------------
@@ -235,10 +237,9 @@ class Network:
             raise ValueError(
                 f"set_params: expected {self.flat_params.shape[0]} values, got an array of shape {src.shape}"
             )
-        if not np.all(np.isfinite(src)):
-            raise ValueError("set_params: the values contain NaN or infinity")
+        check_finite(src, "the values", where="set_params")
         cast = src.astype(self.dtype, copy=False)
-        if not np.all(np.isfinite(cast)):
+        if not all_finite(cast):
             worst = float(np.max(np.abs(src)))
             raise ValueError(f"set_params: a value of magnitude {worst:.3g} does not fit this network's {self.dtype}")
         with self._lock:  # save() from another thread sees the old parameters or the new, never a mix
@@ -274,18 +275,7 @@ class Network:
         return x
 
     def _check_finite(self, x: NDArray, what: str) -> None:
-        raw = x.data  # one pass; only a non-finite sum triggers the search below
-        # (np.dot(flat, flat) would be 3x faster, but a BLAS call here on every step starves other
-        # threads of this process: save() from another thread took seconds instead of milliseconds)
-        acc = accumulator(raw.dtype)  # float16 data summed in float32: a finite batch must not sum to inf
-        total = float(np.add.reduce(raw, axis=None, dtype=acc) if x.device.kind == "cpu" else raw.sum(dtype=acc))
-        if math.isfinite(total):
-            return
-        host = x.numpy()
-        bad = np.argwhere(~np.isfinite(host))
-        if bad.size:
-            where = ", ".join(str(int(i)) for i in bad[0])
-            raise ValueError(f"{what} contain NaN or infinity ({len(bad)} values; first at index [{where}])")
+        check_finite(x.data, what)  # one pass; only a non-finite sum triggers the search (kit.checks)
 
     def _labels(self, y: NDArray, n: int) -> NDArray:
         expected = (n, *self.output_shape)
@@ -446,9 +436,25 @@ class Network:
             loop.stop()
 
     # ---- inference -----------------------------------------------------------------
-    def output(self, x: Any, train: bool = False) -> NDArray:
+    def output(self, x: Any, train: bool = False, planned: bool = True) -> NDArray:
         """Predictions for x (probabilities for softmax cross-entropy), always in detached heap
-        memory, also when called inside a workspace (DL4J throws there, dl4j#8231)."""
+        memory, also when called inside a workspace (DL4J throws there, dl4j#8231).
+
+        In inference a batch size asked for again is answered by a plan (kit.nn.plan,
+        `output_plans`): the same numbers with less bookkeeping. `planned=False` runs the layers
+        unplanned, in the inference workspaces."""
+        if planned and not train:
+            lock = self._lock._lock
+            if lock.acquire(blocking=False):  # free: the RLock itself, without _TurnLock's Python
+                try:
+                    answer = self.output_plans.answer(x)
+                finally:
+                    lock.release()
+            else:  # wait the way every other caller does (counted, let in between training steps)
+                with self._lock:
+                    answer = self.output_plans.answer(x)
+            if answer is not None:
+                return answer
         with self._lock, scope_out_of_workspaces():
             x = self._features(x)
             if x.shape[0] == 0:  # no examples, no work: an empty answer of the right shape
@@ -701,16 +707,8 @@ def _check_label_rows(y: NDArray) -> None:
         lo, low_sum, high_sum = raw.min(), sums.min(), sums.max()
     if float(lo) >= 0 and float(low_sum) >= 1 - 1e-3 and float(high_sum) <= 1 + 1e-3:  # NaN fails each test
         return
-    host, n = y.numpy(), raw.shape[0]
-    host_sums = sums.get() if xp is not np else sums  # the sums tested above: both tests agree on the rows
-    outside = ((host < 0) | (host > 1 + 1e-3) | ~np.isfinite(host)).reshape(n, -1).any(axis=1)
-    bad = np.flatnonzero(outside | ~(np.abs(host_sums - 1) <= 1e-3).reshape(n, -1).any(axis=1))
-    i = int(bad[0])
-    raise ValueError(
-        f"label row {i} is {np.array2string(host[i], threshold=12)}: a classifier's labels are one-hot rows or "
-        f"probabilities (values in [0, 1] summing to 1); {bad.size} row(s) are not. Give class indices (N,) and "
-        "DataSet makes the one-hot rows"
-    )
+    host = y.numpy()
+    probability_rows(host.reshape(host.shape[0], -1))  # kit.labels' rule names the first bad row
 
 
 def _architecture(cfg: NetworkConfig) -> str:

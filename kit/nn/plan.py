@@ -5,44 +5,66 @@
     >>> net = mlp(8, hidden=(16,), n_out=3)
     >>> plan = net.plan_inference(batch_size=1)        # buffers fixed now, once
     >>> x = np.random.default_rng(0).random((1, 8))
-    >>> bool(np.allclose(plan.output(x).numpy(), net.output(x).numpy()))
+    >>> bool(np.allclose(plan.output(x).numpy(), net.output(x, planned=False).numpy()))
     True
     >>> plan.buffer_bytes > 0
     True
+    >>> _ = net.output(x), net.output(x)               # output() plans by itself: a batch size seen twice
+    >>> net.output_plans.used, len(net.output_plans)
+    (1, 1)
 
 The CPU analogue of a captured CUDA graph. The first pass records every array the layers ask
 their LayerWorkspaceMgr for (activations, working memory) and keeps them. Each later call is a
-fixed list of steps over those buffers: the common layers (Dense, ReLU, Tanh, Dropout) and the
-softmax become direct kernel calls with `out=` on the raw arrays; any other layer runs its own
-forward again and receives the same buffers in the same order. A call allocates nothing but its
-answer, opens no workspace, and skips the per-call checks `Network.output` makes (conversion of
-the input, device and dtype checks, scopes, one NDArray per op). The input still gets one
-finiteness check: NaN data is refused.
+fixed list of steps over those buffers: each layer names its step beside its forward
+(`Layer.plan_step`: Dense, the activations and Dropout call their kernel from kit.nn.kernels with
+`out=` on the raw arrays; `Loss.plan_step`: the softmax); a layer without one that says its forward
+can be replayed (`plan_replay`) runs that forward again and receives the same buffers in the
+same order. A network with a layer that is neither is declined (PlanDeclinedError). A call
+allocates nothing but its answer, opens no workspace, and skips the per-call checks
+`Network.output` makes (conversion of the input, device and dtype checks, scopes, one NDArray per
+op). The input still gets one finiteness check (kit.checks): NaN data is refused. On the CPU a
+first step built as partial(kernel, xp, x, ...) reads a NumPy input of the network's dtype where
+it lies, without copying it into the plan first.
 
 A plan serves one batch size (a request of another size is an error naming both); parameters are
 read in place, so training between calls is seen; the answer is a copy, safe to keep.
+
+`Network.output` uses plans by itself (`OutputPlans`, `net.output_plans`): in inference, for a
+NumPy array or an NDArray of the network's device and dtype, from the second call with a batch
+size on (that call records the plan, and the recording pass is its answer), at most `limit` plans
+(the least recently used is dropped) of at most `max_bytes` of buffers in all. They are dropped
+when what a plan fixed changes: the loss object, the layer list, the parameter buffer, the device
+or the dtype (parameter values are read in place: set_params, fit, copy_state_from and
+ParallelInference's updates need no new plan).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from kit.checks import all_finite, check_finite
 from kit.context import scope_out_of_workspaces
 from kit.creation import empty
 from kit.ndarray import NDArray, heap_result
-from kit.nn.layers import call_forward, softmax_into
+from kit.nn.layers import Layer, call_forward
 from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
 
-__all__ = ["InferencePlan", "PlanMismatchError"]
+__all__ = ["InferencePlan", "OutputPlans", "PlanDeclinedError", "PlanMismatchError"]
 
 
 class PlanMismatchError(ValueError):
     """A layer asked for a different array on replay than when the plan was captured."""
+
+
+class PlanDeclinedError(ValueError):
+    """A layer has no planned kernel and does not say its forward can be replayed."""
 
 
 _NO_SCOPE = contextlib.nullcontext()
@@ -82,59 +104,56 @@ class _ReplayMgr(LayerWorkspaceMgr):
         return _NO_SCOPE
 
 
-def _fast_step(layer: Any, x: Any, y: Any, xp: Any) -> Callable[[], Any] | None:
-    """A direct kernel call for the common layers (raw arrays, out=), or None: replay the layer."""
-    kind = type(layer).__name__
-    if kind == "Dense":
-        w, b, mm, add = layer.params["W"].data, layer.params["b"].data, xp.matmul, xp.add
-        return lambda: add(mm(x, w, out=y), b, out=y)
-    if kind == "ReLU":
-        mx = xp.maximum
-        return lambda: mx(x, 0, out=y)
-    if kind == "Tanh":
-        th = xp.tanh
-        return lambda: th(x, out=y)
-    if kind == "Dropout":  # identity at inference
-        cp = xp.copyto
-        return lambda: cp(y, x)
+def _plannable(layer: Layer) -> bool:
+    """A planned kernel of its own, or a forward that may be replayed over plannable sublayers."""
+    if type(layer).plan_step is not Layer.plan_step and not layer.is_composite:
+        return True
+    return layer.plan_replay and all(_plannable(sub) for sub in layer.sublayers())
+
+
+def declined(net: Any) -> str | None:
+    """Why `net` cannot be planned (the first layer that cannot), or None when it can."""
+    for i, layer in enumerate(net.body.layers):
+        if not _plannable(layer):
+            return (
+                f"planned inference: layer {i} ({type(layer).__name__}, or a layer inside it) has no planned kernel "
+                "(plan_step) and does not say its forward can be replayed on the arrays recorded once "
+                "(plan_replay = True, for a forward that takes every array from mgr); Network.output runs it unplanned"
+            )
     return None
-
-
-def _softmax_step(xp: Any, z: Any, out: Any, row: Any) -> Callable[[], Any]:
-    if xp is not np:
-        return lambda: softmax_into(xp, z, out, row)
-    # NumPy: the ufuncs' own reduce, without np.max/np.sum's Python wrappers (3 us each on a
-    # (1, 10) array, more than the arithmetic)
-    mx, sub, ex, add, div = np.maximum.reduce, np.subtract, np.exp, np.add.reduce, np.divide
-
-    def step() -> None:
-        mx(z, axis=-1, keepdims=True, out=row)
-        sub(z, row, out=out)
-        ex(out, out=out)
-        add(out, axis=-1, keepdims=True, out=row)
-        div(out, row, out=out)
-
-    return step
 
 
 class InferencePlan:
     """`Network.plan_inference(batch_size)`: forward passes for `batch_size` examples, replayed."""
 
-    def __init__(self, net: Any, batch_size: int) -> None:
+    def __init__(self, net: Any, batch_size: int, first: Any = None) -> None:
+        """`first`: a batch to record the plan with (checked and loaded as `output` does), whose
+        answer `_answer()` then gives; without it the plan is recorded on zeros."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"plan_inference(batch_size={batch_size!r}): must be a positive integer")
+        reason = declined(net)
+        if reason is not None:
+            raise PlanDeclinedError(reason)
         self.net, self.batch_size = net, batch_size
         self.input_shape = (batch_size, *net.input_shape)
+        self._cpu = net.device.kind == "cpu"
         self._mgr = _ReplayMgr(net.device)
         with scope_out_of_workspaces():
             self._input = empty(self.input_shape, net.dtype, net.device)
             self._result = empty((batch_size, *net.output_shape), net.dtype, net.device)
-        self._input.data.fill(0)
+        self._dtype = net.dtype
+        if first is None:
+            self._input.data.fill(0)
+        else:
+            self._load(first)
         with net._lock:
-            self._steps = self._capture()  # every buffer the layers ask for is made and kept
+            steps = self._capture()  # every buffer the layers ask for is made and kept
         self._mgr.capturing = False
-        self.direct_steps = sum(1 for kind, _ in self._steps if kind == "direct")
-        self.replayed_steps = len(self._steps) - self.direct_steps
+        self._calls = [step for _, step in steps]
+        self._head = self._head_kernel(steps[0]) if self._cpu else None
+        self._tail = self._calls[1:]
+        self.direct_steps = sum(1 for kind, _ in steps if kind == "direct")
+        self.replayed_steps = len(steps) - self.direct_steps
         self.buffer_bytes = sum(b.nbytes for b in self._mgr.buffers) + self._input.nbytes + self._result.nbytes
 
     def _capture(self) -> list[tuple[str, Callable[[], Any]]]:
@@ -144,17 +163,26 @@ class InferencePlan:
         for layer in net.body.layers:
             start = len(mgr.buffers)
             y = call_forward(layer, x, mgr, False)
-            fast = _fast_step(layer, x.data, y.data, xp)
+            fast = layer.plan_step(xp, x.data, y.data, [b.data for b in mgr.buffers[start:]])
+            if fast is None and not layer.plan_replay:
+                raise PlanDeclinedError(f"planned inference: {type(layer).__name__}.plan_step gave no kernel")
             steps.append(("direct", fast) if fast is not None else ("replay", self._replay(layer, x, start)))
             x = y
         start = len(mgr.buffers)
         net.loss.activate(x, self._result, mgr)
-        if type(net.loss).__name__ == "SoftmaxCrossEntropy":
-            row, z, out = mgr.buffers[start].data, x.data, self._result.data
-            steps.append(("direct", _softmax_step(xp, z, out, row)))
-        else:
-            steps.append(("replay", self._replay_loss(x, start)))
+        fast = net.loss.plan_step(xp, x.data, self._result.data, [b.data for b in mgr.buffers[start:]])
+        steps.append(("direct", fast) if fast is not None else ("replay", self._replay_loss(x, start)))
         return steps
+
+    def _head_kernel(self, first: tuple[str, Callable[[], Any]]) -> tuple[Any, ...] | None:
+        """The first step as (kernel, xp, the arguments after x) when it is
+        partial(kernel, xp, x, ...) on the plan's input: a NumPy input of the network's dtype is
+        then passed to the kernel as it is, not copied into the plan first."""
+        kind, step = first
+        if kind == "direct" and isinstance(step, partial) and len(step.args) > 1 and step.args[1] is self._input._data:
+            if not step.keywords:
+                return step.func, step.args[0], step.args[2:]
+        return None
 
     def _replay(self, layer: Any, x: NDArray, start: int) -> Callable[[], Any]:
         mgr = self._mgr
@@ -181,21 +209,177 @@ class InferencePlan:
             raise ValueError(f"this plan serves batches of shape {self.input_shape}, got {raw.shape}: plan another")
         if raw.dtype.kind not in "fiu":
             raise TypeError(f"features must be real numbers, got dtype {raw.dtype}")
-        net = self.net
-        with net._lock:
+        with self.net._lock:
+            return self._run(raw)
+
+    def _run(self, raw: Any) -> NDArray:
+        """The answer for `raw` (a NumPy array of the input shape, or an array of the network's
+        device); the caller holds the network's lock."""
+        calls = self._calls
+        head = self._head
+        if head is not None and raw.__class__ is np.ndarray and raw.dtype is self._dtype:
+            if not all_finite(raw):
+                check_finite(raw, "features")  # names the first bad value
+            kernel, xp, rest = head
+            kernel(xp, raw, *rest)  # the first layer reads the caller's array
+            calls = self._tail
+        else:
+            self._load(raw)
+        for step in calls:
+            step()
+        return self._answer()
+
+    def _load(self, raw: Any) -> None:
+        """Copy `raw` into the plan's input (cast to the network's dtype) and check it there."""
+        if self._cpu:
+            target = self._input._data
+            target[...] = raw  # casts as copyto(casting="unsafe") does, without its Python wrapper
+        else:
             target = self._input.data
-            cpu = net.device.kind == "cpu"
-            if cpu:
-                target[...] = raw  # casts as copyto(casting="unsafe") does, without its Python wrapper
-                total = np.add.reduce(target, axis=None)  # a finiteness probe without np.sum's wrapper
+            if isinstance(raw, np.ndarray):
+                self._input.assign(raw.astype(self._dtype, copy=False))
             else:
-                self._input.assign(raw.astype(net.dtype, copy=False))
-                total = float(target.sum())
-            if not math.isfinite(total):
-                net._check_finite(self._input, "features")  # names the first bad value
-            for _, step in self._steps:
-                step()
-            if cpu:  # the answer as a heap copy: NumPy's copy, counted like every heap result
-                return heap_result(self._result._data.copy(), self._result._device)
-            with scope_out_of_workspaces():
-                return self._result.dup()
+                self.net.device.xp.copyto(target, raw, casting="unsafe")
+        if not all_finite(target):
+            check_finite(target, "features")  # names the first bad value
+
+    def _answer(self) -> NDArray:
+        """The result as a heap copy: the next call overwrites the plan's own."""
+        if self._cpu:  # NumPy's copy, counted like every heap result
+            return heap_result(self._result._data.copy(), self._result._device)
+        with scope_out_of_workspaces():
+            return self._result.dup()
+
+
+class OutputPlans:
+    """The plans `Network.output` answers with (`net.output_plans`): one per batch size.
+
+    `used` counts the answers a plan gave, `captured` the plans made; `declined` says why this
+    network is not planned (None when it is). Set `enabled = False` to answer every call
+    unplanned; `clear()` drops every plan; `resize()` sets the bounds."""
+
+    def __init__(self, net: Any, limit: int = 8, max_bytes: int = 64 << 20) -> None:
+        # the network holds these plans: a weak way back, so that dropping the last reference to a
+        # network frees it (and its workspaces) at once, not at the next cyclic garbage collection
+        self.net = weakref.proxy(net)
+        self._net = weakref.ref(net)  # the hot path: one call, then plain attribute reads
+        self._example_shape = net.input_shape
+        self.enabled = True
+        self._plans: OrderedDict[int, InferencePlan] = OrderedDict()
+        self.limit, self.max_bytes = limit, max_bytes  # the bounds: change them with resize()
+        self.used = 0
+        self.captured = 0
+        self.declined: str | None = None
+        self._seen: OrderedDict[int, None] = OrderedDict()  # batch sizes asked for once
+        self._too_big = 0  # batches of this many rows or more: over max_bytes (0: none yet)
+        self._fixed: tuple[Any, ...] | None = None  # what the plans were made for
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def resize(self, limit: int | None = None, max_bytes: int | None = None) -> None:
+        """New bounds: at most `limit` plans (0 plans nothing), at most `max_bytes` of buffers in all
+        (a batch whose plan alone needs more runs unplanned). Plans over them are dropped now."""
+        with self.net._lock:
+            if limit is not None:
+                self.limit = limit
+            if max_bytes is not None:
+                self.max_bytes, self._too_big = max_bytes, 0
+            self._trim()
+
+    def _trim(self) -> None:
+        """Drop the least recently used plans until both bounds hold."""
+        plans = self._plans
+        while plans and (len(plans) > self.limit or self.buffer_bytes > self.max_bytes):
+            plans.popitem(last=False)
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        """The batch sizes planned now, the least recently used first."""
+        return list(self._plans)
+
+    @property
+    def buffer_bytes(self) -> int:
+        return sum(plan.buffer_bytes for plan in self._plans.values())
+
+    def clear(self) -> None:
+        with self.net._lock:
+            self._plans.clear()
+            self._seen.clear()
+            self._too_big = 0
+            self._fixed = None
+
+    def _refit(self, net: Any) -> bool:
+        """What the plans fixed changed (or nothing is fixed yet): forget them, and say whether
+        the network as it is now can be planned."""
+        self.clear()
+        self._fixed = (net.loss, net.flat_params._data, list(net.body.layers), net.device, net.dtype)
+        self.declined = declined(net)
+        return self.declined is None
+
+    def answer(self, x: Any) -> NDArray | None:
+        """The planned answer for x, or None where no plan applies (Network.output then runs
+        unplanned): another device or dtype, a shape the network refuses, a batch size seen for
+        the first time, too many bytes, a network that declines. The caller holds the lock."""
+        if not self.enabled:
+            return None
+        net = self._net()
+        if type(x) is np.ndarray:
+            raw = x
+            if raw.dtype.kind not in "fiu":
+                return None
+        elif isinstance(x, NDArray):
+            if x._device is not net.device or x.dtype != net.dtype:
+                return None
+            raw = x.data
+        else:
+            return None
+        shape = raw.shape
+        if shape[1:] != self._example_shape or not shape[0]:  # a 0-d array fails the first test
+            return None
+        batch = shape[0]
+        if self._too_big and batch >= self._too_big:
+            return None
+        fixed = self._fixed  # what the plans were made for, still the network's?
+        if (
+            fixed is None
+            or fixed[0] is not net.loss
+            or fixed[1] is not net.flat_params._data
+            or fixed[2] != net.body.layers
+            or fixed[3] is not net.device
+            or fixed[4] is not net.dtype
+        ):
+            if not self._refit(net):
+                return None
+        elif self.declined is not None:
+            return None
+        plans = self._plans
+        plan = plans.get(batch)
+        if plan is None:
+            return self._new(batch, raw)
+        if len(plans) > 1:
+            plans.move_to_end(batch)
+        answer = plan._run(raw)
+        self.used += 1
+        return answer
+
+    def _new(self, batch: int, raw: Any) -> NDArray | None:
+        """Record a plan for `batch` on `raw` and give its answer (the recording pass computes it),
+        or None: a batch size seen for the first time, no room."""
+        seen = self._seen
+        if batch not in seen:  # a batch size asked for once (the last of an epoch) is not worth a plan
+            seen[batch] = None
+            if len(seen) > 4 * max(self.limit, 1):
+                seen.popitem(last=False)
+            return None
+        if self.limit < 1:
+            return None
+        plan = InferencePlan(self.net, batch, first=raw)  # holds the proxy: no cycle through the network
+        self.captured += 1
+        if plan.buffer_bytes <= self.max_bytes:
+            self._plans[batch] = plan
+            self._trim()  # the least recently used go first; the new plan fits on its own
+        else:
+            self._too_big = batch if not self._too_big else min(batch, self._too_big)
+        self.used += 1
+        return plan._answer()

@@ -77,6 +77,8 @@ class MaxPool2D(_Pool2D):
     """Maximum of each window. Backward sends each window's gradient to its first maximum (the
     pixel argmax picks), whose offset a training forward keeps as one byte per output."""
 
+    plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
+
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
         self._x = x
@@ -116,6 +118,8 @@ class MaxPool2D(_Pool2D):
 class AvgPool2D(_Pool2D):
     """Average over each window, padding counted as zeros (count_include_pad)."""
 
+    plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
+
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
         y = mgr.create(ACT, (x.shape[0], *self.output_shape), x.dtype, x.device)  # type: ignore[misc]
@@ -141,6 +145,8 @@ class GlobalAvgPool(Layer):
         if len(input_shape) != 3:
             raise ValueError(f"GlobalAvgPool needs (batch, C, H, W) inputs, got per-example {input_shape}")
         return (input_shape[0],)
+
+    plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)

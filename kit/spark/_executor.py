@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from kit import backend, memory
+from kit.checks import check_finite
 from kit.data.dataset import DataSet
 from kit.devices import Device, gpu_count
 from kit.evaluation import ROC, Evaluation
@@ -248,8 +249,7 @@ def _one_batch(tagged: list[Any], num_classes: int) -> DataSet:
     try:
         x = np.concatenate([p[0] for p in pairs])  # its own dtype: the network casts it, as a local fit does
         y = np.concatenate([p[1] for p in pairs])
-        if not np.all(np.isfinite(x)):
-            raise ValueError("features contain NaN or infinity")
+        check_finite(x, "features")
         return DataSet(x, y, num_classes=num_classes)
     except ValueError as exc:
         if len(tagged) == 1:

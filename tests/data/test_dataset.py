@@ -38,7 +38,13 @@ def test_whole_number_features_take_the_default_float_dtype_and_floats_keep_thei
 @pytest.mark.parametrize(
     ("features", "labels", "kwargs", "error", "message"),
     [
-        (np.zeros((2, 2)), np.array([[np.nan, 1.0], [2.0, 3.0]]), {}, ValueError, r"NaN or infinity \(first at row 0"),
+        (
+            np.zeros((2, 2)),
+            np.array([[np.nan, 1.0], [2.0, 3.0]]),
+            {},
+            ValueError,
+            r"labels contain NaN or infinity \(1 values; first at index \[0, 0\]\)",
+        ),
         (np.zeros((2, 2)), np.eye(2), {"num_classes": 3}, ValueError, "labels have 2 columns but num_classes=3"),
         (np.zeros((2, 2)), 3, {}, ValueError, "got a scalar"),
         (np.zeros((2, 2)), np.zeros((2, 2, 2)), {}, ValueError, r"got shape \(2, 2, 2\)"),

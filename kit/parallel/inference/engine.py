@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import math
 import threading
 import time
 from typing import Any
 
 import numpy as np
 
+from kit.checks import check_finite
 from kit.devices import AnyDevice, attach_thread_to_device, detach_thread
 from kit.nn.network import Network
 from kit.parallel.inference.delivery import Request, answer_batch, gather
@@ -332,7 +332,7 @@ class Engine:
         good = []
         for r in group:
             try:
-                _check_finite(r.features)
+                check_finite(r.features, "features")  # Network.output's check, on one request's own rows
             except ValueError as bad:
                 self._fail(r, bad)
             else:
@@ -447,14 +447,3 @@ def _wake(waiter: asyncio.Future) -> None:
 def _refuse(requests: list[Request]) -> None:
     for r in requests:
         r.answer(error=RuntimeError(f"{SHUT_DOWN} before this request ran"))
-
-
-def _check_finite(arr: np.ndarray) -> None:
-    """Network.output's check, done on one request of a batch that failed: the index is into
-    that request's own rows."""
-    if arr.dtype.kind != "f" or math.isfinite(float(np.add.reduce(arr, axis=None))):
-        return
-    bad = np.argwhere(~np.isfinite(arr))
-    if bad.size:
-        where = ", ".join(str(int(i)) for i in bad[0])
-        raise ValueError(f"features contain NaN or infinity ({len(bad)} values; first at index [{where}])")
