@@ -26,14 +26,17 @@ from collections.abc import Sequence
 __all__ = ["html_table", "text_table"]
 
 WIDTH = 100
-_STYLE = (
-    "<style>.kit-table{border-collapse:collapse;font-size:12px;margin:4px 0}"
-    ".kit-table th,.kit-table td{border:1px solid #ddd;padding:2px 8px;text-align:right;"
-    "white-space:nowrap}.kit-table th{background:#f5f5f5}.kit-table td.kit-text{text-align:left;"
-    "white-space:normal;word-break:keep-all;overflow-wrap:normal;min-width:12em}"
-    ".kit-badge{background:#c00;color:#fff;border-radius:3px;padding:0 4px;font-size:11px}"
-    ".kit-notes{font-size:12px;margin:2px 0 8px 0;padding-left:18px}</style>"
+# Inline styles, not a <style> block: JupyterLab strips <style> from an untrusted notebook (every
+# notebook a reader downloads), which left the tables without borders and the flag badge black.
+_TABLE = "border-collapse:collapse;font-size:12px;margin:4px 0"
+_CELL = "border:1px solid #ddd;padding:2px 8px;text-align:right;white-space:nowrap"
+_HEAD = _CELL + ";background:#f5f5f5"
+_TEXT = (
+    "border:1px solid #ddd;padding:2px 8px;text-align:left;white-space:normal;word-break:keep-all;"
+    "overflow-wrap:normal;min-width:12em"
 )
+_BADGE = "background:#c00;color:#fff;border-radius:3px;padding:0 4px;font-size:11px"
+_NOTES = "font-size:12px;margin:2px 0 8px 0;padding-left:18px"
 
 
 def _grid(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -76,24 +79,31 @@ def html_table(
 ) -> str:
     """The table as HTML in a box that scrolls sideways when it is wide. In `flag_column` a cell
     that is not "yes" is drawn as a red badge; `text_columns` are left-aligned and wrap at
-    spaces (numbers never wrap)."""
+    spaces (numbers never wrap). Every style is inline, so an untrusted notebook keeps it."""
     if any(len(r) != len(columns) for r in rows):
         raise ValueError(f"html_table: every row needs {len(columns)} cells, one per column {list(columns)}")
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    head = "".join(
+        f'<th style="{_TEXT + ";background:#f5f5f5" if c in text_columns else _HEAD}">{html.escape(c)}</th>'
+        for c in columns
+    )
     body = []
     for row in rows:
         tds = []
         for name, value in zip(columns, row):
             text = html.escape(value)
             if name == flag_column and value != "yes":
-                text = f'<span class="kit-badge">{text}</span>'
-            cls = ' class="kit-text"' if name in text_columns else ""
-            tds.append(f"<td{cls}>{text}</td>")
+                text = f'<span class="kit-badge" style="{_BADGE}">{text}</span>'
+            if name in text_columns:
+                tds.append(f'<td class="kit-text" style="{_TEXT}">{text}</td>')
+            else:
+                tds.append(f'<td style="{_CELL}">{text}</td>')
         body.append("<tr>" + "".join(tds) + "</tr>")
     out = (
-        f'{_STYLE}<div style="overflow-x: auto; max-width: 100%"><table class="kit-table">'
+        f'<div style="overflow-x: auto; max-width: 100%"><table class="kit-table" style="{_TABLE}">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
     )
     if notes:
-        out += '<ul class="kit-notes">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"
+        out += (
+            f'<ul class="kit-notes" style="{_NOTES}">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"
+        )
     return out

@@ -32,6 +32,18 @@ def test_html_escapes_cells_draws_flags_as_badges_and_scrolls():
     assert "overflow-x: auto" in page
 
 
+def test_html_styles_are_inline_so_an_untrusted_notebook_keeps_them():
+    # JupyterLab strips <style> blocks from untrusted notebooks: borders, alignment and the badge
+    # must survive in each element's own style attribute
+    page = html_table(["kind", "x", "ok"], [["a b", "1", "NO"]], notes=["n"], flag_column="ok", text_columns=["kind"])
+    assert "<style" not in page
+    assert 'class="kit-badge" style="background:#c00;color:#fff' in page
+    assert '<td class="kit-text" style="border:1px solid #ddd;padding:2px 8px;text-align:left' in page
+    assert '<td style="border:1px solid #ddd;padding:2px 8px;text-align:right' in page
+    assert '<table class="kit-table" style="border-collapse:collapse' in page
+    assert '<ul class="kit-notes" style="' in page
+
+
 def test_rows_of_the_wrong_length_are_refused_naming_the_columns():
     with pytest.raises(ValueError, match=r"2 cells, one per column \['a', 'b'\]"):
         text_table(["a", "b"], [["1"]])
