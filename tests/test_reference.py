@@ -245,7 +245,7 @@ def test_a_figure_from_a_flagged_run_is_marked_flagged_in_its_cell(tmp_path):
     assert cells == {"ratio": "1.13 (flagged)", "clean ratio": "1", "a timing": "0.01 (flagged)", "from clean": "2"}
     assert table.flagged == {"ratio", "a timing"}
     assert table.rows[2][1] == busy.median  # a Timing shows its median
-    assert reference.FLAGGED_NOTE in table.text() and "1.13 (flagged)" in table._repr_html_()
+    assert reference.FLAGGED_NOTE in table.note and "1.13 (flagged)" in table._repr_html_()
     unmarked = reference.beside({"ratio": 1.0}, flagged={"ratio": clean}, directory=tmp_path)
     assert "(flagged)" not in unmarked.text()
     with pytest.raises(ValueError, match="flagged names 'typo'"):
