@@ -22,8 +22,9 @@ from __future__ import annotations
 import html
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-__all__ = ["html_table", "text_table"]
+__all__ = ["Table", "html_table", "text_table"]
 
 WIDTH = 100
 # Inline styles, not a <style> block: JupyterLab strips <style> from an untrusted notebook (every
@@ -107,3 +108,41 @@ def html_table(
             f'<ul class="kit-notes" style="{_NOTES}">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"
         )
     return out
+
+
+@dataclass
+class Table:
+    """A results table that shows itself: HTML in a notebook (a wide one scrolls in its box instead
+    of wrapping), text no wider than 100 columns in a terminal. Cells are strings, already
+    formatted; `title` heads it, `notes` follow it.
+
+    >>> t = Table(["device", "ms"], [["cpu:0", "40.9"]], notes=["median of 5 repeats"], title="matmul")
+    >>> print(t)
+    matmul
+    device | ms
+    -------+-----
+    cpu:0  | 40.9
+    median of 5 repeats
+    >>> "<table" in t._repr_html_() and "<b>matmul</b>" in t._repr_html_()
+    True
+    """
+
+    columns: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+    title: str = ""
+    flag_column: str | None = None
+    text_columns: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        body = text_table(self.columns, self.rows, self.notes)
+        return f"{self.title}\n{body}" if self.title else body
+
+    __str__ = text
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        head = f'<div style="font-size:12px;margin:4px 0"><b>{html.escape(self.title)}</b></div>' if self.title else ""
+        return head + html_table(self.columns, self.rows, self.notes, self.flag_column, self.text_columns)
