@@ -214,15 +214,16 @@ def beside(
     *,
     directory: str | Path | None = None,
     device: str | None = None,
-    flagged: Mapping[str, Timing | Sequence[Timing]] | None = None,
+    flagged: Mapping[str, bool | Timing | Sequence[Timing]] | None = None,
 ) -> Beside:
     """A table of `measured` (quantity -> this machine's figure) beside each reference run's figure
     for the same quantity, taken from the report by `picks[quantity]` (a path, see `lookup`, or a
     function of the report). Quantities without a pick show only this machine's figure.
 
     `flagged[quantity]`: the timing(s) this machine's figure was computed from; where any of them is
-    unreliable (`kit.measure` flagged it) the cell reads "(flagged)". A measured value that is itself
-    a Timing shows its median and is marked the same way."""
+    unreliable (`kit.measure` flagged it) the cell reads "(flagged)"; `True` marks it outright (a
+    benchmark's figure whose table already says "reliable: NO"). A measured value that is itself a
+    Timing shows its median and is marked the same way."""
     picks = dict(picks or {})
     unknown = sorted(set(picks) - set(measured))
     if unknown:
@@ -231,6 +232,8 @@ def beside(
     for name, timings in (flagged or {}).items():
         if name not in measured:
             raise ValueError(f"beside: flagged names {name!r}, no measured quantity; measured are {sorted(measured)}")
+        if isinstance(timings, bool):
+            timings = [Timing(name, [1.0], 1, extra_warnings=["flagged by its benchmark"])] if timings else []
         behind[name] = [timings] if isinstance(timings, Timing) else list(timings)
     measured = dict(measured)
     for name, value in measured.items():

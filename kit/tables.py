@@ -79,7 +79,7 @@ def html_table(
     text_columns: Sequence[str] = (),
 ) -> str:
     """The table as HTML in a box that scrolls sideways when it is wide. In `flag_column` a cell
-    that is not "yes" is drawn as a red badge; `text_columns` are left-aligned and wrap at
+    that is not "yes" (nor a dash: nothing measured) is drawn as a red badge; `text_columns` are left-aligned and wrap at
     spaces (numbers never wrap). Every style is inline, so an untrusted notebook keeps it."""
     if any(len(r) != len(columns) for r in rows):
         raise ValueError(f"html_table: every row needs {len(columns)} cells, one per column {list(columns)}")
@@ -92,7 +92,7 @@ def html_table(
         tds = []
         for name, value in zip(columns, row):
             text = html.escape(value)
-            if name == flag_column and value != "yes":
+            if name == flag_column and value not in ("yes", "", "-", "—"):  # a dash: nothing was measured
                 text = f'<span class="kit-badge" style="{_BADGE}">{text}</span>'
             if name in text_columns:
                 tds.append(f'<td class="kit-text" style="{_TEXT}">{text}</td>')

@@ -248,5 +248,7 @@ def test_a_figure_from_a_flagged_run_is_marked_flagged_in_its_cell(tmp_path):
     assert reference.FLAGGED_NOTE in table.note and "1.13 (flagged)" in table._repr_html_()
     unmarked = reference.beside({"ratio": 1.0}, flagged={"ratio": clean}, directory=tmp_path)
     assert "(flagged)" not in unmarked.text()
+    by_bool = reference.beside({"a": 1.0, "b": 2.0}, flagged={"a": True, "b": False}, directory=tmp_path)
+    assert by_bool.flagged == {"a"}
     with pytest.raises(ValueError, match="flagged names 'typo'"):
         reference.beside({"ratio": 1.0}, flagged={"typo": clean}, directory=tmp_path)

@@ -42,6 +42,7 @@ def test_html_styles_are_inline_so_an_untrusted_notebook_keeps_them():
     assert '<td style="border:1px solid #ddd;padding:2px 8px;text-align:right' in page
     assert '<table class="kit-table" style="border-collapse:collapse' in page
     assert '<ul class="kit-notes" style="' in page
+    assert "kit-badge" not in html_table(["x", "ok"], [["1", "—"], ["2", "yes"]], flag_column="ok")  # nothing measured
 
 
 def test_rows_of_the_wrong_length_are_refused_naming_the_columns():
