@@ -79,8 +79,9 @@ def html_table(
     text_columns: Sequence[str] = (),
 ) -> str:
     """The table as HTML in a box that scrolls sideways when it is wide. In `flag_column` a cell
-    that is not "yes" (nor a dash: nothing measured) is drawn as a red badge; `text_columns` are left-aligned and wrap at
-    spaces (numbers never wrap). Every style is inline, so an untrusted notebook keeps it."""
+    that is not "yes" (nor a dash: nothing measured) is drawn as a red badge; `text_columns` are
+    left-aligned and wrap at spaces (numbers never wrap). Every style is inline, so an untrusted
+    notebook keeps it."""
     if any(len(r) != len(columns) for r in rows):
         raise ValueError(f"html_table: every row needs {len(columns)} cells, one per column {list(columns)}")
     head = "".join(
