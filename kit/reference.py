@@ -74,6 +74,7 @@ __all__ = [
     "NO_RUN_YET",
     "Beside",
     "beside",
+    "chapter_mode",
     "lookup",
     "physical_limits_table",
     "reference_runs",
@@ -252,7 +253,7 @@ def beside(
         pick = picks.get(name)
         for run in runs:
             if pick is None:  # the same quantity, as the GPU check's run of the chapters reported it
-                figure, mode = _chapter_figure(run, name), _chapter_mode(run, name)
+                figure, mode = _chapter_figure(run, name), chapter_mode(run, name)
                 row.append(figure)
                 if figure is not None and mode.startswith("quick") and run_label(run) not in quick_columns:
                     quick_columns.append(run_label(run))
@@ -290,8 +291,9 @@ def _number(value: Any) -> Any:
         return str(value)
 
 
-def _chapter_mode(report: dict[str, Any], name: str) -> str:
-    """The mode ("quick ..." or "full ...") of the chapter run that reported `name`, "" if unknown."""
+def chapter_mode(report: dict[str, Any], name: str) -> str:
+    """The mode ("quick ..." or "full ...") of the chapter run that reported `name`, "" if unknown:
+    a chapter reads it to say which of a reference run's figures came from a quick-mode run."""
     for chapter in report.get("parts", {}).get("chapters", {}).values():
         if isinstance(chapter, dict) and name in chapter.get("figures", {}):
             return str(chapter.get("mode", ""))

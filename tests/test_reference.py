@@ -252,3 +252,9 @@ def test_a_figure_from_a_flagged_run_is_marked_flagged_in_its_cell(tmp_path):
     assert by_bool.flagged == {"a"}
     with pytest.raises(ValueError, match="flagged names 'typo'"):
         reference.beside({"ratio": 1.0}, flagged={"typo": clean}, directory=tmp_path)
+
+
+def test_chapter_mode_names_the_mode_of_the_chapter_run_that_reported_a_figure():
+    report = {"parts": {"chapters": {"05.ipynb": {"mode": "quick (KIT_QUICK=1)", "figures": {"rps": 1.0}}}}}
+    assert reference.chapter_mode(report, "rps").startswith("quick")
+    assert reference.chapter_mode(report, "absent") == ""
