@@ -318,6 +318,17 @@ def speedup_warnings(speedup: float, devices: int, shared: bool = False, cores: 
     return out
 
 
+def _distinct(value: float, limit: float) -> tuple[str, str]:
+    """`value` and `limit` to 3 significant figures, with more digits where 3 would print two
+    different numbers alike (1.504 beside a goal of 1.5 reads "1.504", not "1.5 -> NOT met (<= 1.5)")."""
+    bound = f"{limit:g}"
+    for digits in range(3, 10):
+        shown = f"{value:.{digits}g}"
+        if shown != bound or value == limit:
+            break
+    return shown, bound
+
+
 def goal(what: str, value: float, op: str, limit: float, unit: str = "", reliable: bool = True) -> str:
     """A printed goal that says met or not met, with the figure: `goal("added per op", 1.3, "<=", 2, "us")`."""
     ops = {"<=": value <= limit, "<": value < limit, ">=": value >= limit, ">": value > limit}
@@ -325,5 +336,6 @@ def goal(what: str, value: float, op: str, limit: float, unit: str = "", reliabl
         raise ValueError(f"goal(op={op!r}): one of {sorted(ops)}")
     u = f" {unit}" if unit else ""
     verdict = "met" if ops[op] else "NOT met"
-    text = f"{what}: {value:.3g}{u} -> {verdict} (goal {op} {limit:g}{u})"
+    shown, bound = _distinct(value, limit)
+    text = f"{what}: {shown}{u} -> {verdict} (goal {op} {bound}{u})"
     return text if reliable else text + " [unreliable measurement: see the warnings]"

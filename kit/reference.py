@@ -34,6 +34,20 @@ With a report in the folder, each reference run is a column labelled with where 
     ms per step | 1.25                 | 0.31
     accuracy    | 0.93                 | — (not in this run)
 
+A figure taken from a run that `kit.measure` flagged (busy machine, wide spread) is marked in its
+cell: pass the timings behind it as `flagged={quantity: [timings]}` (or the Timing itself as the
+measured value), and a cell whose timings are not all reliable reads "1.13 (flagged)", with a note:
+
+    >>> from kit.measure import Timing
+    >>> busy = Timing("workspace", [0.010, 0.011, 0.010], 10, load=0.5)
+    >>> print(reference.beside({"workspace / plain time": 1.13}, flagged={"workspace / plain time": [busy]},
+    ...                        directory=folder, device="cpu:0"))  # doctest: +NORMALIZE_WHITESPACE
+    quantity               | your machine (cpu:0) | NVIDIA H100 (2026-12-01, commit 0123456)
+    -----------------------+----------------------+-----------------------------------------
+    workspace / plain time | 1.13 (flagged)       | — (not in this run)
+    (flagged): measured in a run kit.measure flagged as unreliable (see the warnings printed above it): not a
+      figure to compare
+
 A pick is either a path into the report's "parts" (dots between keys, ``[key=value]`` selects the
 row of a list whose `key` reads `value`, ``[3]`` an index) or a function of the whole report that
 returns a number or None. Without a pick, a quantity is looked up by its name among the figures
@@ -46,7 +60,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -54,12 +68,14 @@ from typing import Any
 
 import kit
 from kit import tables
+from kit.measure import Timing
 from kit.state import STATE
 
 __all__ = [
     "NO_RUN_YET",
     "Beside",
     "beside",
+    "chapter_mode",
     "lookup",
     "physical_limits_table",
     "reference_runs",
@@ -72,6 +88,11 @@ NO_RUN_YET = (
     "kit/data/reference_runs/ (see the README.md there)"
 )
 MISSING = "— (not in this run)"
+FLAGGED = " (flagged)"
+FLAGGED_NOTE = (
+    "(flagged): measured in a run kit.measure flagged as unreliable (see the warnings printed above it): "
+    "not a figure to compare"
+)
 
 Pick = str | Callable[[dict[str, Any]], Any]
 _STEP = re.compile(r"([^.\[\]]+)|\[([^\]=]+)=([^\]]*)\]|\[(-?\d+)\]")
@@ -164,9 +185,16 @@ class Beside:
     rows: list[list[Any]]
     note: str = ""
     runs: list[dict[str, Any]] = field(default_factory=list)
+    flagged: set[str] = field(default_factory=set)  # quantities whose figure here came from a flagged run
 
     def _cells(self) -> list[list[str]]:
-        return [[str(r[0])] + [_fmt(v) for v in r[1:]] for r in self.rows]
+        out = []
+        for r in self.rows:
+            cells = [str(r[0])] + [_fmt(v) for v in r[1:]]
+            if r[0] in self.flagged:
+                cells[1] += FLAGGED
+            out.append(cells)
+        return out
 
     def text(self) -> str:
         """The table as text no wider than 100 columns (transposed when it would be), then the note."""
@@ -188,14 +216,33 @@ def beside(
     *,
     directory: str | Path | None = None,
     device: str | None = None,
+    flagged: Mapping[str, bool | Timing | Sequence[Timing]] | None = None,
 ) -> Beside:
     """A table of `measured` (quantity -> this machine's figure) beside each reference run's figure
     for the same quantity, taken from the report by `picks[quantity]` (a path, see `lookup`, or a
-    function of the report). Quantities without a pick show only this machine's figure."""
+    function of the report). Quantities without a pick show only this machine's figure.
+
+    `flagged[quantity]`: the timing(s) this machine's figure was computed from; where any of them is
+    unreliable (`kit.measure` flagged it) the cell reads "(flagged)"; `True` marks it outright (a
+    benchmark's figure whose table already says "reliable: NO"). A measured value that is itself a
+    Timing shows its median and is marked the same way."""
     picks = dict(picks or {})
     unknown = sorted(set(picks) - set(measured))
     if unknown:
         raise ValueError(f"beside: picks {unknown} name no measured quantity; measured are {sorted(measured)}")
+    behind: dict[str, list[Timing]] = {}
+    for name, timings in (flagged or {}).items():
+        if name not in measured:
+            raise ValueError(f"beside: flagged names {name!r}, no measured quantity; measured are {sorted(measured)}")
+        if isinstance(timings, bool):
+            timings = [Timing(name, [1.0], 1, extra_warnings=["flagged by its benchmark"])] if timings else []
+        behind[name] = [timings] if isinstance(timings, Timing) else list(timings)
+    measured = dict(measured)
+    for name, value in measured.items():
+        if isinstance(value, Timing):
+            behind.setdefault(name, []).append(value)
+            measured[name] = value.median
+    marked = {name for name, timings in behind.items() if any(not t.reliable for t in timings)}
     runs = reference_runs(directory)
     here = device or f"{kit.current_device().name}, {kit.backend.name()}"
     columns = ["quantity", f"your machine ({here})"] + [run_label(r) for r in runs]
@@ -207,7 +254,7 @@ def beside(
         pick = picks.get(name)
         for run in runs:
             if pick is None:  # the same quantity, as the GPU check's run of the chapters reported it
-                figure, mode = _chapter_figure(run, name), _chapter_mode(run, name)
+                figure, mode = _chapter_figure(run, name), chapter_mode(run, name)
                 row.append(figure)
                 if figure is not None and mode.startswith("quick") and run_label(run) not in quick_columns:
                     quick_columns.append(run_label(run))
@@ -217,13 +264,14 @@ def beside(
                 row.append(lookup(run, pick))
         rows.append(row)
     notes = [] if runs else [NO_RUN_YET]
+    notes += [FLAGGED_NOTE] if marked else []
     notes += [
         f"{label}: its chapter figures come from a quick-mode run (KIT_QUICK=1: smaller workloads than a full "
         "run), so they are not the same measurement as this machine's full-mode figures; read them as orders "
         "of magnitude"
         for label in quick_columns
     ]
-    return Beside(columns, rows, "\n".join(notes), runs)
+    return Beside(columns, rows, "\n".join(notes), runs, marked)
 
 
 # Every quantity a chapter shows through `beside` is remembered in this process, so that
@@ -243,8 +291,9 @@ def _number(value: Any) -> Any:
         return str(value)
 
 
-def _chapter_mode(report: dict[str, Any], name: str) -> str:
-    """The mode ("quick ..." or "full ...") of the chapter run that reported `name`, "" if unknown."""
+def chapter_mode(report: dict[str, Any], name: str) -> str:
+    """The mode ("quick ..." or "full ...") of the chapter run that reported `name`, "" if unknown:
+    a chapter reads it to say which of a reference run's figures came from a quick-mode run."""
     for chapter in report.get("parts", {}).get("chapters", {}).values():
         if isinstance(chapter, dict) and name in chapter.get("figures", {}):
             return str(chapter.get("mode", ""))

@@ -22,18 +22,22 @@ from __future__ import annotations
 import html
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-__all__ = ["html_table", "text_table"]
+__all__ = ["Table", "html_table", "text_table"]
 
 WIDTH = 100
-_STYLE = (
-    "<style>.kit-table{border-collapse:collapse;font-size:12px;margin:4px 0}"
-    ".kit-table th,.kit-table td{border:1px solid #ddd;padding:2px 8px;text-align:right;"
-    "white-space:nowrap}.kit-table th{background:#f5f5f5}.kit-table td.kit-text{text-align:left;"
-    "white-space:normal;word-break:keep-all;overflow-wrap:normal;min-width:12em}"
-    ".kit-badge{background:#c00;color:#fff;border-radius:3px;padding:0 4px;font-size:11px}"
-    ".kit-notes{font-size:12px;margin:2px 0 8px 0;padding-left:18px}</style>"
+# Inline styles, not a <style> block: JupyterLab strips <style> from an untrusted notebook (every
+# notebook a reader downloads), which left the tables without borders and the flag badge black.
+_TABLE = "border-collapse:collapse;font-size:12px;margin:4px 0"
+_CELL = "border:1px solid #ddd;padding:2px 8px;text-align:right;white-space:nowrap"
+_HEAD = _CELL + ";background:#f5f5f5"
+_TEXT = (
+    "border:1px solid #ddd;padding:2px 8px;text-align:left;white-space:normal;word-break:keep-all;"
+    "overflow-wrap:normal;min-width:12em"
 )
+_BADGE = "background:#c00;color:#fff;border-radius:3px;padding:0 4px;font-size:11px"
+_NOTES = "font-size:12px;margin:2px 0 8px 0;padding-left:18px"
 
 
 def _grid(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -75,25 +79,71 @@ def html_table(
     text_columns: Sequence[str] = (),
 ) -> str:
     """The table as HTML in a box that scrolls sideways when it is wide. In `flag_column` a cell
-    that is not "yes" is drawn as a red badge; `text_columns` are left-aligned and wrap at
-    spaces (numbers never wrap)."""
+    that is not "yes" (nor a dash: nothing measured) is drawn as a red badge; `text_columns` are
+    left-aligned and wrap at spaces (numbers never wrap). Every style is inline, so an untrusted
+    notebook keeps it."""
     if any(len(r) != len(columns) for r in rows):
         raise ValueError(f"html_table: every row needs {len(columns)} cells, one per column {list(columns)}")
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    head = "".join(
+        f'<th style="{_TEXT + ";background:#f5f5f5" if c in text_columns else _HEAD}">{html.escape(c)}</th>'
+        for c in columns
+    )
     body = []
     for row in rows:
         tds = []
         for name, value in zip(columns, row):
             text = html.escape(value)
-            if name == flag_column and value != "yes":
-                text = f'<span class="kit-badge">{text}</span>'
-            cls = ' class="kit-text"' if name in text_columns else ""
-            tds.append(f"<td{cls}>{text}</td>")
+            if name == flag_column and value not in ("yes", "", "-", "—"):  # a dash: nothing was measured
+                text = f'<span class="kit-badge" style="{_BADGE}">{text}</span>'
+            if name in text_columns:
+                tds.append(f'<td class="kit-text" style="{_TEXT}">{text}</td>')
+            else:
+                tds.append(f'<td style="{_CELL}">{text}</td>')
         body.append("<tr>" + "".join(tds) + "</tr>")
     out = (
-        f'{_STYLE}<div style="overflow-x: auto; max-width: 100%"><table class="kit-table">'
+        f'<div style="overflow-x: auto; max-width: 100%"><table class="kit-table" style="{_TABLE}">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
     )
     if notes:
-        out += '<ul class="kit-notes">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"
+        out += (
+            f'<ul class="kit-notes" style="{_NOTES}">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"
+        )
     return out
+
+
+@dataclass
+class Table:
+    """A results table that shows itself: HTML in a notebook (a wide one scrolls in its box instead
+    of wrapping), text no wider than 100 columns in a terminal. Cells are strings, already
+    formatted; `title` heads it, `notes` follow it.
+
+    >>> t = Table(["device", "ms"], [["cpu:0", "40.9"]], notes=["median of 5 repeats"], title="matmul")
+    >>> print(t)
+    matmul
+    device | ms
+    -------+-----
+    cpu:0  | 40.9
+    median of 5 repeats
+    >>> "<table" in t._repr_html_() and "<b>matmul</b>" in t._repr_html_()
+    True
+    """
+
+    columns: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+    title: str = ""
+    flag_column: str | None = None
+    text_columns: list[str] = field(default_factory=list)
+
+    def text(self) -> str:
+        body = text_table(self.columns, self.rows, self.notes)
+        return f"{self.title}\n{body}" if self.title else body
+
+    __str__ = text
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        head = f'<div style="font-size:12px;margin:4px 0"><b>{html.escape(self.title)}</b></div>' if self.title else ""
+        return head + html_table(self.columns, self.rows, self.notes, self.flag_column, self.text_columns)

@@ -522,7 +522,7 @@ class TrainingPanel(_Panel):
             return "loss: -"
         recent = self.scores[-20:]
         return (
-            f"loss: last {self.scores[-1]:.4f}, mean of last {len(recent)} {sum(recent) / len(recent):.4f}, "
+            f"loss: last {self.scores[-1]:.3g}, mean of last {len(recent)} {sum(recent) / len(recent):.3g}, "
             f"epochs done {self.epochs_done}"
         )
 

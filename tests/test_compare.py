@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from kit import measure
+from kit import measure, tables
 from kit.compare import Comparison, Job, assess_row, compare_devices, measure_bandwidth, predict_epoch_seconds
 from kit.data import DataSet
 from kit.devices import host_device_count
@@ -148,7 +148,7 @@ def test_comparison_shows_itself_as_html_with_badges_and_as_text_within_100_colu
     page = result._repr_html_()
     assert page.count("<tr>") == 1 + len(result.rows) and "overflow-x: auto" in page
     for r in result.rows:
-        assert ('<span class="kit-badge">NO</span>' in page) or r["reliable"]
+        assert (f'<span class="kit-badge" style="{tables._BADGE}">NO</span>' in page) or r["reliable"]
     text = repr(result)
     assert text == result.table() == str(result)
     assert max(len(line) for line in text.splitlines()) <= 100, text

@@ -59,6 +59,9 @@ def test_speedup_above_the_device_count_is_flagged():
 def test_goal_says_met_or_not_with_the_figure():
     assert measure.goal("added per op", 1.3, "<=", 2, "us") == "added per op: 1.3 us -> met (goal <= 2 us)"
     assert "NOT met" in measure.goal("overhead", 3.5, "<=", 2, "%")
+    # 3 significant figures, more where they would print a missed goal as its own bound
+    assert measure.goal("added", 1.504, "<=", 1.5, "us") == "added: 1.504 us -> NOT met (goal <= 1.5 us)"
+    assert measure.goal("added", 1.23456, "<=", 2, "us") == "added: 1.23 us -> met (goal <= 2 us)"
     assert "unreliable" in measure.goal("x", 1, "<", 2, reliable=False)
     with pytest.raises(ValueError, match="op"):
         measure.goal("x", 1, "==", 1)

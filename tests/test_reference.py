@@ -225,3 +225,36 @@ def test_a_column_of_quick_mode_chapter_figures_says_so():
     assert "quick-mode run" in table.text() and "quick-mode run" in table._repr_html_()
     plain = reference.beside({"a quantity no run reported": 1.0})
     assert "quick-mode run" not in plain.text()
+
+
+def test_a_figure_from_a_flagged_run_is_marked_flagged_in_its_cell(tmp_path):
+    """Chapter 2 showed "workspace / plain time 1.13" beside the H100's figure, unmarked, from a run
+    printed UNRELIABLE just above: a figure from a flagged timing says so in its own cell."""
+    from kit.measure import Timing
+
+    write_report(tmp_path, "h100.json")
+    busy = Timing("workspace", [0.010, 0.011, 0.010], 10, load=0.5)
+    clean = Timing("plain", [0.010, 0.0101, 0.010], 10)
+    table = reference.beside(
+        {"ratio": 1.13, "clean ratio": 1.0, "a timing": busy, "from clean": 2.0},
+        flagged={"ratio": [clean, busy], "clean ratio": clean, "from clean": [clean]},
+        directory=tmp_path,
+        device="cpu:0",
+    )
+    cells = {row[0]: row[1] for row in table._cells()}
+    assert cells == {"ratio": "1.13 (flagged)", "clean ratio": "1", "a timing": "0.01 (flagged)", "from clean": "2"}
+    assert table.flagged == {"ratio", "a timing"}
+    assert table.rows[2][1] == busy.median  # a Timing shows its median
+    assert reference.FLAGGED_NOTE in table.note and "1.13 (flagged)" in table._repr_html_()
+    unmarked = reference.beside({"ratio": 1.0}, flagged={"ratio": clean}, directory=tmp_path)
+    assert "(flagged)" not in unmarked.text()
+    by_bool = reference.beside({"a": 1.0, "b": 2.0}, flagged={"a": True, "b": False}, directory=tmp_path)
+    assert by_bool.flagged == {"a"}
+    with pytest.raises(ValueError, match="flagged names 'typo'"):
+        reference.beside({"ratio": 1.0}, flagged={"typo": clean}, directory=tmp_path)
+
+
+def test_chapter_mode_names_the_mode_of_the_chapter_run_that_reported_a_figure():
+    report = {"parts": {"chapters": {"05.ipynb": {"mode": "quick (KIT_QUICK=1)", "figures": {"rps": 1.0}}}}}
+    assert reference.chapter_mode(report, "rps").startswith("quick")
+    assert reference.chapter_mode(report, "absent") == ""

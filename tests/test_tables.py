@@ -32,6 +32,19 @@ def test_html_escapes_cells_draws_flags_as_badges_and_scrolls():
     assert "overflow-x: auto" in page
 
 
+def test_html_styles_are_inline_so_an_untrusted_notebook_keeps_them():
+    # JupyterLab strips <style> blocks from untrusted notebooks: borders, alignment and the badge
+    # must survive in each element's own style attribute
+    page = html_table(["kind", "x", "ok"], [["a b", "1", "NO"]], notes=["n"], flag_column="ok", text_columns=["kind"])
+    assert "<style" not in page
+    assert 'class="kit-badge" style="background:#c00;color:#fff' in page
+    assert '<td class="kit-text" style="border:1px solid #ddd;padding:2px 8px;text-align:left' in page
+    assert '<td style="border:1px solid #ddd;padding:2px 8px;text-align:right' in page
+    assert '<table class="kit-table" style="border-collapse:collapse' in page
+    assert '<ul class="kit-notes" style="' in page
+    assert "kit-badge" not in html_table(["x", "ok"], [["1", "—"], ["2", "yes"]], flag_column="ok")  # nothing measured
+
+
 def test_rows_of_the_wrong_length_are_refused_naming_the_columns():
     with pytest.raises(ValueError, match=r"2 cells, one per column \['a', 'b'\]"):
         text_table(["a", "b"], [["1"]])
@@ -48,3 +61,44 @@ def test_beside_has_both_forms():
     assert max(len(line) for line in table.text().splitlines()) <= 100
     assert "0.0123" in table.text() and "51.2" in table.text() and "a note" in table.text()
     assert "<table" in table._repr_html_() and "51.2" in table._repr_html_()
+
+
+def test_table_shows_html_in_a_notebook_and_text_in_a_terminal():
+    from kit.tables import Table
+
+    t = Table(["device", "ms", "reliable"], [["cpu:0", "40.9", "NO"]], notes=["n"], title="t", flag_column="reliable")
+    assert str(t) == repr(t) == t.text() and t.text().splitlines()[0] == "t"
+    page = t._repr_html_()
+    assert "<b>t</b>" in page and 'class="kit-badge"' in page and "<style" not in page
+
+
+def test_a_benchmark_result_becomes_a_table_with_its_column_notes_and_summary():
+    from kit.bench import result_table
+
+    result = {
+        "benchmark": "workspaces",
+        "device": "cpu:0",
+        "repeats": 7,
+        "columns": ["regime", "ms_per_iter", "spread", "ratio_to_plain"],
+        "column_notes": {"ratio_to_plain": "within each repeat, then the median"},
+        "rows": [{"regime": "plain", "ms_per_iter": 41.5, "spread": 0.71, "ratio_to_plain": 1.0}],
+        "summary": {"machine_load_by_others": 0.5, "goal": "x"},
+    }
+    t = result_table(result)
+    assert t.rows == [["plain", "41.5", "±71%", "1"]]
+    assert t.notes == ["ratio_to_plain: within each repeat, then the median", "machine_load_by_others: 50%", "goal: x"]
+    assert t.title == "benchmark workspaces on cpu:0 (median of 7 repeats)"
+
+
+def test_the_d2l_table_of_a_reference_run_as_a_table():
+    from kit import reference
+    from kit.bench.d2l import d2l_result_table, d2l_table
+
+    for run in reference.reference_runs():
+        t = d2l_result_table(run)
+        if isinstance(t, str):
+            assert t == d2l_table(run)
+            continue
+        text = d2l_table(run)
+        assert all(row[0] in text and row[1] in text for row in t.rows)
+        assert all(note in text for note in t.notes)

@@ -72,7 +72,7 @@ def test_training_panel_accepts_both_listener_forms(capsys):
         panel.iteration_done(None, i, 0, score=1.0 / (i + 1))
     panel.on_epoch_end(None, 0)
     panel.close()
-    assert "loss: last 0.2500" in capsys.readouterr().out
+    assert "loss: last 0.25," in capsys.readouterr().out
     assert "epochs done 1" in panel.static().html
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import kit
-from kit import measure
+from kit import measure, tables
 from kit.bench.common import _device_label, run_metadata
 from kit.bench.d2l import bench_d2l
 from kit.bench.parallel import bench_parallel
@@ -288,6 +288,13 @@ def bench_workspaces(quick: bool = False, progress: Callable[[int, int, str], An
             "held_kib",
             "peak_with_held_kib",
         ],
+        "column_notes": {
+            "ms_per_iter": "milliseconds per training iteration (median of the repeats)",
+            "spread": "half the range of the repeats over their median",
+            "ratio_to_plain": "this regime's time / plain's within each repeat, then the median over repeats "
+            "(so not ms_per_iter / plain's ms_per_iter, which mixes repeats)",
+            "peak_with_held_kib": "peak traced KiB within one iteration plus the KiB held between iterations",
+        },
         "rows": rows,
         "summary": {
             "workspace_capacity_bytes": ws_stats["capacity"],
@@ -340,6 +347,25 @@ def format_result(result: dict[str, Any]) -> str:
         for k, v in result["summary"].items()
     ]
     return "\n".join(lines)
+
+
+def result_table(result: dict[str, Any]) -> tables.Table:
+    """`format_result`'s table as a `kit.tables.Table`: an HTML table in a notebook (a wide one
+    scrolls instead of wrapping), the column definitions and the summary as notes under it."""
+    cols = result["columns"]
+    cells = [
+        [f"±{row[c]:.0%}" if c == "spread" and isinstance(row[c], float) else _fmt(row[c]) for c in cols]
+        for row in result["rows"]
+    ]
+    notes = [f"{c}: {note}" for c, note in result.get("column_notes", {}).items()]
+    notes += [
+        f"{k}: {v:.0%}" if k.startswith("machine_load") and isinstance(v, float) else f"{k}: {_fmt(v)}"
+        for k, v in result["summary"].items()
+    ]
+    flag = "reliable" if "reliable" in cols else None
+    text = [c for c in cols[:1]]
+    title = f"benchmark {result['benchmark']} on {result['device']} (median of {result['repeats']} repeats)"
+    return tables.Table(list(cols), cells, notes, title, flag, text)
 
 
 def _fmt(v: Any) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 import kit
+from kit import tables
 from kit.bench.common import _device_label
 from kit.data import ArrayIterator, DataNotFoundError, load_fashion_mnist
 from kit.listeners import TrainingListener
@@ -314,6 +315,29 @@ def _accuracy_range(side: dict[str, Any]) -> str:
 def d2l_table(report: dict[str, Any]) -> str:
     """The d2l table of one reference run (`kit/data/reference_runs/*.json`), with the sentences
     that read it, every number taken from the report."""
+    parts = _d2l_parts(report)
+    if isinstance(parts, str):
+        return parts
+    title, head, cells, text = parts
+    widths = [max(len(r[i]) for r in [head, *cells]) for i in range(4)]
+    lines = [*title, ""]
+    lines += [" | ".join(v.ljust(w) for v, w in zip(r, widths)) for r in [head, *cells]]
+    lines.append("-" * len(lines[-1]))
+    return "\n".join(lines + text)
+
+
+def d2l_result_table(report: dict[str, Any]) -> tables.Table | str:
+    """`d2l_table` as a `kit.tables.Table` (HTML in a notebook: a wide table scrolls in its box
+    instead of wrapping), the sentences as notes under it; the same text where there is no table."""
+    parts = _d2l_parts(report)
+    if isinstance(parts, str):
+        return parts
+    title, head, cells, text = parts
+    columns = ["run", *head[1:]]
+    return tables.Table(columns, [list(c) for c in cells], text, " ".join(title), text_columns=["run", "GPU memory"])
+
+
+def _d2l_parts(report: dict[str, Any]) -> tuple[list[str], tuple[str, ...], list[tuple[str, ...]], list[str]] | str:
     d = report.get("parts", {}).get("d2l")
     if not d or "kit" not in d:
         return f"{run_label(report)}: no d2l table in this run"
@@ -331,10 +355,7 @@ def d2l_table(report: dict[str, Any]) -> str:
             )
     head = ("", "epoch, median s", "test accuracy", "GPU memory")
     cells = [(n, f"{s['median_epoch_seconds']:.2f}", f"{s['test_accuracy']:.4f}", m) for n, s, m in rows]
-    widths = [max(len(r[i]) for r in [head, *cells]) for i in range(4)]
-    lines = [f"{d['setup']}", f"on {run_label(report)}", ""]
-    lines += [" | ".join(v.ljust(w) for v, w in zip(r, widths)) for r in [head, *cells]]
-    lines.append("-" * len(lines[-1]))
+    title = [f"{d['setup']}", f"on {run_label(report)}"]
     text = []
     for key, label in _KIT_ROWS.items():
         if key in d:
@@ -363,7 +384,7 @@ def d2l_table(report: dict[str, Any]) -> str:
             "ran in float32 in this run."
         )
     text += _several_device_rows(report)
-    return "\n".join(lines + text)
+    return title, head, cells, text
 
 
 def _several_device_rows(report: dict[str, Any]) -> list[str]:
