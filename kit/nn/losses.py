@@ -20,7 +20,13 @@ from kit.nn.kernels import copy_into, cross_entropy_into, mse_into, softmax_into
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 from kit.shapes import accumulator
 
-__all__ = ["MSE", "Loss", "SoftmaxCrossEntropy", "loss_from_config"]
+__all__ = [
+    "MSE",
+    "Loss",
+    "SoftmaxCrossEntropy",
+    "loss_from_config",
+    "rows_of_scores",
+]
 
 
 class Loss:
@@ -62,11 +68,23 @@ def loss_from_config(cfg: dict[str, Any]) -> Loss:
     return cls()
 
 
+def rows_of_scores(shape: tuple[int, ...], loss: str) -> None:
+    """A classification loss scores one row of class scores per example: (B, classes)."""
+    if len(shape) != 2:
+        raise ValueError(
+            f"{loss} scores one row of class scores per example, but the network's output has shape "
+            f"{tuple(shape)} (each example {tuple(shape[1:])}); end the layers with Flatten() and a Dense "
+            "layer with one output per class, or give the network a loss for such outputs (loss=MSE())"
+        )
+
+
 class SoftmaxCrossEntropy(Loss):
     classification = True
 
     def value_and_grad(self, out: NDArray, labels: NDArray, mgr: LayerWorkspaceMgr) -> tuple[float, NDArray]:
         dev, z, t = out.device, out.data, labels.data
+        if z.ndim != 2:
+            rows_of_scores(z.shape, "SoftmaxCrossEntropy")
         grad = mgr.create(ArrayType.ACTIVATION_GRAD, z.shape, z.dtype, dev)  # becomes the gradient
         # fresh from mgr.create, like the working arrays below: no check needed
         row = mgr.create(ArrayType.BP_WORKING_MEM, (z.shape[0], 1), z.dtype, dev)._data
@@ -74,10 +92,13 @@ class SoftmaxCrossEntropy(Loss):
         return cross_entropy_into(dev.xp, z, t, grad._data, logp, row), grad
 
     def activate(self, out: NDArray, result: NDArray, mgr: LayerWorkspaceMgr) -> None:
+        if out.ndim != 2:
+            rows_of_scores(out.shape, "SoftmaxCrossEntropy")
         row = mgr.create(ArrayType.FF_WORKING_MEM, (out.shape[0], 1), out.dtype, out.device).data
         softmax_into(out.device.xp, out.data, result.data, row)
 
     def plan_step(self, xp: Any, z: Any, result: Any, buffers: list[Any]) -> Callable[[], Any]:
+        rows_of_scores(z.shape, "SoftmaxCrossEntropy")
         return partial(softmax_into, xp, z, result, buffers[0])  # the (B, 1) working array activate asked for
 
 

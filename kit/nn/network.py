@@ -50,7 +50,7 @@ from kit.nn.config import NetworkConfig
 from kit.nn.init import initial_values
 from kit.nn.layers import Layer, Sequential, layer_from_config
 from kit.nn.loop import StepResult, TrainingLoop
-from kit.nn.losses import Loss, SoftmaxCrossEntropy, loss_from_config
+from kit.nn.losses import Loss, SoftmaxCrossEntropy, loss_from_config, rows_of_scores
 from kit.nn.mixed import LossScaler, master_dtype_for, precision_step, scale_seed
 from kit.nn.persistence import ModelFileError, read_model, write_model
 from kit.nn.plan import InferencePlan, OutputPlans
@@ -280,6 +280,8 @@ class Network:
     def _labels(self, y: NDArray, n: int) -> NDArray:
         expected = (n, *self.output_shape)
         if y.shape != expected:
+            if self.loss.classification and len(self.output_shape) != 1:  # the loss, not the labels, is wrong
+                rows_of_scores(expected, type(self.loss).__name__)
             raise ValueError(
                 f"labels of shape {y.shape} do not match the network's output {expected}: "
                 f"{self.output_shape[0]} classes/outputs per example"
