@@ -48,12 +48,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "HOOKS",
     "EmptyDataError",
     "NonFiniteScoreError",
     "StepResult",
     "Trainable",
     "TrainingLoop",
     "call_listener",
+    "loop_hooks",
 ]
 
 
@@ -91,13 +93,25 @@ class Trainable(Protocol):
     stop hooks (Network: one mini-batch a step; ParallelWrapper: one per worker, counted on the
     wrapper, stopping every replica). Early stopping trains whatever implements it."""
 
-    def make_loop(
-        self,
-        *,
-        listeners: Iterable[Any] = (),
-        iteration_conditions: Iterable[Any] = (),
-        epoch_end: Callable[[int], bool] | None = None,
-    ) -> TrainingLoop: ...
+    def make_loop(self, **hooks: Any) -> TrainingLoop:
+        """The loop over this trainable's own step. `hooks`, each optional, are TrainingLoop's:
+        listeners, iteration_conditions, epoch_end (see `loop_hooks`)."""
+        ...
+
+
+HOOKS = ("listeners", "iteration_conditions", "epoch_end")
+
+
+def loop_hooks(trainable: Any, hooks: dict[str, Any]) -> dict[str, Any]:
+    """What a `make_loop(**hooks)` passes on to its TrainingLoop: only the loop's hooks (the
+    step, counters and batches per step are the trainable's own); anything else is refused,
+    naming it, at the call."""
+    unknown = sorted(set(hooks) - set(HOOKS))
+    if unknown:
+        raise TypeError(
+            f"{type(trainable).__name__}.make_loop: unknown argument(s) {unknown}; it takes {', '.join(HOOKS)}"
+        )
+    return hooks
 
 
 class TrainingLoop:

@@ -32,7 +32,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,7 @@ from kit.ndarray import NDArray
 from kit.nn.config import NetworkConfig
 from kit.nn.init import initial_values
 from kit.nn.layers import Layer, Sequential, layer_from_config
-from kit.nn.loop import StepResult, TrainingLoop
+from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
 from kit.nn.losses import Loss, SoftmaxCrossEntropy, loss_from_config, rows_of_scores
 from kit.nn.mixed import LossScaler, master_dtype_for, precision_step, scale_seed
 from kit.nn.persistence import ModelFileError, read_model, write_model
@@ -369,19 +369,11 @@ class Network:
                 self._update(mgr)
             self.iteration += 1
 
-    def make_loop(
-        self,
-        *,
-        listeners: Iterable[Any] = (),
-        iteration_conditions: Iterable[Any] = (),
-        epoch_end: Callable[[int], bool] | None = None,
-    ) -> TrainingLoop:
+    def make_loop(self, **hooks: Any) -> TrainingLoop:
         """The training loop over this network's own step, one mini-batch at a time (kit.nn.loop's
-        Trainable); `stop_fit()` stops it."""
-        loop = TrainingLoop(
-            self, self.train_step, listeners=listeners, iteration_conditions=iteration_conditions, epoch_end=epoch_end
-        )
-        return loop.attach(self)
+        Trainable: `hooks` are the loop's listeners, iteration_conditions, epoch_end); `stop_fit()`
+        stops it."""
+        return TrainingLoop(self, self.train_step, **loop_hooks(self, hooks)).attach(self)
 
     def fit_batch(self, ds: DataSet) -> float:
         """One iteration on one mini-batch: gradients, L2, updater. Returns the score."""

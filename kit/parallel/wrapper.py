@@ -73,7 +73,7 @@ from kit.devices import (
     gpu_count,
     transfer,
 )
-from kit.nn.loop import StepResult, TrainingLoop
+from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
 from kit.nn.losses import loss_from_config
 from kit.nn.mixed import LossScaler
 from kit.nn.network import Network
@@ -381,25 +381,15 @@ class ParallelWrapper(ShutsDownOnExit):
         self.sync()
         return self
 
-    def make_loop(
-        self,
-        *,
-        listeners: Iterable[Any] = (),
-        iteration_conditions: Iterable[Any] = (),
-        epoch_end: Callable[[int], bool] | None = None,
-    ) -> TrainingLoop:
+    def make_loop(self, **hooks: Any) -> TrainingLoop:
         """Start a run (the model's changes since the last one reach the replicas) and build its
-        loop (kit.nn.loop's Trainable): one mini-batch per worker a step, counted on the wrapper;
-        `stop_fit()` on the model or any replica stops it. Run it inside `session(data)`."""
+        loop (kit.nn.loop's Trainable: `hooks` are the loop's listeners, iteration_conditions,
+        epoch_end): one mini-batch per worker a step, counted on the wrapper; `stop_fit()` on the
+        model or any replica stops it. Run it inside `session(data)`."""
+        hooks = loop_hooks(self, hooks)
         self._begin()
         self.loop = TrainingLoop(
-            self.model,
-            self.train_step,
-            listeners=listeners,
-            counters=self,
-            batches_per_step=self.workers,
-            iteration_conditions=iteration_conditions,
-            epoch_end=epoch_end,
+            self.model, self.train_step, counters=self, batches_per_step=self.workers, **hooks
         ).attach(self.model, *self.replicas)
         return self.loop
 

@@ -55,7 +55,7 @@ import shutil
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -63,7 +63,7 @@ import numpy as np
 from kit.data.dataset import DataSet
 from kit.evaluation import ROC, Evaluation
 from kit.labels import class_indices
-from kit.nn.loop import StepResult, TrainingLoop
+from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
 from kit.nn.network import Network
 from kit.settings import install_hint
 from kit.spark import _executor as ex
@@ -372,24 +372,11 @@ class SparkNetwork:
                 self.make_loop(listeners=listeners).run(rounds, rounds.epochs_left)
         return self.network
 
-    def make_loop(
-        self,
-        *,
-        listeners: Iterable[Any] = (),
-        iteration_conditions: Iterable[Any] = (),
-        epoch_end: Callable[[int], bool] | None = None,
-    ) -> TrainingLoop:
-        """The training loop over Spark rounds (kit.nn.loop's Trainable): one round of the master
-        a step, counted on this SparkNetwork; `stop_fit()` stops it. Run it over the rounds a
-        `session(data)` gives."""
-        self.loop = TrainingLoop(
-            self.network,
-            self._train_round,
-            listeners=listeners,
-            counters=self,
-            iteration_conditions=iteration_conditions,
-            epoch_end=epoch_end,
-        )
+    def make_loop(self, **hooks: Any) -> TrainingLoop:
+        """The training loop over Spark rounds (kit.nn.loop's Trainable: `hooks` are the loop's
+        listeners, iteration_conditions, epoch_end): one round of the master a step, counted on this
+        SparkNetwork; `stop_fit()` stops it. Run it over the rounds a `session(data)` gives."""
+        self.loop = TrainingLoop(self.network, self._train_round, counters=self, **loop_hooks(self, hooks))
         return self.loop
 
     @contextlib.contextmanager

@@ -135,18 +135,21 @@ def test_idx_parser_on_generated_files(tmp_path):
         read_idx(tmp_path / "short")
 
 
-def test_fashion_mnist_loader_finds_files_in_kit_data(tmp_path, monkeypatch):
-    rng = np.random.default_rng(0)
+def _fake_fashion_mnist(directory, monkeypatch, train: int, test: int, seed: int = 0) -> None:
+    """Small IDX files of Fashion-MNIST's names and layout in `directory`; the loader is told
+    their SHA-256s (the real ones would not match)."""
+    rng = np.random.default_rng(seed)
     files = {}
-    for split, n in (("train", 6), ("t10k", 4)):
-        files[f"{split}-images-idx3-ubyte.gz"] = write_idx(
-            tmp_path / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28))
-        )
-        files[f"{split}-labels-idx1-ubyte.gz"] = write_idx(
-            tmp_path / f"{split}-labels-idx1-ubyte.gz", rng.integers(0, 10, n)
-        )
-    monkeypatch.setenv("KIT_DATA", str(tmp_path))
+    for split, n in (("train", train), ("t10k", test)):
+        images, labels = directory / f"{split}-images-idx3-ubyte.gz", directory / f"{split}-labels-idx1-ubyte.gz"
+        files[images.name] = write_idx(images, rng.integers(0, 256, (n, 28, 28)))
+        files[labels.name] = write_idx(labels, rng.integers(0, 10, n))
     monkeypatch.setattr(ds_module, "FASHION_MNIST_FILES", {k: (v, 0) for k, v in files.items()})
+
+
+def test_fashion_mnist_loader_finds_files_in_kit_data(tmp_path, monkeypatch):
+    _fake_fashion_mnist(tmp_path, monkeypatch, 6, 4)
+    monkeypatch.setenv("KIT_DATA", str(tmp_path))
     train, test = ds_module.load_fashion_mnist()
     assert train.features.shape == (6, 1, 28, 28) and test.num_examples == 4
     assert 0.0 <= float(train.features.min()) and float(train.features.max()) <= 1.0
@@ -326,18 +329,9 @@ def test_fashion_mnist_missing_then_its_remedy_set_kit_data_finds_the_files(tmp_
     monkeypatch.delenv("KIT_DATA", raising=False)
     monkeypatch.setattr(ds_module, "DEBIAN_DIR", tmp_path / "nowhere")
     monkeypatch.setattr(ds_module, "DATA_DIR", tmp_path / "nodata")
-    rng = np.random.default_rng(1)
     mine = tmp_path / "my-data"
     mine.mkdir()
-    files = {}
-    for split, n in (("train", 5), ("t10k", 3)):
-        files[f"{split}-images-idx3-ubyte.gz"] = write_idx(
-            mine / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28))
-        )
-        files[f"{split}-labels-idx1-ubyte.gz"] = write_idx(
-            mine / f"{split}-labels-idx1-ubyte.gz", rng.integers(0, 10, n)
-        )
-    monkeypatch.setattr(ds_module, "FASHION_MNIST_FILES", {k: (v, 0) for k, v in files.items()})
+    _fake_fashion_mnist(mine, monkeypatch, 5, 3, seed=1)
     with pytest.raises(ds_module.DataNotFoundError, match="or set KIT_DATA;") as refused:
         ds_module.load_fashion_mnist()
     assert str(mine) not in str(refused.value)

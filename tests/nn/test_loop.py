@@ -266,3 +266,15 @@ def test_early_stopping_reads_no_private_attribute_of_what_it_trains():
         and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
     ]
     assert reads == []
+
+
+def test_make_loop_takes_only_the_loop_s_hooks_and_names_anything_else():
+    from kit.nn import mlp
+
+    net = mlp(4, hidden=(4,), n_out=2)
+    with pytest.raises(
+        TypeError, match=r"Network\.make_loop: unknown argument\(s\) \['counters'\]; it takes listeners"
+    ):
+        net.make_loop(counters=object())
+    loop = net.make_loop(listeners=[], iteration_conditions=[], epoch_end=lambda epoch: False)
+    assert loop.counters is net and loop.batches_per_step == 1 and loop.epoch_end(0) is False
