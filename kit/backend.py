@@ -249,6 +249,14 @@ def set_matmul_precision(precision: str) -> str:
     return previous
 
 
+@STATE.on_reset
+def _matmul_precision_after_reset() -> None:
+    """kit.state.reset() forgets the setting; on CuPy, cuBLAS is told the environment's again."""
+    choice = STATE.probes.get("backend")
+    if choice is not None and choice.name == "cupy":
+        _apply_matmul_precision()
+
+
 def _apply_matmul_precision() -> None:
     from cupy._core import _routines_linalg as linalg  # CuPy's own switch (what CUPY_TF32=1 sets)
 

@@ -593,6 +593,12 @@ def seed(value: int) -> None:
 
 
 @STATE.on_reset
+def _this_thread_detached() -> None:
+    """kit.state.reset() forgets every attachment; this thread's CuPy device and stream follow."""
+    _use_for_this_thread(None)
+
+
+@STATE.on_reset
 def _forget_generators() -> None:
     """Every device makes its generator again from the seed at its next random draw."""
     for dev in STATE.seeded:

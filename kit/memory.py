@@ -199,7 +199,9 @@ class CachingAllocator:
     def __init__(self) -> None:
         self._free: dict[tuple[str, int], list] = defaultdict(list)
         self._cached_bytes: dict[str, int] = defaultdict(int)
-        self._lock = threading.Lock()
+        # re-entrant: a block lent earlier can come back (a weak-reference callback, from the garbage
+        # collector) on a thread that holds the lock already, inside alloc, stats or purge
+        self._lock = threading.RLock()
         self.out: dict[int, weakref.ref] = {}  # one watch per block lent now; it leaves when the block is free
         self.defaults()
 

@@ -388,7 +388,9 @@ class NDArray:
     # ---- shape ---------------------------------------------------------------------
     def _view(self, data: Any) -> NDArray:
         """A view shares memory, so it shares the owner and generation of its base."""
-        return wrap(data, self._device, self._owner)
+        view = wrap(data, self._device, self._owner)
+        view._gen = self._gen  # the base's generation, not the owner's now: a circular workspace's array
+        return view  # of the last lap stays valid until overwritten, and so must its view stop then
 
     def reshape(self, *shape: Any) -> NDArray:
         a = self._check("reshape")

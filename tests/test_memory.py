@@ -132,3 +132,50 @@ def test_empty_goes_through_the_one_allocation_function():
     x = kit.empty((2, 3), dtype="float64")
     assert isinstance(x, kit.NDArray) and x.shape == (2, 3) and x.dtype == np.float64
     assert memory.heap_allocations(this_thread=True) == before + 1
+
+
+def test_a_block_that_comes_back_while_its_thread_holds_the_cache_lock_does_not_deadlock():
+    """The weak-reference callback that gives a block back can run (from the garbage collector)
+    on a thread inside alloc, stats or purge, which hold the cache's lock: it must not wait for
+    itself. Here the last view goes while this thread holds the lock, in a thread bounded by a
+    timeout so that a deadlock fails the test instead of hanging it."""
+    from kit.state import STATE
+
+    memory.set_max_host_cache(1 << 20)
+    memory.purge_cache()
+    done = threading.Event()
+
+    def give_back_under_the_lock():
+        view = kit.ones((64,)).numpy()[1:]
+        with STATE.cache._lock:
+            del view  # the block comes back here, inside the lock
+        done.set()
+
+    worker = threading.Thread(target=give_back_under_the_lock, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert done.is_set(), "giving a block back under the cache's own lock deadlocked"
+    assert memory.cache_stats()["cached_bytes"].get("cpu:0", 0) == 256
+
+
+def test_the_heap_path_of_a_workspace_manager_with_the_cache_on_trains():
+    """LayerWorkspaceMgr.create's heap path (mode NONE, or BYPASS_EVERYTHING) with the host cache
+    on built its array with the device where the owner goes (AttributeError: 'Device' object has no
+    attribute '_gen'); it is the path every NONE-mode step takes on a GPU."""
+    from kit.data import ArrayIterator, DataSet
+    from kit.nn import Sgd, mlp
+
+    rng = np.random.default_rng(0)
+    data = DataSet(rng.random((48, 8)), rng.integers(0, 3, 48), num_classes=3)
+    memory.set_max_host_cache(1 << 20)
+    scores = {}
+    for mode in ("NONE", "SEPARATE"):
+        net = mlp(8, hidden=(8,), n_out=3, updater=Sgd(0.05), seed=1, training_workspace_mode=mode)
+        net.fit(ArrayIterator(data, 16), epochs=1)
+        scores[mode] = net.score(data)
+    kit.set_debug_mode("BYPASS_EVERYTHING")
+    net = mlp(8, hidden=(8,), n_out=3, updater=Sgd(0.05), seed=1)
+    net.fit(ArrayIterator(data, 16), epochs=1)
+    kit.set_debug_mode("DISABLED")
+    assert np.isclose(scores["NONE"], scores["SEPARATE"]) and np.isclose(net.score(data), scores["NONE"])
+    assert memory.cache_stats()["hits"] > 0

@@ -118,3 +118,22 @@ def test_the_suite_s_fixture_resets_between_tests(fixture_left):
         kit.get_workspace_for_current_thread(name="LEFT_OPEN").__enter__()
     else:
         kit.devices.set_host_device_count(2)
+
+
+def test_reset_tells_this_thread_s_device_and_the_blas_limits_too():
+    """What kit told libraries below it follows a reset: BLAS-thread shares are given back (the
+    limits from before come back), and this thread is detached (CuPy's device and stream too,
+    where there is a GPU)."""
+    from threadpoolctl import threadpool_info
+
+    def blas_threads():
+        return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+    before = blas_threads()
+    share = kit.devices.BlasThreadShare(workers=64)  # one thread each
+    assert all(n == 1 for n in blas_threads()) and STATE.blas_holders
+    kit.attach_thread_to_device("cpu:0")
+    kit.state.reset()
+    assert blas_threads() == before and not STATE.blas_holders and STATE.affinity == {}
+    share.release()  # late: changes nothing
+    assert blas_threads() == before

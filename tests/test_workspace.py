@@ -288,6 +288,36 @@ def test_circular_buffer_keeps_arrays_until_the_pointer_laps_them():
     assert batches[3].is_valid
 
 
+@pytest.mark.parametrize(
+    "make_view", [lambda a: a.reshape(16, 16), lambda a: a.T, lambda a: a[3:], lambda a: a[None]], ids=str
+)
+def test_a_view_of_a_last_lap_array_stops_when_its_base_is_overwritten(make_view):
+    """A view taken while a circular workspace's array of the previous lap is still valid carried
+    the workspace's current generation, so once the ring overwrote the memory the base raised and
+    the view silently read the new data."""
+    cfg = dict(
+        initial_size=4096,
+        policy_reset=ResetPolicy.ENDOFBUFFER_REACHED,
+        policy_allocation=AllocationPolicy.STRICT,
+        policy_learning=LearningPolicy.NONE,
+    )
+    ws = ws_named("RING_VIEW", **cfg)
+    batches = []
+    for i in range(4):
+        with ws:
+            batches.append(kit.full((256,), float(i)))
+    with ws:
+        kit.full((256,), 9.0)  # lap 2 overwrites batch 0
+    view = make_view(batches[1])  # batch 1 is still valid: so is its view, for now
+    assert view.is_valid and float(view.sum().item()) == view.size * 1.0  # batch 1 holds ones
+    with ws:
+        kit.full((256,), 10.0)  # lap 2 overwrites batch 1
+    for stale in (batches[1], view):
+        assert not stale.is_valid
+        with pytest.raises(ArrayOverwrittenError):
+            stale.sum()
+
+
 def test_invalid_configs_are_clear():
     with pytest.raises(WorkspaceConfigError, match="overallocation_limit=-1"):
         WorkspaceConfig(overallocation_limit=-1)

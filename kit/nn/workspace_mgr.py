@@ -194,7 +194,8 @@ class LayerWorkspaceMgr:
         dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         if ws is None or STATE.debug_mode is DebugMode.BYPASS_EVERYTHING:  # bypass: the heap
             if STATE.cache.on or device.kind != "cpu":
-                return wrap(*allocate_heap(shape, dt, device), device)
+                data, owner = allocate_heap(shape, dt, device)
+                return wrap(data, device, owner)
             return heap_result(np.empty(shape, dt), device)  # allocate_heap's host path, in one call
         if not ws._open:
             raise WorkspaceScopeError(

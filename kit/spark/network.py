@@ -376,7 +376,8 @@ class SparkNetwork:
         """The training loop over Spark rounds (kit.nn.loop's Trainable: `hooks` are the loop's
         listeners, iteration_conditions, epoch_end): one round of the master a step, counted on this
         SparkNetwork; `stop_fit()` stops it. Run it over the rounds a `session(data)` gives."""
-        self.loop = TrainingLoop(self.network, self._train_round, counters=self, **loop_hooks(self, hooks))
+        loop = TrainingLoop(self.network, self._train_round, counters=self, **loop_hooks(self, hooks))
+        self.loop = loop.attach(self.network)  # a listener's model.stop_fit() stops it too
         return self.loop
 
     @contextlib.contextmanager
@@ -386,6 +387,8 @@ class SparkNetwork:
         leaving, the final checkpoint is written (after a run that did not fail), the prepared data
         are released and the network holds the counters with its state."""
         master = self.training_master
+        if self._run is not None:
+            raise RuntimeError("SparkNetwork: a session is open already; run its rounds, then leave it, before another")
         if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
             raise ValueError(f"fit(epochs={epochs!r}): must be a positive integer")
         if not isinstance(resume, (bool, np.bool_)):

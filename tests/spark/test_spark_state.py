@@ -343,3 +343,22 @@ def test_spark_network_is_trainable_and_its_loop_over_a_session_trains_as_fit_do
     assert np.array_equal(b.network.params().numpy(), a.network.params().numpy())
     with pytest.raises(RuntimeError, match=r"a round runs inside `with spark_network.session\(data\) as rounds:`"):
         b.make_loop().run([0], 1)
+
+
+def test_a_listener_s_model_stop_fit_stops_a_spark_fit_and_a_second_session_is_refused(sc, digits):
+    class StopAfterTwo:
+        def iteration_done(self, model, iteration, epoch, **info):
+            if iteration == 2:
+                model.stop_fit()  # the Network the listener is handed
+
+    spark = SparkNetwork(
+        sc, mlp(64, hidden=(8,), n_out=10, seed=0), ParameterAveragingTrainingMaster(20, 1, num_workers=2)
+    )
+    spark.fit(to_rdd(sc, digits), epochs=3, listeners=[StopAfterTwo()])
+    assert spark.iteration == 2 and spark.network.iteration == 2  # stopped in the first of 3 epochs
+    rdd = to_rdd(sc, digits)
+    with spark.session(rdd) as rounds:
+        with pytest.raises(RuntimeError, match="a session is open already"):
+            with spark.session(rdd):
+                pass
+        assert spark.make_loop().run(rounds, 1) == 1
