@@ -262,18 +262,24 @@ def test_debug_modes():
         kit.workspace.set_debug_mode("LOUD")
 
 
-def test_circular_buffer_keeps_arrays_until_the_pointer_laps_them():
+def _full_ring(name: str) -> tuple[kit.Workspace, list]:
+    """A 4,096-byte circular workspace holding 4 batches of 1,024 bytes (batch i full of i): full."""
     cfg = dict(
         initial_size=4096,
         policy_reset=ResetPolicy.ENDOFBUFFER_REACHED,
         policy_allocation=AllocationPolicy.STRICT,
         policy_learning=LearningPolicy.NONE,
     )
-    ws = ws_named("RING", **cfg)
+    ws = ws_named(name, **cfg)
     batches = []
     for i in range(4):  # 4 x 1024 bytes fill the ring exactly
         with ws:
             batches.append(kit.full((256,), float(i)))
+    return ws, batches
+
+
+def test_circular_buffer_keeps_arrays_until_the_pointer_laps_them():
+    ws, batches = _full_ring("RING")
     assert all(b.is_valid for b in batches) and ws.resets == 0  # valid after their scopes closed
     with ws:
         newest = kit.full((256,), 9.0)  # wraps: overwrites batch 0's memory
@@ -295,17 +301,7 @@ def test_a_view_of_a_last_lap_array_stops_when_its_base_is_overwritten(make_view
     """A view taken while a circular workspace's array of the previous lap is still valid carried
     the workspace's current generation, so once the ring overwrote the memory the base raised and
     the view silently read the new data."""
-    cfg = dict(
-        initial_size=4096,
-        policy_reset=ResetPolicy.ENDOFBUFFER_REACHED,
-        policy_allocation=AllocationPolicy.STRICT,
-        policy_learning=LearningPolicy.NONE,
-    )
-    ws = ws_named("RING_VIEW", **cfg)
-    batches = []
-    for i in range(4):
-        with ws:
-            batches.append(kit.full((256,), float(i)))
+    ws, batches = _full_ring("RING_VIEW")
     with ws:
         kit.full((256,), 9.0)  # lap 2 overwrites batch 0
     view = make_view(batches[1])  # batch 1 is still valid: so is its view, for now
