@@ -191,8 +191,8 @@ class Comparison:
                 mew=2,
                 label="UNRELIABLE (see table)",
             )
-        kinds = sorted({r["kind"] for r in self.rows})
-        ax.set_xlabel("devices (" + ", ".join(kinds) + ")", fontsize=8)
+        kinds = list(dict.fromkeys(r["kind"] for r in sorted(self.rows, key=lambda r: r["devices"])))
+        ax.set_xlabel("devices (" + ", ".join(kinds) + ")", fontsize=8)  # kinds in the order of their ticks
         ax.set_ylabel("speedup over 1 device")
         ax.set_xticks(n)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)  # beside the data

@@ -85,6 +85,7 @@ def test_a_superlinear_speedup_row_is_flagged_in_table_and_plot():
     assert "UNRELIABLE 2 device(s): speedup 9.00x exceeds" in result.table()
     ax = result.plot()
     assert "UNRELIABLE (see table)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert ax.get_xlabel() == "devices (physical cpu:0, logical (share cpu:0))"  # in the order of the ticks
     odd_model = {**rows[1], "speedup": 1.5, "predicted_speedup": 3.0}
     assert any("scaling model predicts 3.00x" in w for w in assess_row(odd_model, [], True, 2)["warnings"])
 
