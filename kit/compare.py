@@ -94,6 +94,7 @@ class Job:
 COLUMNS = [
     "devices",
     "kind",
+    "reliable",  # beside what it judges: a wide table must not scroll it out of sight
     "epoch_s",
     "spread",
     "samples_per_s",
@@ -104,7 +105,6 @@ COLUMNS = [
     "copies_per_epoch",
     "copied_MB_per_epoch",
     "accuracy",
-    "reliable",
 ]
 
 
@@ -142,12 +142,15 @@ class Comparison:
             )
         return out
 
-    def _cells(self) -> list[list[str]]:
-        return [[_fmt(c, r.get(c)) for c in COLUMNS] for r in self.rows]
+    def _shown(self) -> tuple[list[str], list[list[str]]]:
+        """The columns and cells to show: a column with nothing in any row (all "-") is left out."""
+        cells = [[_fmt(c, r.get(c)) for c in COLUMNS] for r in self.rows]
+        keep = [i for i, c in enumerate(COLUMNS) if c in ("devices", "reliable") or any(row[i] != "-" for row in cells)]
+        return [COLUMNS[i] for i in keep], [[row[i] for i in keep] for row in cells]
 
     def table(self) -> str:
         """The rows as text no wider than 100 columns (transposed when they would be), then the notes."""
-        return tables.text_table(COLUMNS, self._cells(), self.notes())
+        return tables.text_table(*self._shown(), self.notes())
 
     __str__ = table
 
@@ -155,7 +158,8 @@ class Comparison:
         return self.table()
 
     def _repr_html_(self) -> str:
-        return tables.html_table(COLUMNS, self._cells(), self.notes(), flag_column="reliable", text_columns=["kind"])
+        columns, cells = self._shown()
+        return tables.html_table(columns, cells, self.notes(), flag_column="reliable", text_columns=["kind"])
 
     def plot(self, ax: Any = None) -> Any:
         import matplotlib.pyplot as plt
