@@ -439,7 +439,7 @@ class Network:
         unplanned, in the inference workspaces."""
         if planned and not train:
             lock = self._lock._lock
-            if lock.acquire(blocking=False):  # free: the RLock itself, without _TurnLock's Python
+            if lock.acquire(False):  # free: the RLock itself, without _TurnLock's Python
                 try:
                     answer = self.output_plans.answer(x)
                 finally:

@@ -52,7 +52,8 @@ import numpy as np
 from kit.checks import all_finite, check_finite
 from kit.context import scope_out_of_workspaces
 from kit.creation import empty
-from kit.ndarray import NDArray, heap_result
+from kit.memory import count
+from kit.ndarray import NDArray, heap_result, wrap
 from kit.nn.layers import Layer, call_forward
 from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
 
@@ -215,17 +216,21 @@ class InferencePlan:
     def _run(self, raw: Any) -> NDArray:
         """The answer for `raw` (a NumPy array of the input shape, or an array of the network's
         device); the caller holds the network's lock."""
-        calls = self._calls
         head = self._head
         if head is not None and raw.__class__ is np.ndarray and raw.dtype is self._dtype:
             if not all_finite(raw):
                 check_finite(raw, "features")  # names the first bad value
             kernel, xp, rest = head
             kernel(xp, raw, *rest)  # the first layer reads the caller's array
-            calls = self._tail
-        else:
-            self._load(raw)
-        for step in calls:
+            for step in self._tail:
+                step()
+            # the answer as _answer() gives it, written out: this is every planned call's path
+            result = self._result
+            out = result._data.copy()
+            count(result._device, out.nbytes)
+            return wrap(out, result._device, None)
+        self._load(raw)
+        for step in self._calls:
             step()
         return self._answer()
 
