@@ -57,6 +57,7 @@ from kit.parallel.threshold import (
 )
 from kit.spark.aggregation import array_bytes
 from kit.spark.checkpoint import example_digest
+from kit.state import STATE
 
 __all__ = [
     "BadElementError",
@@ -80,8 +81,6 @@ __all__ = [
 ]
 
 MARK = "[kit.spark] partition"
-
-_NETS: dict[str, Network] = {}  # config JSON -> this executor process's network
 
 
 class PartitionError(RuntimeError):
@@ -114,14 +113,15 @@ class RoundSpec:
 def network_for(config_json: str, workspace_mode: str | None, device: Any = None) -> Network:
     """This process's network for a configuration (built once per device, reused by later tasks)."""
     key = f"{config_json}|{workspace_mode}|{device}"
-    net = _NETS.get(key)
+    nets = STATE.executor_nets  # this process's (kit.state): an executor is a process of its own
+    net = nets.get(key)
     if net is None:
         cfg = NetworkConfig.from_json(config_json)
         if workspace_mode:
             cfg = cfg.replace(training_workspace_mode=workspace_mode)
-        if len(_NETS) >= 2:
-            _NETS.clear()
-        net = _NETS[key] = Network.from_config(cfg, device=device)
+        if len(nets) >= 2:
+            nets.clear()
+        net = nets[key] = Network.from_config(cfg, device=device)
     return net
 
 
