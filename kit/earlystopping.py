@@ -41,48 +41,20 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kit import earlystopping_config
 from kit.data.dataset import DataSet
-from kit.earlystopping_config import (
-    BestScoreEpochTerminationCondition,
-    ClassificationScoreCalculator,
-    DataSetLossCalculator,
-    EarlyStoppingConfig,
-    EpochTerminationCondition,
-    InMemoryModelSaver,
-    InvalidScoreIterationTerminationCondition,
-    IterationTerminationCondition,
-    LocalFileModelSaver,
-    MaxEpochsTerminationCondition,
-    MaxScoreIterationTerminationCondition,
-    MaxTimeIterationTerminationCondition,
-    ROCScoreCalculator,
-    ScoreCalculator,
-    ScoreImprovementEpochTerminationCondition,
-)
+from kit.earlystopping_config import *  # noqa: F403 (the configuration's pieces: re-exported, __all__ below)
+from kit.earlystopping_config import EarlyStoppingConfig
 from kit.nn.loop import TrainingLoop
 from kit.nn.network import Network
 from kit.parallel.wrapper import ParallelWrapper
 
-__all__ = [
-    "BestScoreEpochTerminationCondition",
-    "ClassificationScoreCalculator",
-    "DataSetLossCalculator",
-    "EarlyStoppingConfig",
+__all__ = [  # the configuration's pieces, re-exported, and what runs them
+    *earlystopping_config.__all__,
     "EarlyStoppingListener",
     "EarlyStoppingParallelTrainer",
     "EarlyStoppingResult",
     "EarlyStoppingTrainer",
-    "EpochTerminationCondition",
-    "InMemoryModelSaver",
-    "InvalidScoreIterationTerminationCondition",
-    "IterationTerminationCondition",
-    "LocalFileModelSaver",
-    "MaxEpochsTerminationCondition",
-    "MaxScoreIterationTerminationCondition",
-    "MaxTimeIterationTerminationCondition",
-    "ROCScoreCalculator",
-    "ScoreCalculator",
-    "ScoreImprovementEpochTerminationCondition",
     "TerminationReason",
 ]
 
