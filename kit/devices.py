@@ -39,7 +39,7 @@ import sys
 import threading
 import types
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import psutil
@@ -118,8 +118,6 @@ class Device(_DeviceBase):
     """A physical device: 'cpu:N' or 'gpu:N'. Interned; use `Device(spec)` or `as_device`.
     cpu:1 and up exist only as simulated host devices (`set_host_device_count`)."""
 
-    _registry: ClassVar[dict[str, Device]] = {}
-    _registry_lock = threading.Lock()
     __slots__ = ("__weakref__", "_rng", "_rng_lock", "_xp", "index", "kind", "name", "physical")
     logical = False
 
@@ -137,11 +135,11 @@ class Device(_DeviceBase):
             raise DeviceError(
                 f"device {spec!r} does not exist: {_host_devices_now()}; {_more_host_devices(int(index))}"
             )
-        found = cls._registry.get(key)
+        found = STATE.devices.get(key)  # interned in kit.state, kept across resets
         if found is not None:
             return found
-        with cls._registry_lock:
-            found = cls._registry.get(key)
+        with STATE.lock:
+            found = STATE.devices.get(key)
             if found is None:
                 found = object.__new__(cls)
                 found.kind, found.index, found.name = kind, int(index), key
@@ -149,7 +147,7 @@ class Device(_DeviceBase):
                 found._xp = None
                 found._rng = None
                 found._rng_lock = threading.Lock()
-                cls._registry[key] = found
+                STATE.devices[key] = found
         return found
 
     @property

@@ -20,8 +20,9 @@ the workspace manager, the allocation counters) are attributes of `STATE`, read 
 `reset()` also closes this thread's workspaces, empties the caching allocator and lets other
 modules put back what they own (`on_reset`): the test suite calls it after every test. Facts
 probed from the machine (whether CuPy sees a GPU, how many) are kept: a reset does not make the
-hardware change. Memo caches of pure functions (kit.shapes) are not state: they hold nothing a
-user could observe.
+hardware change, and neither are the interned devices (`STATE.devices`): arrays made before a
+reset still compare their device by identity. Memo caches of pure functions (kit.shapes) are not
+state: they hold nothing a user could observe.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class State:
         self.thread = _Thread()
         self.lock = threading.RLock()  # guards the registries below where threads meet
         self.probes: dict[str, Any] = {}  # facts of this machine, probed once: never reset
+        # name -> interned Device (kit.devices): never reset, so `Device("cpu:0") is x.device` holds
+        # for every array, network and probe made before a reset too
+        self.devices: dict[str, Any] = {}
         self._hooks: list[Callable[[], None]] = []
         self.workspaces: weakref.WeakSet = weakref.WeakSet()  # every live workspace, all threads
         self.thread_counters: list[dict] = []  # every thread's allocation counters
@@ -81,6 +85,10 @@ class State:
         self.track_sites = False
         # reference runs: reports already announced (kit.reference)
         self.reported: dict[str, Any] = {}
+        # a Spark executor's networks, built from their JSON config and reused by later tasks
+        # (kit.spark._executor): each executor is a Python process of its own, with its own STATE.
+        # A reset drops them: their workspaces may be closed and their settings gone
+        self.executor_nets: dict[str, Any] = {}
 
     def reset(self) -> None:
         """Close this thread's workspaces, empty caches, and put every setting, counter and

@@ -21,7 +21,7 @@ shuffle of one record each.
 GPUs (`gpus_per_task`): the round's job carries a ResourceProfile whose task requests ask for
 that many GPUs (`TaskResourceRequests().resource("gpu", amount)`, applied with
 `rdd.withResources`), and each task builds its network on the GPU whose address Spark gave it
-(`TaskContext.get().resources()["gpu"].addresses`, kit.spark._executor.task_device). Spark
+(`TaskContext.get().resources()["gpu"].addresses`, `task_device`). Spark
 schedules GPUs on standalone, YARN and Kubernetes clusters whose executors declare them; its
 local mode cannot, which fit() says at the call.
 """
@@ -33,7 +33,10 @@ import os
 import re
 from typing import Any
 
-__all__ = ["check_cluster", "check_gpus", "cluster_slots", "round_job"]
+from kit import backend
+from kit.devices import Device, gpu_count
+
+__all__ = ["check_cluster", "check_gpus", "cluster_slots", "round_job", "task_device", "this_task_device"]
 
 
 def check_gpus(owner: str, value: Any) -> float | None:
@@ -121,3 +124,44 @@ def check_cluster(master: Any, sc: Any, rdd: Any) -> None:
                 f"({sc.master}) has {slots} task slot(s); give num_workers <= {slots} (repartition NEVER: fewer "
                 "partitions), add executors or cores, or train with barrier=False"
             )
+
+
+# ---- on the executor: the GPU Spark gave a task ------------------------------------------
+
+
+def task_device(resources: dict[str, Any] | None) -> Any:
+    """The kit device of the GPU Spark gave this task (`TaskContext.get().resources()`): its first
+    address, as CuPy numbers the GPUs the executor sees. Says so when Spark gave no GPU address or
+    CuPy sees no GPU here."""
+    gpu = (resources or {}).get("gpu")
+    addresses = list(getattr(gpu, "addresses", None) or [])
+    if not addresses:
+        raise RuntimeError(
+            "gpus_per_task is set but Spark gave this task no GPU address: the executors declare no 'gpu' "
+            "resource (spark.executor.resource.gpu.amount and spark.executor.resource.gpu.discoveryScript, "
+            "spark.worker.resource.gpu.* on standalone workers)"
+        )
+    count = gpu_count()
+    if count == 0:
+        raise RuntimeError(
+            f"Spark gave this task GPU {addresses[0]} but kit sees no GPU on this executor "
+            f"({backend.gpu_status()[1]}); install kit's gpu extra on the executors, or leave gpus_per_task=None"
+        )
+    index = int(addresses[0])
+    if index >= count:
+        raise RuntimeError(
+            f"Spark gave this task GPU address {addresses[0]} but CuPy sees {count} GPU(s) on this executor "
+            "(CUDA_VISIBLE_DEVICES renumbers them): make the discovery script report CuPy's numbering"
+        )
+    return Device(f"gpu:{index}")
+
+
+def this_task_device(gpus_per_task: float | None) -> Any:
+    """On an executor, inside a task: the device to train on, the GPU Spark gave the task when the
+    job asked for GPUs (`gpus_per_task`), else None (the executor's default device)."""
+    if not gpus_per_task:
+        return None
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return task_device(ctx.resources() if ctx is not None else None)

@@ -255,10 +255,12 @@ def test_early_stopping_reads_no_private_attribute_of_what_it_trains():
     from pathlib import Path
 
     import kit.earlystopping
+    import kit.earlystopping_config
 
-    tree = ast.parse(Path(kit.earlystopping.__file__).read_text())
+    trees = [ast.parse(Path(m.__file__).read_text()) for m in (kit.earlystopping, kit.earlystopping_config)]
     reads = [
         f"line {node.lineno}: .{node.attr}"
+        for tree in trees
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute)
         and node.attr.startswith("_")
