@@ -1,7 +1,7 @@
 """`python -m kit bench train`: training-step costs, side by side, medians of repeats.
 
 - MLP step at batch 64 and 128: kit Network in each workspace mode vs the same math hand-written in
-  NumPy, one BLAS thread each (goal ratio <= 1.05), and vs
+  NumPy, one BLAS thread each (goal ratio <= MLP_GOAL, 1.03, in every mode), and vs
   PyTorch on the CPU when it is installed;
 - the three workspace modes: time, allocations per iteration, peak workspace bytes;
 - MLP 784-256-10 inference at batch 1 and 256: Network.output (which answers from a plan by itself),
@@ -10,8 +10,8 @@
 - convolution nets against PyTorch on the CPU (the `bench` extra, `pip install "gpu-workspaces-kit[bench]"`; on
   Linux `pip install torch --index-url https://download.pytorch.org/whl/cpu` is the small CPU wheel):
   a LeNet training step (batch 64, 1 x 28 x 28) in each workspace mode, and ResNet-18's forward
-  + backward (batch 32); one thread each (threadpoolctl for kit's BLAS, torch.set_num_threads),
-  rounds interleaved, median [min-max], goal <= 1.5 x PyTorch;
+  + backward (batch 16); one thread each (threadpoolctl for kit's BLAS, torch.set_num_threads),
+  rounds interleaved, median [min-max], goal <= 1.5 x PyTorch; the BLAS kernel that ran is named;
 - the kernel alternatives behind Conv2D and MaxPool2D (kit/bench/kernels.py);
 - ETL: an epoch behind a slow source, with and without asynchronous prefetch.
 """
