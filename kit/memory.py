@@ -78,11 +78,31 @@ def set_recorder(recorder: Any) -> None:
     STATE.cache.update_on()
 
 
+class _ThreadEnd:
+    """Held by one thread's slots only: freed when the thread ends, and its finalizer then moves
+    the thread's counts into STATE.retired_counts (a process that starts many threads keeps one
+    total for the ended ones, not a list that grows by one per thread)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _retire(counts: dict) -> None:
+    with STATE.lock:
+        retired = STATE.retired_counts
+        for dev, (n, b) in counts.items():
+            total = retired.setdefault(dev, [0, 0])
+            total[0] += n
+            total[1] += b
+        STATE.thread_counters[:] = [c for c in STATE.thread_counters if c is not counts]
+
+
 def _thread_counters() -> dict:
     counts = _thread.counts
     if counts is None:
         counts = defaultdict(lambda: [0, 0])  # physical Device -> [allocations, bytes]
         _thread.counts = counts
+        _thread.end = _ThreadEnd()
+        weakref.finalize(_thread.end, _retire, counts)
         with STATE.lock:
             STATE.thread_counters.append(counts)
     return counts
@@ -136,7 +156,7 @@ def counters() -> dict[str, tuple[int, int]]:
     """Heap allocations made through kit, per physical device: name -> (count, bytes)."""
     total: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     with STATE.lock:
-        snapshot = [dict(c) for c in STATE.thread_counters]
+        snapshot = [dict(c) for c in STATE.thread_counters] + [STATE.retired_counts.copy()]
     for counts in snapshot:
         for dev, (n, b) in counts.items():
             total[dev.name][0] += n
@@ -159,6 +179,7 @@ def reset_counters() -> None:
     with STATE.lock:
         for counts in STATE.thread_counters:
             counts.clear()
+        STATE.retired_counts.clear()
 
 
 # ---------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ class _Thread(threading.local):
     counts: Any = None  # this thread's allocation counters (kit.memory), made on first use
     device_stack: list | None = None  # `with kit.device(...)` scopes (kit.devices)
     manager: Any = None  # this thread's workspace manager (kit.workspace)
+    end: Any = None  # freed when the thread ends: its counts then retire (kit.memory)
 
 
 class State:
@@ -59,7 +60,8 @@ class State:
         self.devices: dict[str, Any] = {}
         self._hooks: list[Callable[[], None]] = []
         self.workspaces: weakref.WeakSet = weakref.WeakSet()  # every live workspace, all threads
-        self.thread_counters: list[dict] = []  # every thread's allocation counters
+        self.thread_counters: list[dict] = []  # every live thread's allocation counters
+        self.retired_counts: dict[Any, list[int]] = {}  # the ended threads' counts, added up (kit.memory)
         self.seeded: list = []  # devices whose generators were made from base_seed (kit.devices)
         self._serials: dict[str, Iterator[int]] = {}  # never reset: names stay unique for the process
         self.blas_holders: dict[int, int] = {}  # BLAS-thread share token -> threads it asked for (kit.devices)
@@ -96,6 +98,7 @@ class State:
         with self.lock:
             for counts in self.thread_counters:
                 counts.clear()
+            self.retired_counts.clear()
             debug = self.debug_mode
             self._fresh()
             if debug is not None:

@@ -33,6 +33,32 @@ def test_counters_of_threads_add_up():
     assert memory.heap_allocations("cpu:0") == 150
 
 
+def test_ended_threads_leave_their_counts_and_no_slot():
+    """A thread's counters retire when it ends: its counts stay in the totals, the list of live
+    threads' counters does not grow by one per thread (a server starting a thread per request)."""
+    from kit.state import STATE
+
+    memory.reset_counters()
+    gc.collect()
+    live_before = len(STATE.thread_counters)
+
+    def work():
+        for _ in range(5):
+            kit.ones((4,))
+
+    for _ in range(40):
+        t = threading.Thread(target=work)
+        t.start()
+        t.join(timeout=30)
+        assert not t.is_alive()
+    gc.collect()
+    assert memory.heap_allocations("cpu:0") == 200  # 40 threads x 5, none lost
+    assert memory.heap_bytes("cpu:0") == 200 * 4 * np.dtype(kit.get_default_dtype()).itemsize
+    assert len(STATE.thread_counters) <= live_before + 1  # at most a thread still being torn down
+    memory.reset_counters()
+    assert memory.heap_allocations("cpu:0") == 0  # a reset clears the retired counts too
+
+
 def test_cache_reuses_freed_blocks_and_counts_hits():
     memory.set_max_host_cache(1 << 20)
     memory.purge_cache()
