@@ -165,7 +165,8 @@ class Comparison:
         for row in cells if "spread" in at else ():
             row[at["epoch_s"]] = f"{row[at['epoch_s']]} {row[at['spread']]}".rstrip(" -")
         keep = [i for i, c in enumerate(columns) if c not in ("spread", "samples_per_s")]
-        shown = [columns[i] for i in keep], [[row[i] for i in keep] for row in cells]
+        heads = ["epoch_s ±spread" if c == "epoch_s" and "spread" in at else c for c in columns]
+        shown = [heads[i] for i in keep], [[row[i] for i in keep] for row in cells]
         return tables.html_table(*shown, self.notes(), flag_column="reliable", text_columns=["kind"])
 
     def plot(self, ax: Any = None) -> Any:
