@@ -158,8 +158,16 @@ class Comparison:
         return self.table()
 
     def _repr_html_(self) -> str:
+        """Narrower than the text, to fit a notebook's column: each epoch time carries its spread, and
+        samples_per_s (the examples over epoch_s) is left to the text form."""
         columns, cells = self._shown()
-        return tables.html_table(columns, cells, self.notes(), flag_column="reliable", text_columns=["kind"])
+        at = {c: i for i, c in enumerate(columns)}
+        for row in cells if "spread" in at else ():
+            row[at["epoch_s"]] = f"{row[at['epoch_s']]} {row[at['spread']]}".rstrip(" -")
+        keep = [i for i, c in enumerate(columns) if c not in ("spread", "samples_per_s")]
+        heads = ["epoch_s ±spread" if c == "epoch_s" and "spread" in at else c for c in columns]
+        shown = [heads[i] for i in keep], [[row[i] for i in keep] for row in cells]
+        return tables.html_table(*shown, self.notes(), flag_column="reliable", text_columns=["kind"])
 
     def plot(self, ax: Any = None) -> Any:
         import matplotlib.pyplot as plt

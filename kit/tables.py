@@ -31,10 +31,13 @@ WIDTH = 100
 # notebook a reader downloads), which left the tables without borders and the flag badge black.
 _TABLE = "border-collapse:collapse;font-size:12px;margin:4px 0"
 _CELL = "border:1px solid #ddd;padding:2px 8px;text-align:right;white-space:nowrap"
-_HEAD = _CELL + ";background:#f5f5f5"
+# A header wraps (at spaces, and after each underscore of a name such as copied_MB_per_epoch) and is
+# padded less than a cell, so that a table of many short numbers fits JupyterLab's notebook column
+# with the file browser open; the numbers themselves never wrap.
+_HEAD = _CELL.replace("2px 8px", "2px 4px").replace("nowrap", "normal") + ";vertical-align:bottom;background:#f5f5f5"
 _TEXT = (
     "border:1px solid #ddd;padding:2px 8px;text-align:left;white-space:normal;word-break:keep-all;"
-    "overflow-wrap:normal;min-width:12em"
+    "overflow-wrap:normal;min-width:8em"
 )
 _BADGE = "background:#c00;color:#fff;border-radius:3px;padding:0 4px;font-size:11px"
 _NOTES = "font-size:12px;margin:2px 0 8px 0;padding-left:18px"
@@ -80,12 +83,17 @@ def html_table(
 ) -> str:
     """The table as HTML in a box that scrolls sideways when it is wide. In `flag_column` a cell
     that is not "yes" (nor a dash: nothing measured) is drawn as a red badge; `text_columns` are
-    left-aligned and wrap at spaces (numbers never wrap). Every style is inline, so an untrusted
-    notebook keeps it."""
+    left-aligned and wrap at spaces, headers wrap at spaces and underscores (numbers never wrap).
+    Every style is inline, so an untrusted notebook keeps it.
+
+    >>> "copied_<wbr>MB_<wbr>per_<wbr>epoch</th>" in html_table(["copied_MB_per_epoch"], [["114"]])
+    True
+    """
     if any(len(r) != len(columns) for r in rows):
         raise ValueError(f"html_table: every row needs {len(columns)} cells, one per column {list(columns)}")
     head = "".join(
-        f'<th style="{_TEXT + ";background:#f5f5f5" if c in text_columns else _HEAD}">{html.escape(c)}</th>'
+        f'<th style="{_TEXT + ";vertical-align:bottom;background:#f5f5f5" if c in text_columns else _HEAD}">'
+        f"{html.escape(c).replace('_', '_<wbr>')}</th>"
         for c in columns
     )
     body = []

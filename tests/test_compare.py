@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 
@@ -156,6 +157,35 @@ def test_comparison_shows_itself_as_html_with_badges_and_as_text_within_100_colu
     for note in result.notes():
         assert note.split()[0] in text
     assert "speedup" in text and "copied_MB_per_epoch" in text  # every column is still there (transposed)
+
+
+def test_the_html_table_is_narrow_enough_for_a_notebook_column():
+    """JupyterLab's notebook column with the file browser open is about 800 px: the HTML form keeps
+    the spread in the epoch time's cell, leaves samples_per_s to the text form, and its headers
+    wrap after each underscore; the text form keeps every column."""
+    rows = [
+        {
+            "devices": d,
+            "kind": k,
+            "reliable": True,
+            "epoch_s": e,
+            "spread": 0.05,
+            "samples_per_s": 500.0,
+            "speedup": s,
+            "speedup_vs_share": None if d == 1 else 0.9,
+            "efficiency": s / d,
+            "predicted_speedup": 1.5,
+            "copies_per_epoch": 285,
+            "copied_MB_per_epoch": 114.0,
+            "warnings": [],
+        }
+        for d, k, e, s in ((1, "physical cpu:0", 2.0, 1.0), (2, "logical (share cpu:0)", 1.25, 1.6))
+    ]
+    page = Comparison(rows=rows)._repr_html_()
+    heads = re.findall(r"<th [^>]*>(.*?)</th>", page)
+    assert len(heads) == 10 and "epoch_<wbr>s ±spread" in heads and "samples_per_s" not in page
+    assert "1.25 ±5%" in page and "copied_<wbr>MB_<wbr>per_<wbr>epoch" in heads
+    assert "samples_per_s" in Comparison(rows=rows).table()
 
 
 @pytest.mark.parametrize("n", [2, 3])
