@@ -90,12 +90,16 @@ def bar_html(fraction: float, width: int = 160) -> str:
     )
 
 
+def _cell(content: str) -> str:
+    """A panel's table cell: a bar keeps its width, text wraps at spaces (a long line of numbers
+    made progress panels wider than the notebook column), never inside a word."""
+    wrap = "nowrap" if content.startswith("<span") else "normal"
+    return f'<td style="padding:1px 10px 1px 0;vertical-align:top;white-space:{wrap}">{content}</td>'
+
+
 def table_html(title: str, header: list[str], rows: list[list[str]], footer: str = "") -> str:
     th = "".join(f'<th style="text-align:left;padding:1px 10px 1px 0">{h}</th>' for h in header)
-    body = "".join(
-        "<tr>" + "".join(f'<td style="padding:1px 10px 1px 0;white-space:nowrap">{c}</td>' for c in r) + "</tr>"
-        for r in rows
-    )
+    body = "".join("<tr>" + "".join(_cell(c) for c in r) + "</tr>" for r in rows)
     foot = f'<div style="margin-top:3px">{footer}</div>' if footer else ""
     return (
         f'<div class="kit-panel" style="{PANEL_STYLE}"><b>{title}</b>'

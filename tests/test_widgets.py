@@ -176,3 +176,21 @@ def test_progress_widget_leaves_a_static_final_line_and_refuses_bad_arguments():
     ]:
         with pytest.raises(ValueError, match=message):
             Progress(**kw, display=False)
+
+
+def test_a_final_panel_wraps_its_text_at_spaces_and_keeps_its_bar_whole():
+    """Progress panels in chapter 4 were wider than the notebook column: their numbers never
+    wrapped. Text cells wrap at spaces now; the bar's cell keeps its width."""
+    import re
+
+    from kit.widgets import Progress
+
+    bar = Progress("a long description of what is being timed", widgets=True, display=False, interval=3600)
+    bar(3, 3)
+    bar.close()
+    cells = re.findall(r'<td style="([^"]*)">(.*?)</td>', bar.static().html)
+    assert len(cells) == 3
+    for style, content in cells:
+        expected = "nowrap" if content.startswith("<span") else "normal"
+        assert f"white-space:{expected}" in style, (style, content[:40])
+    assert sum(content.startswith("<span") for _, content in cells) == 1  # one bar
