@@ -279,8 +279,9 @@ class TrainingPanel(Panel):
 
 
 class WorkerPanel(Panel):
-    """A ParallelWrapper listener: one row per worker (the index it reports), its iterations,
-    median step time and rate, under one progress bar for the whole run."""
+    """A ParallelWrapper listener: one row per worker (the index it reports), its iterations, its
+    mean step time over the run and the median of its last 50 steps, under one progress bar for
+    the whole run."""
 
     def __init__(
         self,
@@ -297,6 +298,7 @@ class WorkerPanel(Panel):
         self._throttle = Throttle(interval if self.use_widgets else 2.0)
         self.counts = [0] * workers
         self.times: list[deque[float]] = [deque(maxlen=50) for _ in range(workers)]
+        self.busy = [0.0] * workers  # each worker's step times added up over the whole run
         self._last = [time.perf_counter()] * workers
         self._start = time.perf_counter()
         if self.use_widgets:
@@ -316,6 +318,7 @@ class WorkerPanel(Panel):
             raise ValueError(f"WorkerPanel: worker {i} reported, but the panel has {self.workers} rows (0..)")
         now = time.perf_counter()
         self.times[i].append(now - self._last[i])
+        self.busy[i] += now - self._last[i]
         self._last[i] = now
         self.counts[i] += 1
         self._redraw(force=False)
@@ -334,8 +337,17 @@ class WorkerPanel(Panel):
     def _row_text(self, i: int) -> str:
         if not self.times[i]:
             return f"worker {i}: 0 iterations"
-        med = statistics.median(self.times[i])
-        return f"worker {i}: {self.counts[i]} iterations, median step {med * 1e3:.2f} ms ({1 / med:.0f}/s)"
+        # the mean over the whole run and the median of the recent window: a run whose first
+        # steps were slow has a mean far above its recent median, and each says which it is
+        med, mean = statistics.median(self.times[i]), self.mean_step(i)
+        return (
+            f"worker {i}: {self.counts[i]} iterations, mean step {mean * 1e3:.2f} ms, "
+            f"median of the last {len(self.times[i])} {med * 1e3:.2f} ms"
+        )
+
+    def mean_step(self, worker: int) -> float:
+        """Seconds per step of `worker`, over the whole run (time between epochs left out)."""
+        return self.busy[worker] / self.counts[worker] if self.counts[worker] else float("nan")
 
     def _head_text(self) -> str:
         of = f" of {self.total}" if self.total else ""
