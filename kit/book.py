@@ -165,7 +165,7 @@ def build_book(
     """Build every `notebooks/NN_*.ipynb` into `out` (one page each, plus index.html); returns the index.
 
     `out` is replaced when it holds an earlier book; a non-empty folder that does not is refused."""
-    import nbformat
+    import nbformat  # noqa: F401 (_write_sources reads the chapters with it: missing, it fails before `out` is touched)
 
     chapters = sorted(Path(notebooks).glob("[0-9]*.ipynb"))
     if not chapters:
@@ -173,37 +173,13 @@ def build_book(
     if repository:
         _github(repository)  # a bad address fails before the build
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        if not (out / ".buildinfo").is_file():
-            raise FileExistsError(f"{out} is not empty and holds no earlier book: choose another --out")
-        shutil.rmtree(out)
+    _clear_earlier_book(out)
     with tempfile.TemporaryDirectory(prefix="kit-book-") as tmp:
         src = Path(tmp) / "src"
-        (src / "_static").mkdir(parents=True)
-        (src / "_static" / "kit-book.css").write_text(_CSS, encoding="utf-8")
-        entries = []
-        for path in chapters:
-            nb = nbformat.read(path, as_version=4)
-            nbformat.write(prepare_chapter(nb, path.stem, repository, branch), src / path.name)
-            entries.append((path.stem, chapter_title(nb), _summary(nb)))
-        items = "\n".join(f"1. [{title}]({stem}.ipynb)  \n   {summary}" for stem, title, summary in entries)
-        toctree = "\n".join(stem for stem, _, _ in entries)
-        (src / "index.md").write_text(
-            f"# {TITLE}\n\nEvery number on these pages was measured when the chapter was last run and stored; "
-            "run the notebooks to measure your own machine.\n\n"
-            f"{items}\n\n```{{toctree}}\n:hidden:\n:caption: Chapters\n\n{toctree}\n```\n",
-            encoding="utf-8",
-        )
-        (src / "conf.py").write_text(
-            "".join(f"{key} = {value!r}\n" for key, value in _conf(TITLE).items()), encoding="utf-8"
-        )
-        # built in the temporary folder, then moved (MyST-NB writes beside its output folder); in a
-        # child process, so Sphinx's global state and warnings stay out of the caller's Python
+        _write_sources(src, chapters, repository, branch)
+        # built in the temporary folder, then moved (MyST-NB writes beside its output folder)
         html = Path(tmp) / "html"
-        cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-d", str(Path(tmp) / "doctrees"), str(src), str(html)]
-        done = subprocess.run(cmd, stdout=subprocess.DEVNULL if quiet else None)  # warnings go to stderr
-        if done.returncode != 0:
-            raise RuntimeError(f"the book's Sphinx build failed (exit status {done.returncode}; its messages above)")
+        _sphinx(src, html, Path(tmp) / "doctrees", quiet)
         for path in chapters:  # the "Run it" note links each page's notebook, stored beside it
             shutil.copy(path, html / path.name)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -211,3 +187,44 @@ def build_book(
             out.rmdir()  # empty (checked above)
         shutil.move(html, out)
     return out / "index.html"
+
+
+def _clear_earlier_book(out: Path) -> None:
+    """Remove an earlier book from `out`; refuse a non-empty folder that holds none."""
+    if out.exists() and any(out.iterdir()):
+        if not (out / ".buildinfo").is_file():
+            raise FileExistsError(f"{out} is not empty and holds no earlier book: choose another --out")
+        shutil.rmtree(out)
+
+
+def _write_sources(src: Path, chapters: list[Path], repository: str | None, branch: str) -> None:
+    """The Sphinx sources: the style sheet, each chapter prepared, the index page and conf.py."""
+    import nbformat
+
+    (src / "_static").mkdir(parents=True)
+    (src / "_static" / "kit-book.css").write_text(_CSS, encoding="utf-8")
+    entries = []
+    for path in chapters:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.write(prepare_chapter(nb, path.stem, repository, branch), src / path.name)
+        entries.append((path.stem, chapter_title(nb), _summary(nb)))
+    items = "\n".join(f"1. [{title}]({stem}.ipynb)  \n   {summary}" for stem, title, summary in entries)
+    toctree = "\n".join(stem for stem, _, _ in entries)
+    (src / "index.md").write_text(
+        f"# {TITLE}\n\nEvery number on these pages was measured when the chapter was last run and stored; "
+        "run the notebooks to measure your own machine.\n\n"
+        f"{items}\n\n```{{toctree}}\n:hidden:\n:caption: Chapters\n\n{toctree}\n```\n",
+        encoding="utf-8",
+    )
+    (src / "conf.py").write_text(
+        "".join(f"{key} = {value!r}\n" for key, value in _conf(TITLE).items()), encoding="utf-8"
+    )
+
+
+def _sphinx(src: Path, html: Path, doctrees: Path, quiet: bool) -> None:
+    """Sphinx's HTML build, in a child process so that its global state and warnings stay out of the
+    caller's Python; a failed build is an error."""
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-d", str(doctrees), str(src), str(html)]
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL if quiet else None)  # warnings go to stderr
+    if done.returncode != 0:
+        raise RuntimeError(f"the book's Sphinx build failed (exit status {done.returncode}; its messages above)")

@@ -136,14 +136,24 @@ class Evaluation:
         return int(np.isnan(self._per_class(which)).sum())
 
     def stats(self) -> str:
+        """DL4J's report: accuracy, precision, recall and F1, and the confusion matrix up to 20 classes."""
         if self.n == 0:  # DL4J's words: a report, not an exception
             return "Evaluation: No data available (no evaluation has been performed)"
-        binary = self.num_classes == 2
         lines = [
             "========================Evaluation Metrics========================",
             f" # of classes:    {self.num_classes}",
             f" Accuracy:        {self.accuracy():.4f}",
+            *self._average_lines(),
         ]
+        if self.num_classes <= 20:
+            lines += self._confusion_lines()
+        lines.append("==================================================================")
+        return "\n".join(lines)
+
+    def _average_lines(self) -> list[str]:
+        """Precision, recall and F1 (the positive class's, or macro-averaged), with the classes left out."""
+        binary = self.num_classes == 2
+        lines = []
         for name, value, which in (
             ("Precision", self.precision(), "precision"),
             ("Recall", self.recall(), "recall"),
@@ -167,16 +177,18 @@ class Evaluation:
                 f"Warning: {never} class{'es were' if never > 1 else ' was'} never predicted by the model and "
                 f"{'were' if never > 1 else 'was'} excluded from average precision"
             )
-        if self.num_classes <= 20:
-            lines.append("=========================Confusion Matrix=========================")
-            width = max(3, len(str(int(self.confusion.max()))) + 1)
-            lines.append(" " + "".join(f"{i:>{width}d}" for i in range(self.num_classes)))
-            lines.append("-" * (width * self.num_classes + 2))
-            for i, row in enumerate(self.confusion):
-                lines.append(" " + "".join(f"{v:>{width}d}" for v in row) + f" | {i} = {self.label_names[i]}")
-            lines.append("\nConfusion matrix format: Actual (rowClass) predicted as (columnClass) N times")
-        lines.append("==================================================================")
-        return "\n".join(lines)
+        return lines
+
+    def _confusion_lines(self) -> list[str]:
+        """The confusion matrix, a row an actual class, a column a predicted one."""
+        width = max(3, len(str(int(self.confusion.max()))) + 1)
+        lines = ["=========================Confusion Matrix========================="]
+        lines.append(" " + "".join(f"{i:>{width}d}" for i in range(self.num_classes)))
+        lines.append("-" * (width * self.num_classes + 2))
+        for i, row in enumerate(self.confusion):
+            lines.append(" " + "".join(f"{v:>{width}d}" for v in row) + f" | {i} = {self.label_names[i]}")
+        lines.append("\nConfusion matrix format: Actual (rowClass) predicted as (columnClass) N times")
+        return lines
 
 
 class ROC:

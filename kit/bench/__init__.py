@@ -107,6 +107,18 @@ class _Stages:
         return report
 
 
+_ARRAY_COLUMNS = ["op", "elements", "raw_us", "kit_us", "added_us", "ratio", "spread", "reliable"]
+_ARRAY_NOTES = {
+    "raw_us": "the raw NumPy/CuPy op, microseconds per call (median of the repeats)",
+    "kit_us": "the same op through kit, microseconds per call (median of the repeats)",
+    "added_us": "kit minus raw within each repeat, then the median over repeats "
+    "(so not kit_us - raw_us, which mixes two repeats)",
+    "ratio": "kit / raw within each repeat, then the median over repeats (so not kit_us / raw_us)",
+    "spread": "half the range of the repeats over their median, the wider of kit's and raw's",
+    "reliable": "NO when kit.measure flagged either timing (machine busy, spread too wide)",
+}
+
+
 def bench_arrays(quick: bool = False, progress: Callable[[int, int, str], Any] | None = None) -> dict[str, Any]:
     """Each variant is timed for at least `min_time` per repeat (0.2 s full, 0.01 s quick), kit and
     raw interleaved; 100 elements (per-op overhead) and 1,000,000 elements (the op dominates).
@@ -119,37 +131,32 @@ def bench_arrays(quick: bool = False, progress: Callable[[int, int, str], Any] |
         rows = []
         for size in (100, 1_000_000):
             rows += _array_rows(dev, size, min_time, repeats, stages)
+    return {
+        "benchmark": "arrays",
+        "device": _device_label(),
+        "repeats": repeats,
+        "min_time_s": min_time,
+        "columns": list(_ARRAY_COLUMNS),
+        "column_notes": dict(_ARRAY_NOTES),
+        "rows": rows,
+        "summary": _arrays_summary(rows, load.others),
+    }
+
+
+def _arrays_summary(rows: list[dict[str, Any]], others: float) -> dict[str, Any]:
+    """The added microseconds on small arrays, the overhead on large ones, the machine's load, the goals."""
     small = [r["added_us"] for r in rows if r["elements"] == 100]
     # a view costs the same at any size, so it has no place in a large-array overhead figure
     large = [r["ratio"] for r in rows if r["elements"] != 100 and r["op"] != "slice view"]
     reliable = all(r["reliable"] == "yes" for r in rows)
     large_pct = (statistics.median(large) - 1) * 100
     return {
-        "benchmark": "arrays",
-        "device": _device_label(),
-        "repeats": repeats,
-        "min_time_s": min_time,
-        "columns": ["op", "elements", "raw_us", "kit_us", "added_us", "ratio", "spread", "reliable"],
-        "column_notes": {
-            "raw_us": "the raw NumPy/CuPy op, microseconds per call (median of the repeats)",
-            "kit_us": "the same op through kit, microseconds per call (median of the repeats)",
-            "added_us": "kit minus raw within each repeat, then the median over repeats "
-            "(so not kit_us - raw_us, which mixes two repeats)",
-            "ratio": "kit / raw within each repeat, then the median over repeats (so not kit_us / raw_us)",
-            "spread": "half the range of the repeats over their median, the wider of kit's and raw's",
-            "reliable": "NO when kit.measure flagged either timing (machine busy, spread too wide)",
-        },
-        "rows": rows,
-        "summary": {
-            "small_added_us_median": statistics.median(small),
-            "small_added_us_max": max(small),
-            "large_overhead_pct_median": large_pct,
-            "machine_load_by_others": round(load.others, 4),  # a fraction of the machine, 0..1 (printed as %)
-            "goal_small": measure.goal(
-                "added per small op (median)", statistics.median(small), "<=", 1.5, "us", reliable
-            ),
-            "goal_large": measure.goal("overhead on large ops (median)", large_pct, "<=", 2, "%", reliable),
-        },
+        "small_added_us_median": statistics.median(small),
+        "small_added_us_max": max(small),
+        "large_overhead_pct_median": large_pct,
+        "machine_load_by_others": round(others, 4),  # a fraction of the machine, 0..1 (printed as %)
+        "goal_small": measure.goal("added per small op (median)", statistics.median(small), "<=", 1.5, "us", reliable),
+        "goal_large": measure.goal("overhead on large ops (median)", large_pct, "<=", 2, "%", reliable),
     }
 
 
@@ -205,108 +212,138 @@ def _set_regime(name: str) -> None:
         kit.memory.set_max_device_cache(512 << 20 if name == "caching" else 0)
 
 
+_WORKSPACE_COLUMNS = [
+    "regime",
+    "ms_per_iter",
+    "spread",
+    "ratio_to_plain",
+    "kit_heap_allocs_per_iter",
+    "cache_hits_per_iter",
+    "peak_traced_kib_per_iter",
+    "held_kib",
+    "peak_with_held_kib",
+]
+_WORKSPACE_NOTES = {
+    "ms_per_iter": "milliseconds per training iteration (median of the repeats)",
+    "spread": "half the range of the repeats over their median",
+    "ratio_to_plain": "this regime's time / plain's within each repeat, then the median over repeats "
+    "(so not ms_per_iter / plain's ms_per_iter, which mixes repeats)",
+    "peak_with_held_kib": "peak traced KiB within one iteration plus the KiB held between iterations",
+}
+_BLOCK = 10  # steps per timed call: the regime is switched once per block, outside the steps' cost
+
+
 def bench_workspaces(quick: bool = False, progress: Callable[[int, int, str], Any] | None = None) -> dict[str, Any]:
     """The same MLP step in three regimes, interleaved; each timed repeat lasts at least 0.3 s
     (full) or 0.02 s (quick). `progress`: as in `bench_arrays`."""
     repeats, min_time = (3, 0.02) if quick else (7, 0.3)
     step = mlp_cycle()
-    regimes = _regimes()
-    runners = {name: wrap(step) for name, wrap in regimes.items()}
-    block = 10  # steps per call: the regime is switched once per block, outside the steps' cost
+    runners = {name: wrap(step) for name, wrap in _regimes().items()}
+    timed = _time_regimes(runners, repeats, min_time, progress)
+    times = {k: [x / _BLOCK for x in t.seconds] for k, t in timed.items()}
+    rows = [_regime_row(name, fn, timed[name], times) for name, fn in runners.items()]
+    _set_regime("plain")
+    return {
+        "benchmark": "workspaces",
+        "device": _device_label(),
+        "repeats": repeats,
+        "iterations_per_repeat": timed["plain"].number * _BLOCK,
+        "columns": list(_WORKSPACE_COLUMNS),
+        "column_notes": dict(_WORKSPACE_NOTES),
+        "rows": rows,
+        "summary": _workspaces_summary(rows, timed),
+    }
+
+
+def _time_regimes(
+    runners: dict[str, Callable[[], float]],
+    repeats: int,
+    min_time: float,
+    progress: Callable[[int, int, str], Any] | None,
+) -> dict[str, measure.Timing]:
+    """The regimes timed interleaved, each call a block of steps after switching to its regime."""
 
     def in_regime(name: str, fn: Callable[[], float]) -> Callable[[], None]:
         def run() -> None:
             _set_regime(name)
-            for _ in range(block):
+            for _ in range(_BLOCK):
                 fn()
 
         return run
 
-    timed = measure.compare(
+    return measure.compare(
         {name: in_regime(name, fn) for name, fn in runners.items()},
         min_time=min_time,
         repeats=repeats,
         sync=kit.backend.sync,
         progress=progress,
     )
-    times = {k: [x / block for x in t.seconds] for k, t in timed.items()}
-    rows = []
-    for name, fn in runners.items():
-        _set_regime(name)
+
+
+def _traced_peaks(fn: Callable[[], float], iterations: int = 5) -> list[int]:
+    """The peak traced bytes within each of a few iterations (all domains: NumPy + Python)."""
+    peaks = []
+    tracemalloc.start()
+    for _ in range(iterations):
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
         fn()
-        before_allocs = kit.memory.heap_allocations(this_thread=True)
-        hits0 = kit.memory.cache_stats()["hits"]
-        peaks = []
-        tracemalloc.start()
-        for _ in range(5):  # peak traced bytes within one iteration (all domains: NumPy + Python)
-            base = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-            fn()
-            peaks.append(tracemalloc.get_traced_memory()[1] - base)
-        tracemalloc.stop()
-        # memory kept between iterations is not seen by a per-iteration trace: count it too
-        if name == "caching":
-            held = sum(kit.memory.cache_stats()["cached_bytes"].values())
-        elif name == "workspace":
-            held = kit.get_workspace_for_current_thread(name="BENCH_MLP").capacity
-        else:
-            held = 0
-        rows.append(
-            {
-                "regime": name,
-                "ms_per_iter": statistics.median(times[name]) * 1e3,
-                "spread": timed[name].spread,
-                "ratio_to_plain": statistics.median(t / p for t, p in zip(times[name], times["plain"])),
-                "kit_heap_allocs_per_iter": (kit.memory.heap_allocations(this_thread=True) - before_allocs) / 5,
-                "cache_hits_per_iter": (kit.memory.cache_stats()["hits"] - hits0) / 5,
-                "peak_traced_kib_per_iter": statistics.median(peaks) / 1024,
-                "held_kib": held / 1024,
-                "peak_with_held_kib": (statistics.median(peaks) + held) / 1024,
-                # every timed repeat and the machine's load while timed: error bars, and kit.prose's
-                # verdict (a measure.Timing rebuilt from them gives the same flags as the table)
-                "ms_repeats": [x * 1e3 for x in times[name]],
-                "load": timed[name].load,
-            }
-        )
-    _set_regime("plain")
+        peaks.append(tracemalloc.get_traced_memory()[1] - base)
+    tracemalloc.stop()
+    return peaks
+
+
+def _held_bytes(name: str) -> int:
+    """The memory a regime keeps between iterations, which a per-iteration trace does not see."""
+    if name == "caching":
+        return sum(kit.memory.cache_stats()["cached_bytes"].values())
+    if name == "workspace":
+        return kit.get_workspace_for_current_thread(name="BENCH_MLP").capacity
+    return 0
+
+
+def _regime_row(
+    name: str, fn: Callable[[], float], timing: measure.Timing, times: dict[str, list[float]]
+) -> dict[str, Any]:
+    """One regime's row: its time against plain's, and the allocations, cache hits and memory of an iteration."""
+    _set_regime(name)
+    fn()
+    before_allocs = kit.memory.heap_allocations(this_thread=True)
+    hits0 = kit.memory.cache_stats()["hits"]
+    peaks = _traced_peaks(fn)
+    held = _held_bytes(name)
+    return {
+        "regime": name,
+        "ms_per_iter": statistics.median(times[name]) * 1e3,
+        "spread": timing.spread,
+        "ratio_to_plain": statistics.median(t / p for t, p in zip(times[name], times["plain"])),
+        "kit_heap_allocs_per_iter": (kit.memory.heap_allocations(this_thread=True) - before_allocs) / 5,
+        "cache_hits_per_iter": (kit.memory.cache_stats()["hits"] - hits0) / 5,
+        "peak_traced_kib_per_iter": statistics.median(peaks) / 1024,
+        "held_kib": held / 1024,
+        "peak_with_held_kib": (statistics.median(peaks) + held) / 1024,
+        # every timed repeat and the machine's load while timed: error bars, and kit.prose's
+        # verdict (a measure.Timing rebuilt from them gives the same flags as the table)
+        "ms_repeats": [x * 1e3 for x in times[name]],
+        "load": timing.load,
+    }
+
+
+def _workspaces_summary(rows: list[dict[str, Any]], timed: dict[str, measure.Timing]) -> dict[str, Any]:
+    """The workspace's capacity and peak use, the time and allocation goals, the timings' warnings."""
     ws_stats = kit.get_workspace_for_current_thread(name="BENCH_MLP").stats()
     by = {r["regime"]: r for r in rows}
     warnings = sorted({w for t in timed.values() for w in t.warnings})
     return {
-        "benchmark": "workspaces",
-        "device": _device_label(),
-        "repeats": repeats,
-        "iterations_per_repeat": timed["plain"].number * block,
-        "columns": [
-            "regime",
-            "ms_per_iter",
-            "spread",
-            "ratio_to_plain",
-            "kit_heap_allocs_per_iter",
-            "cache_hits_per_iter",
-            "peak_traced_kib_per_iter",
-            "held_kib",
-            "peak_with_held_kib",
-        ],
-        "column_notes": {
-            "ms_per_iter": "milliseconds per training iteration (median of the repeats)",
-            "spread": "half the range of the repeats over their median",
-            "ratio_to_plain": "this regime's time / plain's within each repeat, then the median over repeats "
-            "(so not ms_per_iter / plain's ms_per_iter, which mixes repeats)",
-            "peak_with_held_kib": "peak traced KiB within one iteration plus the KiB held between iterations",
-        },
-        "rows": rows,
-        "summary": {
-            "workspace_capacity_bytes": ws_stats["capacity"],
-            "workspace_peak_used_bytes": ws_stats["peak_used"],
-            "goal_time": measure.goal(
-                "workspace time / plain time", by["workspace"]["ratio_to_plain"], "<=", 1.0, "", not warnings
-            ),
-            "goal_allocations": measure.goal(
-                "heap allocations per iteration in the workspace", by["workspace"]["kit_heap_allocs_per_iter"], "<=", 0
-            ),
-            "warnings": "; ".join(warnings) or "none",
-        },
+        "workspace_capacity_bytes": ws_stats["capacity"],
+        "workspace_peak_used_bytes": ws_stats["peak_used"],
+        "goal_time": measure.goal(
+            "workspace time / plain time", by["workspace"]["ratio_to_plain"], "<=", 1.0, "", not warnings
+        ),
+        "goal_allocations": measure.goal(
+            "heap allocations per iteration in the workspace", by["workspace"]["kit_heap_allocs_per_iter"], "<=", 0
+        ),
+        "warnings": "; ".join(warnings) or "none",
     }
 
 

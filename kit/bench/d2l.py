@@ -72,35 +72,35 @@ def _class_indices(labels: np.ndarray) -> np.ndarray:
 D2L_INIT = "normal:0.01"  # d2l's init_weights: every Conv2d and Linear weight from N(0, 0.01)
 
 
-def _torch_side(
-    train: Any, test: Any, device_kind: str, lr: float, batch: int, tf32: bool = True, d2l_init: bool = True
-) -> dict[str, Any] | None:
-    """PyTorch's model, data and epoch function. `tf32=True` is PyTorch's default on a GPU:
-    cuDNN convolutions in TF32 on the tensor cores; False forces float32 convolutions."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    tdev = torch.device("cuda:0" if device_kind == "gpu" and torch.cuda.is_available() else "cpu")
+def _torch_model(tdev: Any, d2l_init: bool) -> Any:
+    """PyTorch's ResNet-18 from seed 0 on `tdev`, its weights drawn by d2l's recipe where asked."""
+    import torch
+
     torch.manual_seed(0)
     model = torch_resnet18()
     if d2l_init:
         for m in model.modules():
             if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
                 torch.nn.init.normal_(m.weight, std=0.01)
-    model = model.to(tdev)
+    return model.to(tdev)
+
+
+def _torch_tensors(data: Any, tdev: Any) -> tuple[Any, Any]:
+    """A DataSet's features and class numbers as PyTorch tensors on `tdev`."""
+    import torch
+
+    x = torch.as_tensor(data.features.numpy()).to(tdev)
+    return x, torch.as_tensor(_class_indices(data.labels.numpy())).to(tdev)
+
+
+def _torch_epoch(model: Any, x: Any, y: Any, lr: float, batch: int, tf32: bool, peak: list[int]) -> Any:
+    """PyTorch's epoch function: SGD over a fresh shuffle, the summed loss left on the device."""
+    import torch
+
+    tdev = x.device
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loss_fn = torch.nn.CrossEntropyLoss()
-    x = torch.as_tensor(train.features.numpy()).to(tdev)
-    y = torch.as_tensor(_class_indices(train.labels.numpy())).to(tdev)
-    tx = torch.as_tensor(test.features.numpy()).to(tdev)
-    ty = torch.as_tensor(_class_indices(test.labels.numpy())).to(tdev)
     gen = torch.Generator(device=tdev).manual_seed(0)
-    peak: list[int] = []
-
-    def sync() -> None:
-        if tdev.type == "cuda":
-            torch.cuda.synchronize()
 
     def epoch() -> Any:
         torch.backends.cudnn.allow_tf32 = tf32  # a process-wide flag: set for each side's epoch
@@ -120,6 +120,13 @@ def _torch_side(
             peak.append(torch.cuda.max_memory_allocated())
         return total  # read after the clock stops: no host read inside the timed epoch
 
+    return epoch
+
+
+def _torch_accuracy(model: Any, tx: Any, ty: Any, tf32: bool) -> Any:
+    """PyTorch's test accuracy function, in batches of 1,024."""
+    import torch
+
     def accuracy() -> float:
         torch.backends.cudnn.allow_tf32 = tf32
         model.eval()
@@ -129,12 +136,33 @@ def _torch_side(
                 right += int((model(tx[start : start + 1024]).argmax(1) == ty[start : start + 1024]).sum())
         return right / len(tx)
 
+    return accuracy
+
+
+def _torch_side(
+    train: Any, test: Any, device_kind: str, lr: float, batch: int, tf32: bool = True, d2l_init: bool = True
+) -> dict[str, Any] | None:
+    """PyTorch's model, data and epoch function. `tf32=True` is PyTorch's default on a GPU:
+    cuDNN convolutions in TF32 on the tensor cores; False forces float32 convolutions."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    tdev = torch.device("cuda:0" if device_kind == "gpu" and torch.cuda.is_available() else "cpu")
+    model = _torch_model(tdev, d2l_init)
+    (x, y), (tx, ty) = _torch_tensors(train, tdev), _torch_tensors(test, tdev)
+    peak: list[int] = []
+
+    def sync() -> None:
+        if tdev.type == "cuda":
+            torch.cuda.synchronize()
+
     return {
         "device": str(tdev),
         "version": torch.__version__,
         "convolutions": "TF32 (PyTorch's default)" if tf32 and tdev.type == "cuda" else "float32",
-        "epoch": epoch,
-        "accuracy": accuracy,
+        "epoch": _torch_epoch(model, x, y, lr, batch, tf32, peak),
+        "accuracy": _torch_accuracy(model, tx, ty, tf32),
         "sync": sync,
         "peak": peak,
         "examples": len(x),
@@ -177,28 +205,14 @@ def _kit_side(net: Any, train_d: Any, test_d: Any, batch: int, precision: str) -
 _PAIRED = {"pytorch": "kit_tf32", "pytorch_fp32": "kit"}
 
 
-def bench_d2l(
-    quick: bool = False,
-    epochs: int | None = None,
-    batch: int = 256,
-    lr: float = 0.1,
-    limit: int | None = None,
-    init: str = "d2l",
-) -> dict[str, Any]:
-    """kit's ResNet-18 and PyTorch's, trained in turn epoch by epoch on the current device;
-    `limit` keeps the first N examples of each split (quick: 2,048). On a GPU kit trains twice,
-    with float32 and with TF32 matmuls, and PyTorch twice, with TF32 (its default) and float32
-    convolutions; each PyTorch row is timed against the kit row with the same arithmetic.
-    `init='d2l'` draws every convolution and dense weight from N(0, 0.01) in both libraries, as
-    d2l's recipe does; 'default' keeps each library's own."""
+def _check_init(init: str) -> None:
+    """Refuse an init other than d2l's recipe or each library's own."""
     if init not in ("d2l", "default"):
         raise ValueError(f"bench_d2l(init={init!r}): 'd2l' (N(0, 0.01), d2l's recipe) or 'default' (each library's)")
-    epochs = (1 if quick else 10) if epochs is None else epochs
-    try:
-        train, test = load_fashion_mnist(limit=limit if limit is not None else (2048 if quick else None))
-    except DataNotFoundError as exc:
-        return {"benchmark": "d2l", "skipped": str(exc)}
-    dev = kit.current_device()
+
+
+def _sides(train: Any, test: Any, dev: Any, batch: int, lr: float, init: str) -> dict[str, dict[str, Any]]:
+    """The sides that train: kit in float32 (and TF32 on a GPU), PyTorch with TF32 (and float32 on a GPU)."""
     train_d, test_d = train.to(dev), test.to(dev)
     weight_init = D2L_INIT if init == "d2l" else "he"
     sides: dict[str, dict[str, Any]] = {}
@@ -210,11 +224,15 @@ def bench_d2l(
         side = _torch_side(train, test, dev.kind, lr, batch, tf32=tf32, d2l_init=init == "d2l")
         if side is not None and (tf32 or dev.kind == "gpu"):  # on the CPU there is no TF32 to turn off
             sides[name] = side
+    return sides
+
+
+def _train_in_turn(sides: dict[str, dict[str, Any]], epochs: int) -> dict[str, dict[str, list[float]]]:
+    """Each epoch, every side in turn, the clock around the training only: seconds, losses, accuracies."""
     seconds: dict[str, list[float]] = {n: [] for n in sides}
     losses: dict[str, list[float]] = {n: [] for n in sides}
     accuracy: dict[str, list[float]] = {n: [] for n in sides}
-    pool = kit.backend.cupy().get_default_memory_pool() if dev.kind == "gpu" else None
-    for e in range(epochs):  # each epoch: every side in turn, the clock around the training only
+    for e in range(epochs):
         for name, side in sides.items():
             is_kit = name.startswith("kit")
             wait = kit.backend.sync if is_kit else side["sync"]
@@ -225,44 +243,51 @@ def bench_d2l(
             seconds[name].append(time.perf_counter() - t0)
             losses[name].append(float(loss) if is_kit else float(loss) / side["examples"])
             accuracy[name].append(side["accuracy"]())
-    result: dict[str, Any] = {
-        "benchmark": "d2l",
-        "device": _device_label(),
-        "setup": f"ResNet-18 (d2l, 28x28), Fashion-MNIST {len(train)} train / {len(test)} test, batch {batch}, "
-        f"SGD lr {lr}, {epochs} epoch(s), weights "
-        f"{'N(0, 0.01) (d2l)' if init == 'd2l' else 'each library default'}; every side in turn each epoch, "
-        "on the same device",
-        "init": init,
+    return {"seconds": seconds, "losses": losses, "accuracy": accuracy}
+
+
+def _side_entry(
+    name: str,
+    side: dict[str, Any],
+    runs: dict[str, dict[str, list[float]]],
+    sides: dict[str, Any],
+    pool: Any,
+    epochs: int,
+) -> dict[str, Any]:
+    """One side's part of the result: its epochs, and for PyTorch its ratio to the kit side it is paired with."""
+    seconds, accuracy = runs["seconds"], runs["accuracy"]
+    entry: dict[str, Any] = {
+        "epoch_seconds": [round(v, 3) for v in seconds[name]],
+        "median_epoch_seconds": statistics.median(seconds[name]),
+        "train_loss": [round(v, 4) for v in runs["losses"][name]],
+        "test_accuracy_per_epoch": [round(v, 4) for v in accuracy[name]],
+        "test_accuracy": round(accuracy[name][-1], 4),
     }
+    if name.startswith("kit"):
+        entry["matmuls"] = side["matmuls"]
+        if pool is not None:
+            entry["device_pool_bytes"] = int(pool.total_bytes())  # both kit sides share CuPy's pool
+        return entry
+    entry.update(
+        device=side["device"],
+        version=side["version"],
+        convolutions=side["convolutions"],
+        peak_allocated_bytes=max(side["peak"]) if side["peak"] else None,
+    )
     # the first epoch holds one-time work (kernel compilation, cuDNN autotuning, pool growth)
     steady = slice(1, None) if epochs > 2 else slice(None)
-    for name, side in sides.items():
-        entry: dict[str, Any] = {
-            "epoch_seconds": [round(v, 3) for v in seconds[name]],
-            "median_epoch_seconds": statistics.median(seconds[name]),
-            "train_loss": [round(v, 4) for v in losses[name]],
-            "test_accuracy_per_epoch": [round(v, 4) for v in accuracy[name]],
-            "test_accuracy": round(accuracy[name][-1], 4),
-        }
-        if name.startswith("kit"):
-            entry["matmuls"] = side["matmuls"]
-            if pool is not None:
-                entry["device_pool_bytes"] = int(pool.total_bytes())  # both kit sides share CuPy's pool
-        else:
-            entry.update(
-                device=side["device"],
-                version=side["version"],
-                convolutions=side["convolutions"],
-                peak_allocated_bytes=max(side["peak"]) if side["peak"] else None,
-            )
-            kit_name = _PAIRED[name] if _PAIRED[name] in sides else "kit"
-            ratios = [k / t for k, t in zip(seconds[kit_name][steady], seconds[name][steady])]
-            entry.update(
-                kit_side=kit_name,
-                kit_over_this_epoch_ratio=round(statistics.median(ratios), 3),
-                ratio_min_max=[round(min(ratios), 3), round(max(ratios), 3)],
-            )
-        result[name] = entry
+    kit_name = _PAIRED[name] if _PAIRED[name] in sides else "kit"
+    ratios = [k / t for k, t in zip(seconds[kit_name][steady], seconds[name][steady])]
+    entry.update(
+        kit_side=kit_name,
+        kit_over_this_epoch_ratio=round(statistics.median(ratios), 3),
+        ratio_min_max=[round(min(ratios), 3), round(max(ratios), 3)],
+    )
+    return entry
+
+
+def _epoch_rows(result: dict[str, Any], sides: dict[str, Any], seconds: dict[str, list[float]], epochs: int) -> list:
+    """One row an epoch: every side's seconds, and each PyTorch side's ratio to its kit side."""
     rows = []
     for e in range(epochs):
         row: dict[str, Any] = {"epoch": e + 1}
@@ -273,8 +298,11 @@ def bench_d2l(
                 kit_name = result[name]["kit_side"]
                 row[f"{kit_name}/{name}"] = seconds[kit_name][e] / seconds[name][e]
         rows.append(row)
-    result["rows"], result["columns"] = rows, list(rows[0])
-    result["repeats"] = f"{epochs} epoch(s); one row each,"
+    return rows
+
+
+def _d2l_summary(result: dict[str, Any], sides: dict[str, Any], quick: bool) -> dict[str, Any]:
+    """The accuracies, the epoch-time goal against PyTorch's defaults, and (full runs) the accuracy goal."""
     summary: dict[str, Any] = {f"{n} test accuracy": result[n]["test_accuracy"] for n in sides}
     if "pytorch" in sides:
         p = result["pytorch"]
@@ -292,7 +320,48 @@ def bench_d2l(
                 summary[f"accuracy goal ({n})"] = (
                     f"test accuracy >= {ACCURACY_GOAL}: {acc:.4f} ({'met' if acc >= ACCURACY_GOAL else 'NOT met'})"
                 )
-    result["summary"] = summary
+    return summary
+
+
+def bench_d2l(
+    quick: bool = False,
+    epochs: int | None = None,
+    batch: int = 256,
+    lr: float = 0.1,
+    limit: int | None = None,
+    init: str = "d2l",
+) -> dict[str, Any]:
+    """kit's ResNet-18 and PyTorch's, trained in turn epoch by epoch on the current device;
+    `limit` keeps the first N examples of each split (quick: 2,048). On a GPU kit trains twice,
+    with float32 and with TF32 matmuls, and PyTorch twice, with TF32 (its default) and float32
+    convolutions; each PyTorch row is timed against the kit row with the same arithmetic.
+    `init='d2l'` draws every convolution and dense weight from N(0, 0.01) in both libraries, as
+    d2l's recipe does; 'default' keeps each library's own."""
+    _check_init(init)
+    epochs = (1 if quick else 10) if epochs is None else epochs
+    try:
+        train, test = load_fashion_mnist(limit=limit if limit is not None else (2048 if quick else None))
+    except DataNotFoundError as exc:
+        return {"benchmark": "d2l", "skipped": str(exc)}
+    dev = kit.current_device()
+    sides = _sides(train, test, dev, batch, lr, init)
+    pool = kit.backend.cupy().get_default_memory_pool() if dev.kind == "gpu" else None
+    runs = _train_in_turn(sides, epochs)
+    result: dict[str, Any] = {
+        "benchmark": "d2l",
+        "device": _device_label(),
+        "setup": f"ResNet-18 (d2l, 28x28), Fashion-MNIST {len(train)} train / {len(test)} test, batch {batch}, "
+        f"SGD lr {lr}, {epochs} epoch(s), weights "
+        f"{'N(0, 0.01) (d2l)' if init == 'd2l' else 'each library default'}; every side in turn each epoch, "
+        "on the same device",
+        "init": init,
+    }
+    for name, side in sides.items():
+        result[name] = _side_entry(name, side, runs, sides, pool, epochs)
+    rows = _epoch_rows(result, sides, runs["seconds"], epochs)
+    result["rows"], result["columns"] = rows, list(rows[0])
+    result["repeats"] = f"{epochs} epoch(s); one row each,"
+    result["summary"] = _d2l_summary(result, sides, quick)
     return result
 
 
@@ -338,9 +407,19 @@ def d2l_result_table(report: dict[str, Any]) -> tables.Table | str:
 
 
 def _d2l_parts(report: dict[str, Any]) -> tuple[list[str], tuple[str, ...], list[tuple[str, ...]], list[str]] | str:
+    """The table's title, head, cells and sentences, or a line saying the run has no d2l table."""
     d = report.get("parts", {}).get("d2l")
     if not d or "kit" not in d:
         return f"{run_label(report)}: no d2l table in this run"
+    head = ("", "epoch, median s", "test accuracy", "GPU memory")
+    cells = [(n, f"{s['median_epoch_seconds']:.2f}", f"{s['test_accuracy']:.4f}", m) for n, s, m in _d2l_rows(d)]
+    title = [f"{d['setup']}", f"on {run_label(report)}"]
+    text = _kit_sentences(d) + _torch_sentences(d) + _several_device_rows(report)
+    return title, head, cells, text
+
+
+def _d2l_rows(d: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
+    """Each side's label, its part of the report, and the GPU memory it held."""
     rows = []
     for key, label in _KIT_ROWS.items():
         if key in d:
@@ -353,9 +432,11 @@ def _d2l_parts(report: dict[str, Any]) -> tuple[list[str], tuple[str, ...], list
             rows.append(
                 (f"PyTorch {version} ({label})", side, _gb(side.get("peak_allocated_bytes")) + " peak allocated")
             )
-    head = ("", "epoch, median s", "test accuracy", "GPU memory")
-    cells = [(n, f"{s['median_epoch_seconds']:.2f}", f"{s['test_accuracy']:.4f}", m) for n, s, m in rows]
-    title = [f"{d['setup']}", f"on {run_label(report)}"]
+    return rows
+
+
+def _kit_sentences(d: dict[str, Any]) -> list[str]:
+    """One sentence for each kit side: its last test accuracy against d2l's."""
     text = []
     for key, label in _KIT_ROWS.items():
         if key in d:
@@ -365,6 +446,12 @@ def _d2l_parts(report: dict[str, Any]) -> tuple[list[str], tuple[str, ...], list
                 f"kit's test accuracy with {label} after the last epoch, {acc:.4f}, {reach} d2l's {ACCURACY_GOAL}"
                 f"{_accuracy_range(d[key])}."
             )
+    return text
+
+
+def _torch_sentences(d: dict[str, Any]) -> list[str]:
+    """One sentence for each PyTorch side: its accuracy and kit's epoch time over its own."""
+    text = []
     for key, label in (("pytorch", "with its defaults"), ("pytorch_fp32", "with float32 convolutions")):
         if key not in d:
             continue
@@ -383,8 +470,7 @@ def _d2l_parts(report: dict[str, Any]) -> tuple[list[str], tuple[str, ...], list
             "The gap between PyTorch's two rows is what TF32 on the tensor cores buys it here; kit's CuPy matmuls "
             "ran in float32 in this run."
         )
-    text += _several_device_rows(report)
-    return title, head, cells, text
+    return text
 
 
 def _several_device_rows(report: dict[str, Any]) -> list[str]:

@@ -19,6 +19,7 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -46,67 +47,88 @@ def _data(n: int, features: int, seed: int = 0) -> DataSet:
     return DataSet(rng.random((n, features)), rng.integers(0, 10, n), num_classes=10)
 
 
+# name: (workers, averaging frequency). "1 worker" lets OpenBLAS use every core; "1 worker, 1 BLAS
+# thread" is one core's worth, the share each of two workers gets
+_TRAINING_CONFIGS = {
+    "1 worker": (1, 1),
+    "1 worker, 1 BLAS thread": (1, 1),
+    "2 workers": (2, 1),
+    "2 workers, F=5": (2, 5),
+    "2 workers, F=20": (2, 20),
+    # separate placement domains: every batch and every average crosses the transfer path
+    "2 simulated host devices": (2, 1),
+    "2 simulated host devices, F=5": (2, 5),
+}
+
+
 def _training(quick: bool) -> list[dict[str, Any]]:
+    """Every training configuration fitted on the same data in turn, one row each."""
     data = _data(64 * (16 if quick else 64), 784)
     repeats = 3 if quick else 7
-    # "1 worker" lets OpenBLAS use every core; "1 worker, 1 BLAS thread" is one core's worth, the
-    # share each of two workers gets
-    configs = {
-        "1 worker": (1, 1),
-        "1 worker, 1 BLAS thread": (1, 1),
-        "2 workers": (2, 1),
-        "2 workers, F=5": (2, 5),
-        "2 workers, F=20": (2, 20),
-        # separate placement domains: every batch and every average crosses the transfer path
-        "2 simulated host devices": (2, 1),
-        "2 simulated host devices, F=5": (2, 5),
-    }
-    wrappers = {}
     previous_hosts = set_host_device_count(max(2, host_device_count()))
-    for name, (workers, freq) in configs.items():
-        net = mlp(784, hidden=(512, 256), n_out=10, updater=Sgd(0.05), seed=0)
-        if "simulated" in name:
-            devices = ["cpu:0", "cpu:1"]
-        else:
-            devices = [default_devices(1)[0]] if workers == 1 else list(logical_devices(workers, "cpu:0"))
-        pw = ParallelWrapper(net, workers=workers, devices=devices, prefetch_buffer=0, averaging_frequency=freq)
-        wrappers[name] = (net, pw)
-    times: dict[str, list[float]] = {k: [] for k in configs}
-    copied: dict[str, list[float]] = {k: [] for k in configs}  # bytes through the transfer path per iteration
+    wrappers = {name: _wrapper(name, workers, freq) for name, (workers, freq) in _TRAINING_CONFIGS.items()}
     try:
-        for _, pw in wrappers.values():  # warm-up
-            pw.fit(ArrayIterator(data, 64))
-        for _ in range(repeats):
-            for name, (_, pw) in wrappers.items():
-                limit = blas_threads(1) if "1 BLAS thread" in name else contextlib.nullcontext()
-                with limit:
-                    reset_transfer_stats()
-                    start_iteration = pw.iteration
-                    t0 = time.perf_counter()
-                    pw.fit(ArrayIterator(data, 64))
-                    times[name].append(time.perf_counter() - t0)
-                    moved = sum(b for _, b in transfer_stats().values())
-                    copied[name].append(moved / max(1, pw.iteration - start_iteration))
-        rows = []
-        for name, (net, pw) in wrappers.items():
-            ratio = statistics.median(b / t for b, t in zip(times["1 worker"], times[name]))
-            ratio_one_core = statistics.median(b / t for b, t in zip(times["1 worker, 1 BLAS thread"], times[name]))
-            rows.append(
-                {
-                    "case": f"ParallelWrapper MLP 784-512-256-10, {name}",
-                    "devices": ", ".join(str(d) for d in pw.devices),
-                    "samples_per_s": data.num_examples / statistics.median(times[name]),
-                    "speedup_vs_1": ratio,
-                    "speedup_vs_1_one_thread": ratio_one_core,
-                    "score": net.score(data),
-                    "transfer_bytes_per_iter": statistics.median(copied[name]),
-                }
-            )
-        return rows
+        times, copied = _time_training(wrappers, data, repeats)
+        return [_training_row(name, net, pw, data, times, copied) for name, (net, pw) in wrappers.items()]
     finally:
         for _, pw in wrappers.values():
             pw.shutdown()
         set_host_device_count(previous_hosts)
+
+
+def _wrapper(name: str, workers: int, freq: int) -> tuple[Any, ParallelWrapper]:
+    """A fresh MLP and the ParallelWrapper that trains it on this configuration's devices."""
+    net = mlp(784, hidden=(512, 256), n_out=10, updater=Sgd(0.05), seed=0)
+    if "simulated" in name:
+        devices = ["cpu:0", "cpu:1"]
+    else:
+        devices = [default_devices(1)[0]] if workers == 1 else list(logical_devices(workers, "cpu:0"))
+    pw = ParallelWrapper(net, workers=workers, devices=devices, prefetch_buffer=0, averaging_frequency=freq)
+    return net, pw
+
+
+def _time_training(
+    wrappers: dict[str, tuple[Any, ParallelWrapper]], data: DataSet, repeats: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """A warm-up fit each, then repeats of one fit each in turn: seconds, and bytes copied per iteration."""
+    times: dict[str, list[float]] = {k: [] for k in wrappers}
+    copied: dict[str, list[float]] = {k: [] for k in wrappers}  # bytes through the transfer path per iteration
+    for _, pw in wrappers.values():  # warm-up
+        pw.fit(ArrayIterator(data, 64))
+    for _ in range(repeats):
+        for name, (_, pw) in wrappers.items():
+            limit = blas_threads(1) if "1 BLAS thread" in name else contextlib.nullcontext()
+            with limit:
+                reset_transfer_stats()
+                start_iteration = pw.iteration
+                t0 = time.perf_counter()
+                pw.fit(ArrayIterator(data, 64))
+                times[name].append(time.perf_counter() - t0)
+                moved = sum(b for _, b in transfer_stats().values())
+                copied[name].append(moved / max(1, pw.iteration - start_iteration))
+    return times, copied
+
+
+def _training_row(
+    name: str,
+    net: Any,
+    pw: ParallelWrapper,
+    data: DataSet,
+    times: dict[str, list[float]],
+    copied: dict[str, list[float]],
+) -> dict[str, Any]:
+    """One configuration's row: samples per second, speed-ups over one worker, score, bytes copied."""
+    ratio = statistics.median(b / t for b, t in zip(times["1 worker"], times[name]))
+    ratio_one_core = statistics.median(b / t for b, t in zip(times["1 worker, 1 BLAS thread"], times[name]))
+    return {
+        "case": f"ParallelWrapper MLP 784-512-256-10, {name}",
+        "devices": ", ".join(str(d) for d in pw.devices),
+        "samples_per_s": data.num_examples / statistics.median(times[name]),
+        "speedup_vs_1": ratio,
+        "speedup_vs_1_one_thread": ratio_one_core,
+        "score": net.score(data),
+        "transfer_bytes_per_iter": statistics.median(copied[name]),
+    }
 
 
 def _clients(pi: ParallelInference, x: np.ndarray, clients: int, requests: int) -> tuple[float, list[float]]:
@@ -195,45 +217,66 @@ def _inference(quick: bool, client_counts: tuple[int, ...] = (1, 8, 64)) -> list
         x = np.random.default_rng(0).random((256, *shape)).astype(np.float32)
         bound = _batching_bound(net, x, 32, repeats, 0.05 if quick else measure.MIN_TIME)
         for clients, kind in [(c, "client threads") for c in client_counts] + [(64, "asyncio clients")]:
-            run = CLIENT_KINDS[kind]
             per_client = max(5, requests // max(1, clients // 8))
-            total = clients * per_client
-            servers = {mode: ParallelInference(net, workers=2, inference_mode=mode) for mode in _MODES}
-            try:
-                for pi in servers.values():  # warm-up: workspaces learn their sizes
-                    run(pi, x, min(clients, 4), 5)
-                first = {mode: len(pi.batch_sizes) for mode, pi in servers.items()}
-                seconds: dict[InferenceMode, list[float]] = {m: [] for m in _MODES}
-                lat: dict[InferenceMode, list[float]] = {m: [] for m in _MODES}
-                with measure.machine_load() as load:
-                    for r in range(repeats):
-                        for mode in _MODES if r % 2 == 0 else _MODES[::-1]:
-                            throughput, latencies = run(servers[mode], x, clients, per_client)
-                            seconds[mode].append(1 / throughput)
-                            lat[mode].extend(latencies)
-                timings = {m: measure.Timing(m.value, seconds[m], total, load.others) for m in _MODES}
-                for mode, pi in servers.items():
-                    t = timings[mode]
-                    rows.append(
-                        {
-                            "case": f"ParallelInference {label}, {mode.value}, {clients} {kind}",
-                            "requests_per_s": 1 / t.median,
-                            "spread": f"+-{t.spread:.0%}",
-                            "p50_ms": float(np.percentile(lat[mode], 50) * 1e3),
-                            "p99_ms": float(np.percentile(lat[mode], 99) * 1e3),
-                            "mean_batch": float(np.mean(pi.batch_sizes[first[mode] :])),
-                            "warnings": "; ".join(t.warnings),
-                        }
-                    )
-                ratios = [s / b for s, b in zip(seconds[InferenceMode.SEQUENTIAL], seconds[InferenceMode.BATCHED])]
-                rows[-1]["batched_over_sequential"] = statistics.median(ratios)
-                rows[-1]["ratio_range"] = f"{min(ratios):.3g}-{max(ratios):.3g}"
-                rows[-1]["batching_bound"] = statistics.median(bound)
-                rows[-1]["reliable"] = all(t.reliable for t in timings.values())
-            finally:
-                for pi in servers.values():
-                    pi.shutdown()
+            rows += _burst_rows(label, net, x, kind, clients, per_client, repeats, bound)
     return rows
+
+
+def _burst_rows(
+    label: str, net: Any, x: np.ndarray, kind: str, clients: int, per_client: int, repeats: int, bound: list[float]
+) -> list[dict[str, Any]]:
+    """Both servers under the same bursts of clients: one row per mode, the last with the ratio of the two."""
+    run = CLIENT_KINDS[kind]
+    servers = {mode: ParallelInference(net, workers=2, inference_mode=mode) for mode in _MODES}
+    try:
+        for pi in servers.values():  # warm-up: workspaces learn their sizes
+            run(pi, x, min(clients, 4), 5)
+        first = {mode: len(pi.batch_sizes) for mode, pi in servers.items()}
+        seconds, lat, others = _time_bursts(servers, run, x, clients, per_client, repeats)
+        timings = {m: measure.Timing(m.value, seconds[m], clients * per_client, others) for m in _MODES}
+        rows = []
+        for mode, pi in servers.items():
+            t = timings[mode]
+            rows.append(
+                {
+                    "case": f"ParallelInference {label}, {mode.value}, {clients} {kind}",
+                    "requests_per_s": 1 / t.median,
+                    "spread": f"+-{t.spread:.0%}",
+                    "p50_ms": float(np.percentile(lat[mode], 50) * 1e3),
+                    "p99_ms": float(np.percentile(lat[mode], 99) * 1e3),
+                    "mean_batch": float(np.mean(pi.batch_sizes[first[mode] :])),
+                    "warnings": "; ".join(t.warnings),
+                }
+            )
+        ratios = [s / b for s, b in zip(seconds[InferenceMode.SEQUENTIAL], seconds[InferenceMode.BATCHED])]
+        rows[-1]["batched_over_sequential"] = statistics.median(ratios)
+        rows[-1]["ratio_range"] = f"{min(ratios):.3g}-{max(ratios):.3g}"
+        rows[-1]["batching_bound"] = statistics.median(bound)
+        rows[-1]["reliable"] = all(t.reliable for t in timings.values())
+        return rows
+    finally:
+        for pi in servers.values():
+            pi.shutdown()
+
+
+def _time_bursts(
+    servers: dict[InferenceMode, ParallelInference],
+    run: Callable[..., tuple[float, list[float]]],
+    x: np.ndarray,
+    clients: int,
+    per_client: int,
+    repeats: int,
+) -> tuple[dict[InferenceMode, list[float]], dict[InferenceMode, list[float]], float]:
+    """Repeats of one burst on each server, the order alternating: seconds per request, latencies, others' load."""
+    seconds: dict[InferenceMode, list[float]] = {m: [] for m in _MODES}
+    lat: dict[InferenceMode, list[float]] = {m: [] for m in _MODES}
+    with measure.machine_load() as load:
+        for r in range(repeats):
+            for mode in _MODES if r % 2 == 0 else _MODES[::-1]:
+                throughput, latencies = run(servers[mode], x, clients, per_client)
+                seconds[mode].append(1 / throughput)
+                lat[mode].extend(latencies)
+    return seconds, lat, load.others
 
 
 def _inference_goals(inference: list[dict[str, Any]]) -> dict[str, str]:

@@ -199,15 +199,8 @@ def _timed_steps(sizes: tuple[int, ...], data: DataSet, repeats: int, number: in
     return measure.compare(fns, repeats=repeats, number=number, sync=kit.backend.sync)
 
 
-def bench_precision(quick: bool = False) -> dict[str, Any]:
-    """The three precisions on one MLP: bytes, step time, accuracy, the stall case."""
-    sizes = (64, 64, 64, 10) if quick else (784, 256, 256, 10)
-    batch = 64
-    repeats, number = (3, 1) if quick else (7, 2)
-    rng = np.random.default_rng(0)
-    data = DataSet(rng.random((batch, sizes[0])).astype(np.float32), rng.integers(0, 10, batch), num_classes=10)
-
-    # ---- bytes: counted, not timed ----------------------------------------------------------
+def _byte_rows(sizes: tuple[int, ...], data: DataSet) -> dict[str, dict[str, Any]]:
+    """Bytes, counted, not timed: each precision's workspaces over three cycles and what it keeps."""
     rows: dict[str, dict[str, Any]] = {}
     for name, kw in VARIANTS.items():
         net = mlp(sizes[0], hidden=sizes[1:-1], n_out=sizes[-1], updater=Adam(1e-3), seed=0, **kw)
@@ -221,9 +214,11 @@ def bench_precision(quick: bool = False) -> dict[str, Any]:
             "kept_B": sum(kept_bytes(net).values()),
             "matmul": matmul_kernel(kw["dtype"]),
         }
+    return rows
 
-    # ---- step time: interleaved repeats, median, spread, flags --------------------------------
-    timed = _timed_steps(sizes, data, repeats, number)
+
+def _add_step_times(rows: dict[str, dict[str, Any]], timed: dict[str, measure.Timing]) -> None:
+    """Each precision's step time: the median of interleaved repeats, its spread, flags and repeats."""
     for name, t in timed.items():
         rows[name].update(
             ms_per_step=t.median * 1e3,
@@ -233,34 +228,81 @@ def bench_precision(quick: bool = False) -> dict[str, Any]:
             load=t.load,
         )
 
-    # ---- accuracy after the same epochs -----------------------------------------------------
+
+def _add_fashion_accuracy(rows: dict[str, dict[str, Any]], quick: bool) -> str:
+    """Each precision's Fashion-MNIST accuracy where the files are found; returns what was trained, or why not."""
+    fashion = fashion_784(512, 500) if quick else fashion_784(4096, 2000)
+    if isinstance(fashion, str):
+        for row in rows.values():
+            row["fashion_acc"] = "skipped"
+        return fashion
+    f_hidden = (64,) if quick else (256, 256)
+    f_epochs = 1 if quick else 2
+    right = _train_and_score((784, *f_hidden, 10), *fashion, f_epochs, 1e-3)
+    for name, r in right.items():
+        rows[name]["fashion_acc"] = float(r.mean())
+    return (
+        f"MLP 784-{'-'.join(map(str, f_hidden))}-10, {len(fashion[0])} training images, {f_epochs} epoch(s), "
+        f"{len(fashion[1])} test images"
+    )
+
+
+def _byte_ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Activations and kept bytes of float16 and mixed precision as fractions of float32's."""
+    f32 = rows["float32"]
+    return {
+        "activations_float16_over_float32": rows["float16"]["activations_B"] / f32["activations_B"],
+        "activations_mixed_over_float32": rows["mixed"]["activations_B"] / f32["activations_B"],
+        "kept_mixed_over_float32": rows["mixed"]["kept_B"] / f32["kept_B"],
+    }
+
+
+def _stall_summary(stall: dict[str, Any]) -> dict[str, float]:
+    """The stall case in four numbers: each half-precision loss drop over float32's, and the share changed."""
+    return {
+        "stall_float16_drop_fraction_of_float32": stall["float16"]["fraction_of_float32"],
+        "stall_mixed_drop_fraction_of_float32": stall["mixed"]["fraction_of_float32"],
+        "stall_float16_params_changed": stall["float16"]["changed"],
+        "stall_mixed_params_changed": stall["mixed"]["changed"],
+    }
+
+
+def _step_summary(timed: dict[str, measure.Timing]) -> dict[str, Any]:
+    """The matmul kernels, the machine's load, each step's median ratio to float32's, the timings' warnings."""
+    warnings = sorted({w for t in timed.values() for w in t.warnings})
+    return {
+        "blas_float32": matmul_kernel("float32"),
+        "blas_float16": matmul_kernel("float16"),
+        "machine_load_by_others": round(max(t.load for t in timed.values()), 4),
+        "median_step_ratio_float16_over_float32": statistics.median(
+            a / b for a, b in zip(timed["float16"].seconds, timed["float32"].seconds)
+        ),
+        "median_step_ratio_mixed_over_float32": statistics.median(
+            a / b for a, b in zip(timed["mixed"].seconds, timed["float32"].seconds)
+        ),
+        "warnings": "; ".join(warnings) or "none",
+    }
+
+
+def bench_precision(quick: bool = False) -> dict[str, Any]:
+    """The three precisions on one MLP: bytes, step time, accuracy, the stall case."""
+    sizes = (64, 64, 64, 10) if quick else (784, 256, 256, 10)
+    batch = 64
+    repeats, number = (3, 1) if quick else (7, 2)
+    rng = np.random.default_rng(0)
+    data = DataSet(rng.random((batch, sizes[0])).astype(np.float32), rng.integers(0, 10, batch), num_classes=10)
+    rows = _byte_rows(sizes, data)
+    timed = _timed_steps(sizes, data, repeats, number)
+    _add_step_times(rows, timed)
+    # accuracy after the same epochs
     digits_train, digits_test = load_digits()
     digits_hidden = (64,) if quick else (256, 256)
     right = _train_and_score((64, *digits_hidden, 10), digits_train, digits_test, 3 if quick else 5, 1e-2)
     for name, r in right.items():
         rows[name]["digits_acc"] = float(r.mean())
         rows[name]["digits_correct"] = r.tolist()
-    fashion = fashion_784(512, 500) if quick else fashion_784(4096, 2000)
-    if isinstance(fashion, str):
-        fashion_note = fashion
-        for row in rows.values():
-            row["fashion_acc"] = "skipped"
-    else:
-        f_hidden = (64,) if quick else (256, 256)
-        f_epochs = 1 if quick else 2
-        right = _train_and_score((784, *f_hidden, 10), *fashion, f_epochs, 1e-3)
-        for name, r in right.items():
-            rows[name]["fashion_acc"] = float(r.mean())
-        fashion_note = (
-            f"MLP 784-{'-'.join(map(str, f_hidden))}-10, {len(fashion[0])} training images, {f_epochs} epoch(s), "
-            f"{len(fashion[1])} test images"
-        )
-
-    # ---- the stall case ------------------------------------------------------------------------
+    fashion_note = _add_fashion_accuracy(rows, quick)
     stall = stall_case(digits_train, steps=10 if quick else 20)
-
-    f32 = rows["float32"]
-    warnings = sorted({w for t in timed.values() for w in t.warnings})
     return {
         "benchmark": "precision",
         "device": _device_label(),
@@ -269,24 +311,10 @@ def bench_precision(quick: bool = False) -> dict[str, Any]:
         "rows": [rows[name] for name in VARIANTS],
         "summary": {
             "mlp": f"{'-'.join(map(str, sizes))}, batch {batch}, Adam; bytes after 3 cycles, {number} step(s)/repeat",
-            "activations_float16_over_float32": rows["float16"]["activations_B"] / f32["activations_B"],
-            "activations_mixed_over_float32": rows["mixed"]["activations_B"] / f32["activations_B"],
-            "kept_mixed_over_float32": rows["mixed"]["kept_B"] / f32["kept_B"],
+            **_byte_ratios(rows),
             "digits": f"MLP 64-{'-'.join(map(str, digits_hidden))}-10, {3 if quick else 5} epochs, Adam(1e-2)",
             "fashion": fashion_note,
-            "stall_float16_drop_fraction_of_float32": stall["float16"]["fraction_of_float32"],
-            "stall_mixed_drop_fraction_of_float32": stall["mixed"]["fraction_of_float32"],
-            "stall_float16_params_changed": stall["float16"]["changed"],
-            "stall_mixed_params_changed": stall["mixed"]["changed"],
-            "blas_float32": matmul_kernel("float32"),
-            "blas_float16": matmul_kernel("float16"),
-            "machine_load_by_others": round(max(t.load for t in timed.values()), 4),
-            "median_step_ratio_float16_over_float32": statistics.median(
-                a / b for a, b in zip(timed["float16"].seconds, timed["float32"].seconds)
-            ),
-            "median_step_ratio_mixed_over_float32": statistics.median(
-                a / b for a, b in zip(timed["mixed"].seconds, timed["float32"].seconds)
-            ),
-            "warnings": "; ".join(warnings) or "none",
+            **_stall_summary(stall),
+            **_step_summary(timed),
         },
     }

@@ -121,73 +121,93 @@ def run_on(sc: Any, quick: bool) -> dict[str, Any]:
 
 
 def _one_model(sc: Any, spec: dict[str, Any], repeats: int) -> tuple[list[dict[str, Any]], float]:
-    n, batch, freq = spec["examples"], spec["batch"], spec["frequency"]
+    """One model's rows (each Spark variant beside Network.fit) and Spark's overhead per 1-worker round."""
+    n = spec["examples"]
     rng = np.random.default_rng(0)
     x, y = rng.random((n, *spec["shape"]), dtype=np.float32), rng.integers(0, 10, n)
-    data = DataSet(x, y, num_classes=10)
     rdd = to_rdd(sc, (x, y)).cache()
     rdd.count()
     net = spec["make"]()  # built once per variant, outside the timing; each call fits on from where it is
-    params = net.num_params
+    timings, stats = _time_variants(sc, spec, net, DataSet(x, y, num_classes=10), rdd, repeats)
+    rdd.unpersist()
+    base = timings["Network.fit"]
+    rows = [_variant_row(spec, net.num_params, v, timings[_variant_name(v)], base, stats[v]) for v in VARIANTS]
+    return rows, _round_overhead(spec, timings[_variant_name((1, 2))], base, stats[(1, 2)])
+
+
+def _variant_name(variant: tuple[int, int]) -> str:
+    """A Spark variant's name in the timings: its workers and aggregation depth."""
+    return f"Spark, {variant[0]} worker(s), depth {variant[1]}"
+
+
+def _spark_fit(sc: Any, spec: dict[str, Any], rdd: Any, variant: tuple[int, int], stats: dict) -> Any:
+    """A call that fits a fresh SparkNetwork of this variant on the RDD and keeps its training stats."""
+    workers, depth = variant
+    tm = ParameterAveragingTrainingMaster(
+        spec["batch"],
+        spec["frequency"],
+        num_workers=workers,
+        rdd_training_approach="DIRECT",
+        aggregation_depth=depth,
+        collect_training_stats=True,
+    )
+    sn = SparkNetwork(sc, spec["make"](), tm)
+
+    def run() -> None:
+        sn.fit(rdd)
+        stats[variant] = sn.get_training_stats()
+
+    return run
+
+
+def _time_variants(
+    sc: Any, spec: dict[str, Any], net: Any, data: DataSet, rdd: Any, repeats: int
+) -> tuple[dict[str, measure.Timing], dict[tuple[int, int], Any]]:
+    """Network.fit and every Spark variant timed interleaved (a warm-up call each); the timings and Spark's stats."""
     stats: dict[tuple[int, int], Any] = {}
 
     def local() -> None:
-        net.fit(ArrayIterator(data, batch))
+        net.fit(ArrayIterator(data, spec["batch"]))
 
-    def spark(workers: int, depth: int) -> Any:
-        tm = ParameterAveragingTrainingMaster(
-            batch,
-            freq,
-            num_workers=workers,
-            rdd_training_approach="DIRECT",
-            aggregation_depth=depth,
-            collect_training_stats=True,
-        )
-        sn = SparkNetwork(sc, spec["make"](), tm)
-
-        def run() -> None:
-            sn.fit(rdd)
-            stats[(workers, depth)] = sn.get_training_stats()
-
-        return run
-
-    names = {v: f"Spark, {v[0]} worker(s), depth {v[1]}" for v in VARIANTS}
-    fns = {"Network.fit": local, **{names[v]: spark(*v) for v in VARIANTS}}
+    fns = {"Network.fit": local, **{_variant_name(v): _spark_fit(sc, spec, rdd, v, stats) for v in VARIANTS}}
     with measure.machine_load(children_are_ours=True) as load:
         timings = measure.compare(fns, repeats=repeats, number=1)  # a warm-up call each, then interleaved
     for t in timings.values():
         t.load = load.others
-    rdd.unpersist()
-    base = timings["Network.fit"]
-    steps = -(-n // batch)
-    rows = []
-    for v in VARIANTS:
-        workers, depth = v
-        t, s = timings[names[v]], stats[v]
-        rounds = len(s.rounds)
-        ratios = [a / b for a, b in zip(t.seconds, base.seconds)]
-        bytes_, partials = expected_driver_bytes(workers, depth, params)
-        rows.append(
-            {
-                "model": spec["model"],
-                "params": params,
-                "workers": workers,
-                "depth": depth,
-                "rounds": rounds,
-                "round_ms": t.median / rounds * 1e3,
-                "spread": t.spread,
-                "vs_network_fit": statistics.median(ratios),
-                "broadcast_bytes": int(statistics.median(r["broadcast_bytes"] for r in s.rounds)),
-                "driver_bytes": int(statistics.median(r["driver_received_bytes"] for r in s.rounds)),
-                "formula_bytes": bytes_,
-                "partials": int(statistics.median(r["partials"] for r in s.rounds)),
-                "formula_partials": partials,
-                "reliable": "yes" if t.reliable and base.reliable else "NO",
-                "_warnings": t.warnings + base.warnings,
-            }
-        )
-    one = timings[names[(1, 2)]]
-    rounds_one = len(stats[(1, 2)].rounds)
+    return timings, stats
+
+
+def _variant_row(
+    spec: dict[str, Any], params: int, variant: tuple[int, int], t: measure.Timing, base: measure.Timing, s: Any
+) -> dict[str, Any]:
+    """One Spark variant's row: its time per round against Network.fit, and the bytes and partials it moved."""
+    workers, depth = variant
+    rounds = len(s.rounds)
+    ratios = [a / b for a, b in zip(t.seconds, base.seconds)]
+    bytes_, partials = expected_driver_bytes(workers, depth, params)
+    return {
+        "model": spec["model"],
+        "params": params,
+        "workers": workers,
+        "depth": depth,
+        "rounds": rounds,
+        "round_ms": t.median / rounds * 1e3,
+        "spread": t.spread,
+        "vs_network_fit": statistics.median(ratios),
+        "broadcast_bytes": int(statistics.median(r["broadcast_bytes"] for r in s.rounds)),
+        "driver_bytes": int(statistics.median(r["driver_received_bytes"] for r in s.rounds)),
+        "formula_bytes": bytes_,
+        "partials": int(statistics.median(r["partials"] for r in s.rounds)),
+        "formula_partials": partials,
+        "reliable": "yes" if t.reliable and base.reliable else "NO",
+        "_warnings": t.warnings + base.warnings,
+    }
+
+
+def _round_overhead(spec: dict[str, Any], one: measure.Timing, base: measure.Timing, stats: Any) -> float:
+    """Spark's milliseconds per 1-worker round beyond what Network.fit spends on the round's mini-batches."""
+    steps = -(-spec["examples"] // spec["batch"])
+    rounds_one = len(stats.rounds)
     # a 1-worker round trains `freq` mini-batches: what Network.fit spends on them, subtracted
-    overhead = [(a / rounds_one - b / steps * freq) * 1e3 for a, b in zip(one.seconds, base.seconds)]
-    return rows, statistics.median(overhead)
+    overhead = [(a / rounds_one - b / steps * spec["frequency"]) * 1e3 for a, b in zip(one.seconds, base.seconds)]
+    return statistics.median(overhead)

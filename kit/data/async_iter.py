@@ -155,12 +155,7 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
     def __iter__(self) -> Iterator[DataSet]:
         if self._closed:
             raise IteratorShutDownError("AsyncPrefetchIterator was shut down; make a new one")
-        if self._thread is None:
-            args = (weakref.ref(self), self._requests, self.device, self.config)
-            self._thread = threading.Thread(
-                target=AsyncPrefetchIterator._run, args=args, name="kit-prefetch", daemon=True
-            )
-            self._thread.start()
+        self._start_thread()
         self._abort.clear()
         self._requests.put(_EPOCH)
         finished, delivered = False, 0
@@ -195,6 +190,15 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
             if not finished:  # the consumer stopped early: stop the producer's epoch cleanly
                 self._abort.set()
                 self._drain()
+
+    def _start_thread(self) -> None:
+        """Start the prefetch thread on the first epoch (it holds the iterator only by a weak reference)."""
+        if self._thread is None:
+            args = (weakref.ref(self), self._requests, self.device, self.config)
+            self._thread = threading.Thread(
+                target=AsyncPrefetchIterator._run, args=args, name="kit-prefetch", daemon=True
+            )
+            self._thread.start()
 
     def _shut_down_error(self, delivered: int) -> IteratorShutDownError:
         return IteratorShutDownError(

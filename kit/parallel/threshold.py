@@ -56,13 +56,7 @@ def threshold_encode(residual: Any, tau: float, boundary: int | None = None) -> 
     element reaches tau. A message carries at most `boundary` elements, in either encoding (the
     first ones by index; the rest stay in `residual`, as ND4J's thresholdEncode caps its result);
     when length/16 or more are sent, a bitmap carries them, else a sparse message."""
-    if not tau > 0 or not math.isfinite(tau):
-        raise ValueError(f"threshold_encode: tau must be a finite number > 0, got {tau!r}")
-    if boundary is not None and (isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 1):
-        raise ValueError(
-            f"threshold_encode: boundary (the most elements one message carries) must be an integer >= 1, "
-            f"got {boundary!r}; leave it None for DL4J's default, length/16"
-        )
+    _check_encode_args(tau, boundary)
     xp = _xp(residual)
     n = residual.size
     tau32 = float(np.float32(tau))
@@ -79,21 +73,43 @@ def threshold_encode(residual: Any, tau: float, boundary: int | None = None) -> 
         neg[keep] = False
         count = boundary
     if count >= dense_from:  # dense: a 2-bit code per element, every element sent
-        residual -= pos * step
-        residual += neg * step
-        codes = pos.astype(xp.uint32) + neg.astype(xp.uint32) * 2
-        padded = xp.zeros(-(-n // 16) * 16, dtype=xp.uint32)
-        padded[:n] = codes
-        packed = (padded.reshape(-1, 16) << xp.asarray(_SHIFTS)).sum(axis=1, dtype=xp.uint32)
-        body = _to_host(packed).view(np.int32)
+        body = _bitmap_body(residual, pos, neg, step, xp)
         header = [n // 16 + 5, n, _float_bits(tau32), BITMAP_ENCODING]
     else:
-        idx = xp.flatnonzero(pos | neg)
-        up = pos[idx]
-        residual[idx] -= xp.where(up, step, -step).astype(residual.dtype)
-        body = _to_host((idx + 1) * xp.where(up, 1, -1)).astype(np.int32)
+        body = _sparse_body(residual, pos, neg, step, xp)
         header = [dense_from if boundary is None else boundary, n, _float_bits(tau32), FLEXIBLE_ENCODING]
     return np.concatenate([np.asarray(header, dtype=np.int32), body])
+
+
+def _check_encode_args(tau: float, boundary: int | None) -> None:
+    """Refuse a tau that is not a finite number > 0 and a boundary that is not an integer >= 1."""
+    if not tau > 0 or not math.isfinite(tau):
+        raise ValueError(f"threshold_encode: tau must be a finite number > 0, got {tau!r}")
+    if boundary is not None and (isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 1):
+        raise ValueError(
+            f"threshold_encode: boundary (the most elements one message carries) must be an integer >= 1, "
+            f"got {boundary!r}; leave it None for DL4J's default, length/16"
+        )
+
+
+def _bitmap_body(residual: Any, pos: Any, neg: Any, step: Any, xp: Any) -> np.ndarray:
+    """The dense body: every element's 2-bit code (1: +tau, 2: -tau), 16 to an int32; the sent part subtracted."""
+    n = residual.size
+    residual -= pos * step
+    residual += neg * step
+    codes = pos.astype(xp.uint32) + neg.astype(xp.uint32) * 2
+    padded = xp.zeros(-(-n // 16) * 16, dtype=xp.uint32)
+    padded[:n] = codes
+    packed = (padded.reshape(-1, 16) << xp.asarray(_SHIFTS)).sum(axis=1, dtype=xp.uint32)
+    return _to_host(packed).view(np.int32)
+
+
+def _sparse_body(residual: Any, pos: Any, neg: Any, step: Any, xp: Any) -> np.ndarray:
+    """The sparse body: each sent element's index + 1, negative for -tau; the sent part subtracted."""
+    idx = xp.flatnonzero(pos | neg)
+    up = pos[idx]
+    residual[idx] -= xp.where(up, step, -step).astype(residual.dtype)
+    return _to_host((idx + 1) * xp.where(up, 1, -1)).astype(np.int32)
 
 
 def threshold_decode(message: np.ndarray, target: Any) -> None:

@@ -210,26 +210,64 @@ def _round_elements(spec: RoundSpec, partition: int, it: Iterator[Any]) -> tuple
 def _train_round(
     spec: RoundSpec, state_bc: Any, partition: int, it: Iterator[Any], workers_bc: Any = None
 ) -> dict[str, Any]:
+    """One worker's round: its mini-batches, the network at the round's state, the steps, and what goes back."""
     t_start = time.time()
-    t0 = time.perf_counter()
+    marks = [time.perf_counter()]  # the ends of loading, getting the model, fitting and exporting follow
     worker, elements, source = _round_elements(spec, partition, it)
-    where = f"worker {worker}, round {spec.round}"
-    if source == "export":  # checked element by element when the files were written
-        batches = [DataSet(x, y, num_classes=spec.num_classes) for x, y in elements]
-    else:  # checked element by element by the count that cached them
-        batches = batches_of(elements, spec.elements_per_batch, spec.num_classes, where)
-    t1 = time.perf_counter()
-    memory.toggle_periodic_gc(spec.periodic_gc)
-    memory.set_auto_gc_window(spec.gc_window_ms)
-    gc0 = memory.gc_stats()
+    batches = _round_batches(spec, worker, elements, source)
+    marks.append(time.perf_counter())
+    gc0 = _set_gc(spec)
     result: dict[str, Any] = {"worker": worker, "round": spec.round, "state": None, "scores": [], "sizes": []}
     if not batches:
         result["stats"] = {"worker": worker, "round": spec.round, "pid": os.getpid(), "examples": 0}
         return result
     net = network_for(spec.config_json, spec.workspace_mode, this_task_device(spec.gpus_per_task))
+    everyone, received = _start_round(spec, net, state_bc, workers_bc)
+    marks.append(time.perf_counter())
+    allocs0 = memory.heap_allocations()
+    extra = _fit_steps(spec, net, batches, result, everyone.get(worker))
+    result["sizes"] = [ds.num_examples for ds in batches]
+    marks.append(time.perf_counter())
+    if spec.mode != "shared":
+        _pack_result(spec, net, result)
+    marks.append(time.perf_counter())
+    result["stats"] = {
+        "worker": worker,
+        "round": spec.round,
+        "pid": os.getpid(),
+        "start": t_start,
+        "end": time.time(),
+        **_phase_ms(marks),
+        "examples": sum(result["sizes"]),
+        "batches": len(batches),
+        **_work_counts(net, allocs0, gc0),
+        "received_bytes": received,
+        "sent_bytes": array_bytes([result.get(k) for k in ("state", "messages", "worker_state")]),
+        **extra,
+    }
+    return result
+
+
+def _round_batches(spec: RoundSpec, worker: int, elements: list[Any], source: str) -> list[DataSet]:
+    """The round's mini-batches, from the exported files' arrays or from the cached elements."""
+    if source == "export":  # checked element by element when the files were written
+        return [DataSet(x, y, num_classes=spec.num_classes) for x, y in elements]
+    # checked element by element by the count that cached them
+    return batches_of(elements, spec.elements_per_batch, spec.num_classes, f"worker {worker}, round {spec.round}")
+
+
+def _set_gc(spec: RoundSpec) -> dict[str, Any]:
+    """Apply the round's garbage-collection settings; returns the collections counted so far."""
+    memory.toggle_periodic_gc(spec.periodic_gc)
+    memory.set_auto_gc_window(spec.gc_window_ms)
+    return memory.gc_stats()
+
+
+def _start_round(spec: RoundSpec, net: Network, state_bc: Any, workers_bc: Any) -> tuple[dict[Any, Any], int]:
+    """Set the executor's network to the round's broadcast state: weights (and updater state), loss scale,
+    iteration. Returns every worker's own state (SharedTrainingMaster's) and the bytes received."""
     flat = state_bc.value
     everyone = workers_bc.value if workers_bc is not None else {}  # unpickled whole, every worker's
-    received = array_bytes(flat) + array_bytes(everyone)
     load_state(net, flat, spec.keys, spec.sizes)
     if net.loss_scaler is not None and spec.scaler is not None:  # the executor's network is reused: set it each round
         net.loss_scaler.load_state(spec.scaler)
@@ -237,45 +275,45 @@ def _train_round(
         for arr in net.updater_state.values():
             arr.assign(np.zeros(arr.shape, arr.dtype))
     net.iteration = spec.base_iteration
-    t2 = time.perf_counter()
-    allocs0 = memory.heap_allocations()
-    extra: dict[str, Any] = {}
+    return everyone, array_bytes(flat) + array_bytes(everyone)
+
+
+def _fit_steps(
+    spec: RoundSpec, net: Network, batches: list[DataSet], result: dict[str, Any], own: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The round's steps, their scores into the result: plain fit_batch calls, or SharedTrainingMaster's
+    threshold-encoded ones (their messages and the worker's state into the result too)."""
     if spec.mode == "shared":
-        own = everyone.get(worker)
         result["messages"], extra, result["worker_state"] = _shared_steps(spec, net, batches, result["scores"], own)
-    else:
-        for ds in batches:
-            result["scores"].append(float(net.fit_batch(ds)))
-    result["sizes"] = [ds.num_examples for ds in batches]
-    t3 = time.perf_counter()
-    if spec.mode != "shared":
-        keys = spec.keys if spec.send_updater else spec.keys[:1]
-        result["state"] = pack_state(net, keys)
-        result["finite"] = bool(np.all(np.isfinite(result["state"])))  # the driver gets sums only
-        result["scaler"] = scaler_state(net)
-    t4 = time.perf_counter()
+        return extra
+    for ds in batches:
+        result["scores"].append(float(net.fit_batch(ds)))
+    return {}
+
+
+def _pack_result(spec: RoundSpec, net: Network, result: dict[str, Any]) -> None:
+    """Parameter averaging: the worker's state (the updater's too where it is sent), if it is finite, its scale."""
+    keys = spec.keys if spec.send_updater else spec.keys[:1]
+    result["state"] = pack_state(net, keys)
+    result["finite"] = bool(np.all(np.isfinite(result["state"])))  # the driver gets sums only
+    result["scaler"] = scaler_state(net)
+
+
+def _phase_ms(marks: list[float]) -> dict[str, float]:
+    """Milliseconds between the round's marks: loading, getting the model, fitting, exporting."""
+    phases = ("load_ms", "get_model_ms", "fit_ms", "export_ms")
+    return {name: (end - start) * 1e3 for name, start, end in zip(phases, marks, marks[1:])}
+
+
+def _work_counts(net: Network, allocs0: int, gc0: dict[str, Any]) -> dict[str, Any]:
+    """Since the fit began: kit's heap allocations and garbage collections; the workspaces' peak."""
     gc1 = memory.gc_stats()
-    result["stats"] = {
-        "worker": worker,
-        "round": spec.round,
-        "pid": os.getpid(),
-        "start": t_start,
-        "end": time.time(),
-        "load_ms": (t1 - t0) * 1e3,
-        "get_model_ms": (t2 - t1) * 1e3,
-        "fit_ms": (t3 - t2) * 1e3,
-        "export_ms": (t4 - t3) * 1e3,
-        "examples": sum(result["sizes"]),
-        "batches": len(batches),
+    return {
         "heap_allocations": memory.heap_allocations() - allocs0,
         "peak_workspace_bytes": net._train_mgr.peak_bytes(),
         "gc_calls": gc1["calls"] - gc0["calls"],
         "gc_ms": (gc1["seconds"] - gc0["seconds"]) * 1e3,
-        "received_bytes": received,
-        "sent_bytes": array_bytes([result.get(k) for k in ("state", "messages", "worker_state")]),
-        **extra,
     }
-    return result
 
 
 def _shared_steps(
@@ -286,21 +324,7 @@ def _shared_steps(
     from the driver and goes back to it with the messages: it lasts the whole training, across
     rounds, epochs and fits, wherever Spark runs the task, and a retried task starts from exactly
     the state the failed one had."""
-    arrays = net.state_arrays()
-    if own is None:  # its first round: the broadcast updater state (sent while a worker has none), no residual
-        state: dict[str, Any] = {
-            "residual": np.zeros(net.num_params, np.result_type(net.dtype, np.float32)),  # float16: float32
-            "tau": None,
-            "last_dense": None,
-            "last_sparsity": None,
-            "rounds": 0,
-        }
-    else:
-        state = {**own, "residual": own["residual"].copy()}
-        for key, value in own["updater"].items():
-            arrays[key].assign(value)
-        if net.loss_scaler is not None and own.get("scaler") is not None:  # each worker keeps its own scale
-            net.loss_scaler.load_state(own["scaler"])
+    state = _worker_state(net, own)
     algo = AdaptiveThresholdAlgorithm(**spec.threshold)
     messages, counts = [], []
     for ds in batches:
@@ -331,6 +355,25 @@ def _shared_steps(
     }
     state["rounds"] += 1
     return messages, extra, state
+
+
+def _worker_state(net: Network, own: dict[str, Any] | None) -> dict[str, Any]:
+    """The worker's state from the driver, its updater state and loss scale set on the network; a new
+    one on its first round (the broadcast updater state, sent while a worker has none; no residual)."""
+    if own is None:
+        return {
+            "residual": np.zeros(net.num_params, np.result_type(net.dtype, np.float32)),  # float16: float32
+            "tau": None,
+            "last_dense": None,
+            "last_sparsity": None,
+            "rounds": 0,
+        }
+    arrays = net.state_arrays()
+    for key, value in own["updater"].items():
+        arrays[key].assign(value)
+    if net.loss_scaler is not None and own.get("scaler") is not None:  # each worker keeps its own scale
+        net.loss_scaler.load_state(own["scaler"])
+    return {**own, "residual": own["residual"].copy()}
 
 
 # ---- evaluation ------------------------------------------------------------------------

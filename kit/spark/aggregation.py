@@ -133,6 +133,33 @@ def _merge_group(comb_op: Callable[[Any, Any], Any]) -> Callable[[Iterator[Any]]
     return run
 
 
+def _leaves(rdd: Any, zero: Any, seq_op: Callable[[Any, Any], Any]) -> Any:
+    """Each partition folded into one partial result: (position, partial result, array bytes moved so far)."""
+
+    def leaf(i: int, it: Iterator[Any]) -> Iterator[tuple[int, Any, int]]:
+        acc = zero
+        for element in it:
+            acc = seq_op(acc, element)
+        yield i, acc, 0  # (position, partial result, array bytes moved between executors so far)
+
+    return rdd.mapPartitionsWithIndex(leaf)
+
+
+def _levels(partial: Any, n: int, f: int, comb_op: Callable[[Any, Any], Any]) -> tuple[Any, int]:
+    """Merge groups of f neighbouring partials on the executors until at most f are left; them and the levels."""
+    levels = 0
+    while n > f:  # one level: groups of f neighbours, keyed by their first position // f
+        groups = -(-n // f)
+        partial = (
+            partial.map(lambda item, f=f: (item[0] // f, item))
+            .partitionBy(groups, _identity)
+            .mapPartitions(_merge_group(comb_op))
+        )
+        n = groups
+        levels += 1
+    return partial, levels
+
+
 def tree_aggregate(
     rdd: Any,
     zero: Any,
@@ -152,23 +179,7 @@ def tree_aggregate(
     if n == 0:
         return zero, info
 
-    def leaf(i: int, it: Iterator[Any]) -> Iterator[tuple[int, Any, int]]:
-        acc = zero
-        for element in it:
-            acc = seq_op(acc, element)
-        yield i, acc, 0  # (position, partial result, array bytes moved between executors so far)
-
-    partial = rdd.mapPartitionsWithIndex(leaf)
-    f = fan_in(n, depth)
-    while n > f:  # one level: groups of f neighbours, keyed by their first position // f
-        groups = -(-n // f)
-        partial = (
-            partial.map(lambda item, f=f: (item[0] // f, item))
-            .partitionBy(groups, _identity)
-            .mapPartitions(_merge_group(comb_op))
-        )
-        n = groups
-        info["levels"] += 1
+    partial, info["levels"] = _levels(_leaves(rdd, zero, seq_op), n, fan_in(n, depth), comb_op)
     collected = sorted(partial.collect(), key=lambda item: item[0])
     info["partials"] = len(collected)
     info["driver_bytes"] = sum(array_bytes(value) for _, value, _ in collected)

@@ -50,6 +50,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,6 +146,51 @@ def _check_real(owner: str, name: str, value: Any) -> float:
     return value
 
 
+def _check_export_directory(name: str, export_directory: Any) -> str | None:
+    """None, or a directory on the driver (a path or a file:// URL) that every executor is to see too."""
+    if export_directory is None:
+        return None
+    if not isinstance(export_directory, (str, os.PathLike)):
+        raise ValueError(f"{name}(export_directory={export_directory!r}): a path or a file:// URL")
+    export_directory = os.fspath(export_directory)
+    if "://" in export_directory and not export_directory.startswith("file://"):
+        raise ValueError(
+            f"{name}(export_directory={export_directory!r}): kit writes mini-batch files to plain paths and "
+            "file:// URLs (a directory every executor mounts); for other storage leave export_directory=None "
+            "and kit keeps the mini-batches in Spark's own storage"
+        )
+    if not os.path.isdir(_local_path(export_directory)):
+        raise ValueError(
+            f"{name}(export_directory={export_directory!r}): not a directory on the driver; give an existing "
+            "directory that every executor sees too, or None to keep the mini-batches in Spark's storage"
+        )
+    return export_directory
+
+
+def _check_threshold(
+    name: str, initial_threshold: Any, min_target_sparsity: Any, max_target_sparsity: Any, decay_rate: Any
+) -> dict[str, float]:
+    """SharedTrainingMaster's threshold settings, checked: a threshold > 0, sparsities in order, a decay in [0.5, 1)."""
+    t = {
+        "initial_threshold": _check_real(name, "initial_threshold", initial_threshold),
+        "min_target_sparsity": _check_real(name, "min_target_sparsity", min_target_sparsity),
+        "max_target_sparsity": _check_real(name, "max_target_sparsity", max_target_sparsity),
+        "decay_rate": _check_real(name, "decay_rate", decay_rate),
+    }
+    if not t["initial_threshold"] > 0:
+        raise ValueError(f"{name}(initial_threshold={initial_threshold!r}): must be > 0 (DL4J's default: 1e-4)")
+    if not 0 < t["min_target_sparsity"] < t["max_target_sparsity"] <= 1:
+        raise ValueError(
+            f"{name}(min_target_sparsity={min_target_sparsity!r}, max_target_sparsity={max_target_sparsity!r}): "
+            "need 0 < min_target_sparsity < max_target_sparsity <= 1 (DL4J's defaults: 1e-4 and 1e-2)"
+        )
+    if not 0.5 <= t["decay_rate"] < 1:
+        raise ValueError(
+            f"{name}(decay_rate={decay_rate!r}): must be in [0.5, 1) (DL4J's default: 0.5 ** (1 / 20) = 0.966)"
+        )
+    return t
+
+
 def _only_partitions(sc: Any, rdd: Any, partitions: list[int]) -> Any:
     """The given partitions of `rdd` as an RDD of their own, in `rdd`'s order (Spark's
     PartitionPruningRDD, which PySpark does not expose: reached through the JVM gateway). Its
@@ -155,6 +201,26 @@ def _only_partitions(sc: Any, rdd: Any, partitions: list[int]) -> Any:
     keep = jvm.org.apache.spark.api.python.PythonUtils.toSeq(list(partitions)).toSet()  # a Scala Int => Boolean
     pruned = jvm.org.apache.spark.rdd.PartitionPruningRDD.create(rdd._jrdd.rdd(), keep)
     return RDD(pruned.toJavaRDD(), sc, rdd._jrdd_deserializer)
+
+
+def _stored_rounds(
+    prepared: Any,
+    runner: Any,
+    workers: int,
+    per_batch: int,
+    per_round: int,
+    num_classes: int,
+    records: Callable[[int], Any],
+    level: Any,
+    what: str,
+) -> tuple[Prepared, list[tuple[int, int, str]]]:
+    """Count each worker's examples, then store each round's as one partition at `level` (written once, here)."""
+    sizes = runner(prepared.mapPartitionsWithIndex(ex.count_task(per_batch, num_classes)), "count")
+    rounds = max((math.ceil(n / per_round) for _, n, _ in sizes), default=0)
+    r = max(rounds, 1)
+    stored = prepared.mapPartitionsWithIndex(records(r)).partitionBy(workers * r, lambda key: key).persist(level)
+    runner(stored.mapPartitions(lambda it: [sum(1 for _ in it)]), what)
+    return Prepared(stored, workers, rounds, per_batch, stored_rounds=r), sizes
 
 
 class TrainingMaster:
@@ -233,22 +299,7 @@ class TrainingMaster:
         self.rdd_training_approach = _check_enum(
             name, "rdd_training_approach", rdd_training_approach, RDDTrainingApproach
         )
-        if export_directory is not None:
-            if not isinstance(export_directory, (str, os.PathLike)):
-                raise ValueError(f"{name}(export_directory={export_directory!r}): a path or a file:// URL")
-            export_directory = os.fspath(export_directory)
-            if "://" in export_directory and not export_directory.startswith("file://"):
-                raise ValueError(
-                    f"{name}(export_directory={export_directory!r}): kit writes mini-batch files to plain paths and "
-                    "file:// URLs (a directory every executor mounts); for other storage leave export_directory=None "
-                    "and kit keeps the mini-batches in Spark's own storage"
-                )
-            if not os.path.isdir(_local_path(export_directory)):
-                raise ValueError(
-                    f"{name}(export_directory={export_directory!r}): not a directory on the driver; give an existing "
-                    "directory that every executor sees too, or None to keep the mini-batches in Spark's storage"
-                )
-        self.export_directory = export_directory
+        self.export_directory = _check_export_directory(name, export_directory)
         self.collect_training_stats = _check_bool(name, "collect_training_stats", collect_training_stats)
         if worker_workspace_mode is not None:
             worker_workspace_mode = _check_enum(
@@ -263,78 +314,29 @@ class TrainingMaster:
         """Tag each element with where it began, repartition (one partition per worker), cache
         and count, or write the files (EXPORT), checking every element on the way."""
         t0 = time.perf_counter()
-        workers = self.num_workers or sc.defaultParallelism
         per_batch = self.batch_size_per_worker  # examples, one per element after single_examples
         per_round = per_batch * self._batches_per_round
-        partitions = rdd.getNumPartitions()
-        # errors name the user's partition and element; then one example per element, so that a
-        # mini-batch is batch_size_per_worker examples whatever the elements hold (DL4J re-batches)
-        rdd = rdd.mapPartitionsWithIndex(ex.tag_elements, True).flatMap(ex.single_examples, True)
-        shuffle = self.repartition is Repartition.ALWAYS or (
-            self.repartition is Repartition.NUM_PARTITIONS_WORKERS_DIFFERS and partitions != workers
-        )
-        if shuffle:
-            w = workers
-
-            def keyed(pair: tuple[Any, int]) -> tuple[int, tuple[int, Any]]:
-                element, i = pair
-                return (i // per_batch) % w, (i, element)
-
-            prepared = (
-                rdd.zipWithIndex()
-                .map(keyed)
-                .partitionBy(w, lambda key: key)
-                .mapPartitions(lambda it: (e for _, (_, e) in sorted(it, key=lambda kv: kv[1][0])), True)
-            )
-        else:
-            workers, prepared = partitions, rdd
+        workers, prepared, shuffle = self._partitioned(sc, rdd)
         setup: dict[str, Any] = {
             "workers": workers,
             "repartitioned": shuffle,
             "approach": self.rdd_training_approach.value,
         }
+        stored = (prepared, runner, workers, per_batch, per_round, num_classes)
         if self.rdd_training_approach is RDDTrainingApproach.EXPORT and self.export_directory is None:
             # Spark's own storage (its executors' disks, fetched by Spark where a task runs):
             # nothing needs a disk shared with the driver or between executors
-            sizes = runner(prepared.mapPartitionsWithIndex(ex.count_task(per_batch, num_classes)), "count")
-            rounds = max((math.ceil(n / per_round) for _, n, _ in sizes), default=0)
-            r = max(rounds, 1)
-            stored = (
-                prepared.mapPartitionsWithIndex(ex.export_records(per_round, per_batch, r))
-                .partitionBy(workers * r, lambda key: key)
-                .persist(_disk_only())
+            data, sizes = _stored_rounds(
+                *stored, lambda r: ex.export_records(per_round, per_batch, r), _disk_only(), "export"
             )
-            runner(stored.mapPartitions(lambda it: [sum(1 for _ in it)]), "export")  # written once, here
-            data = Prepared(stored, workers, rounds, per_batch, stored_rounds=r)
             setup["examples_per_worker"] = [n for _, n, _ in sorted(sizes)]
             setup["storage"] = "Spark (DISK_ONLY)"
             digests = {w: (n, sha) for w, n, sha in sizes}
         elif self.rdd_training_approach is RDDTrainingApproach.EXPORT:
-            export_dir = tempfile.mkdtemp(prefix="kit-spark-export-", dir=_local_path(self.export_directory))
             setup["storage"] = self.export_directory
-            try:
-                written = runner(
-                    prepared.mapPartitionsWithIndex(ex.export_task(export_dir, per_round, per_batch, num_classes)),
-                    "export",
-                )
-            except BaseException:
-                shutil.rmtree(export_dir, ignore_errors=True)
-                raise
-            paths = {(worker, k): path for worker, k, path, _, _ in written}
-            rounds = 1 + max((k for _, k in paths), default=-1)
-            data = Prepared(None, workers, rounds, per_batch, paths, export_dir)
-            digests = {w: (n, sha) for w, k, _, n, sha in sorted(written, key=lambda rec: rec[1])}  # the last round's
+            data, digests = self._exported_files(*stored)
         else:  # DIRECT: each round's examples one cached partition, read by that round only
-            sizes = runner(prepared.mapPartitionsWithIndex(ex.count_task(per_batch, num_classes)), "count")
-            rounds = max((math.ceil(n / per_round) for _, n, _ in sizes), default=0)
-            r = max(rounds, 1)
-            stored = (
-                prepared.mapPartitionsWithIndex(ex.round_records(per_round, r))
-                .partitionBy(workers * r, lambda key: key)
-                .persist(_memory_and_disk())
-            )
-            runner(stored.mapPartitions(lambda it: [sum(1 for _ in it)]), "cache")
-            data = Prepared(stored, workers, rounds, per_batch, stored_rounds=r)
+            data, sizes = _stored_rounds(*stored, lambda r: ex.round_records(per_round, r), _memory_and_disk(), "cache")
             setup["examples_per_worker"] = [n for _, n, _ in sorted(sizes)]
             digests = {w: (n, sha) for w, n, sha in sizes}
         data.fingerprint = data_fingerprint(per_batch, per_round, data.rounds, workers, digests)
@@ -342,6 +344,52 @@ class TrainingMaster:
         setup["prepare_ms"] = (time.perf_counter() - t0) * 1e3
         data.setup = setup
         return data
+
+    def _partitioned(self, sc: Any, rdd: Any) -> tuple[int, Any, bool]:
+        """The workers, the elements one example each, and whether they were shuffled to one partition per worker."""
+        workers = self.num_workers or sc.defaultParallelism
+        per_batch = self.batch_size_per_worker
+        partitions = rdd.getNumPartitions()
+        # errors name the user's partition and element; then one example per element, so that a
+        # mini-batch is batch_size_per_worker examples whatever the elements hold (DL4J re-batches)
+        rdd = rdd.mapPartitionsWithIndex(ex.tag_elements, True).flatMap(ex.single_examples, True)
+        shuffle = self.repartition is Repartition.ALWAYS or (
+            self.repartition is Repartition.NUM_PARTITIONS_WORKERS_DIFFERS and partitions != workers
+        )
+        if not shuffle:
+            return partitions, rdd, False
+        w = workers
+
+        def keyed(pair: tuple[Any, int]) -> tuple[int, tuple[int, Any]]:
+            element, i = pair
+            return (i // per_batch) % w, (i, element)
+
+        prepared = (
+            rdd.zipWithIndex()
+            .map(keyed)
+            .partitionBy(w, lambda key: key)
+            .mapPartitions(lambda it: (e for _, (_, e) in sorted(it, key=lambda kv: kv[1][0])), True)
+        )
+        return workers, prepared, True
+
+    def _exported_files(
+        self, prepared: Any, runner: Any, workers: int, per_batch: int, per_round: int, num_classes: int
+    ) -> tuple[Prepared, dict[int, tuple[int, str]]]:
+        """EXPORT to export_directory: each worker's rounds written as files, and each worker's last-round digest."""
+        export_dir = tempfile.mkdtemp(prefix="kit-spark-export-", dir=_local_path(self.export_directory))
+        try:
+            written = runner(
+                prepared.mapPartitionsWithIndex(ex.export_task(export_dir, per_round, per_batch, num_classes)),
+                "export",
+            )
+        except BaseException:
+            shutil.rmtree(export_dir, ignore_errors=True)
+            raise
+        paths = {(worker, k): path for worker, k, path, _, _ in written}
+        rounds = 1 + max((k for _, k in paths), default=-1)
+        data = Prepared(None, workers, rounds, per_batch, paths, export_dir)
+        digests = {w: (n, sha) for w, k, _, n, sha in sorted(written, key=lambda rec: rec[1])}  # the last round's
+        return data, digests
 
     def release(self, data: Prepared) -> None:
         if data.rdd is not None:
@@ -584,25 +632,9 @@ class SharedTrainingMaster(TrainingMaster):
             gpus_per_task,
         )
         self.batches_per_round = batches_per_round
-        name = "SharedTrainingMaster"
-        self.threshold = {
-            "initial_threshold": _check_real(name, "initial_threshold", initial_threshold),
-            "min_target_sparsity": _check_real(name, "min_target_sparsity", min_target_sparsity),
-            "max_target_sparsity": _check_real(name, "max_target_sparsity", max_target_sparsity),
-            "decay_rate": _check_real(name, "decay_rate", decay_rate),
-        }
-        t = self.threshold
-        if not t["initial_threshold"] > 0:
-            raise ValueError(f"{name}(initial_threshold={initial_threshold!r}): must be > 0 (DL4J's default: 1e-4)")
-        if not 0 < t["min_target_sparsity"] < t["max_target_sparsity"] <= 1:
-            raise ValueError(
-                f"{name}(min_target_sparsity={min_target_sparsity!r}, max_target_sparsity={max_target_sparsity!r}): "
-                "need 0 < min_target_sparsity < max_target_sparsity <= 1 (DL4J's defaults: 1e-4 and 1e-2)"
-            )
-        if not 0.5 <= t["decay_rate"] < 1:
-            raise ValueError(
-                f"{name}(decay_rate={decay_rate!r}): must be in [0.5, 1) (DL4J's default: 0.5 ** (1 / 20) = 0.966)"
-            )
+        self.threshold = _check_threshold(
+            "SharedTrainingMaster", initial_threshold, min_target_sparsity, max_target_sparsity, decay_rate
+        )
 
     def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
         net = owner.network

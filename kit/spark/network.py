@@ -283,6 +283,14 @@ class _FitRun:
         self.written = 0
 
 
+def _check_fit_args(epochs: Any, resume: Any) -> None:
+    """Refuse epochs that are not a positive integer and a resume that is not a bool."""
+    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
+        raise ValueError(f"fit(epochs={epochs!r}): must be a positive integer")
+    if not isinstance(resume, (bool, np.bool_)):
+        raise ValueError(f"fit(resume={resume!r}): True (go on from the latest checkpoint) or False")
+
+
 class SparkNetwork:
     """A Network trained by a training master on a SparkContext (DL4J's SparkDl4jMultiLayer)."""
 
@@ -389,23 +397,9 @@ class SparkNetwork:
         master = self.training_master
         if self._run is not None:
             raise RuntimeError("SparkNetwork: a session is open already; run its rounds, then leave it, before another")
-        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-            raise ValueError(f"fit(epochs={epochs!r}): must be a positive integer")
-        if not isinstance(resume, (bool, np.bool_)):
-            raise ValueError(f"fit(resume={resume!r}): True (go on from the latest checkpoint) or False")
+        _check_fit_args(epochs, resume)
         store = master.checkpoint_store()
-        saved = None
-        if resume:
-            if store is None:
-                raise ValueError(
-                    f"fit(resume=True): {type(master).__name__} has no checkpoint_directory to resume from; give "
-                    "the master the interrupted fit's checkpoint_directory"
-                )
-            saved = checkpoint.load_for(store, self)  # before the data are prepared: a wrong network fails fast
-        else:
-            self._adopt_local_progress()
-            if store is not None:
-                checkpoint.check_fresh(store, self.iteration)
+        saved = self._checkpoint_to_resume(store) if resume else self._fresh_start(store)
         rdd = as_rdd(data)
         master.check_cluster(self.sc, rdd)
         with self.watched("data preparation"):  # Spark's own actions too (zipWithIndex counts partitions)
@@ -414,12 +408,7 @@ class SparkNetwork:
         try:
             if prepared.rounds == 0:
                 raise ValueError("SparkNetwork.fit: the RDD holds no elements")
-            start = {"fit_start_epoch": self.epoch, "fit_epochs": epochs, "epoch": self.epoch, "round": 0}
-            if saved is not None:
-                where, header, arrays = saved
-                checkpoint.check_data(where, header, prepared.fingerprint)
-                checkpoint.restore(self, header, arrays)
-                start = {**header["position"], "fit_epochs": epochs}
+            start = self._start_position(saved, prepared, epochs)
             run = _FitRun(prepared, store, start, SparkTrainingStats(type(master).__name__, dict(prepared.setup)))
             run.written = self.iteration
             self._run, began = run, True
@@ -434,6 +423,30 @@ class SparkNetwork:
                 with self.network._lock:  # counters with the state, as save() reads them
                     self.network.iteration, self.network.epoch = self.worker_iteration, self.epoch
                     self.network.last_score = self.last_score
+
+    def _checkpoint_to_resume(self, store: Any) -> Any:
+        """resume=True: the latest checkpoint, read before the data are prepared (a wrong network fails fast)."""
+        if store is None:
+            raise ValueError(
+                f"fit(resume=True): {type(self.training_master).__name__} has no checkpoint_directory to resume "
+                "from; give the master the interrupted fit's checkpoint_directory"
+            )
+        return checkpoint.load_for(store, self)
+
+    def _fresh_start(self, store: Any) -> None:
+        """resume=False: take on the network's local progress; a checkpoint directory must not hold a later fit."""
+        self._adopt_local_progress()
+        if store is not None:
+            checkpoint.check_fresh(store, self.iteration)
+
+    def _start_position(self, saved: Any, prepared: Any, epochs: int) -> dict[str, Any]:
+        """Where the fit's rounds begin: the network's epoch, or the checkpoint's position with its state restored."""
+        if saved is None:
+            return {"fit_start_epoch": self.epoch, "fit_epochs": epochs, "epoch": self.epoch, "round": 0}
+        where, header, arrays = saved
+        checkpoint.check_data(where, header, prepared.fingerprint)
+        checkpoint.restore(self, header, arrays)
+        return {**header["position"], "fit_epochs": epochs}
 
     def _train_round(self, group: list[int]) -> list[StepResult]:
         """The loop's step: round k of the session's prepared data, on the executors."""

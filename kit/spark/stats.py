@@ -147,7 +147,36 @@ class SparkTrainingStats:
 
 def export_stats_html(stats: SparkTrainingStats, path: str | os.PathLike) -> None:
     """A self-contained HTML page: timeline (inline SVG), phase medians, per-round table."""
-    bars = stats.timeline()
+    svg = _timeline_svg(stats.timeline())
+    legend = " ".join(
+        f'<span style="background:{c};padding:0 8px;margin-right:4px"></span>{k}' for k, c in _COLORS.items()
+    )
+    summary = "".join(f"<tr><td>{k}</td><td>{v:,.3f}</td></tr>" for k, v in stats.summary().items())
+    cols = ["round", "epoch", "workers", *DRIVER_PHASES, *DRIVER_BYTES]
+    table = _table_rows(stats.rounds, cols)
+    wcols = ["round", "worker", "pid", "examples", *WORKER_PHASES, "received_bytes", "sent_bytes"]
+    wcols += ["heap_allocations", "peak_workspace_bytes"]
+    wtable = _table_rows(stats.workers, wcols)
+    page = f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>kit.spark training stats ({html.escape(stats.master)})</title>
+<style>body{{font-family:sans-serif}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:2px 6px;
+text-align:right}}</style></head><body>
+<h1>kit.spark training stats: {html.escape(stats.master)}</h1>
+<p>Setup: {html.escape(json.dumps(stats.setup))}</p>
+<h2>Timeline</h2><p>{legend}</p>{"".join(svg)}
+<h2>Medians (ms, bytes)</h2><table><tr><th>phase</th><th>value</th></tr>{summary}</table>
+<h2>Rounds (driver)</h2><table><tr>{"".join(f"<th>{c}</th>" for c in cols)}</tr>{table}</table>
+<h2>Executors</h2><table><tr>{"".join(f"<th>{c}</th>" for c in wcols)}</tr>{wtable}</table>
+</body></html>
+"""
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(page)
+    os.replace(tmp, path)
+
+
+def _timeline_svg(bars: list[tuple[str, str, float, float]]) -> list[str]:
+    """The timeline as inline SVG pieces: a row a lane (the driver first), a bar a phase, a time axis."""
     rows = sorted({b[0] for b in bars}, key=lambda r: (r != "driver", r))
     end = max((b[3] for b in bars), default=1.0) or 1.0
     width, row_h, left = 1000, 22, 90
@@ -166,33 +195,12 @@ def export_stats_html(stats: SparkTrainingStats, path: str | os.PathLike) -> Non
     svg.append(f'<text x="{left}" y="{axis_y}" font-size="11">0 s</text>')
     svg.append(f'<text x="{left + width - 40}" y="{axis_y}" font-size="11">{end:.2f} s</text>')
     svg.append("</svg>")
-    legend = " ".join(
-        f'<span style="background:{c};padding:0 8px;margin-right:4px"></span>{k}' for k, c in _COLORS.items()
-    )
-    summary = "".join(f"<tr><td>{k}</td><td>{v:,.3f}</td></tr>" for k, v in stats.summary().items())
-    cols = ["round", "epoch", "workers", *DRIVER_PHASES, *DRIVER_BYTES]
-    table = "".join("<tr>" + "".join(f"<td>{_cell(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in stats.rounds)
-    wcols = ["round", "worker", "pid", "examples", *WORKER_PHASES, "received_bytes", "sent_bytes"]
-    wcols += ["heap_allocations", "peak_workspace_bytes"]
-    wtable = "".join(
-        "<tr>" + "".join(f"<td>{_cell(w.get(c, ''))}</td>" for c in wcols) + "</tr>" for w in stats.workers
-    )
-    page = f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>kit.spark training stats ({html.escape(stats.master)})</title>
-<style>body{{font-family:sans-serif}} table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:2px 6px;
-text-align:right}}</style></head><body>
-<h1>kit.spark training stats: {html.escape(stats.master)}</h1>
-<p>Setup: {html.escape(json.dumps(stats.setup))}</p>
-<h2>Timeline</h2><p>{legend}</p>{"".join(svg)}
-<h2>Medians (ms, bytes)</h2><table><tr><th>phase</th><th>value</th></tr>{summary}</table>
-<h2>Rounds (driver)</h2><table><tr>{"".join(f"<th>{c}</th>" for c in cols)}</tr>{table}</table>
-<h2>Executors</h2><table><tr>{"".join(f"<th>{c}</th>" for c in wcols)}</tr>{wtable}</table>
-</body></html>
-"""
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(page)
-    os.replace(tmp, path)
+    return svg
+
+
+def _table_rows(records: list[dict[str, Any]], cols: list[str]) -> str:
+    """HTML table rows, one a record, a cell a column (empty where the record has none)."""
+    return "".join("<tr>" + "".join(f"<td>{_cell(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in records)
 
 
 def _cell(v: Any) -> str:
