@@ -173,7 +173,7 @@ class Comparison:
         import matplotlib.pyplot as plt
 
         if ax is None:
-            _, ax = plt.subplots(figsize=(5.5, 3.8))
+            _, ax = plt.subplots(figsize=(5.5, 4.2))
         n = [r["devices"] for r in self.rows]
         ax.plot(n, n, ":", color="#999", label="ideal")
         ax.plot(n, [r["predicted_speedup"] for r in self.rows], "--", color="#c63", label="scaling model")
@@ -207,7 +207,8 @@ class Comparison:
         ax.set_xlabel("devices (" + ", ".join(kinds) + ")", fontsize=8)  # kinds in the order of their ticks
         ax.set_ylabel("speedup over 1 device")
         ax.set_xticks(n)
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)  # beside the data
+        # below the axes, in two columns: beside them, a legend as wide as the plot squeezed the axes
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
         if bad:
             ax.set_title("flagged: machine busy or noisy, no conclusion", fontsize=9, color="#c00")
         return ax

@@ -110,7 +110,8 @@ def test_compare_devices_counts_the_copies_averaging_costs():
 def test_compare_devices_keeps_its_repeats_plots_their_range_and_reports_progress():
     """The chapter draws error bars from the repeats: the timings behind the rows are kept, each
     row carries its per-repeat speedups (median = the row's speedup), the plot shows their range
-    with the legend beside the axes (not over the data), and `progress` hears every epoch."""
+    with the legend below the axes and their label (not over the data, and not squeezing the axes
+    as a legend beside them did), and `progress` hears every epoch."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,7 +137,8 @@ def test_compare_devices_keeps_its_repeats_plots_their_range_and_reports_progres
     assert any(isinstance(c, ErrorbarContainer) for c in ax.containers)
     ax.figure.canvas.draw()
     legend = ax.get_legend().get_window_extent()
-    assert legend.x0 >= ax.get_window_extent().x1  # beside the axes
+    assert legend.y1 <= ax.xaxis.label.get_window_extent().y0  # below the axes and their label
+    assert ax.get_window_extent().width >= 0.7 * ax.figure.bbox.width  # the axes keep the figure's width
 
 
 def test_comparison_shows_itself_as_html_with_badges_and_as_text_within_100_columns():
