@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kit.parallel.threshold import (
@@ -141,6 +141,7 @@ def test_a_boundary_caps_every_message_bitmap_included():
     tau_quarters=st.integers(1, 6),
     boundary=st.integers(1, 30),
 )
+@example(quarters=[12] * 5, tau_quarters=1, boundary=1)  # the most messages an element can need
 def test_with_a_boundary_nothing_is_lost_and_no_message_exceeds_it(quarters, tau_quarters, boundary):
     """Encode until nothing passes: every message, sparse or bitmap, carries <= boundary
     elements, and what was decoded plus what is left equals the original, exactly."""
@@ -148,7 +149,10 @@ def test_with_a_boundary_nothing_is_lost_and_no_message_exceeds_it(quarters, tau
     tau = tau_quarters / 4
     original = x.copy()
     decoded = np.zeros_like(x)
-    for _ in range(10 * len(quarters) + 10):
+    # each message moves at least one element by tau, and an element needs at most |q| / tau_quarters
+    # <= 12 of them: 12 messages an element, then the call that finds nothing (the bound was
+    # 10 per element + 10: [12] * 5 with tau 0.25 and boundary 1 needs 60 messages and a 61st call)
+    for _ in range(12 * len(quarters) + 1):
         m = threshold_encode(x, tau, boundary=boundary)
         if m is None:
             break
