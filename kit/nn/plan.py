@@ -52,8 +52,7 @@ import numpy as np
 from kit.checks import all_finite, check_finite
 from kit.context import scope_out_of_workspaces
 from kit.creation import empty
-from kit.memory import count
-from kit.ndarray import NDArray, heap_result, wrap
+from kit.ndarray import NDArray, heap_result
 from kit.nn.layers import Layer, call_forward
 from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
 
@@ -224,11 +223,7 @@ class InferencePlan:
             kernel(xp, raw, *rest)  # the first layer reads the caller's array
             for step in self._tail:
                 step()
-            # the answer as _answer() gives it, written out: this is every planned call's path
-            result = self._result
-            out = result._data.copy()
-            count(result._device, out.nbytes)
-            return wrap(out, result._device, None)
+            return self._answer()
         self._load(raw)
         for step in self._calls:
             step()
