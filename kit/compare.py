@@ -165,7 +165,7 @@ class Comparison:
         for row in cells if "spread" in at else ():
             row[at["epoch_s"]] = f"{row[at['epoch_s']]} {row[at['spread']]}".rstrip(" -")
         keep = [i for i, c in enumerate(columns) if c not in ("spread", "samples_per_s")]
-        heads = ["epoch_s ±spread" if c == "epoch_s" and "spread" in at else c for c in columns]
+        heads = ["epoch (s) ±spread" if c == "epoch_s" and "spread" in at else c for c in columns]
         shown = [heads[i] for i in keep], [[row[i] for i in keep] for row in cells]
         return tables.html_table(*shown, self.notes(), flag_column="reliable", text_columns=["kind"])
 
@@ -219,9 +219,7 @@ def _fmt(col: str, v: Any) -> str:
         return f"±{v:.0%}"
     if col == "reliable":
         return "yes" if v else "NO"
-    if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-    return "-" if v is None else str(v)
+    return tables.number(v)
 
 
 def _devices_for(n: int) -> tuple[list[Any], str]:

@@ -167,16 +167,6 @@ def run_label(report: dict[str, Any]) -> str:
     return f"{where} ({date}, commit {short})"
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return MISSING
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-
-
 @dataclass
 class Beside:
     """The table `beside` builds: `columns` (labels), `rows` (quantity, then one value per column)."""
@@ -190,7 +180,7 @@ class Beside:
     def _cells(self) -> list[list[str]]:
         out = []
         for r in self.rows:
-            cells = [str(r[0])] + [_fmt(v) for v in r[1:]]
+            cells = [str(r[0])] + [tables.number(v, MISSING) for v in r[1:]]
             if r[0] in self.flagged:
                 cells[1] += FLAGGED
             out.append(cells)

@@ -24,23 +24,60 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Table", "html_table", "text_table"]
+__all__ = ["Table", "header", "html_table", "number", "text_table"]
 
 WIDTH = 100
 # Inline styles, not a <style> block: JupyterLab strips <style> from an untrusted notebook (every
 # notebook a reader downloads), which left the tables without borders and the flag badge black.
 _TABLE = "border-collapse:collapse;font-size:12px;margin:4px 0"
 _CELL = "border:1px solid #ddd;padding:2px 8px;text-align:right;white-space:nowrap"
-# A header wraps (at spaces, and after each underscore of a name such as copied_MB_per_epoch) and is
-# padded less than a cell, so that a table of many short numbers fits JupyterLab's notebook column
+# A header is its key in words ("copied MB per epoch"), wraps at spaces, and is padded less than a
+# cell, so that a table of many short numbers fits JupyterLab's notebook column
 # with the file browser open; the numbers themselves never wrap.
-_HEAD = _CELL.replace("2px 8px", "2px 4px").replace("nowrap", "normal") + ";vertical-align:bottom;background:#f5f5f5"
+_HEAD_BOX = ";vertical-align:bottom;background:#f5f5f5"
+_HEAD = _CELL.replace("2px 8px", "2px 4px").replace("nowrap", "normal") + _HEAD_BOX
 _TEXT = (
     "border:1px solid #ddd;padding:2px 8px;text-align:left;white-space:normal;word-break:keep-all;"
     "overflow-wrap:normal;min-width:8em"
 )
 _BADGE = "background:#c00;color:#fff;border-radius:3px;padding:0 4px;font-size:11px"
 _NOTES = "font-size:12px;margin:2px 0 8px 0;padding-left:18px"
+
+
+def number(value: object, missing: str = "-") -> str:
+    """A measured value as a table shows it: whole numbers with thousands separators, a float to 3
+    significant figures below 1,000 and to the unit above, None as `missing`.
+
+    >>> [number(v) for v in (2656000, 0.12345, 1234.5, None, True, "NO")]
+    ['2,656,000', '0.123', '1,234', '-', 'True', 'NO']
+    """
+    if value is None:
+        return missing
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+# A column's unit, written as the last word(s) of its key, and how a header says it.
+_UNITS = {"s": "(s)", "ms": "(ms)", "us": "(µs)", "kib": "(KiB)", "mib": "(MiB)", "bytes": "(bytes)", "pct": "(%)"}
+
+
+def header(key: str) -> str:
+    """A column key as words for an HTML header: underscores become spaces, a unit at the end is
+    put in parentheses, `_per_s` becomes "/s" (the key itself stays in the text form and in the
+    header's tooltip, for the reader who indexes a row by it).
+
+    >>> [header(k) for k in ("copied_MB_per_epoch", "epoch_s", "samples_per_s", "held_kib", "speedup")]
+    ['copied MB per epoch', 'epoch (s)', 'samples/s', 'held (KiB)', 'speedup']
+    """
+    words = key.split("_")
+    if len(words) > 2 and words[-2:] == ["per", "s"]:
+        words = [*words[:-3], words[-3] + "/s"]
+    elif len(words) > 1 and words[-1].lower() in _UNITS:
+        words = [*words[:-1], _UNITS[words[-1].lower()]]
+    return " ".join(words)
 
 
 def _grid(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -83,17 +120,20 @@ def html_table(
 ) -> str:
     """The table as HTML in a box that scrolls sideways when it is wide. In `flag_column` a cell
     that is not "yes" (nor a dash: nothing measured) is drawn as a red badge; `text_columns` are
-    left-aligned and wrap at spaces, headers wrap at spaces and underscores (numbers never wrap).
-    Every style is inline, so an untrusted notebook keeps it.
+    left-aligned and wrap at spaces; a header is its key in words (`header`), wrapping at spaces,
+    with the key as its tooltip (numbers never wrap). Every style is inline, so an untrusted
+    notebook keeps it.
 
-    >>> "copied_<wbr>MB_<wbr>per_<wbr>epoch</th>" in html_table(["copied_MB_per_epoch"], [["114"]])
+    >>> '<th title="copied_MB_per_epoch"' in html_table(["copied_MB_per_epoch"], [["114"]])
+    True
+    >>> ">copied MB per epoch</th>" in html_table(["copied_MB_per_epoch"], [["114"]])
     True
     """
     if any(len(r) != len(columns) for r in rows):
         raise ValueError(f"html_table: every row needs {len(columns)} cells, one per column {list(columns)}")
     head = "".join(
-        f'<th style="{_TEXT + ";vertical-align:bottom;background:#f5f5f5" if c in text_columns else _HEAD}">'
-        f"{html.escape(c).replace('_', '_<wbr>')}</th>"
+        f'<th title="{html.escape(c)}" style="{_TEXT + _HEAD_BOX if c in text_columns else _HEAD}">'
+        f"{html.escape(header(c))}</th>"
         for c in columns
     )
     body = []

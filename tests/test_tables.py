@@ -102,3 +102,31 @@ def test_the_d2l_table_of_a_reference_run_as_a_table():
         text = d2l_table(run)
         assert all(row[0] in text and row[1] in text for row in t.rows)
         assert all(note in text for note in t.notes)
+
+
+def test_every_results_table_writes_numbers_one_way():
+    """The bench table (cells and summary notes), the compare table and the reference table all
+    format through kit.tables.number: a byte count of 2,656,000 never prints as 2656000."""
+    from kit.bench import format_result, result_table
+    from kit.compare import Comparison
+
+    result = {
+        "benchmark": "b",
+        "device": "cpu:0",
+        "repeats": 3,
+        "columns": ["name", "bytes", "ms"],
+        "rows": [{"name": "x", "bytes": 2656000, "ms": 1234.56}],
+        "summary": {"workspace_capacity_bytes": 2656000},
+    }
+    table = result_table(result)
+    assert table.rows == [["x", "2,656,000", "1,235"]]
+    assert "workspace_capacity_bytes: 2,656,000" in table.notes
+    assert "2656000" not in format_result(result) and "2,656,000" in format_result(result)
+    row = {"devices": 1, "kind": "physical cpu:0", "reliable": True, "epoch_s": 1234.5, "warnings": []}
+    assert "1,234" in Comparison(rows=[row]).table()
+    assert "2,656,000" in Beside(["quantity", "here"], [["bytes", 2656000]]).text()
+
+
+def test_headers_are_words_with_the_key_as_tooltip():
+    page = html_table(["held_kib", "samples_per_s", "kind"], [["1", "2", "a"]], text_columns=["kind"])
+    assert ">held (KiB)</th>" in page and ">samples/s</th>" in page and 'title="held_kib"' in page

@@ -372,7 +372,7 @@ def format_result(result: dict[str, Any]) -> str:
     cols = result["columns"]
     lines = [f"benchmark {result['benchmark']} on {result['device']} (median of {result['repeats']} repeats)"]
     cells = [
-        [f"±{row[c]:.0%}" if c == "spread" and isinstance(row[c], float) else _fmt(row[c]) for c in cols]
+        [f"±{row[c]:.0%}" if c == "spread" and isinstance(row[c], float) else tables.number(row[c]) for c in cols]
         for row in result["rows"]
     ]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
@@ -380,7 +380,7 @@ def format_result(result: dict[str, Any]) -> str:
     lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
     lines += [
-        f"{k}: {v:.0%}" if k.startswith("machine_load") and isinstance(v, float) else f"{k}: {_fmt(v)}"
+        f"{k}: {v:.0%}" if k.startswith("machine_load") and isinstance(v, float) else f"{k}: {tables.number(v)}"
         for k, v in result["summary"].items()
     ]
     return "\n".join(lines)
@@ -391,24 +391,18 @@ def result_table(result: dict[str, Any]) -> tables.Table:
     scrolls instead of wrapping), the column definitions and the summary as notes under it."""
     cols = result["columns"]
     cells = [
-        [f"±{row[c]:.0%}" if c == "spread" and isinstance(row[c], float) else _fmt(row[c]) for c in cols]
+        [f"±{row[c]:.0%}" if c == "spread" and isinstance(row[c], float) else tables.number(row[c]) for c in cols]
         for row in result["rows"]
     ]
     notes = [f"{c}: {note}" for c, note in result.get("column_notes", {}).items()]
     notes += [
-        f"{k}: {v:.0%}" if k.startswith("machine_load") and isinstance(v, float) else f"{k}: {_fmt(v)}"
+        f"{k}: {v:.0%}" if k.startswith("machine_load") and isinstance(v, float) else f"{k}: {tables.number(v)}"
         for k, v in result["summary"].items()
     ]
     flag = "reliable" if "reliable" in cols else None
     text = [c for c in cols[:1]]
     title = f"benchmark {result['benchmark']} on {result['device']} (median of {result['repeats']} repeats)"
     return tables.Table(list(cols), cells, notes, title, flag, text)
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-    return str(v)
 
 
 class OutputPathError(ValueError):
