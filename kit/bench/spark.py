@@ -1,7 +1,7 @@
 """`python -m kit bench spark`: bytes and time a Spark round costs, beside Network.fit, on one machine.
 
     python -m kit bench spark            # 3 repeats; about 2 minutes on 2 cores
-    python -m kit bench spark --quick    # 2 repeats, fewer rounds: about 1 minute (smoke runs, tests)
+    python -m kit bench spark --quick    # 2 repeats, no warm-up, fewer rounds: a smoke run (tests), every row flagged
 
 For an MLP (19,210 parameters) and ResNet-18 (kit.nn.zoo.resnet18, 11,183,626 parameters),
 parameter averaging (rdd_training_approach DIRECT, averaging every `frequency` mini-batches)
@@ -58,6 +58,11 @@ def expected_driver_bytes(workers: int, depth: int, params: int, itemsize: int =
     return sum(params * (itemsize if h == 1 else 8) for h in held), len(held)
 
 
+# A quick run skips the warm-up call (Spark's first job, first broadcast) to save a third of its time:
+# its figures show that every row runs and what it moves, not what a round costs.
+QUICK_WARNING = "quick run: no warm-up call and 2 repeats, a smoke run: no time a round is measured"
+
+
 def bench_spark(quick: bool = False) -> dict[str, Any]:
     sc = local_spark_context(
         "local[2]", app_name="kit-bench", driver_memory="2g", conf={"spark.ui.showConsoleProgress": "false"}
@@ -97,9 +102,11 @@ def run_on(sc: Any, quick: bool) -> dict[str, Any]:
     overheads: dict[str, float] = {}
     warnings: set[str] = set()
     for spec in _models(quick):
-        model_rows, overhead = _one_model(sc, spec, repeats)
+        model_rows, overhead = _one_model(sc, spec, repeats, warmup=not quick)
         for row in model_rows:
-            warnings.update(row.pop("_warnings"))
+            row_warnings = row.pop("_warnings") + ([QUICK_WARNING] if quick else [])
+            warnings.update(row_warnings)
+            row["reliable"] = "NO" if row_warnings else "yes"
         rows += model_rows
         overheads[spec["model"]] = overhead
     cols = ["model", "params", "workers", "depth", "rounds", "round_ms", "spread", "vs_network_fit"]
@@ -120,7 +127,7 @@ def run_on(sc: Any, quick: bool) -> dict[str, Any]:
     }
 
 
-def _one_model(sc: Any, spec: dict[str, Any], repeats: int) -> tuple[list[dict[str, Any]], float]:
+def _one_model(sc: Any, spec: dict[str, Any], repeats: int, warmup: bool) -> tuple[list[dict[str, Any]], float]:
     """One model's rows (each Spark variant beside Network.fit) and Spark's overhead per 1-worker round."""
     n = spec["examples"]
     rng = np.random.default_rng(0)
@@ -128,7 +135,7 @@ def _one_model(sc: Any, spec: dict[str, Any], repeats: int) -> tuple[list[dict[s
     rdd = to_rdd(sc, (x, y)).cache()
     rdd.count()
     net = spec["make"]()  # built once per variant, outside the timing; each call fits on from where it is
-    timings, stats = _time_variants(sc, spec, net, DataSet(x, y, num_classes=10), rdd, repeats)
+    timings, stats = _time_variants(sc, spec, net, DataSet(x, y, num_classes=10), rdd, repeats, warmup)
     rdd.unpersist()
     base = timings["Network.fit"]
     rows = [_variant_row(spec, net.num_params, v, timings[_variant_name(v)], base, stats[v]) for v in VARIANTS]
@@ -161,9 +168,10 @@ def _spark_fit(sc: Any, spec: dict[str, Any], rdd: Any, variant: tuple[int, int]
 
 
 def _time_variants(
-    sc: Any, spec: dict[str, Any], net: Any, data: DataSet, rdd: Any, repeats: int
+    sc: Any, spec: dict[str, Any], net: Any, data: DataSet, rdd: Any, repeats: int, warmup: bool
 ) -> tuple[dict[str, measure.Timing], dict[tuple[int, int], Any]]:
-    """Network.fit and every Spark variant timed interleaved (a warm-up call each); the timings and Spark's stats."""
+    """Network.fit and every Spark variant timed interleaved (after a warm-up call each, unless
+    `warmup` is False); the timings and Spark's stats."""
     stats: dict[tuple[int, int], Any] = {}
 
     def local() -> None:
@@ -171,7 +179,7 @@ def _time_variants(
 
     fns = {"Network.fit": local, **{_variant_name(v): _spark_fit(sc, spec, rdd, v, stats) for v in VARIANTS}}
     with measure.machine_load(children_are_ours=True) as load:
-        timings = measure.compare(fns, repeats=repeats, number=1)  # a warm-up call each, then interleaved
+        timings = measure.compare(fns, repeats=repeats, number=1, warmup=warmup)
     for t in timings.values():
         t.load = load.others
     return timings, stats

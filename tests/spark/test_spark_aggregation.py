@@ -232,3 +232,5 @@ def test_bench_spark_quick_prints_every_row_and_bytes_fit_the_formula(tmp_path):
     assert by[1, 2] == 4 * 11_183_626 and by[4, 2] == 2 * 8 * 11_183_626 == by[4, 1]
     text = proc.stdout
     assert "benchmark spark" in text and "vs_network_fit" in text and "driver_bytes" in text
+    # a quick run (no warm-up, 2 repeats) measures no round's time: every row says so
+    assert all(r["reliable"] == "NO" for r in rows) and "quick run: no warm-up" in result["summary"]["warnings"]
