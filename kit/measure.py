@@ -18,8 +18,8 @@
 One module for every timing in kit (benchmarks, `compare_devices`, the chapters):
 
 - **Long enough to measure.** Like `timeit.autorange`, each variant is called 1, 2, 5, 10, 20,
-  ... times per timed repeat until one repeat takes at least `min_time` seconds: regions shorter
-  than about 0.3 s swing 2-10x on a shared machine.
+  ... times per timed repeat until one repeat takes at least `min_time` seconds: a shorter region
+  is at the mercy of the scheduler and of other processes' bursts.
 - **Interleaved.** Repeat r times variant A, then B, then C (the order rotated each repeat), so
   drift and other processes' bursts hit every variant alike; ratios are taken per repeat.
 - **Median and spread.** The median of the repeats, and the spread as half the range relative

@@ -1,6 +1,6 @@
 """`python -m kit bench spark`: bytes and time a Spark round costs, beside Network.fit, on one machine.
 
-    python -m kit bench spark            # 3 repeats; about 2 minutes on 2 cores
+    python -m kit bench spark            # 3 repeats, after a warm-up call each
     python -m kit bench spark --quick    # 2 repeats, no warm-up, fewer rounds: a smoke run (tests), every row flagged
 
 For an MLP (19,210 parameters) and ResNet-18 (kit.nn.zoo.resnet18, 11,183,626 parameters),
