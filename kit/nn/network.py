@@ -694,7 +694,7 @@ def _check_label_rows(y: NDArray) -> None:
         return
     # values >= 0 in rows summing to 1 (+-1e-3) are also <= 1 (+1e-3): no separate maximum needed
     if xp is np:  # the ufuncs' own reductions: no Python wrapper on the training hot path
-        sums = raw @ _ones(raw.shape[1], raw.dtype) if raw.ndim == 2 else np.add.reduce(raw, axis=1)  # a BLAS product, not a reduce
+        sums = raw @ _ones(raw.shape[1], raw.dtype) if raw.ndim == 2 else np.add.reduce(raw, axis=1)  # BLAS
         lo, low_sum, high_sum = np.minimum.reduce(raw, axis=None), np.minimum.reduce(sums), np.maximum.reduce(sums)
     else:
         sums = raw.sum(axis=1)
