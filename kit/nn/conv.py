@@ -111,12 +111,12 @@ class Conv2D(Layer):
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
         xp, dev = x.device.xp, x.device
-        self._x = x
+        self._x = x if mgr.backward_follows else None  # inference keeps nothing of the batch
         b = x.shape[0]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
         c, k = self.input_shape[0], self.kernel  # type: ignore[index]
         size = c * k * k * b * oh * ow * x.dtype.itemsize
-        keep = training and self.keep_columns and size <= self.keep_columns_max_bytes
+        keep = training and mgr.backward_follows and self.keep_columns and size <= self.keep_columns_max_bytes
         cols = self._columns(x.data, xp, mgr, ACT if keep else FF, dev)  # (C*k*k, B*OH*OW)
         self._cols, self.kept_bytes = (cols, cols.data.nbytes) if keep else (None, 0)
         w2 = self.params["W"].data.reshape(oc, -1)  # (OC, C*k*k)
@@ -295,9 +295,10 @@ class BatchNorm(Layer):
         n = d.size // c
         self._training = training
         acc = accumulator(d.dtype)  # statistics of float16 data in float32
-        stat = mgr.create(ACT, (2, c), acc, dev).data  # [mean, 1/std] kept for backward
+        kept = ACT if mgr.backward_follows else FF  # what only a backward reads: working memory in inference
+        stat = mgr.create(kept, (2, c), acc, dev).data  # [mean, 1/std] kept for backward
         mean, inv_std = stat[0], stat[1]
-        xhat = mgr.create(ACT, d.shape, d.dtype, dev).data
+        xhat = mgr.create(kept, d.shape, d.dtype, dev).data
         if training:
             _channel_sums(d, mean, mgr, FF, dev)
             mean *= 1.0 / n
@@ -323,7 +324,7 @@ class BatchNorm(Layer):
         xp.sqrt(inv_std, out=inv_std)
         xp.divide(1, inv_std, out=inv_std)
         xhat *= inv_std.reshape(view)
-        self._xhat, self._stat = xhat, stat
+        self._xhat, self._stat = (xhat, stat) if mgr.backward_follows else (None, None)
         y = mgr.create(ACT, d.shape, d.dtype, dev)
         xp.multiply(xhat, self.params["gamma"].data.reshape(view), out=y.data)
         y.data += self.params["beta"].data.reshape(view)
@@ -412,7 +413,7 @@ class Residual(Layer):
         y = mgr.create(ACT, h.shape, h.dtype, h.device)
         xp.add(h.data, s.data, out=y.data)
         xp.maximum(y.data, 0, out=y.data)
-        self._y = y
+        self._y = y if mgr.backward_follows else None
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:

@@ -227,7 +227,7 @@ class Dense(Layer):
         raw = x.data
         if raw.shape[1:] != self.input_shape:
             self._check_input(x)
-        self._x = x
+        self._x = x if mgr.backward_follows else None  # inference keeps nothing of the batch
         dev = x._device
         y = mgr.create(ACT, (raw.shape[0], self.n_out), raw.dtype, dev)  # (B, n_out)
         params = self.params
@@ -262,7 +262,7 @@ class ReLU(Layer):
         raw, dev = x.data, x._device
         y = mgr.create(ACT, raw.shape, raw.dtype, dev)
         relu_into(dev.xp, raw, y._data)
-        self._y = y
+        self._y = y if mgr.backward_follows else None
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
@@ -296,7 +296,7 @@ class _Elementwise(Layer):
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         y = mgr.create(ACT, x.shape, x.dtype, x.device)
         type(self).kernel(x.device.xp, x.data, y.data)
-        self._y = y
+        self._y = y if mgr.backward_follows else None
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
@@ -324,7 +324,7 @@ class Softmax(Layer):
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         y = mgr.create(ACT, x.shape, x.dtype, x.device)
         softmax_into(x.device.xp, x.data, y.data, mgr.create(FF, (*x.shape[:-1], 1), x.dtype, x.device).data)
-        self._y = y
+        self._y = y if mgr.backward_follows else None
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
@@ -366,7 +366,7 @@ class Dropout(Layer):
         x.device.rng().random(out=draws.data, dtype=draws.dtype)
         mask = mgr.create(ACT, x.shape, x.dtype, x.device)
         dropout_into(xp, x.data, draws.data, self.retain, mask.data, y.data)
-        self._mask = mask
+        self._mask = mask if mgr.backward_follows else None
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:

@@ -145,7 +145,9 @@ class Network:
         self._allocate_buffers()
         calls = len(self.layers) + 1  # each leaf layer, and the loss
         self._train_mgr = LayerWorkspaceMgr(self.training_workspace_mode, f"{self._name}/train/", self.device, calls)
-        self._infer_mgr = LayerWorkspaceMgr(self.inference_workspace_mode, f"{self._name}/infer/", self.device, calls)
+        self._infer_mgr = LayerWorkspaceMgr(
+            self.inference_workspace_mode, f"{self._name}/infer/", self.device, calls, backward_follows=False
+        )
         self.output_plans = OutputPlans(self)  # output()'s plans, one per batch size (kit.nn.plan)
         self._initialise()
 

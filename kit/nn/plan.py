@@ -73,17 +73,26 @@ _NO_SCOPE = contextlib.nullcontext()
 class _ReplayMgr(LayerWorkspaceMgr):
     """Hands out the arrays recorded in the capture pass, in the same order."""
 
-    def __init__(self, device: Any) -> None:
-        super().__init__(WorkspaceMode.NONE, "plan/", device)
+    def __init__(self, device: Any, max_bytes: int | None = None) -> None:
+        super().__init__(WorkspaceMode.NONE, "plan/", device, backward_follows=False)
         self.buffers: list[NDArray] = []
         self.capturing = True
         self.position = 0
+        # a capture stops keeping buffers once they pass max_bytes: the pass then finishes on the
+        # heap (each array freed when the next layers are done with it), so an over-large plan costs
+        # no more memory than an unplanned pass, not every array of the pass at once
+        self.max_bytes, self.recorded, self.over = max_bytes, 0, False
 
     def create(self, array_type: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
         if self.capturing:
             with scope_out_of_workspaces():
                 buffer = empty(shape, dtype, device)
-            self.buffers.append(buffer)
+            self.recorded += buffer.nbytes
+            if self.max_bytes is not None and self.recorded > self.max_bytes and not self.over:
+                self.over = True
+                self.buffers.clear()
+            if not self.over:
+                self.buffers.append(buffer)
             return buffer
         buffer = self.buffers[self.position]
         if buffer.shape != tuple(shape):
@@ -126,9 +135,11 @@ def declined(net: Any) -> str | None:
 class InferencePlan:
     """`Network.plan_inference(batch_size)`: forward passes for `batch_size` examples, replayed."""
 
-    def __init__(self, net: Any, batch_size: int, first: Any = None) -> None:
+    def __init__(self, net: Any, batch_size: int, first: Any = None, max_bytes: int | None = None) -> None:
         """`first`: a batch to record the plan with (checked and loaded as `output` does), whose
-        answer `_answer()` then gives; without it the plan is recorded on zeros."""
+        answer `_answer()` then gives; without it the plan is recorded on zeros. `max_bytes`: give
+        up keeping buffers past that many bytes (`complete` is then False: the plan cannot be
+        replayed, but `_answer()` still gives the recording pass's answer)."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"plan_inference(batch_size={batch_size!r}): must be a positive integer")
         reason = declined(net)
@@ -137,10 +148,11 @@ class InferencePlan:
         self.net, self.batch_size = net, batch_size
         self.input_shape = (batch_size, *net.input_shape)
         self._cpu = net.device.kind == "cpu"
-        self._mgr = _ReplayMgr(net.device)
         with scope_out_of_workspaces():
             self._input = empty(self.input_shape, net.dtype, net.device)
             self._result = empty((batch_size, *net.output_shape), net.dtype, net.device)
+        room = None if max_bytes is None else max_bytes - self._input.nbytes - self._result.nbytes
+        self._mgr = _ReplayMgr(net.device, room)
         self._dtype = net.dtype
         if first is None:
             self._input.data.fill(0)
@@ -149,12 +161,13 @@ class InferencePlan:
         with net._lock:
             steps = self._capture()  # every buffer the layers ask for is made and kept
         self._mgr.capturing = False
+        self.complete = not self._mgr.over
         self._calls = [step for _, step in steps]
-        self._head = self._head_kernel(steps[0]) if self._cpu else None
+        self._head = self._head_kernel(steps[0]) if self._cpu and steps else None
         self._tail = self._calls[1:]
         self.direct_steps = sum(1 for kind, _ in steps if kind == "direct")
         self.replayed_steps = len(steps) - self.direct_steps
-        self.buffer_bytes = sum(b.nbytes for b in self._mgr.buffers) + self._input.nbytes + self._result.nbytes
+        self.buffer_bytes = self._mgr.recorded + self._input.nbytes + self._result.nbytes
 
     def _capture(self) -> list[tuple[str, Callable[[], Any]]]:
         net, mgr, xp = self.net, self._mgr, self.net.device.xp
@@ -163,6 +176,9 @@ class InferencePlan:
         for layer in net.body.layers:
             start = len(mgr.buffers)
             y = call_forward(layer, x, mgr, False)
+            if mgr.over:  # over max_bytes: the pass finishes for its answer, nothing is planned
+                x = y
+                continue
             fast = layer.plan_step(xp, x.data, y.data, [b.data for b in mgr.buffers[start:]])
             if fast is None and not layer.plan_replay:
                 raise PlanDeclinedError(f"planned inference: {type(layer).__name__}.plan_step gave no kernel")
@@ -170,6 +186,8 @@ class InferencePlan:
             x = y
         start = len(mgr.buffers)
         net.loss.activate(x, self._result, mgr)
+        if mgr.over:
+            return []
         fast = net.loss.plan_step(xp, x.data, self._result.data, [b.data for b in mgr.buffers[start:]])
         steps.append(("direct", fast) if fast is not None else ("replay", self._replay_loss(x, start)))
         return steps
@@ -374,9 +392,10 @@ class OutputPlans:
             return None
         if self.limit < 1:
             return None
-        plan = InferencePlan(self.net, batch, first=raw)  # holds the proxy: no cycle through the network
+        # holds the proxy: no cycle through the network; stops keeping buffers past max_bytes
+        plan = InferencePlan(self.net, batch, first=raw, max_bytes=self.max_bytes)
         self.captured += 1
-        if plan.buffer_bytes <= self.max_bytes:
+        if plan.complete:
             self._plans[batch] = plan
             self._trim()  # the least recently used go first; the new plan fits on its own
         else:

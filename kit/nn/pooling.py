@@ -81,7 +81,7 @@ class MaxPool2D(_Pool2D):
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
-        self._x = x
+        self._x = x if mgr.backward_follows else None  # inference keeps nothing of the batch
         y = mgr.create(ACT, (x.shape[0], *self.output_shape), x.dtype, x.device)  # type: ignore[misc]
         self._idx = self._winners(x, y.data, mgr, ACT, FF) if training else None  # kept for backward
         if not training:

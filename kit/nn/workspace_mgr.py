@@ -105,10 +105,25 @@ class LayerWorkspaceMgr:
     several networks, or several replicas on one thread, keep separate arenas).
 
     Each thread resolves its workspaces once (`iteration()` checks them every iteration and
-    re-makes a destroyed one); layers then reach theirs with one dictionary lookup."""
+    re-makes a destroyed one); layers then reach theirs with one dictionary lookup.
 
-    def __init__(self, mode: WorkspaceMode, prefix: str = "", device: Any = None, layer_calls: int = 1) -> None:
+    `backward_follows`: whether a backward pass may follow a forward under this manager (a
+    training manager's, also after a forward with training=False, as a gradient check does).
+    Under an inference manager (False) a layer keeps nothing for a backward: no reference to its
+    input or output, and what only a backward reads (BatchNorm's normalised input) is working
+    memory. So an inference pass on the heap holds what the next layer still reads, not every
+    array of the pass, and nothing of the batch once it has answered."""
+
+    def __init__(
+        self,
+        mode: WorkspaceMode,
+        prefix: str = "",
+        device: Any = None,
+        layer_calls: int = 1,
+        backward_follows: bool = True,
+    ) -> None:
         self.mode = WorkspaceMode(mode) if not isinstance(mode, WorkspaceMode) else mode
+        self.backward_follows = backward_follows
         self.prefix = prefix
         self.layer_calls = layer_calls
         self.device = device
