@@ -236,6 +236,20 @@ def test_bench_arrays_defines_each_derived_column_in_its_header():
     for column in ("raw_us", "kit_us", "added_us", "ratio", "spread", "reliable"):
         assert f"  {column}: " in above, column
     assert "not kit_us - raw_us" in above
+    _goals_point_at_printed_warnings(result, text)
+
+
+def _goals_point_at_printed_warnings(result, text):
+    """A goal line that says "see the warnings" has warnings printed to see, and they are the
+    rows' own: every flagged row's reasons appear, none is printed when no row is flagged."""
+    summary = result["summary"]
+    pointing = [k for k, v in summary.items() if "see the warnings" in str(v)]
+    flagged = [r for r in result["rows"] if r.get("reliable") == "NO"]
+    assert bool(pointing) == bool(flagged), (pointing, len(flagged))
+    if flagged:
+        assert summary["warnings"] != "none" and f"warnings: {summary['warnings']}" in text
+    else:
+        assert summary["warnings"] == "none"
 
 
 @pytest.mark.parametrize("which", ["arrays", "workspaces"])

@@ -84,6 +84,7 @@ def _array_rows(dev: Any, size: int, min_time: float, repeats: int, stages: _Sta
                 "ratio": statistics.median(ratios),
                 "spread": max(t["kit"].spread, t["raw"].spread),
                 "reliable": "yes" if not warnings else "NO",
+                "warnings": warnings,  # in the JSON; the summary says what they were
             }
         )
     return rows
@@ -157,7 +158,27 @@ def _arrays_summary(rows: list[dict[str, Any]], others: float) -> dict[str, Any]
         "machine_load_by_others": round(others, 4),  # a fraction of the machine, 0..1 (printed as %)
         "goal_small": measure.goal("added per small op (median)", statistics.median(small), "<=", 1.5, "us", reliable),
         "goal_large": measure.goal("overhead on large ops (median)", large_pct, "<=", 2, "%", reliable),
+        "warnings": _warnings_summary(rows),
     }
+
+
+def _warnings_summary(rows: list[dict[str, Any]]) -> str:
+    """What flagged the rows, each kind of reason once, with how many rows it flagged (a reason's
+    own figures, the spread or the load, differ row by row: they are in each row's warnings)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        reasons = {_reason_kind(w) for w in r["warnings"]}
+        for w in reasons:
+            counts[w] = counts.get(w, 0) + 1
+    return "; ".join(f"{w} ({n} of {len(rows)} rows)" for w, n in counts.items()) or "none"
+
+
+def _reason_kind(warning: str) -> str:
+    if warning.startswith("spread"):
+        return f"a spread wider than ±{measure.SPREAD_LIMIT:.0%}"
+    if warning.startswith("machine busy"):
+        return f"machine busy (other processes used more than {measure.LOAD_LIMIT:.0%} of the CPU)"
+    return warning
 
 
 # ---------------------------------------------------------------------------------------
