@@ -45,6 +45,7 @@ from typing import Any
 import psutil
 
 __all__ = [
+    "FLAGGED_TITLE",
     "LOAD_LIMIT",
     "MIN_TIME",
     "SPREAD_LIMIT",
@@ -55,6 +56,7 @@ __all__ = [
     "format_seconds",
     "goal",
     "machine_load",
+    "mark_flagged",
     "measure",
     "speedup_warnings",
 ]
@@ -339,3 +341,29 @@ def goal(what: str, value: float, op: str, limit: float, unit: str = "", reliabl
     shown, bound = _distinct(value, limit)
     text = f"{what}: {shown}{u} -> {verdict} (goal {op} {bound}{u})"
     return text if reliable else text + " [unreliable measurement: see the warnings]"
+
+
+FLAGGED_TITLE = "flagged by kit.measure: no time can be read from this panel"
+
+
+def mark_flagged(ax: Any, timings: Any, title: str | None = None) -> bool:
+    """Mark a panel of timings that kit.measure flagged, so a figure cannot be read as a result
+    that its own verdict refuses: a red title saying so (under the panel's own title, kept as its
+    first line), and the panel's lines, bars and error bars faded. `timings`: Timing objects, or a
+    mapping of them. Returns whether any was flagged (nothing changes when none was).
+
+        >>> import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
+        >>> _, ax = plt.subplots()
+        >>> mark_flagged(ax, [Timing("plain", [1.0, 1.01], 1, load=0.6)], "time per step")
+        True
+        >>> ax.get_title()
+        'time per step\\nflagged by kit.measure: no time can be read from this panel'
+    """
+    found = list(timings.values()) if isinstance(timings, dict) else list(timings)
+    if all(t.reliable for t in found):
+        return False
+    head = title if title is not None else ax.get_title()
+    ax.set_title(f"{head}\n{FLAGGED_TITLE}" if head else FLAGGED_TITLE, fontsize=9, color="#c00")
+    for artist in [*ax.lines, *ax.patches, *ax.collections]:
+        artist.set_alpha(0.45)
+    return True

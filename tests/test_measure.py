@@ -281,3 +281,23 @@ def test_machine_load_counts_children_as_ours_only_when_asked():
         else:
             assert own_seconds < burn * 0.5, (own_seconds, load)  # the parent only waited on a pipe
             assert load.others * load.wall * load.cores >= burn * 0.9 - 0.05  # the child's burn is others'
+
+
+def test_mark_flagged_marks_a_flagged_panel_and_leaves_a_clean_one_alone():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kit.measure import FLAGGED_TITLE, Timing, mark_flagged
+
+    clean = {"a": Timing("a", [1.0, 1.01, 1.02], 1), "b": Timing("b", [2.0, 2.01, 2.02], 1)}
+    flagged = {**clean, "c": Timing("c", [1.0, 3.0, 2.0], 1)}  # spread ±50%
+    for timings, expected in ((clean, False), (flagged, True)):
+        _, ax = plt.subplots()
+        bars = ax.bar([0, 1], [1, 2])
+        ax.set_title("time per step")
+        assert mark_flagged(ax, timings) is expected
+        assert (FLAGGED_TITLE in ax.get_title()) is expected and ax.get_title().startswith("time per step")
+        assert all((p.get_alpha() or 1.0) < 1.0 for p in bars.patches) is expected
+        plt.close("all")
