@@ -118,6 +118,11 @@ class Comparison:
     def notes(self) -> list[str]:
         """What the table's numbers need said beside them: the baseline, every flag, the kind."""
         out = []
+        if any(r["devices"] > 1 for r in self.rows):
+            out.append(
+                "speedup, speedup_vs_share: the median over repeats of one device's epoch time divided by this "
+                "row's, both from the same repeat (so not the ratio of the epoch_s medians)"
+            )
         base = self.model.get("baseline")
         if base:
             out.append(
@@ -319,6 +324,9 @@ def compare_devices(
         # per-repeat ratios against the baseline measured in the same repeat: drift cancels
         speedups = [b / x for b, x in zip(timings[1].seconds, t.seconds)]
         speedup = float(np.median(speedups))
+        vs_share = None
+        if n > 1 and "share" in timings:  # the same way: per repeat, then the median
+            vs_share = float(np.median([b / x for b, x in zip(timings["share"].seconds, t.seconds)]))
         accuracy = nets[n].evaluate(ArrayIterator(job.test, 512)).accuracy() if job.test is not None else None
         row = {
             "devices": n,
@@ -329,7 +337,7 @@ def compare_devices(
             "samples_per_s": job.train.num_examples / epoch_s,
             "speedup": speedup,
             "speedups": speedups,  # one per repeat, each against the baseline of the same repeat
-            "speedup_vs_share": base_share / epoch_s if n > 1 and "share" in timings else None,
+            "speedup_vs_share": vs_share,
             "efficiency": speedup / n,
             "predicted_speedup": base_pred / predicted,
             # every copy between devices goes through the one transfer path, which counts it
@@ -338,8 +346,19 @@ def compare_devices(
             "accuracy": accuracy,
             "load": t.load,
         }
-        result.rows.append(assess_row(row, t.warnings, shared=not physical and on_cpu, cores=cores))
+        warnings = t.warnings + (_baseline_warnings(timings) if n > 1 else [])
+        result.rows.append(assess_row(row, warnings, shared=not physical and on_cpu, cores=cores))
     return result
+
+
+def _baseline_warnings(timings: dict[Any, measure.Timing]) -> list[str]:
+    """A row's speedup is a ratio to the baselines: a flagged baseline flags every row measured
+    against it (its own timing may be clean, its speedup is not)."""
+    out = []
+    for key, what in ((1, "1 device"), ("share", "1 device with one worker's share of the cores")):
+        if key in timings and timings[key].warnings:
+            out.append(f"its baseline ({what}) was flagged: {'; '.join(timings[key].warnings)}")
+    return out
 
 
 def _counting_copies(

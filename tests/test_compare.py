@@ -220,3 +220,27 @@ def test_the_scaling_models_traffic_is_what_the_transfer_counter_counts(n):
     per_averaging = (params_bytes - batches - first_copies) / averagings
     model = predict_epoch_seconds(1, n, 0.0, 1, params, 4, 1, 1.0, True) * n  # the traffic term alone, batches = 1
     assert per_averaging == 2 * (n - 1) * params * 4 == model
+
+
+def test_a_row_measured_against_a_flagged_baseline_is_flagged():
+    """Row 2's own timing may be clean; its speedup divides by row 1's, so row 1's flag is its too
+    (a stored chapter showed 'reliable: yes' beside a speedup against a flagged baseline)."""
+    from kit.compare import _baseline_warnings
+    from kit.measure import Timing
+
+    clean, noisy = Timing("1", [1.0, 1.01, 1.02], 1), Timing("1", [1.0, 2.0, 1.5], 1)
+    assert _baseline_warnings({1: clean, 2: clean}) == []
+    (why,) = _baseline_warnings({1: noisy, 2: clean})
+    assert why.startswith("its baseline (1 device) was flagged: spread")
+    assert len(_baseline_warnings({1: noisy, "share": noisy, 2: clean})) == 2
+    row = assess_row({"devices": 2, "speedup": 1.2}, _baseline_warnings({1: noisy}), shared=False, cores=2)
+    assert row["reliable"] is False
+
+
+def test_the_table_says_how_its_speedups_are_taken():
+    rows = [
+        {"devices": d, "kind": "k", "reliable": True, "epoch_s": e, "speedup": s, "warnings": []}
+        for d, e, s in ((1, 0.429, 1.0), (2, 0.473, 0.972))
+    ]
+    notes = Comparison(rows=rows).notes()
+    assert any("median over repeats" in n and "not the ratio of the epoch_s medians" in n for n in notes)
