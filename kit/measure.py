@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -208,7 +209,14 @@ class Timing:
             f"{format_seconds(self.median)} per call ±{self.spread:.0%} "
             f"({len(self.seconds)} repeats x {self.number} calls)"
         )
-        return text if self.reliable else text + " UNRELIABLE: " + "; ".join(self.warnings)
+        if self.reliable:
+            return text
+        # the flag on lines of its own, wrapped at spaces: a notebook wraps a long output line
+        # anywhere, mid-word, and a terminal at its edge
+        flag = textwrap.wrap(
+            "UNRELIABLE: " + "; ".join(self.warnings), 96, initial_indent="  ", subsequent_indent="    "
+        )
+        return "\n".join([text, *flag])
 
 
 def _run(fn: Callable[[], Any], number: int, sync: Callable[[], Any] | None) -> float:

@@ -301,3 +301,13 @@ def test_mark_flagged_marks_a_flagged_panel_and_leaves_a_clean_one_alone():
         assert (FLAGGED_TITLE in ax.get_title()) is expected and ax.get_title().startswith("time per step")
         assert all((p.get_alpha() or 1.0) < 1.0 for p in bars.patches) is expected
         plt.close("all")
+
+
+def test_a_flagged_timing_prints_its_flag_on_wrapped_lines_of_its_own():
+    from kit.measure import Timing
+
+    t = Timing("x", [1.0, 2.0, 1.5], 3, load=0.7)
+    lines = str(t).splitlines()
+    assert lines[0].startswith("1.5 s per call ±33%") and "UNRELIABLE" not in lines[0]
+    assert lines[1].startswith("  UNRELIABLE: machine busy") and all(len(line) <= 100 for line in lines)
+    assert " ".join(part.strip() for part in lines[1:]) == "UNRELIABLE: " + "; ".join(t.warnings)
