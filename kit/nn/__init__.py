@@ -8,7 +8,7 @@ Network on ...: input (64,) -> output (10,)
   ReLU: (128,) -> (128,), 0 params
   Dense: (128,) -> (10,), 1,290 params
   9,610 parameters (0.04 MiB, one flat buffer)
-  loss SoftmaxCrossEntropy, updater {'type': 'Adam', ...}, l2 0.0, workspaces: training SEPARATE, inference SINGLE
+  loss SoftmaxCrossEntropy, updater {'type': 'Adam', ...}, l2 0.0, workspaces: training SEPARATE, inference SEPARATE
 """
 
 from kit.nn.conv import AvgPool2D, BatchNorm, Conv2D, GlobalAvgPool, MaxPool2D, Residual

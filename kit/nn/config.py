@@ -12,7 +12,7 @@
     >>> Network.from_config(NetworkConfig.from_json(text)).configuration == cfg
     True
     >>> cfg.replace(training_workspace_mode="NONE")  # a variant (ParallelWrapper's replicas)
-    NetworkConfig(..., training_workspace_mode='NONE', inference_workspace_mode='SINGLE', ...)
+    NetworkConfig(..., training_workspace_mode='NONE', inference_workspace_mode='SEPARATE', ...)
 
 Layers, loss and updater are kept as their JSON dictionaries (each layer's `config()`), so a
 configuration never holds live objects and travels as text: no pickle anywhere.
@@ -55,7 +55,7 @@ class NetworkConfig:
     seed: int = 0
     dtype: str = "float32"
     training_workspace_mode: str = "SEPARATE"
-    inference_workspace_mode: str = "SINGLE"
+    inference_workspace_mode: str = "SEPARATE"
     master_dtype: str | None = None  # mixed precision: the updater's copy (None: the same as dtype)
     loss_scale: float | dict[str, Any] | None = None  # a fixed scale, or a dynamic LossScaler's config()
     format: str = FORMAT
