@@ -134,6 +134,7 @@ class Conv2D(Layer):
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray | None:
         xp, dev, dt = eps.device.xp, eps.device, eps.dtype
         x = self._x.data
+        self._x = None  # used up: nothing of the batch stays with the layer after its backward
         b = x.shape[0]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
         cols = (self._cols if self._cols is not None else self._columns(x, xp, mgr, BP, dev)).data
@@ -156,16 +157,16 @@ class Conv2D(Layer):
         dx = mgr.create(GRAD, x.shape, dt, dev)
         _c, h, w = self.input_shape  # type: ignore[misc]
         if self.stride == 1 and (h, w) == (oh, ow):
-            self._input_grad_by_convolution(e, dx.data, mgr)
+            self._input_grad_by_convolution(e, dx.data, mgr, dev)
         else:
-            self._input_grad_by_col2im(e, dx.data, mgr)
+            self._input_grad_by_col2im(e, dx.data, mgr, dev)
         return dx
 
-    def _input_grad_by_convolution(self, e: Any, dx: Any, mgr: LayerWorkspaceMgr) -> None:
+    def _input_grad_by_convolution(self, e: Any, dx: Any, mgr: LayerWorkspaceMgr, dev: Any) -> None:
         """Stride 1, 'same' size: dx is eps (padded by k-1-p) convolved with the filters turned
         180 degrees and with in/out channels swapped -- one more im2col and one product, with no
         k*k read-modify-write passes over dx. e: (B, OC, OH*OW) per example, else (OC, B*OH*OW)."""
-        xp, dev, dt = self._x.device.xp, self._x.device, e.dtype
+        xp, dt = dev.xp, e.dtype
         b = dx.shape[0]
         c, h, w = self.input_shape  # type: ignore[misc]
         oc = self.out_channels
@@ -192,9 +193,9 @@ class Conv2D(Layer):
         xp.matmul(flipped, ecols, out=dxt)
         xp.copyto(dx, dxt.reshape(c, b, h, w).transpose(1, 0, 2, 3))
 
-    def _input_grad_by_col2im(self, e: Any, dx: Any, mgr: LayerWorkspaceMgr) -> None:
+    def _input_grad_by_col2im(self, e: Any, dx: Any, mgr: LayerWorkspaceMgr, dev: Any) -> None:
         """dcols = W^T eps, then each window's column added back to its pixels (col2im)."""
-        xp, dev, dt = self._x.device.xp, self._x.device, e.dtype
+        xp, dt = dev.xp, e.dtype
         b = dx.shape[0]
         c, h, w = self.input_shape  # type: ignore[misc]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
@@ -334,6 +335,7 @@ class BatchNorm(Layer):
         xp, dev, e = eps.device.xp, eps.device, eps.data
         _axes, view = self._axes_and_view(e.ndim)
         xhat, inv_std = self._xhat, self._stat[1]
+        self._xhat = self._stat = None  # used up
         t = mgr.create(BP, e.shape, e.dtype, dev).data
         xp.multiply(e, xhat, out=t)
         d_gamma, d_beta = self.grads["gamma"].data, self.grads["beta"].data
@@ -421,6 +423,7 @@ class Residual(Layer):
         g = mgr.create(GRAD, eps.shape, eps.dtype, dev)  # eps through the final ReLU
         with mgr.layer_call():  # a composite's own working memory gets its own scope
             relu_grad_into(eps, self._y, g, mgr)
+        self._y = None  # used up
         d = g
         for layer in reversed(self.main):
             d = call_backward(layer, d, mgr)

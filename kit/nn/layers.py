@@ -304,6 +304,7 @@ class _Elementwise(Layer):
         scratch = mgr.create(BP, eps.shape, eps.dtype, dev).data
         dx = mgr.create(GRAD, eps.shape, eps.dtype, dev)
         type(self).backward_kernel(dev.xp, eps.data, self._y.data, scratch, dx.data)
+        self._y = None  # used up
         return dx
 
     def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
@@ -333,6 +334,7 @@ class Softmax(Layer):
         row = mgr.create(BP, (*e.shape[:-1], 1), e.dtype, dev).data
         dx = mgr.create(GRAD, e.shape, e.dtype, dev)
         softmax_backward_into(dev.xp, e, self._y.data, scratch, row, dx.data)
+        self._y = None  # used up
         return dx
 
     plan_replay = True
@@ -376,6 +378,7 @@ class Dropout(Layer):
             copy_into(xp, eps.data, dx.data)
         else:
             xp.multiply(eps.data, self._mask.data, out=dx.data)
+        self._mask = None  # used up
         return dx
 
     plan_replay = True

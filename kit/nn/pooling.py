@@ -106,7 +106,7 @@ class MaxPool2D(_Pool2D):
             self._idx = self._winners(self._x, maxima, mgr, BP, BP)
         idx = self._idx.data
         won = mgr.create(BP, eps.shape, np.bool_, eps.device).data
-        self._idx = None
+        self._idx = self._x = None  # used up
 
         def piece(offset: int, out: Any) -> None:
             xp.equal(idx, offset, out=won)  # where this offset won its window

@@ -158,3 +158,17 @@ def test_a_plan_too_big_for_its_bound_costs_no_more_than_an_unplanned_pass():
     assert net.output_plans.captured == 1 and len(net.output_plans) == 0  # tried once, kept none
     assert max(peaks) < 1.5 * unplanned, (peaks, unplanned)
     np.testing.assert_allclose(answer.numpy(), net.output(x, planned=False).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", list(WorkspaceMode))
+def test_no_layer_keeps_the_batch_after_a_training_step(mode):
+    """What a backward reads is let go once it has read it: after fit, the layers hold nothing of
+    the last batch (on the heap, that memory stayed allocated until the next step)."""
+    rng = np.random.default_rng(2)
+    for net in _every_layer_networks("NONE"):
+        net = Network(list(net.body.layers), net.input_shape, seed=0, training_workspace_mode=mode)
+        x = rng.standard_normal((BATCH, *net.input_shape)).astype(np.float32)
+        y = rng.integers(0, net.output_shape[0], BATCH)
+        net.fit(ArrayIterator(DataSet(x, y, num_classes=net.output_shape[0]), BATCH))
+        kept = {type(layer).__name__: _batch_arrays(layer) for layer in _layers([net.body])}
+        assert not {k: v for k, v in kept.items() if v}, f"{mode.value}: after fit these layers hold the batch: {kept}"
