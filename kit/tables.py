@@ -20,6 +20,7 @@ and a cell longer than the width left to it is wrapped at spaces, never inside a
 from __future__ import annotations
 
 import html
+import re
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -154,9 +155,15 @@ def html_table(
     )
     if notes:
         out += (
-            f'<ul class="kit-notes" style="{_NOTES}">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"
+            f'<ul class="kit-notes" style="{_NOTES}">' + "".join(f"<li>{_note_html(n)}</li>" for n in notes) + "</ul>"
         )
     return out
+
+
+def _note_html(note: str) -> str:
+    """A note as HTML: escaped, with `code` spans (the notes' one piece of Markdown) as <code>,
+    not as literal backticks."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(note))
 
 
 @dataclass

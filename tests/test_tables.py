@@ -130,3 +130,8 @@ def test_every_results_table_writes_numbers_one_way():
 def test_headers_are_words_with_the_key_as_tooltip():
     page = html_table(["held_kib", "samples_per_s", "kind"], [["1", "2", "a"]], text_columns=["kind"])
     assert ">held (KiB)</th>" in page and ">samples/s</th>" in page and 'title="held_kib"' in page
+
+
+def test_code_spans_in_notes_are_code_not_backticks():
+    page = html_table(["a"], [["1"]], notes=["the figures are `kit bench parallel`'s, <not html>"])
+    assert "<code>kit bench parallel</code>" in page and "`" not in page and "&lt;not html&gt;" in page
