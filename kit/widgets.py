@@ -281,7 +281,7 @@ class TrainingPanel(Panel):
 class WorkerPanel(Panel):
     """A ParallelWrapper listener: one row per worker (the index it reports), its iterations, its
     mean step time over the run and the median of its last 50 steps, under one progress bar for
-    the whole run."""
+    the whole run. `title` names the run (two panels side by side are told apart by it)."""
 
     def __init__(
         self,
@@ -290,10 +290,13 @@ class WorkerPanel(Panel):
         interval: float = 0.25,
         widgets: bool | None = None,
         display: bool = True,
+        title: str = "workers",
     ) -> None:
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"WorkerPanel(workers={workers!r}): a positive number of workers")
-        self.workers, self.total = workers, total_iterations
+        if not isinstance(title, str) or not title.strip():
+            raise ValueError(f"WorkerPanel(title={title!r}): a non-empty string naming the run, e.g. '2 workers'")
+        self.workers, self.total, self.title = workers, total_iterations, title
         self.use_widgets = in_notebook() if widgets is None else widgets
         self._throttle = Throttle(interval if self.use_widgets else 2.0)
         self.counts = [0] * workers
@@ -308,7 +311,8 @@ class WorkerPanel(Panel):
             self._bar.layout.width = "160px"
             self._head = w.HTML(value="")
             self._rows = [w.HTML(value=f"worker {i}: waiting") for i in range(workers)]
-            self.widget = w.VBox([w.HBox([w.HTML(value="<b>workers</b>&nbsp;"), self._bar, self._head]), *self._rows])
+            head = w.HTML(value=f"<b>{html.escape(title)}</b>&nbsp;")
+            self.widget = w.VBox([w.HBox([head, self._bar, self._head]), *self._rows])
         self._show(display)
 
     def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
@@ -372,7 +376,7 @@ class WorkerPanel(Panel):
             share = self.counts[i] / max(1, self.total_count)
             numbers = self._row_text(i).split(": ", 1)[1]  # the label is the first column already
             rows.append([f"worker {i}", bar_html(share), html.escape(numbers)])
-        return StaticPanel(table_html("workers (final)", [], rows), self.last_text)
+        return StaticPanel(table_html(f"{self.title} (final)", [], rows), self.last_text)
 
     def close(self) -> None:
         self._redraw(force=True)

@@ -212,3 +212,11 @@ def test_worker_panel_says_the_mean_over_the_run_beside_the_recent_median(monkey
     row = panel._row_text(0)
     assert "mean step 25.00 ms" in row and "median of the last 50 10.00 ms" in row, row
     assert math.isnan(WorkerPanel(2, widgets=False, display=False).mean_step(1))  # no steps yet
+
+
+def test_a_worker_panel_names_its_run():
+    panel = WorkerPanel(2, total_iterations=4, widgets=False, display=False, title="2 workers, F = 5")
+    assert "2 workers, F = 5 (final)" in panel.static()._repr_html_()
+    assert "workers (final)" in WorkerPanel(1, widgets=False, display=False).static()._repr_html_()
+    with pytest.raises(ValueError, match="title=''"):
+        WorkerPanel(1, widgets=False, display=False, title="")
