@@ -50,6 +50,7 @@ __all__ = [
     "LOAD_LIMIT",
     "MIN_TIME",
     "SPREAD_LIMIT",
+    "LoadMeter",
     "LoadReading",
     "Timing",
     "autorange",
@@ -60,6 +61,7 @@ __all__ = [
     "mark_flagged",
     "measure",
     "speedup_warnings",
+    "unchecked_note",
 ]
 
 MIN_TIME = 0.3  # seconds one timed repeat should last at least (full mode)
@@ -124,18 +126,41 @@ def machine_load(children_are_ours: bool = False) -> Iterator[LoadReading]:
         with _load_with_descendants() as reading:
             yield reading
         return
-    reading = LoadReading()
-    busy0, own0, t0 = _busy_seconds(), _own_seconds(), time.perf_counter()
+    reading, meter = LoadReading(), LoadMeter()
     try:
         yield reading
     finally:
-        wall = time.perf_counter() - t0
-        busy, own = _busy_seconds() - busy0, _own_seconds() - own0
+        meter.fill(reading)
+
+
+class LoadMeter:
+    """`machine_load` without a with-block: other processes' CPU use from the meter's creation to
+    each `read()`, for what lives across calls (a live panel, from its first tick to its close)."""
+
+    def __init__(self) -> None:
+        self._busy0, self._own0, self._t0 = _busy_seconds(), _own_seconds(), time.perf_counter()
+
+    def read(self) -> LoadReading:
+        return self.fill(LoadReading())
+
+    def fill(self, reading: LoadReading) -> LoadReading:
+        wall = time.perf_counter() - self._t0
+        busy, own = _busy_seconds() - self._busy0, _own_seconds() - self._own0
         capacity = max(wall * reading.cores, 1e-9)
         reading.wall = wall
         reading.own = min(1.0, max(0.0, own / capacity))
         # /proc/stat ticks at 10 ms: short blocks read coarsely, never below zero
         reading.others = min(1.0, max(0.0, (busy - own) / capacity))
+        return reading
+
+
+def unchecked_note(reading: LoadReading) -> str:
+    """What a one-run timing shown live (a panel) can and cannot be read for: it was not repeated,
+    so it has no spread, and the machine's load while it ran, flagged above `LOAD_LIMIT`."""
+    note = f"one run, not repeated: other processes used {reading.others:.0%} of the CPU while it ran"
+    if reading.others > LOAD_LIMIT:
+        return note + " (machine busy: flagged, read no time from it)"
+    return note + "; kit.measure's repeated timings say how much a time can vary"
 
 
 def _tree_seconds(me: psutil.Process) -> dict[int, float]:

@@ -25,6 +25,8 @@ import time
 from collections import deque
 from typing import Any
 
+from kit.measure import LoadMeter, unchecked_note
+
 __all__ = [
     "PANEL_STYLE",
     "Panel",
@@ -36,6 +38,7 @@ __all__ = [
     "emit",
     "format_bytes",
     "in_notebook",
+    "note_html",
     "table_html",
 ]
 
@@ -97,6 +100,12 @@ def _cell(content: str) -> str:
     return f'<td style="padding:1px 10px 1px 0;vertical-align:top;white-space:{wrap}">{content}</td>'
 
 
+def note_html(note: str) -> str:
+    """A line under a panel's table: grey, red where it says the panel's times are flagged."""
+    color = "#c00" if "flagged" in note else "#666"
+    return f'<span style="font-size:11px;color:{color}">{html.escape(note)}</span>'
+
+
 def table_html(title: str, header: list[str], rows: list[list[str]], footer: str = "") -> str:
     th = "".join(f'<th style="text-align:left;padding:1px 10px 1px 0">{h}</th>' for h in header)
     body = "".join("<tr>" + "".join(_cell(c) for c in r) + "</tr>" for r in rows)
@@ -133,6 +142,7 @@ class Panel:
     def _show(self, display: bool) -> None:
         self._handle = None
         self._closed = False
+        self.load = LoadMeter()  # other processes' CPU use while the panel ran: said under its times
         if display and self.use_widgets:
             from IPython.display import display as show
 
@@ -223,7 +233,8 @@ class TimingPanel(Panel):
     def static(self) -> StaticPanel:
         frac = self.count / self.total if self.total else 1.0
         row = [f"<b>{html.escape(self.label)}</b>", bar_html(frac), html.escape(self._numbers())]
-        return StaticPanel(table_html("", [], [row]), self.last_text)
+        note = unchecked_note(self.load.read())
+        return StaticPanel(table_html("", [], [row], note_html(note)), f"{self.last_text}\n  {note}")
 
     def close(self) -> None:
         self._redraw(force=True)

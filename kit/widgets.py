@@ -59,6 +59,7 @@ import time
 from collections import deque
 from typing import Any
 
+from kit.measure import unchecked_note
 from kit.panels import (
     Panel,
     Progress,
@@ -69,6 +70,7 @@ from kit.panels import (
     emit,
     format_bytes,
     in_notebook,
+    note_html,
     table_html,
 )
 
@@ -376,7 +378,9 @@ class WorkerPanel(Panel):
             share = self.counts[i] / max(1, self.total_count)
             numbers = self._row_text(i).split(": ", 1)[1]  # the label is the first column already
             rows.append([f"worker {i}", bar_html(share), html.escape(numbers)])
-        return StaticPanel(table_html(f"{self.title} (final)", [], rows), self.last_text)
+        note = unchecked_note(self.load.read())
+        html_text = table_html(f"{self.title} (final)", [], rows, note_html(note))
+        return StaticPanel(html_text, f"{self.last_text}\n  {note}")
 
     def close(self) -> None:
         self._redraw(force=True)

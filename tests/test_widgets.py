@@ -220,3 +220,31 @@ def test_a_worker_panel_names_its_run():
     assert "workers (final)" in WorkerPanel(1, widgets=False, display=False).static()._repr_html_()
     with pytest.raises(ValueError, match="title=''"):
         WorkerPanel(1, widgets=False, display=False, title="")
+
+
+def test_a_panel_says_its_times_are_one_unchecked_run_and_flags_a_busy_machine():
+    """A live panel's times are one run (no spread): its final state says so, with the machine's
+    load while it ran, flagged above kit.measure's limit. A real burner process makes the load."""
+    import subprocess
+    import sys
+    import time
+
+    from kit.measure import LOAD_LIMIT, LoadReading, unchecked_note
+
+    quiet, busy = LoadReading(others=LOAD_LIMIT / 2), LoadReading(others=LOAD_LIMIT * 2)
+    assert "flagged" not in unchecked_note(quiet) and "one run, not repeated" in unchecked_note(quiet)
+    assert "machine busy: flagged" in unchecked_note(busy)
+    burners = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(2)]
+    try:
+        panel = TimingPanel(total=3, widgets=False, display=False)
+        for _ in range(3):
+            time.sleep(0.3)
+            panel.tick()
+        final = panel.static()
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait(timeout=10)
+    assert "machine busy: flagged" in final._repr_html_() and "one run, not repeated" in repr(final)
+    worker = WorkerPanel(1, widgets=False, display=False).static()
+    assert "one run, not repeated" in worker._repr_html_()
