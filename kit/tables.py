@@ -41,6 +41,7 @@ _TEXT = (
     "border:1px solid #ddd;padding:2px 8px;text-align:left;white-space:normal;word-break:keep-all;"
     "overflow-wrap:normal;min-width:8em"
 )
+_GREY = ";color:#999"  # a flagged row's figures
 _BADGE = "background:#c00;color:#fff;border-radius:3px;padding:0 4px;font-size:11px"
 _NOTES = "font-size:12px;margin:2px 0 8px 0;padding-left:18px"
 
@@ -120,7 +121,8 @@ def html_table(
     text_columns: Sequence[str] = (),
 ) -> str:
     """The table as HTML in a box that scrolls sideways when it is wide. In `flag_column` a cell
-    that is not "yes" (nor a dash: nothing measured) is drawn as a red badge; `text_columns` are
+    that is not "yes" (nor a dash: nothing measured) is drawn as a red badge and the row's figures
+    are greyed; `text_columns` are
     left-aligned and wrap at spaces; a header is its key in words (`header`), wrapping at spaces,
     with the key as its tooltip (numbers never wrap). Every style is inline, so an untrusted
     notebook keeps it.
@@ -138,16 +140,19 @@ def html_table(
         for c in columns
     )
     body = []
+    flag_at = list(columns).index(flag_column) if flag_column in columns else None
     for row in rows:
         tds = []
+        # a flagged row's figures are greyed: the badge says why no conclusion rests on them
+        flagged = flag_at is not None and row[flag_at] not in ("yes", "", "-", "—")  # a dash: nothing measured
         for name, value in zip(columns, row):
             text = html.escape(value)
-            if name == flag_column and value not in ("yes", "", "-", "—"):  # a dash: nothing was measured
+            if name == flag_column and flagged:
                 text = f'<span class="kit-badge" style="{_BADGE}">{text}</span>'
             if name in text_columns:
                 tds.append(f'<td class="kit-text" style="{_TEXT}">{text}</td>')
             else:
-                tds.append(f'<td style="{_CELL}">{text}</td>')
+                tds.append(f'<td style="{_CELL}{_GREY if flagged and name != flag_column else ""}">{text}</td>')
         body.append("<tr>" + "".join(tds) + "</tr>")
     out = (
         f'<div style="overflow-x: auto; max-width: 100%"><table class="kit-table" style="{_TABLE}">'

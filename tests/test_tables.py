@@ -135,3 +135,11 @@ def test_headers_are_words_with_the_key_as_tooltip():
 def test_code_spans_in_notes_are_code_not_backticks():
     page = html_table(["a"], [["1"]], notes=["the figures are `kit bench parallel`'s, <not html>"])
     assert "<code>kit bench parallel</code>" in page and "`" not in page and "&lt;not html&gt;" in page
+
+
+def test_a_flagged_rows_figures_are_greyed():
+    page = html_table(["x", "ok"], [["1.5", "yes"], ["0.97", "NO"]], flag_column="ok")
+    cells = page.split("<td")
+    clean = next(c for c in cells if ">1.5<" in c)
+    flagged = next(c for c in cells if ">0.97<" in c)
+    assert "color:#999" in flagged and "color:#999" not in clean
