@@ -225,6 +225,7 @@ def test_a_worker_panel_names_its_run():
 def test_a_panel_says_its_times_are_one_unchecked_run_and_flags_a_busy_machine():
     """A live panel's times are one run (no spread): its final state says so, with the machine's
     load while it ran, flagged above kit.measure's limit. A real burner process makes the load."""
+    import os
     import subprocess
     import sys
     import time
@@ -234,7 +235,8 @@ def test_a_panel_says_its_times_are_one_unchecked_run_and_flags_a_busy_machine()
     quiet, busy = LoadReading(others=LOAD_LIMIT / 2), LoadReading(others=LOAD_LIMIT * 2)
     assert "flagged" not in unchecked_note(quiet) and "one run, not repeated" in unchecked_note(quiet)
     assert "machine busy: flagged" in unchecked_note(busy)
-    burners = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(2)]
+    # a burner per core: busy beyond the limit on any machine, whatever its core count
+    burners = [subprocess.Popen([sys.executable, "-c", "while 1: pass"]) for _ in range(os.cpu_count() or 2)]
     try:
         panel = TimingPanel(total=3, widgets=False, display=False)
         for _ in range(3):
