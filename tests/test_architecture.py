@@ -135,6 +135,10 @@ def test_the_core_layers_point_one_way():
     graph = _graph()
     order = [
         "kit.backend",
+        "kit.cpu_threads",
+        "kit.device_rng",
+        "kit.device_objects",
+        "kit.device_transfers",
         "kit.devices",
         "kit.context",
         "kit.memory",
