@@ -147,6 +147,7 @@ def test_the_core_layers_point_one_way():
         "kit.workspace_registry",
         "kit.workspace_cycles",
         "kit.workspace",
+        "kit.ndarray_operators",
         "kit.ndarray",
     ]
     for low_index, low in enumerate(order):
