@@ -77,6 +77,8 @@ class Network(Training, Inference, State):
     `epoch`; and two LayerWorkspaceMgrs, whose workspaces (named after this network, one set per
     thread that uses it) hold each training and each inference iteration's arrays. Arrays it hands
     out (`output`, `params`) are detached: they stay valid after those workspaces move on.
+    `lock` (kit.nn.turn_lock.TurnLock): hold it, `with net.lock:`, to read or change one whole
+    state while another thread may train; training holds it one iteration at a time.
 
         >>> import numpy as np
         >>> from kit.data import DataSet
@@ -140,7 +142,7 @@ class Network(Training, Inference, State):
         self.epoch = 0
         self.last_score = float("nan")
         self.last_etl_ms = 0.0
-        self._lock = TurnLock()
+        self.lock = TurnLock()
         self._loop: Any = None  # a weak reference to the loop training this network (stop_fit)
         self._name = STATE.unique_name("net")
         self._allocate_buffers()
@@ -211,7 +213,7 @@ class Network(Training, Inference, State):
         if state is None or sorted(state) == sorted(value.state_names):
             self._updater = value
             return
-        with self._lock:
+        with self.lock:
             n = self.flat_params.shape[0]
             with scope_out_of_workspaces():
                 fresh = {k: zeros((n,), state_dtype(self.master_dtype), self.device) for k in value.state_names}
@@ -243,7 +245,7 @@ class Network(Training, Inference, State):
         if not all_finite(cast):
             worst = float(np.max(np.abs(src)))
             raise ValueError(f"set_params: a value of magnitude {worst:.3g} does not fit this network's {self.dtype}")
-        with self._lock:  # save() from another thread sees the old parameters or the new, never a mix
+        with self.lock:  # save() from another thread sees the old parameters or the new, never a mix
             self.flat_params.assign(cast)
             if self.mixed:  # the master weights keep every digit given (float32 of float64 values)
                 self.flat_master.assign(src.astype(self.master_dtype, copy=False))

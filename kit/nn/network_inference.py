@@ -37,18 +37,18 @@ class Inference:
         `output_plans`): the same numbers with less bookkeeping. `planned=False` runs the layers
         unplanned, in the inference workspaces."""
         if planned and not train:
-            lock = self._lock._lock
-            if lock.acquire(False):  # free: the RLock itself, without _TurnLock's Python
+            lock = self.lock.rlock
+            if lock.acquire(False):  # free: the RLock itself, without TurnLock's Python
                 try:
                     answer = self.output_plans.answer(x)
                 finally:
                     lock.release()
             else:  # wait the way every other caller does (counted, let in between training steps)
-                with self._lock:
+                with self.lock:
                     answer = self.output_plans.answer(x)
             if answer is not None:
                 return answer
-        with self._lock, scope_out_of_workspaces():
+        with self.lock, scope_out_of_workspaces():
             x = self._features(x)
             if x.shape[0] == 0:  # no examples, no work: an empty answer of the right shape
                 return empty((0, *self.output_shape), self.dtype, self.device)
@@ -71,7 +71,7 @@ class Inference:
         """Mean loss over a DataSet or an iterator (no training, no L2)."""
         batches = [data] if isinstance(data, DataSet) else data
         total, count = 0.0, 0
-        with self._lock, scope_out_of_workspaces():
+        with self.lock, scope_out_of_workspaces():
             mgr = self._infer_mgr
             for ds in batches:
                 if ds.num_examples == 0:  # an empty batch adds nothing to a mean (it divided by zero)

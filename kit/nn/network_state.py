@@ -97,7 +97,7 @@ class State:
                 "to copy parameters only"
             )
         first, second = sorted((self, other), key=id)  # one order for every pair: two copies the other way round
-        with first._lock, second._lock:  # cannot deadlock; save() on either side sees one whole state
+        with first.lock, second.lock:  # cannot deadlock; save() on either side sees one whole state
             for key, dst in ours.items():
                 dst.assign(source[key])
             if self.loss_scaler is not None and other.loss_scaler is not None:
@@ -107,7 +107,7 @@ class State:
     def save(self, path: str | os.PathLike) -> None:
         """NumPy .npz (no pickle) + JSON header with SHA-256 checks; atomic. Safe while another
         thread trains: the arrays are copied between two iterations."""
-        with self._lock:  # fit_batch holds it for a whole iteration: the snapshot is consistent
+        with self.lock:  # fit_batch holds it for a whole iteration: the snapshot is consistent
             arrays = {k: v.numpy().copy() for k, v in self.state_arrays().items()}
             if self.loss_scaler is not None:  # covered by the file's checksums like every array
                 arrays["loss_scaler"] = self.loss_scaler.state()

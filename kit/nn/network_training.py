@@ -37,7 +37,7 @@ class Training:
     def compute_gradient_and_score(self, ds: DataSet) -> float:
         """Forward, loss and backward on one batch: gradients land in `flat_grads`; no update.
         With a loss scaler they are multiplied by `loss_scaler.scale` (and L2 is left to the update)."""
-        with self._lock:
+        with self.lock:
             mgr = self._train_mgr
             with mgr.iteration():
                 return self._gradient_step(ds, mgr)
@@ -97,7 +97,7 @@ class Training:
     def apply_update(self) -> None:
         """Apply the updater to the gradients now in `flat_grads` (one iteration; with a loss
         scaler they are the scaled gradients compute_gradient_and_score left there)."""
-        with self._lock:
+        with self.lock:
             mgr = self._train_mgr
             with mgr.iteration(), mgr.updater():
                 self._update(mgr)
@@ -116,11 +116,11 @@ class Training:
     def _train_one(self, ds: DataSet, advance: bool = False) -> float:
         """One iteration; `advance` moves the iteration counter too, inside the lock, so a
         snapshot taken from another thread (save) never pairs new parameters with the old count."""
-        lock = self._lock
+        lock = self.lock
         # save(), output() ... waiting in another thread: their turn, between two iterations
         if lock.waiting:
             lock.let_waiters_in()
-        with lock._lock:  # the RLock itself (C): this thread waits for nobody, see let_waiters_in
+        with lock.rlock:  # the RLock itself (C): this thread waits for nobody, see let_waiters_in
             mgr = self._train_mgr
             with mgr.iteration():
                 score = self._gradient_step(ds, mgr)

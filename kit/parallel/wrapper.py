@@ -483,7 +483,7 @@ class ParallelWrapper(ShutsDownOnExit):
         """End on the average (AVERAGING) and leave the state in the user's model."""
         if self.training_mode is TrainingMode.AVERAGING and self._dirty and self.workers > 1:
             self._average()
-        with self.model._lock:  # a save() from another thread sees the state before or after, whole
+        with self.model.lock:  # a save() from another thread sees the state before or after, whole
             self.model.copy_state_from(self.replicas[0])
             self.model.iteration, self.model.epoch = self.iteration, self.epoch
             self.model.last_score = self.last_score

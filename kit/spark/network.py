@@ -420,7 +420,7 @@ class SparkNetwork:
             self._run = None
             master.release(prepared)
             if began:
-                with self.network._lock:  # counters with the state, as save() reads them
+                with self.network.lock:  # counters with the state, as save() reads them
                     self.network.iteration, self.network.epoch = self.worker_iteration, self.epoch
                     self.network.last_score = self.last_score
 

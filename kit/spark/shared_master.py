@@ -106,7 +106,7 @@ class SharedTrainingMaster(TrainingMaster):
                 if r.get("worker_state") is not None:
                     states[r["worker"]] = r["worker_state"]
             arrays = net.state_arrays()
-            with net._lock:  # a save() in between sees the round whole
+            with net.lock:  # a save() in between sees the round whole
                 net.set_params(ex.weights(net).numpy() - total)  # mixed: the float32 master weights
                 if states:  # the network's updater state (and loss scale): worker 0's (the lowest that has one)
                     first = states[min(states)]
