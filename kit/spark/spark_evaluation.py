@@ -36,8 +36,7 @@ def merge_evaluations(target: Any, raw: Any) -> None:
         target.confusion += raw
     elif isinstance(target, ROC):
         labels, scores = raw
-        target._labels.extend(labels)
-        target._scores.extend(scores)
+        target.merge_partial(labels, scores)
     else:
         raise TypeError(f"do_evaluation: kit.spark merges Evaluation and ROC, got {type(target).__name__}")
 
