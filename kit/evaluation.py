@@ -218,6 +218,16 @@ class ROC:
         self._labels.append(y.astype(np.float64))
         self._scores.append(p)
 
+    def partial(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """What this ROC has evaluated, (one-hot labels, scores) per eval() call: the part a Spark
+        partition sends back, for the driver's ROC to take in with `merge_partial`."""
+        return list(self._labels), list(self._scores)
+
+    def merge_partial(self, labels: list[np.ndarray], scores: list[np.ndarray]) -> None:
+        """Take in another ROC's `partial()`: its rows come after this one's."""
+        self._labels.extend(labels)
+        self._scores.extend(scores)
+
     @property
     def num_classes(self) -> int:
         if not self._scores:

@@ -33,6 +33,7 @@ from kit import backend
 from kit.context import current_workspace, scope_out_of_workspaces
 from kit.devices import AnyDevice, DeviceError, as_device, host_source, scalar, to_host, transfer
 from kit.memory import Lease, allocate, count
+from kit.ndarray_operators import binary_method, install_operators
 from kit.shapes import (
     _BOOL,
     _BOOL_RESULT,
@@ -88,17 +89,6 @@ def heap_result(out: Any, dev: AnyDevice) -> NDArray:
         out = np.asarray(out)
     count(dev, out.nbytes)
     return wrap(out, dev, None)
-
-
-_CUPY_UFUNCS: dict[np.ufunc, Any] = {}
-
-
-def _cupy_ufunc(ufunc: np.ufunc) -> Any:
-    """CuPy's own ufunc for a NumPy one: called directly, not through NumPy's dispatch."""
-    f = _CUPY_UFUNCS.get(ufunc)
-    if f is None:
-        f = _CUPY_UFUNCS[ufunc] = getattr(backend.cupy(), ufunc.__name__)
-    return f
 
 
 def _numpy_allocates(dev: AnyDevice) -> bool:
@@ -183,7 +173,7 @@ class NDArray:
 
     # ---- elementwise binary --------------------------------------------------------
     def _binary(self, other: Any, ufunc: np.ufunc, op: str, reflected: bool = False) -> NDArray:
-        """Every binary op (the operators take a shortcut first, see _install_operators)."""
+        """Every binary op (the operators take a shortcut first, see kit.ndarray_operators)."""
         a = self._check(op)
         dev = self._device
         if other.__class__ is NDArray:
@@ -637,106 +627,11 @@ def from_raw(obj: Any, device: AnyDevice) -> NDArray:
     return wrap(out, device, owner)
 
 
-# Operators: (dunder, ufunc, op name for messages). Each becomes a two-line method calling
-# NDArray._binary / _inplace / _unary; reflected forms swap the operands.
-_BINARY_OPS = [
-    ("add", np.add, "add"),
-    ("sub", np.subtract, "subtract"),
-    ("mul", np.multiply, "multiply"),
-    ("truediv", np.true_divide, "divide"),
-    ("floordiv", np.floor_divide, "floor_divide"),
-    ("mod", np.remainder, "remainder"),
-    ("pow", np.power, "power"),
-]
-_COMPARISONS = [
-    ("lt", np.less, "less"),
-    ("le", np.less_equal, "less_equal"),
-    ("gt", np.greater, "greater"),
-    ("ge", np.greater_equal, "greater_equal"),
-    ("eq", np.equal, "equal"),
-    ("ne", np.not_equal, "not_equal"),
-    ("and", np.logical_and, "logical_and"),
-    ("or", np.logical_or, "logical_or"),
-]
-
-
-def _binary_method(ufunc: np.ufunc, name: str, reflected: bool) -> Any:
-    """`a + b` and friends. Two heap arrays (or a heap array and a Python number) on a CPU device,
-    with no workspace open and no cache: NumPy allocates the result inside the ufunc, as the raw
-    op does, in this one frame. Everything else (workspaces, checks, errors, GPUs): _binary."""
-
-    def method(self: NDArray, other: Any) -> NDArray:
-        dev = self._device
-        if self._owner is None and _thread.ws is None and not STATE.cache.on and dev.kind == "cpu":
-            cls = other.__class__
-            if cls is NDArray:
-                if other._owner is None and other._device is dev:
-                    try:
-                        # order="C": a result laid out as `allocate` lays it out (NumPy would follow a
-                        # transposed input), so reshape stays a view
-                        if reflected:
-                            out = ufunc(other._data, self._data, order="C")
-                        else:
-                            out = ufunc(self._data, other._data, order="C")
-                    except (ValueError, TypeError):  # _binary says which shapes or dtypes
-                        return self._binary(other, ufunc, name, reflected)
-                    return heap_result(out, dev)
-            elif cls is float or cls is int or cls is bool:
-                try:
-                    out = ufunc(other, self._data, order="C") if reflected else ufunc(self._data, other, order="C")
-                except TypeError:
-                    return self._binary(other, ufunc, name, reflected)
-                return heap_result(out, dev)
-        elif (
-            dev.kind == "gpu"
-            and self._owner is None
-            and _thread.ws is None
-            and not STATE.cache.on
-            and other.__class__ is NDArray
-            and other._owner is None
-            and other._device is dev
-            and other._data.dtype == self._data.dtype
-            and self._data.dtype is not _BOOL
-            and ufunc not in _FLOAT_RESULT
-        ):
-            # two heap arrays of one dtype on a GPU: CuPy's ufunc allocates from its pool, as the raw
-            # op does (an empty() first and out= cost ~7 us more per op on an H100)
-            try:
-                f = _cupy_ufunc(ufunc)
-                out = f(other._data, self._data) if reflected else f(self._data, other._data)
-            except (ValueError, TypeError):
-                return self._binary(other, ufunc, name, reflected)
-            return heap_result(out, dev)
-        return self._binary(other, ufunc, name, reflected)
-
-    return method
-
-
-_MAXIMUM = _binary_method(np.maximum, "maximum", False)
-_MINIMUM = _binary_method(np.minimum, "minimum", False)
-
-
-def _install_operators() -> None:
-    binary = _binary_method
-
-    def inplace(ufunc: np.ufunc, name: str) -> Any:
-        def method(self: NDArray, other: Any) -> NDArray:
-            return self._inplace(other, ufunc, name + " (in place)")
-
-        return method
-
-    for short, ufunc, name in _BINARY_OPS:
-        setattr(NDArray, f"__{short}__", binary(ufunc, name, False))
-        setattr(NDArray, f"__r{short}__", binary(ufunc, name, True))
-        if short in ("add", "sub", "mul", "truediv"):
-            setattr(NDArray, f"__i{short}__", inplace(ufunc, name))
-    for short, ufunc, name in _COMPARISONS:
-        setattr(NDArray, f"__{short}__", binary(ufunc, name, False))
-    NDArray.__neg__ = lambda self: self._unary(np.negative, "negative")  # type: ignore[method-assign]
-    NDArray.__abs__ = lambda self: self._unary(np.absolute, "abs")  # type: ignore[method-assign]
-
-
-_install_operators()
+# the operators: one table and one factory (kit.ndarray_operators), installed once; maximum and
+# minimum are methods from the same factory
+install_operators(NDArray, heap_result)
+_MAXIMUM = binary_method(NDArray, heap_result, np.maximum, "maximum", False)
+_MINIMUM = binary_method(NDArray, heap_result, np.minimum, "minimum", False)
 
 
 def _describe_owner(arr: NDArray) -> str:

@@ -1,10 +1,10 @@
 """Every remedy kit's error messages print in code form runs as printed.
 
-Two ways of finding them: read the strings of kit/devices.py, kit/backend.py and kit/settings.py
-(docstrings aside) for `kit.<...>(...)` calls and `VAR=value` settings; and raise each error those
-modules word, and read the remedies from the real messages (where values are filled in). Each
-remedy then runs in a fresh Python: a call after `import kit`, a setting as the environment of
-`import kit`.
+Two ways of finding them: read the strings of kit/devices.py and kit/device_objects.py (where the
+device objects and their errors live), kit/backend.py and kit/settings.py (docstrings aside) for
+`kit.<...>(...)` calls and `VAR=value` settings; and raise each error those modules word, and read
+the remedies from the real messages (where values are filled in). Each remedy then runs in a fresh
+Python: a call after `import kit`, a setting as the environment of `import kit`.
 
 The rest of kit (the second half of this file): each error message elsewhere in kit/ that prints code
 a user would type is raised, the remedy is read from the real message, and run in this process.
@@ -41,7 +41,7 @@ from kit.nn import Adam, Dense, Network, Sgd, mlp
 from kit.workspace import WorkspaceConfig
 
 REPO = Path(__file__).resolve().parents[1]
-MODULES = ("kit/devices.py", "kit/backend.py", "kit/settings.py")
+MODULES = ("kit/devices.py", "kit/device_objects.py", "kit/backend.py", "kit/settings.py")
 CALL = re.compile(r"\bkit(?:\.\w+)+\((?:[^()]|\([^()]*\))*\)")
 SETTING = re.compile(r"\b((?:KIT|BACKEND_PRIORITY)_[A-Z_]+)=([A-Za-z0-9_.-]+)")
 FILLED = "\x00"  # where an f-string fills in a value

@@ -23,39 +23,40 @@ Every layer's parameters are views into `net.flat_params` (and gradients into
 `net.flat_grads`), so averaging replicas, broadcasting, encoding updates or saving are
 operations on one vector. Training runs each iteration inside the workspaces of
 `training_workspace_mode` (kit.nn.workspace_mgr), inference inside `inference_workspace_mode`.
+
+The class in rooms: this module holds what a Network owns (its layers, the flat buffers, the
+updater, the checks where data meets the network); the methods that use them come from three
+mixins: kit.nn.network_training (an iteration, `fit`), kit.nn.network_inference (`output`,
+`score`, evaluation) and kit.nn.network_state (configuration, copies, save/load). Its lock is
+kit.nn.turn_lock's.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import os
-import threading
-import time
-from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from kit import backend, memory
+from kit import backend
 from kit.checks import all_finite, check_finite
-from kit.creation import asarray, empty, zeros
-from kit.data.async_iter import AsyncPrefetchIterator
-from kit.data.dataset import DataSet
+from kit.creation import asarray, zeros
 from kit.devices import as_device
-from kit.evaluation import Evaluation
 from kit.labels import probability_rows
 from kit.ndarray import NDArray
-from kit.nn.config import NetworkConfig
 from kit.nn.init import initial_values
-from kit.nn.layers import Layer, Sequential, layer_from_config
-from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
-from kit.nn.losses import Loss, SoftmaxCrossEntropy, loss_from_config, rows_of_scores
-from kit.nn.mixed import LossScaler, master_dtype_for, precision_step, scale_seed
-from kit.nn.persistence import ModelFileError, read_model, write_model
-from kit.nn.plan import InferencePlan, OutputPlans
-from kit.nn.updaters import Adam, Updater, state_dtype, updater_from_config
-from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
+from kit.nn.layers import Layer, Sequential
+from kit.nn.losses import Loss, SoftmaxCrossEntropy, rows_of_scores
+from kit.nn.mixed import LossScaler, master_dtype_for
+from kit.nn.network_inference import Inference
+from kit.nn.network_state import State
+from kit.nn.network_training import Training
+from kit.nn.persistence import ModelFileError
+from kit.nn.plan import OutputPlans
+from kit.nn.turn_lock import TurnLock
+from kit.nn.updaters import Adam, Updater, state_dtype
+from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
 from kit.state import STATE
 from kit.workspace import scope_out_of_workspaces
 
@@ -67,7 +68,7 @@ def _leaves(layer: Layer) -> list[Layer]:
     return [layer] if not subs else [leaf for s in subs for leaf in _leaves(s)]
 
 
-class Network:
+class Network(Training, Inference, State):
     """A feed-forward network: its layers (one Sequential body), trained by one updater against one loss.
 
     What it owns: `flat_params` and `flat_grads`, one vector each, of which every layer's
@@ -76,6 +77,8 @@ class Network:
     `epoch`; and two LayerWorkspaceMgrs, whose workspaces (named after this network, one set per
     thread that uses it) hold each training and each inference iteration's arrays. Arrays it hands
     out (`output`, `params`) are detached: they stay valid after those workspaces move on.
+    `lock` (kit.nn.turn_lock.TurnLock): hold it, `with net.lock:`, to read or change one whole
+    state while another thread may train; training holds it one iteration at a time.
 
         >>> import numpy as np
         >>> from kit.data import DataSet
@@ -142,7 +145,7 @@ class Network:
         self.epoch = 0
         self.last_score = float("nan")
         self.last_etl_ms = 0.0
-        self._lock = _TurnLock()
+        self.lock = TurnLock()
         self._loop: Any = None  # a weak reference to the loop training this network (stop_fit)
         self._name = STATE.unique_name("net")
         self._allocate_buffers()
@@ -215,7 +218,7 @@ class Network:
         if state is None or sorted(state) == sorted(value.state_names):
             self._updater = value
             return
-        with self._lock:
+        with self.lock:
             n = self.flat_params.shape[0]
             with scope_out_of_workspaces():
                 fresh = {k: zeros((n,), state_dtype(self.master_dtype), self.device) for k in value.state_names}
@@ -247,7 +250,7 @@ class Network:
         if not all_finite(cast):
             worst = float(np.max(np.abs(src)))
             raise ValueError(f"set_params: a value of magnitude {worst:.3g} does not fit this network's {self.dtype}")
-        with self._lock:  # save() from another thread sees the old parameters or the new, never a mix
+        with self.lock:  # save() from another thread sees the old parameters or the new, never a mix
             self.flat_params.assign(cast)
             if self.mixed:  # the master weights keep every digit given (float32 of float64 values)
                 self.flat_master.assign(src.astype(self.master_dtype, copy=False))
@@ -297,7 +300,6 @@ class Network:
             _check_label_rows(y)
         return y
 
-    # ---- training ------------------------------------------------------------------
     def _forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         return self.body.forward(x, mgr, training)
 
@@ -305,327 +307,11 @@ class Network:
         """Backpropagate; returns the gradient with respect to the network's input."""
         return self.body.backward(eps, mgr)
 
-    def compute_gradient_and_score(self, ds: DataSet) -> float:
-        """Forward, loss and backward on one batch: gradients land in `flat_grads`; no update.
-        With a loss scaler they are multiplied by `loss_scaler.scale` (and L2 is left to the update)."""
-        with self._lock:
-            mgr = self._train_mgr
-            with mgr.iteration():
-                return self._gradient_step(ds, mgr)
-
-    def _gradient_step(self, ds: DataSet, mgr: LayerWorkspaceMgr) -> float:
-        if not isinstance(ds, DataSet):
-            raise TypeError(
-                f"training needs DataSets (features, labels), got {type(ds).__name__}: wrap with DataSet(x, y)"
-            )
-        if ds.num_examples == 0:
-            raise ValueError("fit: a mini-batch with 0 examples; there is nothing to learn from an empty DataSet")
-        x = self._features(ds.features)
-        y = self._labels(ds.labels, x.shape[0])
-        self._check_finite(x, "features")
-        body = self.body
-        out = body.forward(x, mgr, True)
-        scaler = self.loss_scaler
-        with mgr.layer_call():
-            score, eps = self.loss.value_and_grad(out, y, mgr)
-            if scaler is not None:  # backward computes the gradient times the scale (kit.nn.mixed)
-                with np.errstate(over="ignore"):
-                    scale_seed(eps, scaler.scale)
-        if scaler is None:
-            body.backward(eps, mgr)
-        else:  # an overflow here is expected now and then: precision_step finds it and skips the step
-            with np.errstate(over="ignore", invalid="ignore"):
-                body.backward(eps, mgr)
-        if self.l2:
-            if self._precise:  # added to the unscaled master gradient in precision_step
-                score += self._l2_penalty()
-            else:
-                with mgr.updater():
-                    score += self._apply_l2(mgr)
-        return score
-
-    def _l2_penalty(self) -> float:
-        xp, master = self.device.xp, self.flat_master.data
-        return sum(0.5 * self.l2 * float(xp.dot(master[sl], master[sl])) for sl in self._l2)
-
-    def _update(self, mgr: LayerWorkspaceMgr) -> None:
-        """The updater's step (inside mgr.updater()): plain, or through kit.nn.mixed."""
-        if self._precise:
-            precision_step(self, mgr)
-        else:
-            self.updater.apply(self.flat_params, self.flat_grads, self.updater_state, self.iteration + 1, mgr)
-
-    def _apply_l2(self, mgr: LayerWorkspaceMgr) -> float:
-        xp, penalty = self.device.xp, 0.0
-        for p, g in self._regularized:
-            flat = p.data.reshape(-1)
-            penalty += 0.5 * self.l2 * float(xp.dot(flat, flat))
-            tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, p.shape, p.dtype, p.device).data
-            xp.multiply(p.data, self.l2, out=tmp)
-            g.data += tmp
-        return penalty
-
-    def apply_update(self) -> None:
-        """Apply the updater to the gradients now in `flat_grads` (one iteration; with a loss
-        scaler they are the scaled gradients compute_gradient_and_score left there)."""
-        with self._lock:
-            mgr = self._train_mgr
-            with mgr.iteration(), mgr.updater():
-                self._update(mgr)
-            self.iteration += 1
-
-    def make_loop(self, **hooks: Any) -> TrainingLoop:
-        """The training loop over this network's own step, one mini-batch at a time (kit.nn.loop's
-        Trainable: `hooks` are the loop's listeners, iteration_conditions, epoch_end); `stop_fit()`
-        stops it."""
-        return TrainingLoop(self, self.train_step, **loop_hooks(self, hooks)).attach(self)
-
-    def fit_batch(self, ds: DataSet) -> float:
-        """One iteration on one mini-batch: gradients, L2, updater. Returns the score."""
-        return self._train_one(ds, advance=True)
-
-    def _train_one(self, ds: DataSet, advance: bool = False) -> float:
-        """One iteration; `advance` moves the iteration counter too, inside the lock, so a
-        snapshot taken from another thread (save) never pairs new parameters with the old count."""
-        lock = self._lock
-        # save(), output() ... waiting in another thread: their turn, between two iterations
-        if lock.waiting:
-            lock.let_waiters_in()
-        with lock._lock:  # the RLock itself (C): this thread waits for nobody, see let_waiters_in
-            mgr = self._train_mgr
-            with mgr.iteration():
-                score = self._gradient_step(ds, mgr)
-                with mgr.updater():
-                    self._update(mgr)
-            self.last_score = score
-            if advance:
-                self.iteration += 1
-        memory.maybe_gc()
-        return score
-
-    def train_step(self, batches: Sequence[DataSet]) -> list[StepResult]:
-        """The step of this network's TrainingLoop: one mini-batch, one iteration."""
-        (ds,) = batches
-        return [StepResult(self._train_one(ds, advance=True), ds.num_examples)]  # the loop sees the count moved
-
-    def fit(
-        self, data: DataSet | Iterable[DataSet], epochs: int = 1, listeners: Iterable[Any] = (), prefetch: int = 0
-    ) -> Network:
-        """Train on a DataSet (one iteration, as DL4J's fit(DataSet)) or an iterator (epochs).
-        `prefetch=N` wraps an iterator that allows it in an AsyncPrefetchIterator with a queue
-        of N (DL4J always wraps, with a queue of 2; kit asks you to choose)."""
-        loop = self.make_loop(listeners=listeners)
-        if isinstance(data, DataSet):  # one iteration, no epoch (DL4J's fit(DataSet))
-            loop.run_step([data])
-            return self
-        if isinstance(data, tuple):
-            raise TypeError(
-                "fit: got a tuple; wrap features and labels in a DataSet: net.fit(DataSet(features, labels))"
-            )
-        if prefetch and getattr(data, "async_supported", False):
-            with AsyncPrefetchIterator(data, prefetch=prefetch, device=self.device) as wrapped:
-                return self.fit(wrapped, epochs, listeners)
-        loop.run(data, epochs)
-        return self
-
-    def stop_fit(self) -> None:
-        """Ask a running fit() to stop after the current iteration."""
-        loop = self._loop() if self._loop is not None else None
-        if loop is not None:
-            loop.stop()
-
-    # ---- inference -----------------------------------------------------------------
-    def output(self, x: Any, train: bool = False, planned: bool = True) -> NDArray:
-        """Predictions for x (probabilities for softmax cross-entropy), always in detached heap
-        memory, also when called inside a workspace (DL4J throws there, dl4j#8231).
-
-        In inference a batch size asked for again is answered by a plan (kit.nn.plan,
-        `output_plans`): the same numbers with less bookkeeping. `planned=False` runs the layers
-        unplanned, in the inference workspaces."""
-        if planned and not train:
-            lock = self._lock._lock
-            if lock.acquire(False):  # free: the RLock itself, without _TurnLock's Python
-                try:
-                    answer = self.output_plans.answer(x)
-                finally:
-                    lock.release()
-            else:  # wait the way every other caller does (counted, let in between training steps)
-                with self._lock:
-                    answer = self.output_plans.answer(x)
-            if answer is not None:
-                return answer
-        with self._lock, scope_out_of_workspaces():
-            x = self._features(x)
-            if x.shape[0] == 0:  # no examples, no work: an empty answer of the right shape
-                return empty((0, *self.output_shape), self.dtype, self.device)
-            self._check_finite(x, "features")
-            mgr = self._infer_mgr
-            with mgr.iteration():
-                out = self._forward(x, mgr, training=train)
-                with scope_out_of_workspaces():
-                    result = empty(out.shape, self.dtype, self.device)
-                with mgr.layer_call():
-                    self.loss.activate(out, result, mgr)
-            return result
-
-    def plan_inference(self, batch_size: int) -> InferencePlan:
-        """Forward passes for `batch_size` examples, captured once and replayed (kit.nn.plan): no
-        allocation and no per-call bookkeeping; the CPU analogue of a captured CUDA graph."""
-        return InferencePlan(self, batch_size)
-
-    def score(self, data: DataSet | Iterable[DataSet]) -> float:
-        """Mean loss over a DataSet or an iterator (no training, no L2)."""
-        batches = [data] if isinstance(data, DataSet) else data
-        total, count = 0.0, 0
-        with self._lock, scope_out_of_workspaces():
-            mgr = self._infer_mgr
-            for ds in batches:
-                if ds.num_examples == 0:  # an empty batch adds nothing to a mean (it divided by zero)
-                    continue
-                x = self._features(ds.features)
-                y = self._labels(ds.labels, x.shape[0])
-                with mgr.iteration():
-                    out = self._forward(x, mgr, training=False)
-                    with mgr.layer_call():
-                        value = self.loss.value(out, y, mgr)
-                total += value * x.shape[0]
-                count += x.shape[0]
-        if count == 0:
-            raise ValueError("score: no examples (every batch was empty); give a DataSet with at least one row")
-        return total / count
-
-    def evaluate(self, data: Iterable[DataSet]) -> Any:
-        return self.do_evaluation(data, Evaluation(self.output_shape[0]))[0]
-
-    def do_evaluation(self, data: DataSet | Iterable[DataSet], *evaluations: Any) -> tuple[Any, ...]:
-        """One pass over the data updating every evaluation (Evaluation, ROC, ...)."""
-        if not evaluations:
-            raise ValueError("do_evaluation needs at least one evaluation object")
-        batches = [data] if isinstance(data, DataSet) else data
-        for ds in batches:
-            probs = self.output(ds.features)
-            for ev in evaluations:
-                ev.eval(ds.labels, probs)
-        return evaluations
-
-    # ---- configuration, copies, files ----------------------------------------------
-    @property
-    def configuration(self) -> NetworkConfig:
-        """The whole configuration as one validated value (JSON round-trip: `to_json()`)."""
-        return NetworkConfig(
-            layers=tuple(layer.config() for layer in self.body.layers),
-            input_shape=self.input_shape,
-            loss=self.loss.config(),
-            updater=self.updater.config(),
-            l2=self.l2,
-            seed=self.seed,
-            dtype=self.dtype.name,
-            training_workspace_mode=self.training_workspace_mode.value,
-            inference_workspace_mode=self.inference_workspace_mode.value,
-            master_dtype=self.master_dtype.name if self.mixed else None,
-            loss_scale=self.loss_scaler.config() if self.loss_scaler is not None else None,
-        )
-
-    def config(self) -> dict[str, Any]:
-        """`configuration` as plain JSON types."""
-        return self.configuration.to_dict()
-
-    @classmethod
-    def from_config(cls, cfg: NetworkConfig | dict[str, Any], device: Any = None) -> Network:
-        cfg = NetworkConfig.from_dict(cfg)
-        return cls(
-            [layer_from_config(c) for c in cfg.layers],
-            cfg.input_shape,
-            loss=loss_from_config(cfg.loss),
-            updater=updater_from_config(cfg.updater),
-            l2=cfg.l2,
-            seed=cfg.seed,
-            dtype=cfg.dtype,
-            device=device,
-            training_workspace_mode=cfg.training_workspace_mode,
-            inference_workspace_mode=cfg.inference_workspace_mode,
-            master_dtype=cfg.master_dtype,
-            loss_scale=cfg.loss_scale,
-        )
-
     def clone(self, device: Any = None) -> Network:
         """An independent copy (parameters, updater state, counters), optionally on another device."""
         twin = Network.from_config(self.configuration, device=device or self.device)
         twin.copy_state_from(self)
         return twin
-
-    def state_arrays(self) -> dict[str, NDArray]:
-        """The arrays that make up the trained state: flat parameters, master weights (mixed
-        precision) and updater state. The loss scaler's state is `loss_scaler.state()`."""
-        master = {"master": self.flat_master} if self.mixed else {}
-        return {"params": self.flat_params, **master, **{f"updater_{k}": v for k, v in self.updater_state.items()}}
-
-    def copy_state_from(self, other: Network) -> None:
-        """Copy parameters, updater state and counters from a network of the same configuration."""
-        if other is self:
-            return
-        mine, theirs = self.configuration, other.configuration
-        if (mine.layers, mine.input_shape) != (theirs.layers, theirs.input_shape):
-            raise ValueError(
-                f"copy_state_from: the architectures differ ({_architecture(theirs)} into {_architecture(mine)}); "
-                "copy state only between networks built from the same layers"
-            )
-        ours, source = self.state_arrays(), other.state_arrays()
-        if self.mixed != other.mixed:
-            raise ValueError(
-                f"copy_state_from: one network keeps master weights and the other does not (master_dtype "
-                f"{other.master_dtype} for dtype {other.dtype} into {self.master_dtype} for {self.dtype}); build both "
-                "with the same dtype and master_dtype, or use set_params() to copy parameters only"
-            )
-        if sorted(ours) != sorted(source):
-            raise ValueError(
-                f"copy_state_from: updater {type(other.updater).__name__} keeps state {sorted(source)} but "
-                f"{type(self.updater).__name__} needs {sorted(ours)}; use the same updater, or set_params() "
-                "to copy parameters only"
-            )
-        first, second = sorted((self, other), key=id)  # one order for every pair: two copies the other way round
-        with first._lock, second._lock:  # cannot deadlock; save() on either side sees one whole state
-            for key, dst in ours.items():
-                dst.assign(source[key])
-            if self.loss_scaler is not None and other.loss_scaler is not None:
-                self.loss_scaler.load_state(other.loss_scaler.state())
-            self.iteration, self.epoch = other.iteration, other.epoch
-
-    def save(self, path: str | os.PathLike) -> None:
-        """NumPy .npz (no pickle) + JSON header with SHA-256 checks; atomic. Safe while another
-        thread trains: the arrays are copied between two iterations."""
-        with self._lock:  # fit_batch holds it for a whole iteration: the snapshot is consistent
-            arrays = {k: v.numpy().copy() for k, v in self.state_arrays().items()}
-            if self.loss_scaler is not None:  # covered by the file's checksums like every array
-                arrays["loss_scaler"] = self.loss_scaler.state()
-            counters = {"iteration": self.iteration, "epoch": self.epoch}
-            config = self.config()
-        write_model(path, config, arrays, counters)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, device: Any = None) -> Network:
-        path = os.fspath(path)
-        config, arrays, counters = read_model(path)
-        try:
-            net = cls.from_config(config, device=device)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise ModelFileError(f"{path}: the configuration does not build a network ({exc})") from None
-        expected = {k: v.shape for k, v in net.state_arrays().items()}
-        if net.loss_scaler is not None:
-            expected["loss_scaler"] = (3,)
-        stored = {k: v.shape for k, v in arrays.items()}
-        if expected != stored:
-            raise ModelFileError(f"{path}: stored arrays {stored} but the configuration needs {expected}")
-        try:
-            net.set_params(arrays.pop("params"))
-            if net.loss_scaler is not None:
-                net.loss_scaler.load_state(arrays.pop("loss_scaler"))
-        except ValueError as exc:
-            raise ModelFileError(f"{path}: {exc}") from None
-        for key, value in arrays.items():  # the master weights after set_params: every stored digit
-            net.state_arrays()[key].assign(value)
-        net.iteration, net.epoch = counters["iteration"], counters["epoch"]
-        return net
 
     def summary(self) -> str:
         lines = [f"Network on {self.device}: input {self.input_shape} -> output {self.output_shape}"]
@@ -647,42 +333,6 @@ class Network:
 
     def workspace_stats(self) -> dict[str, dict[str, Any]]:
         return {"training": self._train_mgr.stats(), "inference": self._infer_mgr.stats()}
-
-
-class _TurnLock:
-    """A network's lock (re-entrant). Training holds it for one iteration at a time and would
-    take it straight back after each (a released Python lock goes to whoever asks first, and
-    the training thread asks within microseconds); a thread that had to wait for it (save,
-    output, score from elsewhere) is counted, and let in between two iterations."""
-
-    __slots__ = ("_count", "_lock", "waiting")
-
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._count = threading.Lock()
-        self.waiting = 0
-
-    def __enter__(self) -> _TurnLock:
-        if not self._lock.acquire(blocking=False):
-            with self._count:
-                self.waiting += 1
-            try:
-                self._lock.acquire()
-            finally:
-                with self._count:
-                    self.waiting -= 1
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._lock.release()
-
-    def let_waiters_in(self, patience: float = 0.05) -> None:
-        """Wait (at most `patience` seconds) until the threads queued for the lock have got it."""
-        if self._lock._is_owned():  # still held further out: nobody can come in now
-            return
-        deadline = time.monotonic() + patience
-        while self.waiting and time.monotonic() < deadline:
-            time.sleep(0.0001)
 
 
 @functools.lru_cache(maxsize=64)
@@ -708,7 +358,3 @@ def _check_label_rows(y: NDArray) -> None:
         return
     host = y.numpy()
     probability_rows(host.reshape(host.shape[0], -1))  # kit.labels' rule names the first bad row
-
-
-def _architecture(cfg: NetworkConfig) -> str:
-    return f"input {cfg.input_shape}, layers " + ", ".join(c["type"] for c in cfg.layers)

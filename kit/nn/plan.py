@@ -158,7 +158,7 @@ class InferencePlan:
             self._input.data.fill(0)
         else:
             self._load(first)
-        with net._lock:
+        with net.lock:
             steps = self._capture()  # every buffer the layers ask for is made and kept
         self._mgr.capturing = False
         self.complete = not self._mgr.over
@@ -227,7 +227,7 @@ class InferencePlan:
             raise ValueError(f"this plan serves batches of shape {self.input_shape}, got {raw.shape}: plan another")
         if raw.dtype.kind not in "fiu":
             raise TypeError(f"features must be real numbers, got dtype {raw.dtype}")
-        with self.net._lock:
+        with self.net.lock:
             return self._run(raw)
 
     def _run(self, raw: Any) -> NDArray:
@@ -298,7 +298,7 @@ class OutputPlans:
     def resize(self, limit: int | None = None, max_bytes: int | None = None) -> None:
         """New bounds: at most `limit` plans (0 plans nothing), at most `max_bytes` of buffers in all
         (a batch whose plan alone needs more runs unplanned). Plans over them are dropped now."""
-        with self.net._lock:
+        with self.net.lock:
             if limit is not None:
                 self.limit = limit
             if max_bytes is not None:
@@ -321,7 +321,7 @@ class OutputPlans:
         return sum(plan.buffer_bytes for plan in self._plans.values())
 
     def clear(self) -> None:
-        with self.net._lock:
+        with self.net.lock:
             self._plans.clear()
             self._seen.clear()
             self._too_big = 0

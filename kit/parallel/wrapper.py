@@ -43,6 +43,9 @@ RuntimeError saying the wrapper was shut down (not that a worker died); the inte
 writes none of its rounds into the user's model (a fit() whose workers had all finished their
 last task ends normally), and leaves no thread behind. To end training early and keep its
 result, use stop_fit() (DL4J's ParallelWrapper has no clean way: its shutdown() interrupts).
+
+The worker threads, the tasks they run and how their failures are said, are kit.parallel.worker;
+this module is the wrapper: replicas, rounds, averaging, the training loop, shutdown.
 """
 
 from __future__ import annotations
@@ -50,10 +53,8 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-import queue
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,15 +64,11 @@ from kit.context import scope_out_of_workspaces
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
 from kit.devices import (
-    AnyDevice,
     as_device,
-    attach_thread_to_device,
     blas_threads,
     cores_per_worker,
     default_devices,
-    detach_thread,
     gpu_count,
-    transfer,
 )
 from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
 from kit.nn.losses import loss_from_config
@@ -83,11 +80,8 @@ from kit.parallel.threshold import (
     AdaptiveThresholdAlgorithm,
     NoOpResidualPostProcessor,
     ThresholdAlgorithm,
-    encoded_count,
-    threshold_decode,
-    threshold_encode,
 )
-from kit.workspace import destroy_all_workspaces_for_current_thread
+from kit.parallel.worker import Task, WorkerError, _Worker
 
 __all__ = ["ParallelWrapper", "TrainingMode", "WorkerError", "default_devices"]
 
@@ -97,142 +91,6 @@ log = logging.getLogger(__name__)
 class TrainingMode(enum.Enum):
     AVERAGING = "AVERAGING"
     SHARED_GRADIENTS = "SHARED_GRADIENTS"
-
-
-class WorkerError(RuntimeError):
-    """A worker failed; the message names it and its device; the cause is chained."""
-
-
-_STOP = object()
-Task = Callable[["_Worker"], Any]
-SHUT_DOWN_DURING_FIT = (
-    "ParallelWrapper was shut down while fit() ran: shutdown() stopped the workers after their current tasks, and "
-    "the interrupted fit() wrote none of its rounds into the model"
-)
-
-
-class _Worker:
-    """One thread pinned to one device with one replica; runs tasks (callables) in order."""
-
-    def __init__(self, index: int, replica: Network, device: AnyDevice, wrapper: ParallelWrapper) -> None:
-        self.index, self.replica, self.device = index, replica, device
-        self.residual_post_processor = wrapper.residual_post_processor
-        self.tasks: queue.Queue = queue.Queue(maxsize=1)
-        self.results: queue.Queue = queue.Queue()
-        self.stopping = False  # set by stop() (shutdown): a fit waiting on this worker says so
-        self.residual: Any = None
-        self.threshold_algorithm: ThresholdAlgorithm = wrapper.threshold_algorithm.clone()
-        self.tau: float | None = None
-        self.last_dense: bool | None = None
-        self.last_sparsity: float | None = None
-        self.thread = threading.Thread(target=self._run, name=f"ParallelWrapper training thread {index}", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        attach_thread_to_device(self.device)
-        try:
-            while True:
-                task = self.tasks.get()
-                if task is _STOP:
-                    return
-                try:
-                    self.results.put((True, task(self)))
-                except BaseException as exc:  # reported to fit(), which stops everything
-                    self.results.put((False, exc))
-        finally:
-            destroy_all_workspaces_for_current_thread()
-            detach_thread()
-
-    # ---- tasks (run on this worker's thread) ----------------------------------------
-    def fit(self, ds: DataSet) -> float:
-        """One iteration on a batch sent to this worker's device (the one transfer path)."""
-        return self.replica.fit_batch(ds.to(self.device))
-
-    def encode(self, ds: DataSet, iteration: int, epoch: int) -> tuple[float, np.ndarray | None, dict]:
-        """SHARED_GRADIENTS: train, take the step back, add it to the residual, encode it."""
-        net = self.replica
-        xp = net.device.xp
-        with scope_out_of_workspaces():  # the updater writes into params (the float32 master weights of a
-            before = net.flat_master.dup()  # mixed-precision net, so the encoding acts on those): take its step back
-        score = net.fit_batch(ds.to(self.device))  # gradient, L2, updater -> params moved by -update
-        params, old = net.flat_master.data, before.data
-        if self.residual is None:
-            self.residual = xp.zeros_like(params)
-        update = old - params  # what this worker would have applied alone (0 for a skipped step)
-        params[...] = old
-        net.cast_master()
-        self.residual += update
-        self.tau = self.threshold_algorithm.calculate_threshold(
-            iteration, epoch, self.tau, self.last_dense, self.last_sparsity
-        )
-        message = threshold_encode(self.residual, self.tau)
-        self.residual_post_processor.process_residual(iteration, epoch, self.tau, self.residual)
-        count = encoded_count(message)
-        self.last_dense = message is not None and int(message[3]) == 1
-        self.last_sparsity = count / params.size
-        stats = {"worker": self.index, "tau": self.tau, "sparsity": self.last_sparsity, "dense": self.last_dense}
-        return score, message, stats
-
-    def apply(self, messages: list[tuple[np.ndarray | None, AnyDevice]]) -> None:
-        """SHARED_GRADIENTS: apply the sum of every worker's decoded message (worker order). A
-        message from another worker's device reaches this one through the counted transfer path:
-        the traffic the mode is about shows in transfer_stats()."""
-        net = self.replica
-        total = net.device.xp.zeros_like(net.flat_master.data)
-        for message, source in messages:  # worker order: identical sums on every replica
-            if message is None:
-                continue
-            if source is not self.device:
-                moved = np.empty_like(message)  # encoded messages are host arrays on every backend
-                transfer(moved, self.device, message, source, host_arrays=True)
-                message = moved
-            threshold_decode(message, total)
-        net.flat_master.data[...] -= total
-        net.cast_master()
-
-    # ---- the caller's side ------------------------------------------------------------
-    def submit(self, task: Task) -> None:
-        while True:
-            if self.stopping:
-                raise RuntimeError(SHUT_DOWN_DURING_FIT)
-            try:
-                self.tasks.put(task, timeout=0.05)
-                return
-            except queue.Full:
-                if not self.thread.is_alive():
-                    raise WorkerError(f"worker {self.index} on {self.device} died without reporting") from None
-
-    def result(self, deadline: float | None = None) -> Any:
-        while True:
-            try:
-                ok, value = self.results.get(timeout=0.05)
-            except queue.Empty:
-                if not self.thread.is_alive():
-                    if self.stopping:  # shutdown() stopped it: its task (if any) was called off
-                        raise RuntimeError(SHUT_DOWN_DURING_FIT) from None
-                    raise WorkerError(f"worker {self.index} on {self.device} died without reporting") from None
-                if deadline is not None and time.monotonic() > deadline:
-                    raise WorkerError(f"worker {self.index} on {self.device} did not answer in time") from None
-                continue
-            if not ok:
-                raise WorkerError(
-                    f"worker {self.index} on {self.device} failed: {type(value).__name__}: {value}"
-                ) from value
-            return value
-
-    def stop(self) -> None:
-        self.stopping = True
-        if self.thread.is_alive():
-            while True:
-                try:
-                    self.tasks.put_nowait(_STOP)
-                    break
-                except queue.Full:
-                    try:
-                        self.tasks.get_nowait()
-                    except queue.Empty:
-                        pass
-            self.thread.join(timeout=30)
 
 
 class ParallelWrapper(ShutsDownOnExit):
@@ -483,7 +341,7 @@ class ParallelWrapper(ShutsDownOnExit):
         """End on the average (AVERAGING) and leave the state in the user's model."""
         if self.training_mode is TrainingMode.AVERAGING and self._dirty and self.workers > 1:
             self._average()
-        with self.model._lock:  # a save() from another thread sees the state before or after, whole
+        with self.model.lock:  # a save() from another thread sees the state before or after, whole
             self.model.copy_state_from(self.replicas[0])
             self.model.iteration, self.model.epoch = self.iteration, self.epoch
             self.model.last_score = self.last_score

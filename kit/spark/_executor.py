@@ -424,7 +424,7 @@ def _evaluate(
         if kind == "evaluation":
             out.append(ev.confusion)
         elif kind == "roc":
-            out.append((list(ev._labels), list(ev._scores)))
+            out.append(ev.partial())
         else:
             out.append((loss, count))
     return tuple(out)

@@ -306,7 +306,7 @@ def write(store: CheckpointStore, owner: Any, iteration: int, fingerprint: dict,
 def snapshot(owner: Any, iteration: int, fingerprint: dict, position: dict[str, int]) -> tuple[dict, dict, dict]:
     """(header, arrays, counters) of the fit now, between two rounds."""
     net = owner.network
-    with net._lock:
+    with net.lock:
         arrays = {k: v.numpy().copy() for k, v in net.state_arrays().items()}
     workers = _to_tree(owner.shared_worker_states, arrays, "workers")
     header = {
@@ -402,7 +402,7 @@ def restore(owner: Any, header: dict[str, Any], arrays: dict[str, np.ndarray]) -
     """Put the checkpoint's state into the SparkNetwork and its network (configuration checked)."""
     net, counters = owner.network, header["counters"]
     state = net.state_arrays()
-    with net._lock:
+    with net.lock:
         net.set_params(arrays["params"])
         for key, value in state.items():
             if key != "params":

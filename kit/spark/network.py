@@ -43,16 +43,17 @@ A task that fails (bad labels, NaN features, a crash) stops fit() with SparkTrai
 naming the partition, and the job group is cancelled so no Spark job is left running. A driver
 that dies loses nothing past the master's last checkpoint (`checkpoint_every`): a new driver's
 `fit(rdd, epochs=N, resume=True)` goes on from it bit for bit (kit.spark.checkpoint).
+
+Where the parts live (each re-exported here): kit.spark.spark_context (starting Spark),
+kit.spark.rdd_data (to_rdd, as_rdd), kit.spark.spark_errors (SparkTrainingError and its words),
+kit.spark.spark_evaluation (evaluation, a mixin of SparkNetwork); this module holds SparkNetwork's
+jobs and training: sessions, rounds, checkpoints.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
-import re
-import shutil
-import sys
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
@@ -60,16 +61,15 @@ from typing import Any
 
 import numpy as np
 
-from kit.data.dataset import DataSet
-from kit.evaluation import ROC, Evaluation
-from kit.labels import class_indices
 from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
 from kit.nn.network import Network
-from kit.settings import install_hint
-from kit.spark import _executor as ex
 from kit.spark import checkpoint
-from kit.spark.aggregation import tree_aggregate
 from kit.spark.masters import TrainingMaster
+from kit.spark.rdd_data import as_rdd, to_rdd
+from kit.spark.spark_context import SparkUnavailableError, local_spark_context, spark_missing
+from kit.spark.spark_errors import SparkTrainingError, _is_spark_error, spark_error
+from kit.spark.spark_evaluation import DEFAULT_EVAL_BATCH_SIZE as DEFAULT_EVAL_BATCH_SIZE  # as before
+from kit.spark.spark_evaluation import Evaluating, merge_evaluations
 from kit.spark.stats import SparkTrainingStats
 
 __all__ = [
@@ -81,184 +81,6 @@ __all__ = [
     "spark_missing",
     "to_rdd",
 ]
-
-DEFAULT_EVAL_BATCH_SIZE = 64  # DL4J's DEFAULT_EVAL_SCORE_BATCH_SIZE
-
-
-class SparkUnavailableError(RuntimeError):
-    """Spark cannot start here: the message names what is missing (PySpark, Java) and the fix."""
-
-
-class SparkTrainingError(RuntimeError):
-    """A Spark task failed; the message names the partition (and round), the cause is chained."""
-
-
-def _is_spark_error(exc: BaseException) -> bool:
-    """An error raised by Spark itself (Py4J's Java errors), not by kit's own checks on the driver."""
-    return type(exc).__module__.startswith(("py4j", "pyspark"))
-
-
-def spark_missing() -> str | None:
-    """Why Spark cannot start here (None when PySpark and Java are both present)."""
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        return f'PySpark is not installed: {install_hint("spark")} (or pip install "pyspark>=3.5")'
-    java_home = os.environ.get("JAVA_HOME")
-    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
-    if not java or not os.path.exists(java):
-        where = f"JAVA_HOME={java_home} has no bin/java" if java_home else "no `java` on PATH"
-        return (
-            f"Spark needs Java 17 and finds none ({where}): on Debian/Ubuntu "
-            "`apt-get install -y openjdk-17-jre-headless`, elsewhere install a JRE 17 and set JAVA_HOME"
-        )
-    return None
-
-
-@contextlib.contextmanager
-def _stderr_to_devnull() -> Iterator[None]:
-    """File descriptor 2 points at /dev/null inside the block: a process started there (Spark's
-    JVM, and the Python workers it forks) keeps writing its stderr there for its whole life."""
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
-def local_spark_context(
-    master: str = "local[2]",
-    app_name: str = "kit",
-    driver_memory: str = "1g",
-    conf: dict[str, str] | None = None,
-    quiet: bool = False,
-) -> Any:
-    """A SparkContext whose executors run this Python, with clear errors. Spark's own web UI stays
-    on (http://localhost:4040 while the context lives, the next free port if taken): what DL4J's
-    users were told to turn off was DL4J's training UI, whose dependencies clashed with Spark's;
-    `conf={"spark.ui.enabled": "false"}` turns it off. `quiet=True` starts the JVM with its stderr
-    on /dev/null (its start-up warnings and log4j lines, a notebook's red boxes); kit's errors
-    still arrive as Python exceptions. It applies only when this call starts the JVM."""
-    if not isinstance(quiet, bool):
-        raise TypeError(f"local_spark_context(quiet={quiet!r}): True or False")
-    why = spark_missing()
-    if why:
-        raise SparkUnavailableError(why)
-    from pyspark import SparkConf, SparkContext
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if master.startswith("local"):  # one machine: bind to loopback, and Spark prints no host name or address
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    settings = {"spark.driver.memory": driver_memory, **(conf or {})}
-    spark_conf = SparkConf().setMaster(master).setAppName(app_name)
-    for key, value in settings.items():
-        spark_conf = spark_conf.set(key, value)
-    try:
-        with _stderr_to_devnull() if quiet else contextlib.nullcontext():
-            sc = SparkContext.getOrCreate(spark_conf)
-    except Exception as exc:
-        raise SparkUnavailableError(
-            f"Spark could not start with master {master!r}: {type(exc).__name__}: {str(exc)[:400]}; "
-            "check `java -version` (Spark needs Java 17) and that nothing else holds the driver port"
-        ) from exc
-    sc.setLogLevel("ERROR")
-    return sc
-
-
-def to_rdd(
-    sc: Any,
-    data: DataSet | tuple[Any, Any],
-    examples_per_element: int = 1,
-    num_slices: int | None = None,
-    num_classes: int | None = None,
-) -> Any:
-    """An RDD of (features, labels) NumPy pairs from a DataSet or a (features, labels) pair;
-    labels become class indices by kit.labels' rule ((N,) or (N, 1) whole numbers or bools, or
-    one-hot rows; soft or fractional labels are refused, naming the row; with `num_classes`,
-    indices past it too, else the workers refuse them); `examples_per_element` examples per
-    element (how the data is cut for Spark; training re-batches to the master's
-    batch_size_per_worker examples)."""
-    if isinstance(data, DataSet):
-        x, y = data.features.numpy(), data.labels.numpy()
-    else:
-        x, y = np.asarray(data[0]), data[1]
-    y = class_indices(y, num_classes, where="to_rdd")
-    if x.shape[0] != y.shape[0]:
-        raise ValueError(f"to_rdd: {x.shape[0]} feature rows but {y.shape[0]} labels")
-    n = examples_per_element  # features keep their dtype: the network casts them where they meet it
-    pairs = [(x[i : i + n], y[i : i + n]) for i in range(0, x.shape[0], n)]
-    return sc.parallelize(pairs, num_slices or sc.defaultParallelism)
-
-
-def as_rdd(data: Any) -> Any:
-    """An RDD of pairs from an RDD (as is) or a DataFrame (first two columns: features, label)."""
-    if hasattr(data, "mapPartitionsWithIndex"):
-        return data
-    if hasattr(data, "rdd") and hasattr(data, "columns"):
-        if len(data.columns) < 2:
-            raise ValueError(f"a DataFrame for kit.spark needs features and label columns, got {data.columns}")
-        return data.select(data.columns[0], data.columns[1]).rdd.map(ex.row_to_pair)
-    raise TypeError(
-        f"SparkNetwork needs an RDD of (features, labels) pairs or a DataFrame, got {type(data).__name__}; "
-        "make one with kit.spark.to_rdd(sc, dataset)"
-    )
-
-
-def merge_evaluations(target: Any, raw: Any) -> None:
-    """Merge a partition's raw sums into an Evaluation (confusion matrix) or ROC (labels, scores)."""
-    if isinstance(target, Evaluation):
-        target.confusion += raw
-    elif isinstance(target, ROC):
-        labels, scores = raw
-        target._labels.extend(labels)
-        target._scores.extend(scores)
-    else:
-        raise TypeError(f"do_evaluation: kit.spark merges Evaluation and ROC, got {type(target).__name__}")
-
-
-def _combine(a: tuple[Any, ...] | None, b: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    out = []
-    for x, y in zip(a, b):
-        if isinstance(x, np.ndarray):
-            out.append(x + y)
-        elif isinstance(x[0], list):
-            out.append((x[0] + y[0], x[1] + y[1]))
-        else:
-            out.append((x[0] + y[0], x[1] + y[1]))
-    return tuple(out)
-
-
-_MARK = re.compile(r"\[kit\.spark\] partition (\d+)[^\n]*")
-_LOST = re.compile(r"Lost task (\d+)\.\d+ in stage (\d+)\.\d+")
-_CRASHED = "Python worker exited unexpectedly"
-
-
-def spark_error(exc: BaseException, what: str) -> SparkTrainingError:
-    """What a failed Spark action says to the user: kit's own partition message when a kit task
-    raised; a Python worker that died said in words (the process crashed or was killed), with
-    the partition Spark lost; else the first line of Spark's error, never a Java stack."""
-    text = str(exc)
-    found = _MARK.search(text)
-    if found:
-        return SparkTrainingError(f"Spark {what} failed in {found.group(0)[len('[kit.spark] ') :]}")
-    lost = _LOST.search(text)
-    where = f"partition {lost.group(1)} (stage {lost.group(2)})" if lost else "a partition"
-    if _CRASHED in text:
-        return SparkTrainingError(
-            f"Spark {what} failed: the Python worker process computing {where} died (crashed or was killed: out "
-            "of memory, a signal, os._exit in code that builds the RDD); nothing of it reached the network. Check "
-            "the executors' memory (spark.executor.memory; driver_memory in local mode) and the RDD's own functions"
-        )
-    first = next((line.strip() for line in text.splitlines() if "Exception" in line or "Error" in line), text[:300])
-    return SparkTrainingError(f"Spark {what} failed in {where}: {type(exc).__name__}: {first[:600]}")
 
 
 class _Rounds:
@@ -291,7 +113,7 @@ def _check_fit_args(epochs: Any, resume: Any) -> None:
         raise ValueError(f"fit(resume={resume!r}): True (go on from the latest checkpoint) or False")
 
 
-class SparkNetwork:
+class SparkNetwork(Evaluating):
     """A Network trained by a training master on a SparkContext (DL4J's SparkDl4jMultiLayer)."""
 
     def __init__(self, spark_context: Any, network: Network, training_master: TrainingMaster) -> None:
@@ -420,7 +242,7 @@ class SparkNetwork:
             self._run = None
             master.release(prepared)
             if began:
-                with self.network._lock:  # counters with the state, as save() reads them
+                with self.network.lock:  # counters with the state, as save() reads them
                     self.network.iteration, self.network.epoch = self.worker_iteration, self.epoch
                     self.network.last_score = self.last_score
 
@@ -492,55 +314,3 @@ class SparkNetwork:
 
     def get_score(self) -> float:
         return self.last_score
-
-    # ---- evaluation ----------------------------------------------------------------------
-    def _aggregate(self, data: Any, kinds: tuple[str, ...], batch_size: int) -> tuple[Any, ...]:
-        """Each partition's raw sums, merged up a tree (the master's aggregation_depth) in
-        partition order."""
-        rdd = as_rdd(data)
-        net = self.network
-        bc = self.sc.broadcast(net.params().numpy())
-        try:
-            with self.watched("evaluation"):
-                fn = ex.eval_task(self.config_json, bc, kinds, batch_size, net.output_shape[0])
-                depth = self.training_master.aggregation_depth
-                result, _ = tree_aggregate(rdd.mapPartitionsWithIndex(fn), None, _combine, _combine, depth)
-        finally:
-            bc.destroy()
-        if result is None:
-            raise ValueError("SparkNetwork evaluation: the RDD holds no elements")
-        return result
-
-    def do_evaluation(self, data: Any, *evaluations: Any, batch_size: int = DEFAULT_EVAL_BATCH_SIZE) -> tuple:
-        """Evaluate on every partition and merge (up the tree of kit.spark.aggregation) into the given Evaluation/ROC
-        objects: the same numbers as a local `network.do_evaluation` on the same data."""
-        if not evaluations:
-            raise ValueError("do_evaluation needs at least one evaluation object (Evaluation, ROC)")
-        kinds = []
-        for ev in evaluations:
-            if isinstance(ev, Evaluation):
-                if ev.num_classes != self.network.output_shape[0]:
-                    raise ValueError(
-                        f"Evaluation({ev.num_classes}) for a network with {self.network.output_shape[0]} outputs"
-                    )
-                kinds.append("evaluation")
-            elif isinstance(ev, ROC):
-                kinds.append("roc")
-            else:
-                raise TypeError(f"do_evaluation: kit.spark merges Evaluation and ROC, got {type(ev).__name__}")
-        raw = self._aggregate(data, tuple(kinds), batch_size)
-        for ev, part in zip(evaluations, raw):
-            merge_evaluations(ev, part)
-        return evaluations
-
-    def evaluate(self, data: Any, batch_size: int = DEFAULT_EVAL_BATCH_SIZE) -> Evaluation:
-        return self.do_evaluation(data, Evaluation(self.network.output_shape[0]), batch_size=batch_size)[0]
-
-    def score(self, data: Any, batch_size: int = DEFAULT_EVAL_BATCH_SIZE) -> float:
-        """Mean loss over the RDD (DL4J's calculateScore(rdd, average=true))."""
-        ((total, count),) = self._aggregate(data, ("score",), batch_size)
-        if count == 0:
-            raise ValueError("SparkNetwork.score: no examples")
-        return total / count
-
-    calculate_score = score

@@ -299,7 +299,7 @@ class ParallelInference(ShutsDownOnExit):
         is refused at its call with the usual shape error."""
         if not isinstance(model, Network):
             raise TypeError(f"ParallelInference.update_model needs a kit.nn.Network, got {type(model).__name__}")
-        with model._lock:  # one whole state, also while another thread trains the model
+        with model.lock:  # one whole state, also while another thread trains the model
             params = model.params()
             key = _answer_key(model)
         config = model.configuration

@@ -1,0 +1,164 @@
+"""How a Network trains: one iteration (forward, loss, backward, L2, the updater's step), and `fit`.
+
+    >>> from kit.data import ArrayIterator, load_digits
+    >>> from kit.nn import Dense, Network, ReLU, Sgd
+    >>> train, _ = load_digits()
+    >>> net = Network([Dense(16), ReLU(), Dense(10)], input_shape=(64,), updater=Sgd(0.1))
+    >>> first = net.score(train)
+    >>> net.fit(ArrayIterator(train, batch_size=128), epochs=2).score(train) < first
+    True
+
+Each iteration runs inside the training workspaces (`_train_mgr`, kit.nn.workspace_mgr) and under
+the network's lock, which `_train_one` hands to a waiting thread between two iterations
+(kit.nn.turn_lock). `fit` builds a kit.nn.loop.TrainingLoop over `train_step`. `Training` is a
+mixin of kit.nn.network.Network, which holds the state these methods use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Self
+
+import numpy as np
+
+from kit import memory
+from kit.data.async_iter import AsyncPrefetchIterator
+from kit.data.dataset import DataSet
+from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
+from kit.nn.mixed import precision_step, scale_seed
+from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
+
+__all__ = ["Training"]
+
+
+class Training:
+    """The training half of Network: gradients, the update, the loop."""
+
+    def compute_gradient_and_score(self, ds: DataSet) -> float:
+        """Forward, loss and backward on one batch: gradients land in `flat_grads`; no update.
+        With a loss scaler they are multiplied by `loss_scaler.scale` (and L2 is left to the update)."""
+        with self.lock:
+            mgr = self._train_mgr
+            with mgr.iteration():
+                return self._gradient_step(ds, mgr)
+
+    def _gradient_step(self, ds: DataSet, mgr: LayerWorkspaceMgr) -> float:
+        if not isinstance(ds, DataSet):
+            raise TypeError(
+                f"training needs DataSets (features, labels), got {type(ds).__name__}: wrap with DataSet(x, y)"
+            )
+        if ds.num_examples == 0:
+            raise ValueError("fit: a mini-batch with 0 examples; there is nothing to learn from an empty DataSet")
+        x = self._features(ds.features)
+        y = self._labels(ds.labels, x.shape[0])
+        self._check_finite(x, "features")
+        body = self.body
+        out = body.forward(x, mgr, True)
+        scaler = self.loss_scaler
+        with mgr.layer_call():
+            score, eps = self.loss.value_and_grad(out, y, mgr)
+            if scaler is not None:  # backward computes the gradient times the scale (kit.nn.mixed)
+                with np.errstate(over="ignore"):
+                    scale_seed(eps, scaler.scale)
+        if scaler is None:
+            body.backward(eps, mgr)
+        else:  # an overflow here is expected now and then: precision_step finds it and skips the step
+            with np.errstate(over="ignore", invalid="ignore"):
+                body.backward(eps, mgr)
+        if self.l2:
+            if self._precise:  # added to the unscaled master gradient in precision_step
+                score += self._l2_penalty()
+            else:
+                with mgr.updater():
+                    score += self._apply_l2(mgr)
+        return score
+
+    def _l2_penalty(self) -> float:
+        xp, master = self.device.xp, self.flat_master.data
+        return sum(0.5 * self.l2 * float(xp.dot(master[sl], master[sl])) for sl in self._l2)
+
+    def _update(self, mgr: LayerWorkspaceMgr) -> None:
+        """The updater's step (inside mgr.updater()): plain, or through kit.nn.mixed."""
+        if self._precise:
+            precision_step(self, mgr)
+        else:
+            self.updater.apply(self.flat_params, self.flat_grads, self.updater_state, self.iteration + 1, mgr)
+
+    def _apply_l2(self, mgr: LayerWorkspaceMgr) -> float:
+        xp, penalty = self.device.xp, 0.0
+        for p, g in self._regularized:
+            flat = p.data.reshape(-1)
+            penalty += 0.5 * self.l2 * float(xp.dot(flat, flat))
+            tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, p.shape, p.dtype, p.device).data
+            xp.multiply(p.data, self.l2, out=tmp)
+            g.data += tmp
+        return penalty
+
+    def apply_update(self) -> None:
+        """Apply the updater to the gradients now in `flat_grads` (one iteration; with a loss
+        scaler they are the scaled gradients compute_gradient_and_score left there)."""
+        with self.lock:
+            mgr = self._train_mgr
+            with mgr.iteration(), mgr.updater():
+                self._update(mgr)
+            self.iteration += 1
+
+    def make_loop(self, **hooks: Any) -> TrainingLoop:
+        """The training loop over this network's own step, one mini-batch at a time (kit.nn.loop's
+        Trainable: `hooks` are the loop's listeners, iteration_conditions, epoch_end); `stop_fit()`
+        stops it."""
+        return TrainingLoop(self, self.train_step, **loop_hooks(self, hooks)).attach(self)
+
+    def fit_batch(self, ds: DataSet) -> float:
+        """One iteration on one mini-batch: gradients, L2, updater. Returns the score."""
+        return self._train_one(ds, advance=True)
+
+    def _train_one(self, ds: DataSet, advance: bool = False) -> float:
+        """One iteration; `advance` moves the iteration counter too, inside the lock, so a
+        snapshot taken from another thread (save) never pairs new parameters with the old count."""
+        lock = self.lock
+        # save(), output() ... waiting in another thread: their turn, between two iterations
+        if lock.waiting:
+            lock.let_waiters_in()
+        with lock.rlock:  # the RLock itself (C): this thread waits for nobody, see let_waiters_in
+            mgr = self._train_mgr
+            with mgr.iteration():
+                score = self._gradient_step(ds, mgr)
+                with mgr.updater():
+                    self._update(mgr)
+            self.last_score = score
+            if advance:
+                self.iteration += 1
+        memory.maybe_gc()
+        return score
+
+    def train_step(self, batches: Sequence[DataSet]) -> list[StepResult]:
+        """The step of this network's TrainingLoop: one mini-batch, one iteration."""
+        (ds,) = batches
+        return [StepResult(self._train_one(ds, advance=True), ds.num_examples)]  # the loop sees the count moved
+
+    def fit(
+        self, data: DataSet | Iterable[DataSet], epochs: int = 1, listeners: Iterable[Any] = (), prefetch: int = 0
+    ) -> Self:
+        """Train on a DataSet (one iteration, as DL4J's fit(DataSet)) or an iterator (epochs).
+        `prefetch=N` wraps an iterator that allows it in an AsyncPrefetchIterator with a queue
+        of N (DL4J always wraps, with a queue of 2; kit asks you to choose)."""
+        loop = self.make_loop(listeners=listeners)
+        if isinstance(data, DataSet):  # one iteration, no epoch (DL4J's fit(DataSet))
+            loop.run_step([data])
+            return self
+        if isinstance(data, tuple):
+            raise TypeError(
+                "fit: got a tuple; wrap features and labels in a DataSet: net.fit(DataSet(features, labels))"
+            )
+        if prefetch and getattr(data, "async_supported", False):
+            with AsyncPrefetchIterator(data, prefetch=prefetch, device=self.device) as wrapped:
+                return self.fit(wrapped, epochs, listeners)
+        loop.run(data, epochs)
+        return self
+
+    def stop_fit(self) -> None:
+        """Ask a running fit() to stop after the current iteration."""
+        loop = self._loop() if self._loop is not None else None
+        if loop is not None:
+            loop.stop()
