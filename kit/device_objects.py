@@ -32,7 +32,7 @@ import psutil
 
 from kit import backend, settings
 from kit.cpu_threads import cores_per_worker
-from kit.device_rng import _make_rng, _seed_for
+from kit.device_rng import make_rng, seed_for
 from kit.state import STATE
 
 __all__ = [
@@ -60,7 +60,7 @@ class _DeviceBase:
         if self._rng is None:
             with self._rng_lock:
                 if self._rng is None:
-                    self._rng = _make_rng(self, _seed_for(self))
+                    self._rng = make_rng(self, seed_for(self))
         return self._rng
 
     def send(self, array: Any) -> Any:

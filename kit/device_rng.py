@@ -26,12 +26,12 @@ __all__ = ["seed"]
 AnyDevice = Any  # kit.devices.AnyDevice, named in hints only (kit.device_objects imports this module)
 
 
-def _seed_for(dev: AnyDevice) -> int:
+def seed_for(dev: AnyDevice) -> int:
     slot = getattr(dev, "slot", -1) + 1
     return (STATE.base_seed * 1_000_003 + dev.index * 1009 + (0 if dev.kind == "cpu" else 7) + slot * 31) & 0x7FFFFFFF
 
 
-def _make_rng(dev: AnyDevice, s: int) -> Any:
+def make_rng(dev: AnyDevice, s: int) -> Any:
     STATE.seeded.append(dev)  # devices are few and long-lived: no weakrefs needed
     if dev.kind == "gpu":
         cupy = backend.cupy()

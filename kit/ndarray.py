@@ -35,22 +35,22 @@ from kit.devices import AnyDevice, DeviceError, as_device, host_source, scalar, 
 from kit.memory import Lease, allocate, count
 from kit.ndarray_operators import binary_method, install_operators
 from kit.shapes import (
-    _BOOL,
-    _BOOL_RESULT,
-    _FLOAT_RESULT,
-    _HALF,
-    _SCALARS,
+    BOOL_DTYPE,
+    BOOL_RESULT_UFUNCS,
+    FLOAT16_DTYPE,
+    FLOAT_RESULT_UFUNCS,
+    SCALARS,
     ShapeError,
-    _broadcast,
-    _check_take_bounds,
-    _is_basic_index,
-    _matmul_shape,
-    _norm_axis,
-    _plan_cache,
-    _reduced_shape,
-    _reduction_plan,
-    _resolve_reshape,
-    _result_dtype,
+    broadcast_shape,
+    check_take_bounds,
+    is_basic_index,
+    matmul_shape,
+    norm_axis,
+    plan_cache,
+    reduced_shape,
+    reduction_plan,
+    resolve_reshape,
+    result_dtype,
 )
 from kit.state import STATE
 from kit.workspace import Workspace, leverage_target, parent_of_current_workspace
@@ -97,7 +97,7 @@ def _numpy_allocates(dev: AnyDevice) -> bool:
     return _thread.ws is None and not STATE.cache.on and dev.kind == "cpu"
 
 
-def _mismatch(op: str, a: NDArray, b: NDArray) -> None:
+def mismatch_error(op: str, a: NDArray, b: NDArray) -> None:
     raise DeviceMismatchError(
         f"{op}: arrays on different devices {a._device.name} and {b._device.name}; kit never copies "
         f"between devices silently: move one with .to({a._device.name!r}) first"
@@ -179,18 +179,20 @@ class NDArray:
         if other.__class__ is NDArray:
             b = other._check(op)
             if other._device is not dev:
-                _mismatch(op, self, other)
-            shape = a.shape if a.shape == b.shape else _broadcast(a.shape, b.shape, op)
-            same = a.dtype == b.dtype and a.dtype is not _BOOL and ufunc not in _FLOAT_RESULT  # bool // bool is int8
-            dtype = a.dtype if same else _result_dtype(ufunc, a.dtype, b.dtype)
-        elif other.__class__ in _SCALARS:
+                mismatch_error(op, self, other)
+            shape = a.shape if a.shape == b.shape else broadcast_shape(a.shape, b.shape, op)
+            same = (
+                a.dtype == b.dtype and a.dtype is not BOOL_DTYPE and ufunc not in FLOAT_RESULT_UFUNCS
+            )  # bool // bool is int8
+            dtype = a.dtype if same else result_dtype(ufunc, a.dtype, b.dtype)
+        elif other.__class__ in SCALARS:
             b = other
             shape = a.shape
-            dtype = _result_dtype(ufunc, a.dtype, other.__class__)
+            dtype = result_dtype(ufunc, a.dtype, other.__class__)
         else:
             return self._binary(self._coerce(other, op), ufunc, op, reflected)
-        if ufunc in _BOOL_RESULT:
-            dtype = _BOOL
+        if ufunc in BOOL_RESULT_UFUNCS:
+            dtype = BOOL_DTYPE
         out, owner = allocate(shape, dtype, dev)
         if reflected:
             ufunc(b, a, out=out)
@@ -201,7 +203,7 @@ class NDArray:
     def _coerce(self, other: Any, op: str) -> NDArray:
         if isinstance(other, np.generic):
             other = other.item()
-            if other.__class__ in _SCALARS:
+            if other.__class__ in SCALARS:
                 return other  # type: ignore[return-value]
         if self._device.kind == "gpu" and isinstance(other, np.ndarray):
             raise DeviceMismatchError(
@@ -215,13 +217,13 @@ class NDArray:
         if other.__class__ is NDArray:
             other._check(op)
             if other._device is not self._device:
-                _mismatch(op, self, other)
+                mismatch_error(op, self, other)
             b = other._data
-            if b.shape != a.shape and _broadcast(a.shape, b.shape, op) != a.shape:
+            if b.shape != a.shape and broadcast_shape(a.shape, b.shape, op) != a.shape:
                 raise ShapeError(
-                    f"{op}: cannot write a result of shape {_broadcast(a.shape, b.shape, op)} into {a.shape}"
+                    f"{op}: cannot write a result of shape {broadcast_shape(a.shape, b.shape, op)} into {a.shape}"
                 )
-        elif other.__class__ in _SCALARS:
+        elif other.__class__ in SCALARS:
             b = other
         else:
             return self._inplace(self._coerce(other, op), ufunc, op)
@@ -242,7 +244,7 @@ class NDArray:
                 return heap_result(ufunc(a, order="C"), dev)
             except TypeError:
                 pass  # below: kit's message naming the dtype
-        out, owner = allocate(a.shape, _result_dtype(ufunc, a.dtype, None), dev)
+        out, owner = allocate(a.shape, result_dtype(ufunc, a.dtype, None), dev)
         ufunc(a, out=out)
         return wrap(out, dev, owner)
 
@@ -288,14 +290,14 @@ class NDArray:
             other = self._coerce(other, "matmul")
         b = other._check("matmul")
         if other._device is not self._device:
-            _mismatch("matmul", self, other)
+            mismatch_error("matmul", self, other)
         if _numpy_allocates(self._device):
             try:
                 return heap_result(np.matmul(a, b), self._device)
             except (ValueError, TypeError):
                 pass  # below: kit's message naming both shapes
-        shape = _matmul_shape(a.shape, b.shape)
-        dtype = a.dtype if a.dtype == b.dtype else _result_dtype(np.matmul, a.dtype, b.dtype)
+        shape = matmul_shape(a.shape, b.shape)
+        dtype = a.dtype if a.dtype == b.dtype else result_dtype(np.matmul, a.dtype, b.dtype)
         out, owner = allocate(shape, dtype, self._device)
         self._device.xp.matmul(a, b, out=out)
         return wrap(out, self._device, owner)
@@ -304,9 +306,9 @@ class NDArray:
     def _reduce(self, op: str, axis: Any, keepdims: bool) -> NDArray:
         a = self._check(op)
         key = (op, a.shape, a.dtype, axis if axis.__class__ is not list else tuple(axis), keepdims)
-        plan = _plan_cache.get(key)
+        plan = plan_cache.get(key)
         if plan is None:
-            plan = _plan_cache[key] = _reduction_plan(op, a, axis, keepdims)
+            plan = plan_cache[key] = reduction_plan(op, a, axis, keepdims)
         axes, shape, out_dtype, count, reducer = plan
         dev = self._device
         if reducer is not None and _thread.ws is None and not STATE.cache.on and dev.kind == "cpu":
@@ -314,7 +316,7 @@ class NDArray:
             if op == "mean":
                 r = np.true_divide(r, count, out=r) if r.__class__ is _NDARRAY else r / count
             return heap_result(r, dev)
-        if dev.kind == "gpu" and _thread.ws is None and not STATE.cache.on and a.dtype != _HALF:
+        if dev.kind == "gpu" and _thread.ws is None and not STATE.cache.on and a.dtype != FLOAT16_DTYPE:
             # CuPy allocates from its pool inside the reduction, as the raw call does: a reduction
             # into `out=` ran a second kernel (kit's sum of 100 floats took 36 us, CuPy's 12 on an H100)
             r = getattr(a, op)(axis=axes, keepdims=keepdims)
@@ -323,7 +325,7 @@ class NDArray:
             return heap_result(r, dev)
         out, owner = allocate(shape, out_dtype, dev)
         xp = dev.xp
-        if xp is np and a.dtype != _HALF:  # ufunc.reduce: numpy's fast path, no wrapper layers
+        if xp is np and a.dtype != FLOAT16_DTYPE:  # ufunc.reduce: numpy's fast path, no wrapper layers
             if op == "sum" or op == "mean":
                 np.add.reduce(a, axis=axes, dtype=out_dtype, out=out, keepdims=keepdims)
                 if op == "mean":
@@ -334,7 +336,7 @@ class NDArray:
                 np.minimum.reduce(a, axis=axes, out=out, keepdims=keepdims)
             else:
                 np.var(a, axis=axes, out=out, keepdims=keepdims)
-        elif a.dtype == _HALF and op != "max" and op != "min":
+        elif a.dtype == FLOAT16_DTYPE and op != "max" and op != "min":
             # float16 sum, mean and var accumulate in float32 on both backends (NumPy's mean does;
             # its var and sum, and CuPy's var, add in float16: the var of 100,000 ones came out inf
             # on the CPU and NaN on an H100, where the answer, 0, is a float16)
@@ -370,8 +372,8 @@ class NDArray:
             out, owner = allocate((1,) * a.ndim if keepdims else (), np.dtype(np.intp), self._device)
             self._device.xp.argmax(a, out=out.reshape(()) if keepdims else out)
         else:
-            (ax,) = _norm_axis(axis, a.ndim, "argmax", a.shape)  # type: ignore[misc]
-            out, owner = allocate(_reduced_shape(a.shape, (ax,), keepdims), np.dtype(np.intp), self._device)
+            (ax,) = norm_axis(axis, a.ndim, "argmax", a.shape)  # type: ignore[misc]
+            out, owner = allocate(reduced_shape(a.shape, (ax,), keepdims), np.dtype(np.intp), self._device)
             self._device.xp.argmax(a, axis=ax, out=out, keepdims=keepdims)
         return wrap(out, self._device, owner)
 
@@ -387,7 +389,7 @@ class NDArray:
         if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
             shape = tuple(shape[0])
         try:
-            target = _resolve_reshape(a.shape, a.size, shape)
+            target = resolve_reshape(a.shape, a.size, shape)
         except ValueError as exc:
             raise ShapeError(
                 f"reshape: cannot reshape an array of shape {a.shape} ({a.size} elements) into {shape}: {exc}"
@@ -411,7 +413,7 @@ class NDArray:
 
     def squeeze(self, axis: Any = None) -> NDArray:
         a = self._check("squeeze")
-        axes = _norm_axis(axis, a.ndim, "squeeze", a.shape)
+        axes = norm_axis(axis, a.ndim, "squeeze", a.shape)
         if axes is not None and any(a.shape[i] != 1 for i in axes):
             raise ShapeError(f"squeeze: axis {axis} of shape {a.shape} does not have length 1")
         return self._view(a.squeeze(axes))
@@ -423,11 +425,11 @@ class NDArray:
     def __getitem__(self, key: Any) -> NDArray:
         a = self._check("getitem")
         key = _unwrap_key(key, self)
-        if _is_basic_index(key):
+        if is_basic_index(key):
             return self._view(a[key])
         xp = self._device.xp
         if isinstance(key, xp.ndarray) and key.dtype.kind in "iu":
-            _check_take_bounds(key, a.shape, xp)
+            check_take_bounds(key, a.shape, xp)
             out, owner = allocate(tuple(key.shape) + a.shape[1:], a.dtype, self._device)
             xp.take(a, key, axis=0, out=out)
             return wrap(out, self._device, owner)
@@ -451,7 +453,7 @@ class NDArray:
         key = _unwrap_key(key, self)
         if value.__class__ is NDArray:
             if value._device is not self._device:
-                _mismatch("setitem", self, value)
+                mismatch_error("setitem", self, value)
             value = value._check("setitem")
         elif self._device.kind == "gpu" and isinstance(value, np.ndarray):
             raise DeviceMismatchError(f"setitem: a NumPy array cannot be written into an array on {self._device.name}")
@@ -646,7 +648,7 @@ def _describe_owner(arr: NDArray) -> str:
 def _unwrap_key(key: Any, arr: NDArray) -> Any:
     if key.__class__ is NDArray:
         if key._device is not arr._device:
-            _mismatch("index", arr, key)
+            mismatch_error("index", arr, key)
         return key._check("index")
     if isinstance(key, tuple):
         return tuple(_unwrap_key(k, arr) for k in key)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from kit import backend
-from kit.shapes import _BOOL, _FLOAT_RESULT
+from kit.shapes import BOOL_DTYPE, FLOAT_RESULT_UFUNCS
 from kit.state import STATE
 
 __all__ = ["binary_method", "install_operators"]
@@ -102,8 +102,8 @@ def binary_method(array_class: type, heap_result: Callable, ufunc: np.ufunc, nam
             and other._owner is None
             and other._device is dev
             and other._data.dtype == self._data.dtype
-            and self._data.dtype is not _BOOL
-            and ufunc not in _FLOAT_RESULT
+            and self._data.dtype is not BOOL_DTYPE
+            and ufunc not in FLOAT_RESULT_UFUNCS
         ):
             # two heap arrays of one dtype on a GPU: CuPy's ufunc allocates from its pool, as the raw
             # op does (an empty() first and out= cost ~7 us more per op on an H100)

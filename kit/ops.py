@@ -21,8 +21,8 @@ import numpy as np
 from kit.creation import asarray
 from kit.devices import AnyDevice
 from kit.memory import allocate
-from kit.ndarray import NDArray, _mismatch, wrap
-from kit.shapes import _SCALARS, ShapeError, _broadcast, _norm_axis
+from kit.ndarray import NDArray, mismatch_error, wrap
+from kit.shapes import SCALARS, ShapeError, broadcast_shape, norm_axis
 
 __all__ = ["concatenate", "maximum", "minimum", "stack", "where"]
 
@@ -31,7 +31,7 @@ def _same_device(op: str, arrays: list[NDArray]) -> AnyDevice:
     first = arrays[0]
     for other in arrays[1:]:
         if other._device is not first._device:
-            _mismatch(op, first, other)
+            mismatch_error(op, first, other)
     return first._device
 
 
@@ -54,7 +54,7 @@ def concatenate(arrays: Any, axis: int = 0) -> NDArray:
         raise ShapeError(
             f"concatenate: arrays need the same number (>= 1) of dimensions, got shapes {[d.shape for d in datas]}"
         )
-    (ax,) = _norm_axis(axis, nd, "concatenate", datas[0].shape)  # type: ignore[misc]
+    (ax,) = norm_axis(axis, nd, "concatenate", datas[0].shape)  # type: ignore[misc]
     for d in datas[1:]:
         if d.shape[:ax] + d.shape[ax + 1 :] != datas[0].shape[:ax] + datas[0].shape[ax + 1 :]:
             raise ShapeError(f"concatenate: shapes {datas[0].shape} and {d.shape} differ off axis {ax}")
@@ -72,7 +72,7 @@ def stack(arrays: Any, axis: int = 0) -> NDArray:
     if any(d.shape != datas[0].shape for d in datas):
         raise ShapeError(f"stack: all arrays need the same shape, got {[d.shape for d in datas]}")
     nd = datas[0].ndim + 1
-    (ax,) = _norm_axis(axis, nd, "stack", datas[0].shape)  # type: ignore[misc]
+    (ax,) = norm_axis(axis, nd, "stack", datas[0].shape)  # type: ignore[misc]
     shape = (*datas[0].shape[:ax], len(datas), *datas[0].shape[ax:])
     out, owner = allocate(shape, np.result_type(*[d.dtype for d in datas]), dev)
     dev.xp.stack(datas, axis=ax, out=out)
@@ -89,17 +89,17 @@ def where(cond: NDArray, a: Any, b: Any) -> NDArray:
     for x in (a, b):
         if x.__class__ is NDArray:
             if x._device is not dev:
-                _mismatch("where", cond, x)
+                mismatch_error("where", cond, x)
             parts.append(x._check("where"))
-        elif x.__class__ in _SCALARS:
+        elif x.__class__ in SCALARS:
             parts.append(x)
         else:
             parts.append(cond._coerce(x, "where")._data)
-    shapes = [c.shape] + [p.shape for p in parts if not isinstance(p, _SCALARS)]
+    shapes = [c.shape] + [p.shape for p in parts if not isinstance(p, SCALARS)]
     shape = shapes[0]
     for s in shapes[1:]:
-        shape = _broadcast(shape, s, "where")
-    dtype = np.result_type(*[p if isinstance(p, _SCALARS) else p.dtype for p in parts])
+        shape = broadcast_shape(shape, s, "where")
+    dtype = np.result_type(*[p if isinstance(p, SCALARS) else p.dtype for p in parts])
     out, owner = allocate(shape, dtype, dev)
     dev.xp.copyto(out, parts[1])
     dev.xp.copyto(out, parts[0], where=c)

@@ -21,10 +21,10 @@ class ShapeError(ValueError):
 
 _bcast_cache: dict[tuple, tuple] = {}
 _dtype_cache: dict[tuple, np.dtype] = {}
-_SCALARS = (int, float, bool)
+SCALARS = (int, float, bool)
 
 
-def _broadcast(s1: tuple, s2: tuple, op: str) -> tuple:
+def broadcast_shape(s1: tuple, s2: tuple, op: str) -> tuple:
     key = (s1, s2)
     shape = _bcast_cache.get(key)
     if shape is None:
@@ -38,7 +38,7 @@ def _broadcast(s1: tuple, s2: tuple, op: str) -> tuple:
     return shape
 
 
-def _result_dtype(ufunc: np.ufunc, d1: np.dtype, d2: Any) -> np.dtype:
+def result_dtype(ufunc: np.ufunc, d1: np.dtype, d2: Any) -> np.dtype:
     key = (ufunc, d1, d2)
     dt = _dtype_cache.get(key)
     if dt is None:
@@ -58,7 +58,7 @@ def _dname(d: Any) -> str:
     return d.__name__ if isinstance(d, type) else str(d)
 
 
-def _norm_axis(axis: Any, ndim: int, op: str, shape: tuple) -> tuple[int, ...] | None:
+def norm_axis(axis: Any, ndim: int, op: str, shape: tuple) -> tuple[int, ...] | None:
     if axis is None:
         return None
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
@@ -72,7 +72,7 @@ def _norm_axis(axis: Any, ndim: int, op: str, shape: tuple) -> tuple[int, ...] |
     return tuple(out)
 
 
-def _reduced_shape(shape: tuple, axes: tuple | None, keepdims: bool) -> tuple:
+def reduced_shape(shape: tuple, axes: tuple | None, keepdims: bool) -> tuple:
     if axes is None:
         return (1,) * len(shape) if keepdims else ()
     if keepdims:
@@ -80,28 +80,28 @@ def _reduced_shape(shape: tuple, axes: tuple | None, keepdims: bool) -> tuple:
     return tuple(n for i, n in enumerate(shape) if i not in axes)
 
 
-def _reduction_plan(op: str, a: Any, axis: Any, keepdims: bool) -> tuple:
+def reduction_plan(op: str, a: Any, axis: Any, keepdims: bool) -> tuple:
     """(axes, result shape, result dtype, elements per result, reducer) for one reduction;
     reducer is the NumPy ufunc's `reduce` for the ops that have one (not float16: NumPy's own
     float16 loops), which kit calls directly on the host heap."""
-    axes = _norm_axis(axis, a.ndim, op, a.shape)
+    axes = norm_axis(axis, a.ndim, op, a.shape)
     if a.size == 0 and op in ("max", "min"):
         raise ShapeError(f"{op}: an empty array of shape {a.shape} has no {op}")
-    shape = _reduced_shape(a.shape, axes, keepdims)
+    shape = reduced_shape(a.shape, axes, keepdims)
     out_dtype = getattr(np, op)(np.zeros((1,), a.dtype)).dtype
     count = math.prod(a.shape) if axes is None else math.prod(a.shape[i] for i in axes)
-    reducer = _REDUCERS.get(op) if a.dtype != _HALF else None
+    reducer = _REDUCERS.get(op) if a.dtype != FLOAT16_DTYPE else None
     return axes, shape, out_dtype, count, reducer
 
 
 _REDUCERS = {"sum": np.add.reduce, "mean": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
 
 
-_plan_cache: dict[tuple, tuple] = {}
-_HALF = np.dtype(np.float16)
+plan_cache: dict[tuple, tuple] = {}
+FLOAT16_DTYPE = np.dtype(np.float16)
 
 
-def _matmul_shape(s1: tuple, s2: tuple) -> tuple:
+def matmul_shape(s1: tuple, s2: tuple) -> tuple:
     if not s1 or not s2:
         raise ShapeError(f"matmul: scalars are not allowed (shapes {s1} and {s2}); use *")
     a = (1, *s1) if len(s1) == 1 else s1
@@ -111,7 +111,7 @@ def _matmul_shape(s1: tuple, s2: tuple) -> tuple:
             f"matmul: shapes {s1} and {s2} do not align: the last axis of the first ({a[-1]}) "
             f"must equal the second-to-last axis of the second ({b[-2]})"
         )
-    batch = _broadcast(a[:-2], b[:-2], "matmul")
+    batch = broadcast_shape(a[:-2], b[:-2], "matmul")
     out = (*batch, a[-2], b[-1])
     if len(s1) == 1:
         out = out[:-2] + out[-1:]
@@ -120,7 +120,7 @@ def _matmul_shape(s1: tuple, s2: tuple) -> tuple:
     return out
 
 
-_BOOL = np.dtype(bool)
+BOOL_DTYPE = np.dtype(bool)
 
 
 def accumulator(dtype: Any) -> Any:
@@ -130,13 +130,13 @@ def accumulator(dtype: Any) -> Any:
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
-_BOOL_RESULT = frozenset(
+BOOL_RESULT_UFUNCS = frozenset(
     {np.less, np.less_equal, np.greater, np.greater_equal, np.equal, np.not_equal, np.logical_and, np.logical_or}
 )
-_FLOAT_RESULT = frozenset({np.true_divide})
+FLOAT_RESULT_UFUNCS = frozenset({np.true_divide})
 
 
-def _resolve_reshape(shape: tuple, size: int, new: tuple) -> tuple:
+def resolve_reshape(shape: tuple, size: int, new: tuple) -> tuple:
     new = tuple(int(n) for n in new)
     unknown = [i for i, n in enumerate(new) if n == -1]
     if len(unknown) > 1 or any(n < -1 for n in new):
@@ -151,13 +151,13 @@ def _resolve_reshape(shape: tuple, size: int, new: tuple) -> tuple:
     return new
 
 
-def _is_basic_index(key: Any) -> bool:
+def is_basic_index(key: Any) -> bool:
     if isinstance(key, tuple):
         return all(k is None or k is Ellipsis or isinstance(k, (int, np.integer, slice)) for k in key)
     return key is None or key is Ellipsis or isinstance(key, (int, np.integer, slice))
 
 
-def _check_take_bounds(idx: Any, shape: tuple, xp: Any) -> None:
+def check_take_bounds(idx: Any, shape: tuple, xp: Any) -> None:
     if not shape:
         raise IndexError("getitem: a 0-d array cannot be indexed with an integer array")
     if idx.size and (int(idx.max()) >= shape[0] or int(idx.min()) < -shape[0]):

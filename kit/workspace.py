@@ -57,7 +57,7 @@ from kit.workspace_config import (
     set_debug_mode,
     track_allocation_sites,
 )
-from kit.workspace_cycles import Cycles, _address, _Generation
+from kit.workspace_cycles import Cycles, Generation, data_address
 from kit.workspace_errors import (
     ArrayFromClosedScopeError,
     ArrayFromDestroyedWorkspaceError,
@@ -143,7 +143,7 @@ class Workspace(Cycles):
         self.cycles = 0  # completed cycles
         self._entered = 0  # started cycles
         self._lap = 0
-        self._gen = _Generation(0, 0)
+        self._gen = Generation(0, 0)
         self._cycle_bytes = 0
         self.max_cycle_bytes = 0
         self.last_cycle_bytes = 0
@@ -173,10 +173,10 @@ class Workspace(Cycles):
         nbytes = -(-int(nbytes) // ALIGNMENT) * ALIGNMENT
         with self.physical.activate():
             arena = self.physical.xp.empty(nbytes + ALIGNMENT, dtype=np.uint8)
-        pad = (-_address(arena)) % ALIGNMENT  # start the arena on an aligned address
+        pad = (-data_address(arena)) % ALIGNMENT  # start the arena on an aligned address
         self._arena = arena[pad : pad + nbytes]
         self._views = {}
-        self._base = _address(self._arena)
+        self._base = data_address(self._arena)
         self.capacity = nbytes
         self.arena_allocations += 1
         memory.count(self.physical, nbytes + ALIGNMENT)
@@ -248,7 +248,7 @@ class Workspace(Cycles):
         with self.physical.activate():
             data = self.physical.xp.empty(shape, dtype)
         if STATE.track_sites:
-            self._remember_site(_address(data), nbytes)
+            self._remember_site(data_address(data), nbytes)
         if STATE.recorder is not None:
             STATE.recorder.spill(self, data, size)
         return data
@@ -260,7 +260,7 @@ class Workspace(Cycles):
         if STATE.recorder is not None:
             STATE.recorder.reset(self)
         self._lap += 1
-        self._gen = _Generation(self._entered, self._lap)
+        self._gen = Generation(self._entered, self._lap)
         self._offset = 0
         self.resets += 1
 
@@ -307,7 +307,7 @@ class Workspace(Cycles):
                 raise WorkspaceScopeError(f"workspace {self.name!r}: initialize() inside its own scope")
             if not cfg.circular:
                 self._retire("the arena was reallocated", ArrayFromOldCycleError)
-                self._gen = _Generation(0, self._lap)
+                self._gen = Generation(0, self._lap)
             # circular: arrays handed out earlier keep the old block alive and nothing will
             # write there again, so they stay valid; new ones start at the new arena's front
             self._arena = None
@@ -320,7 +320,7 @@ class Workspace(Cycles):
         if self._open:
             raise WorkspaceScopeError(f"workspace {self.name!r} is open: leave its scope before destroying it")
         self._retire("the workspace was destroyed", ArrayFromDestroyedWorkspaceError)
-        self._gen = _Generation(-1, self._lap)
+        self._gen = Generation(-1, self._lap)
         self._gen.ended, self._gen.kind = "the workspace was destroyed", ArrayFromDestroyedWorkspaceError
         self._arena = None
         self._views = {}
@@ -341,7 +341,7 @@ class Workspace(Cycles):
     def generation(self) -> int:
         return self._entered * 1_000_003 + self._lap
 
-    def cycle_of(self, gen: _Generation) -> int:
+    def cycle_of(self, gen: Generation) -> int:
         return gen.cycle
 
     def stats(self) -> dict[str, Any]:

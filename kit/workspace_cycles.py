@@ -9,7 +9,7 @@ may still be used (and, when not, the error that says why).
     (False, 1)
     >>> ws.destroy()
 
-Each cycle (and, in a circular workspace, each lap of the write pointer) is one `_Generation`
+Each cycle (and, in a circular workspace, each lap of the write pointer) is one `Generation`
 object. An array holds the generation it was carved in; every op compares it with its owner's by
 identity, so the check on the hot path is one attribute load. Only when the two differ does the
 workspace look closer (`_still_valid`: a circular buffer's last lap stays valid until the pointer
@@ -45,7 +45,7 @@ from kit.workspace_errors import (
 _thread = STATE.thread  # this thread's slots: .ws (the current workspace), .manager
 
 
-class _Generation:
+class Generation:
     __slots__ = ("cycle", "ended", "kind", "lap", "sites")
 
     def __init__(self, cycle: int, lap: int) -> None:
@@ -55,7 +55,7 @@ class _Generation:
         self.sites: list[tuple[int, int, str]] | None = None  # (start, end, "file:line") in debug
 
 
-def _address(data: Any) -> int:
+def data_address(data: Any) -> int:
     if isinstance(data, np.ndarray):
         return int(data.__array_interface__["data"][0])
     return int(data.data.ptr)
@@ -115,7 +115,7 @@ class Cycles:
         self._entered += 1
         if not self._circular:
             self._offset = 0
-            self._gen = _Generation(self._entered, self._lap)
+            self._gen = Generation(self._entered, self._lap)
         elif self._gen.cycle == 0:
             self._gen.cycle = self._entered
         self._cycle_bytes = 0
@@ -155,7 +155,7 @@ class Cycles:
             self._gen.kind = ArrayFromClosedScopeError
             # between cycles: a generation of its own, which the next exit retires in turn (an array
             # carved while closed, through Workspace.alloc, must not become valid again later)
-            self._gen = _Generation(0, self._lap)
+            self._gen = Generation(0, self._lap)
             self._offset = 0
             self.resets += 1
         if self._realloc or not self._initialized:
@@ -183,7 +183,7 @@ class Cycles:
             return True
         if not self.config.circular or self.destroyed or g.lap != self._lap - 1 or g.kind is not ArrayOverwrittenError:
             return False
-        start = _address(arr._data) - self._base
+        start = data_address(arr._data) - self._base
         if not 0 <= start < self.capacity:  # a spill: heap memory nobody reuses this lap
             return True
         return start >= self._offset  # the new lap has not reached it yet
@@ -226,7 +226,7 @@ class Cycles:
             f"(a heap copy), or .leverage_to('<outer workspace>') into an open outer workspace."
         )
         if g.sites:
-            where = _address(arr._data)
+            where = data_address(arr._data)
             site = next((s for a, b, s in reversed(g.sites) if a <= where < b), None)
             if site:
                 msg += f" It was allocated at {site}."

@@ -27,7 +27,7 @@ from typing import Any
 
 import kit
 from kit import measure, tables
-from kit.bench.common import _device_label, run_metadata
+from kit.bench.common import device_label, run_metadata
 from kit.bench.d2l import bench_d2l
 from kit.bench.parallel import bench_parallel
 from kit.bench.precision import bench_precision
@@ -134,7 +134,7 @@ def bench_arrays(quick: bool = False, progress: Callable[[int, int, str], Any] |
             rows += _array_rows(dev, size, min_time, repeats, stages)
     return {
         "benchmark": "arrays",
-        "device": _device_label(),
+        "device": device_label(),
         "repeats": repeats,
         "min_time_s": min_time,
         "columns": list(_ARRAY_COLUMNS),
@@ -266,7 +266,7 @@ def bench_workspaces(quick: bool = False, progress: Callable[[int, int, str], An
     _set_regime("plain")
     return {
         "benchmark": "workspaces",
-        "device": _device_label(),
+        "device": device_label(),
         "repeats": repeats,
         "iterations_per_repeat": timed["plain"].number * _BLOCK,
         "columns": list(_WORKSPACE_COLUMNS),

@@ -16,15 +16,15 @@ import numpy as np
 import kit
 from kit import measure, settings
 
-__all__ = ["_device_label", "_side_by_side", "_time", "git_commit", "run_metadata"]
+__all__ = ["device_label", "git_commit", "run_metadata", "side_by_side", "time_calls"]
 
 
-def _time(fn: Callable[[], Any], number: int) -> float:
+def time_calls(fn: Callable[[], Any], number: int) -> float:
     """Seconds per call of `number` calls, device synchronised before the clock is read."""
     return measure.measure(fn, number=number, repeats=1, warmup=False, sync=kit.backend.sync).median
 
 
-def _side_by_side(
+def side_by_side(
     fns: dict[str, Callable[[], Any]], number: int | None, repeats: int, min_time: float = measure.MIN_TIME
 ) -> dict[str, list[float]]:
     """Seconds per call for each variant, one list entry per repeat, variants interleaved
@@ -33,7 +33,7 @@ def _side_by_side(
     return {k: t.seconds for k, t in timings.items()}
 
 
-def _device_label() -> str:
+def device_label() -> str:
     dev = kit.current_device()
     return dev.describe()
 

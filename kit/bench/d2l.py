@@ -27,7 +27,7 @@ import numpy as np
 
 import kit
 from kit import tables
-from kit.bench.common import _device_label
+from kit.bench.common import device_label
 from kit.data import ArrayIterator, DataNotFoundError, load_fashion_mnist
 from kit.listeners import TrainingListener
 from kit.nn import Sgd, resnet18
@@ -349,7 +349,7 @@ def bench_d2l(
     runs = _train_in_turn(sides, epochs)
     result: dict[str, Any] = {
         "benchmark": "d2l",
-        "device": _device_label(),
+        "device": device_label(),
         "setup": f"ResNet-18 (d2l, 28x28), Fashion-MNIST {len(train)} train / {len(test)} test, batch {batch}, "
         f"SGD lr {lr}, {epochs} epoch(s), weights "
         f"{'N(0, 0.01) (d2l)' if init == 'd2l' else 'each library default'}; every side in turn each epoch, "

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
-from kit.bench.common import _side_by_side
+from kit.bench.common import side_by_side
 from kit.nn.conv import PER_EXAMPLE_MAX_WEIGHTS
 from kit.nn.im2col import col2im_add, im2col_into, pad_into, pool_max_into
 
@@ -251,7 +251,7 @@ def maxpool_variants(b: int, c: int, h: int, k: int) -> tuple[Variants, Variants
 
 
 def _rows(group: str, fns: dict[str, Callable[[], Any]], number: int, repeats: int) -> list[dict[str, Any]]:
-    times = _side_by_side(fns, number, repeats)
+    times = side_by_side(fns, number, repeats)
     base = next(t for name, t in times.items() if name.endswith("(kit)"))
     return [
         {

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from kit import measure
-from kit.bench.common import _device_label
+from kit.bench.common import device_label
 from kit.data import ArrayIterator, DataSet
 from kit.devices import (
     blas_threads,
@@ -313,7 +313,7 @@ def bench_parallel(quick: bool = False) -> dict[str, Any]:
     at64 = [r for r in inference if ", 64 " in r["case"] and "batched_over_sequential" in r]
     return {
         "benchmark": "parallel",
-        "device": _device_label() + f"; workers on {two['devices']}",
+        "device": device_label() + f"; workers on {two['devices']}",
         "repeats": 3 if quick else 7,
         "columns": cols,
         "rows": rows,

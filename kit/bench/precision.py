@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_info
 
 import kit
 from kit import measure
-from kit.bench.common import _device_label
+from kit.bench.common import device_label
 from kit.data import ArrayIterator, DataSet, load_digits, load_fashion_mnist
 from kit.data.datasets import find_fashion_mnist
 from kit.nn import Adam, Network, Sgd, mlp
@@ -305,7 +305,7 @@ def bench_precision(quick: bool = False) -> dict[str, Any]:
     stall = stall_case(digits_train, steps=10 if quick else 20)
     return {
         "benchmark": "precision",
-        "device": _device_label(),
+        "device": device_label(),
         "repeats": repeats,
         "columns": list(COLUMNS),
         "rows": [rows[name] for name in VARIANTS],

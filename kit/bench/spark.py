@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from kit import measure
-from kit.bench.common import _device_label
+from kit.bench.common import device_label
 from kit.data import ArrayIterator, DataSet
 from kit.nn import Sgd, mlp
 from kit.nn.zoo import resnet18
@@ -113,7 +113,7 @@ def run_on(sc: Any, quick: bool) -> dict[str, Any]:
     cols += ["broadcast_bytes", "driver_bytes", "formula_bytes", "partials", "formula_partials", "reliable"]
     return {
         "benchmark": "spark",
-        "device": _device_label() + f"; Spark {sc.version} {sc.master} (every executor on this machine)",
+        "device": device_label() + f"; Spark {sc.version} {sc.master} (every executor on this machine)",
         "repeats": repeats,
         "columns": cols,
         "rows": rows,

@@ -28,7 +28,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import kit
 from kit import measure
-from kit.bench.common import _device_label, _time
+from kit.bench.common import device_label, time_calls
 from kit.bench.d2l import torch_resnet18
 from kit.bench.kernels import kernel_rows
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
@@ -136,8 +136,8 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
             p.numpy().copy() for layer in mlp(n_in, hidden=hidden, n_out=n_out).layers for p in layer.params.values()
         ]
         xs, ys = data.features.numpy(), data.labels.numpy()
-        t_torch = [_time(torch_step, number) for _ in range(repeats)]
-        t_numpy = [_time(lambda: numpy_mlp_step(xs, ys, weights, lr), number) for _ in range(repeats)]
+        t_torch = [time_calls(torch_step, number) for _ in range(repeats)]
+        t_numpy = [time_calls(lambda: numpy_mlp_step(xs, ys, weights, lr), number) for _ in range(repeats)]
         rows.append(
             {
                 "case": f"PyTorch MLP b{batch} (CPU; timed in its own block)",
@@ -161,7 +161,7 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
     on_gpu = kit.current_device().kind == "gpu"
     return {
         "benchmark": "train",
-        "device": _device_label(),
+        "device": device_label(),
         "repeats": repeats,
         "columns": list(COLUMNS),
         "rows": [{c: r.get(c, "") for c in COLUMNS} for r in rows],

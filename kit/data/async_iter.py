@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kit._lifecycle import ShutsDownOnExit
-from kit.data.dataset import DataSet, DataSetIterator, _raw
+from kit.data.dataset import DataSet, DataSetIterator, dataset_of
 from kit.devices import as_device, attach_thread_to_device
 from kit.state import STATE
 from kit.workspace import (
@@ -129,7 +129,7 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
                     break
                 if self.use_workspace:
                     with ws:  # a copy in the ring, on this iterator's device
-                        batch = _raw(_copy_to(ds.features, self.device), _copy_to(ds.labels, self.device))
+                        batch = dataset_of(_copy_to(ds.features, self.device), _copy_to(ds.labels, self.device))
                 else:
                     batch = (ds.detach() if ds.features.is_attached else ds).to(self.device)
                 if not self._put(batch):

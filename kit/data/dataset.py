@@ -60,10 +60,10 @@ class DataSet:
         return self.num_examples
 
     def detach(self) -> DataSet:
-        return _raw(self.features.detach(), self.labels.detach())
+        return dataset_of(self.features.detach(), self.labels.detach())
 
     def migrate(self) -> DataSet:
-        return _raw(self.features.migrate(), self.labels.migrate())
+        return dataset_of(self.features.migrate(), self.labels.migrate())
 
     @property
     def device(self) -> Any:
@@ -74,7 +74,7 @@ class DataSet:
         dev = as_device(device)
         if self.features.device is dev and self.labels.device is dev:
             return self
-        return _raw(self.features.to(dev), self.labels.to(dev))
+        return dataset_of(self.features.to(dev), self.labels.to(dev))
 
     def split(self, fraction: float, seed: int = 0) -> tuple[DataSet, DataSet]:
         """A seeded random split into (first, rest), `fraction` of the examples first."""
@@ -87,13 +87,13 @@ class DataSet:
     def take(self, index: np.ndarray) -> DataSet:
         idx = asarray(np.asarray(index, dtype=np.int64), device=self.features.device)
         with scope_out_of_workspaces():
-            return _raw(self.features[idx], self.labels[idx])
+            return dataset_of(self.features[idx], self.labels[idx])
 
     def __repr__(self) -> str:
         return f"DataSet({self.num_examples} examples, features {self.features.shape[1:]}, {self.num_classes} classes)"
 
 
-def _raw(features: NDArray, labels: NDArray) -> DataSet:
+def dataset_of(features: NDArray, labels: NDArray) -> DataSet:
     ds = object.__new__(DataSet)
     ds.features, ds.labels = features, labels
     return ds
@@ -191,7 +191,7 @@ class ArrayIterator(DataSetIterator):
         n, b = data.num_examples, self.batch_size
         stop = n - n % b if self.drop_last else n
         for start in range(0, stop, b):
-            yield _raw(data.features[start : start + b], data.labels[start : start + b])
+            yield dataset_of(data.features[start : start + b], data.labels[start : start + b])
 
     def reset(self) -> None:
         """Nothing to do: each iteration is a fresh epoch (with a new seeded shuffle)."""

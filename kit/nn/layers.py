@@ -50,7 +50,7 @@ from kit.nn.kernels import (
     tanh_into,
 )
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
-from kit.shapes import _BOOL
+from kit.shapes import BOOL_DTYPE
 
 __all__ = [
     "Dense",
@@ -281,7 +281,7 @@ class ReLU(Layer):
 def relu_grad_into(eps: NDArray, y: NDArray, out: NDArray, mgr: LayerWorkspaceMgr) -> None:
     """out = eps where the ReLU output y was positive, else 0 (the mask in BP working memory)."""
     e, dev = eps.data, eps._device
-    mask = mgr.create(BP, e.shape, _BOOL, dev)._data
+    mask = mgr.create(BP, e.shape, BOOL_DTYPE, dev)._data
     relu_backward_into(dev.xp, e, y.data, mask, out.data)
 
 

@@ -3,9 +3,9 @@
     >>> from kit.devices import as_device
     >>> from kit.nn import mlp
     >>> from kit.parallel import ParallelWrapper
-    >>> from kit.parallel.worker import _Worker
+    >>> from kit.parallel.worker import Worker
     >>> with ParallelWrapper(mlp(4, hidden=(8,), n_out=2), workers=1) as pw:
-    ...     worker = _Worker(9, pw.replicas[0], as_device("cpu:0"), pw)
+    ...     worker = Worker(9, pw.replicas[0], as_device("cpu:0"), pw)
     ...     worker.submit(lambda w: (w.index, w.replica.num_params))
     ...     worker.result()
     ...     worker.stop()
@@ -45,14 +45,14 @@ class WorkerError(RuntimeError):
 
 
 _STOP = object()
-Task = Callable[["_Worker"], Any]
+Task = Callable[["Worker"], Any]
 SHUT_DOWN_DURING_FIT = (
     "ParallelWrapper was shut down while fit() ran: shutdown() stopped the workers after their current tasks, and "
     "the interrupted fit() wrote none of its rounds into the model"
 )
 
 
-class _Worker:
+class Worker:
     """One thread pinned to one device with one replica; runs tasks (callables) in order."""
 
     def __init__(self, index: int, replica: Network, device: AnyDevice, wrapper: Any) -> None:

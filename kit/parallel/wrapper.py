@@ -81,7 +81,7 @@ from kit.parallel.threshold import (
     NoOpResidualPostProcessor,
     ThresholdAlgorithm,
 )
-from kit.parallel.worker import Task, WorkerError, _Worker
+from kit.parallel.worker import Task, Worker, WorkerError
 
 __all__ = ["ParallelWrapper", "TrainingMode", "WorkerError", "default_devices"]
 
@@ -170,7 +170,7 @@ class ParallelWrapper(ShutsDownOnExit):
         self._dirty: set[int] = set()  # workers that trained since the last averaging
         self.loop: TrainingLoop | None = None
         self._closed = False
-        self._zoo: list[_Worker] = []
+        self._zoo: list[Worker] = []
         self._build()
 
     # ---- replicas -------------------------------------------------------------------
@@ -179,7 +179,7 @@ class ParallelWrapper(ShutsDownOnExit):
         for i, dev in enumerate(self.devices):
             replica = Network.from_config(config, device=dev)
             replica.copy_state_from(self.model)
-            self._zoo.append(_Worker(i, replica, dev, self))
+            self._zoo.append(Worker(i, replica, dev, self))
         self._published = self._fingerprint()
 
     @property
@@ -303,7 +303,7 @@ class ParallelWrapper(ShutsDownOnExit):
             w.replica.iteration = iteration
         return [StepResult(score, ds.num_examples, w.replica, w.index) for w, ds, score in zip(zoo, batches, scores)]
 
-    def _collect(self, zoo: list[_Worker]) -> list[Any]:
+    def _collect(self, zoo: list[Worker]) -> list[Any]:
         # the first failure stops everything; the others finish their task first
         return [w.result() for w in zoo]
 

@@ -21,9 +21,9 @@ import numpy as np
 from kit.nn.loop import StepResult
 from kit.nn.mixed import LossScaler
 from kit.spark import _executor as ex
-from kit.spark.master_options import RDDTrainingApproach, Repartition, _check_bool
+from kit.spark.master_options import RDDTrainingApproach, Repartition, check_bool
 from kit.spark.prepared import Prepared
-from kit.spark.training_master import TrainingMaster, _diverged, timing_sizes
+from kit.spark.training_master import TrainingMaster, round_diverged, timing_sizes
 
 __all__ = ["ParameterAveragingTrainingMaster"]
 
@@ -82,14 +82,14 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
             gpus_per_task,
         )
         self.averaging_frequency = averaging_frequency
-        self.save_updater = _check_bool("ParameterAveragingTrainingMaster", "save_updater", save_updater)
+        self.save_updater = check_bool("ParameterAveragingTrainingMaster", "save_updater", save_updater)
 
     def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
         net = owner.network
         keys = ex.state_keys(net) if self.save_updater else ("params",)
         results, total, trained, timing = self._submit(owner, data, k, keys)
         t0 = time.perf_counter()
-        if _diverged(results, k, owner):  # nothing applied: the loop raises NonFiniteScoreError naming the worker
+        if round_diverged(results, k, owner):  # nothing applied: the loop raises NonFiniteScoreError naming the worker
             trained = 0
         if trained:
             # the float64 sum of the trained workers' states, summed up the tree in worker order

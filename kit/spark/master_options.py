@@ -33,24 +33,24 @@ class RDDTrainingApproach(enum.Enum):
     DIRECT = "DIRECT"  # executors slice their cached partition
 
 
-def _local_path(directory: str) -> str:
+def local_path(directory: str) -> str:
     """A plain path or a file:// URL as a path (the directory every executor must see)."""
     return directory[len("file://") :] if directory.startswith("file://") else directory
 
 
-def _check_int(owner: str, name: str, value: Any, minimum: int) -> int:
+def check_int(owner: str, name: str, value: Any, minimum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{owner}({name}={value!r}): must be an integer >= {minimum}")
     return value
 
 
-def _check_bool(owner: str, name: str, value: Any) -> bool:
+def check_bool(owner: str, name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{owner}({name}={value!r}): must be True or False")
     return bool(value)
 
 
-def _check_enum(owner: str, name: str, value: Any, kind: type[enum.Enum]) -> Any:
+def check_enum(owner: str, name: str, value: Any, kind: type[enum.Enum]) -> Any:
     try:
         return kind(value.value if isinstance(value, kind) else value)
     except ValueError:
@@ -58,7 +58,7 @@ def _check_enum(owner: str, name: str, value: Any, kind: type[enum.Enum]) -> Any
         raise ValueError(f"{owner}({name}={value!r}): must be one of {choices}") from None
 
 
-def _check_real(owner: str, name: str, value: Any) -> float:
+def check_real(owner: str, name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
         raise ValueError(f"{owner}({name}={value!r}): must be a number")
     value = float(value)
@@ -67,7 +67,7 @@ def _check_real(owner: str, name: str, value: Any) -> float:
     return value
 
 
-def _check_export_directory(name: str, export_directory: Any) -> str | None:
+def check_export_directory(name: str, export_directory: Any) -> str | None:
     """None, or a directory on the driver (a path or a file:// URL) that every executor is to see too."""
     if export_directory is None:
         return None
@@ -80,7 +80,7 @@ def _check_export_directory(name: str, export_directory: Any) -> str | None:
             "file:// URLs (a directory every executor mounts); for other storage leave export_directory=None "
             "and kit keeps the mini-batches in Spark's own storage"
         )
-    if not os.path.isdir(_local_path(export_directory)):
+    if not os.path.isdir(local_path(export_directory)):
         raise ValueError(
             f"{name}(export_directory={export_directory!r}): not a directory on the driver; give an existing "
             "directory that every executor sees too, or None to keep the mini-batches in Spark's storage"
@@ -88,15 +88,15 @@ def _check_export_directory(name: str, export_directory: Any) -> str | None:
     return export_directory
 
 
-def _check_threshold(
+def check_threshold(
     name: str, initial_threshold: Any, min_target_sparsity: Any, max_target_sparsity: Any, decay_rate: Any
 ) -> dict[str, float]:
     """SharedTrainingMaster's threshold settings, checked: a threshold > 0, sparsities in order, a decay in [0.5, 1)."""
     t = {
-        "initial_threshold": _check_real(name, "initial_threshold", initial_threshold),
-        "min_target_sparsity": _check_real(name, "min_target_sparsity", min_target_sparsity),
-        "max_target_sparsity": _check_real(name, "max_target_sparsity", max_target_sparsity),
-        "decay_rate": _check_real(name, "decay_rate", decay_rate),
+        "initial_threshold": check_real(name, "initial_threshold", initial_threshold),
+        "min_target_sparsity": check_real(name, "min_target_sparsity", min_target_sparsity),
+        "max_target_sparsity": check_real(name, "max_target_sparsity", max_target_sparsity),
+        "decay_rate": check_real(name, "decay_rate", decay_rate),
     }
     if not t["initial_threshold"] > 0:
         raise ValueError(f"{name}(initial_threshold={initial_threshold!r}): must be > 0 (DL4J's default: 1e-4)")

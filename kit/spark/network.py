@@ -67,7 +67,7 @@ from kit.spark import checkpoint
 from kit.spark.masters import TrainingMaster
 from kit.spark.rdd_data import as_rdd, to_rdd
 from kit.spark.spark_context import SparkUnavailableError, local_spark_context, spark_missing
-from kit.spark.spark_errors import SparkTrainingError, _is_spark_error, spark_error
+from kit.spark.spark_errors import SparkTrainingError, is_spark_error, spark_error
 from kit.spark.spark_evaluation import DEFAULT_EVAL_BATCH_SIZE as DEFAULT_EVAL_BATCH_SIZE  # as before
 from kit.spark.spark_evaluation import Evaluating, merge_evaluations
 from kit.spark.stats import SparkTrainingStats
@@ -175,7 +175,7 @@ class SparkNetwork(Evaluating):
                     f"{self.executors_alive()} executor(s) alive. The network keeps its state from the last complete "
                     "round; check the cluster, or raise the master's round_timeout for longer rounds"
                 ) from exc
-            if isinstance(exc, SparkTrainingError) or not _is_spark_error(exc):
+            if isinstance(exc, SparkTrainingError) or not is_spark_error(exc):
                 raise
             raise spark_error(exc, what) from exc
         finally:

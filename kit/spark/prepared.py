@@ -6,8 +6,8 @@
 
 `TrainingMaster.prepare` (kit.spark.training_master) fills one: with the EXPORT approach and no
 export directory, or with DIRECT, each worker's examples are counted and each (worker, round) is
-stored as one partition of its own (`_stored_rounds`), on disk or in memory and on disk; a round's
-job then reads only its own partitions (`_only_partitions`). Re-exported by kit.spark.masters.
+stored as one partition of its own (`prepared_rounds`), on disk or in memory and on disk; a round's
+job then reads only its own partitions (`only_partitions`). Re-exported by kit.spark.masters.
 """
 
 from __future__ import annotations
@@ -37,19 +37,19 @@ class Prepared:
     fingerprint: dict[str, Any] = field(default_factory=dict)  # what a checkpoint checks on resuming
 
 
-def _memory_and_disk() -> Any:
+def memory_and_disk() -> Any:
     from pyspark import StorageLevel
 
     return StorageLevel.MEMORY_AND_DISK
 
 
-def _disk_only() -> Any:
+def disk_only() -> Any:
     from pyspark import StorageLevel
 
     return StorageLevel.DISK_ONLY
 
 
-def _only_partitions(sc: Any, rdd: Any, partitions: list[int]) -> Any:
+def only_partitions(sc: Any, rdd: Any, partitions: list[int]) -> Any:
     """The given partitions of `rdd` as an RDD of their own, in `rdd`'s order (Spark's
     PartitionPruningRDD, which PySpark does not expose: reached through the JVM gateway). Its
     tasks read those partitions only, from the cache or storage `rdd` is persisted in."""
@@ -61,7 +61,7 @@ def _only_partitions(sc: Any, rdd: Any, partitions: list[int]) -> Any:
     return RDD(pruned.toJavaRDD(), sc, rdd._jrdd_deserializer)
 
 
-def _stored_rounds(
+def prepared_rounds(
     prepared: Any,
     runner: Any,
     workers: int,

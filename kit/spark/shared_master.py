@@ -22,9 +22,9 @@ import numpy as np
 from kit.nn.loop import StepResult
 from kit.parallel.threshold import threshold_decode
 from kit.spark import _executor as ex
-from kit.spark.master_options import RDDTrainingApproach, Repartition, _check_threshold
+from kit.spark.master_options import RDDTrainingApproach, Repartition, check_threshold
 from kit.spark.prepared import Prepared
-from kit.spark.training_master import TrainingMaster, _diverged
+from kit.spark.training_master import TrainingMaster, round_diverged
 
 __all__ = ["SharedTrainingMaster"]
 
@@ -85,7 +85,7 @@ class SharedTrainingMaster(TrainingMaster):
             gpus_per_task,
         )
         self.batches_per_round = batches_per_round
-        self.threshold = _check_threshold(
+        self.threshold = check_threshold(
             "SharedTrainingMaster", initial_threshold, min_target_sparsity, max_target_sparsity, decay_rate
         )
 
@@ -96,7 +96,7 @@ class SharedTrainingMaster(TrainingMaster):
         results, _, _, timing = self._submit(owner, data, k, keys, states)
         t0 = time.perf_counter()
         total = np.zeros(net.num_params, np.result_type(net.dtype, np.float32))
-        if _diverged(results, k, owner):
+        if round_diverged(results, k, owner):
             results = [{**r, "messages": None, "worker_state": None} for r in results]
         for r in results:  # worker order
             for message in r.get("messages") or []:

@@ -22,7 +22,7 @@ class SparkTrainingError(RuntimeError):
     """A Spark task failed; the message names the partition (and round), the cause is chained."""
 
 
-def _is_spark_error(exc: BaseException) -> bool:
+def is_spark_error(exc: BaseException) -> bool:
     """An error raised by Spark itself (Py4J's Java errors), not by kit's own checks on the driver."""
     return type(exc).__module__.startswith(("py4j", "pyspark"))
 

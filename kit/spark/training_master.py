@@ -8,7 +8,7 @@
 `TrainingMaster.prepare` repartitions the RDD into one partition per worker and exports or caches
 each round's mini-batches (`Prepared`, kit.spark.prepared, holds the result); `_submit` runs one round as a Spark job
 whose results come back up the aggregation tree; a subclass's `run_round` applies them to the
-network (kit.spark.averaging_master, kit.spark.shared_master). `_diverged` and `timing_sizes` are
+network (kit.spark.averaging_master, kit.spark.shared_master). `round_diverged` and `timing_sizes` are
 the two helpers both `run_round`s call. The whole story of the two masters is in kit.spark.masters,
 which re-exports everything here.
 """
@@ -33,14 +33,14 @@ from kit.spark.checkpoint import CheckpointStore, check_directory, check_every, 
 from kit.spark.master_options import (
     RDDTrainingApproach,
     Repartition,
-    _check_bool,
-    _check_enum,
-    _check_export_directory,
-    _check_int,
-    _check_real,
-    _local_path,
+    check_bool,
+    check_enum,
+    check_export_directory,
+    check_int,
+    check_real,
+    local_path,
 )
-from kit.spark.prepared import Prepared, _disk_only, _memory_and_disk, _only_partitions, _stored_rounds
+from kit.spark.prepared import Prepared, disk_only, memory_and_disk, only_partitions, prepared_rounds
 
 __all__ = ["TrainingMaster", "timing_sizes"]
 
@@ -100,36 +100,36 @@ class TrainingMaster:
                 f"{name}(checkpoint_every={checkpoint_every!r}): checkpoints need a checkpoint_directory (a path or "
                 "URL the driver writes to, and a later driver reads from)"
             )
-        self.barrier = _check_bool(name, "barrier", barrier)
+        self.barrier = check_bool(name, "barrier", barrier)
         self.gpus_per_task = scheduling.check_gpus(name, gpus_per_task)
-        timeout = _check_real(name, "round_timeout", round_timeout)
+        timeout = check_real(name, "round_timeout", round_timeout)
         if not timeout > 0:
             raise ValueError(f"{name}(round_timeout={round_timeout!r}): seconds > 0 (default 300)")
         self.round_timeout = timeout
-        self.batch_size_per_worker = _check_int(name, "batch_size_per_worker", batch_size_per_worker, 1)
-        self._batches_per_round = _check_int(
+        self.batch_size_per_worker = check_int(name, "batch_size_per_worker", batch_size_per_worker, 1)
+        self._batches_per_round = check_int(
             name, "averaging_frequency" if self.mode == "averaging" else "batches_per_round", batches_per_round, 1
         )
         if num_workers is not None:
-            _check_int(name, "num_workers", num_workers, 1)
+            check_int(name, "num_workers", num_workers, 1)
         self.num_workers = num_workers
-        self.rdd_data_set_num_examples = _check_int(name, "rdd_data_set_num_examples", rdd_data_set_num_examples, 1)
-        self.worker_prefetch_num_batches = _check_int(
+        self.rdd_data_set_num_examples = check_int(name, "rdd_data_set_num_examples", rdd_data_set_num_examples, 1)
+        self.worker_prefetch_num_batches = check_int(
             name, "worker_prefetch_num_batches", worker_prefetch_num_batches, 0
         )
-        self.repartition = _check_enum(name, "repartition", repartition, Repartition)
-        self.rdd_training_approach = _check_enum(
+        self.repartition = check_enum(name, "repartition", repartition, Repartition)
+        self.rdd_training_approach = check_enum(
             name, "rdd_training_approach", rdd_training_approach, RDDTrainingApproach
         )
-        self.export_directory = _check_export_directory(name, export_directory)
-        self.collect_training_stats = _check_bool(name, "collect_training_stats", collect_training_stats)
+        self.export_directory = check_export_directory(name, export_directory)
+        self.collect_training_stats = check_bool(name, "collect_training_stats", collect_training_stats)
         if worker_workspace_mode is not None:
-            worker_workspace_mode = _check_enum(
+            worker_workspace_mode = check_enum(
                 name, "worker_workspace_mode", worker_workspace_mode, WorkspaceMode
             ).value
         self.worker_workspace_mode = worker_workspace_mode
-        self.worker_periodic_gc = _check_bool(name, "worker_periodic_gc", worker_periodic_gc)
-        self.worker_gc_window_ms = _check_int(name, "worker_gc_window_ms", worker_gc_window_ms, 0)
+        self.worker_periodic_gc = check_bool(name, "worker_periodic_gc", worker_periodic_gc)
+        self.worker_gc_window_ms = check_int(name, "worker_gc_window_ms", worker_gc_window_ms, 0)
 
     # ---- preparation -------------------------------------------------------------------
     def prepare(self, sc: Any, rdd: Any, runner: Any, num_classes: int) -> Prepared:
@@ -148,8 +148,8 @@ class TrainingMaster:
         if self.rdd_training_approach is RDDTrainingApproach.EXPORT and self.export_directory is None:
             # Spark's own storage (its executors' disks, fetched by Spark where a task runs):
             # nothing needs a disk shared with the driver or between executors
-            data, sizes = _stored_rounds(
-                *stored, lambda r: ex.export_records(per_round, per_batch, r), _disk_only(), "export"
+            data, sizes = prepared_rounds(
+                *stored, lambda r: ex.export_records(per_round, per_batch, r), disk_only(), "export"
             )
             setup["examples_per_worker"] = [n for _, n, _ in sorted(sizes)]
             setup["storage"] = "Spark (DISK_ONLY)"
@@ -158,7 +158,7 @@ class TrainingMaster:
             setup["storage"] = self.export_directory
             data, digests = self._exported_files(*stored)
         else:  # DIRECT: each round's examples one cached partition, read by that round only
-            data, sizes = _stored_rounds(*stored, lambda r: ex.round_records(per_round, r), _memory_and_disk(), "cache")
+            data, sizes = prepared_rounds(*stored, lambda r: ex.round_records(per_round, r), memory_and_disk(), "cache")
             setup["examples_per_worker"] = [n for _, n, _ in sorted(sizes)]
             digests = {w: (n, sha) for w, n, sha in sizes}
         data.fingerprint = data_fingerprint(per_batch, per_round, data.rounds, workers, digests)
@@ -198,7 +198,7 @@ class TrainingMaster:
         self, prepared: Any, runner: Any, workers: int, per_batch: int, per_round: int, num_classes: int
     ) -> tuple[Prepared, dict[int, tuple[int, str]]]:
         """EXPORT to export_directory: each worker's rounds written as files, and each worker's last-round digest."""
-        export_dir = tempfile.mkdtemp(prefix="kit-spark-export-", dir=_local_path(self.export_directory))
+        export_dir = tempfile.mkdtemp(prefix="kit-spark-export-", dir=local_path(self.export_directory))
         try:
             written = runner(
                 prepared.mapPartitionsWithIndex(ex.export_task(export_dir, per_round, per_batch, num_classes)),
@@ -246,7 +246,7 @@ class TrainingMaster:
         partitions of the round only (Spark's PartitionPruningRDD, so no other round's data is
         read), or one (worker, file) record per partition (EXPORT to a directory)."""
         if data.stored_rounds:
-            return _only_partitions(sc, data.rdd, [w * data.stored_rounds + k for w in range(data.workers)])
+            return only_partitions(sc, data.rdd, [w * data.stored_rounds + k for w in range(data.workers)])
         records = [(w, data.paths[(w, k)]) for w in range(data.workers) if (w, k) in data.paths]
         return sc.parallelize(records, max(len(records), 1))
 
@@ -322,7 +322,7 @@ class TrainingMaster:
         raise NotImplementedError
 
 
-def _diverged(results: list[dict], k: int, owner: Any) -> bool:
+def round_diverged(results: list[dict], k: int, owner: Any) -> bool:
     """A round whose loss was not finite on some worker is not applied (the TrainingLoop then
     raises NonFiniteScoreError naming the worker, or an early-stopping condition stops); a state
     that is not finite after finite losses is refused here, naming the round and worker."""
