@@ -149,15 +149,17 @@ def _arrays_summary(rows: list[dict[str, Any]], others: float) -> dict[str, Any]
     small = [r["added_us"] for r in rows if r["elements"] == 100]
     # a view costs the same at any size, so it has no place in a large-array overhead figure
     large = [r["ratio"] for r in rows if r["elements"] != 100 and r["op"] != "slice view"]
-    reliable = all(r["reliable"] == "yes" for r in rows)
+    # each goal is as reliable as the rows it reads: a flagged small-op row does not flag the large-op goal
+    small_ok = all(r["reliable"] == "yes" for r in rows if r["elements"] == 100)
+    large_ok = all(r["reliable"] == "yes" for r in rows if r["elements"] != 100 and r["op"] != "slice view")
     large_pct = (statistics.median(large) - 1) * 100
     return {
         "small_added_us_median": statistics.median(small),
         "small_added_us_max": max(small),
         "large_overhead_pct_median": large_pct,
         "machine_load_by_others": round(others, 4),  # a fraction of the machine, 0..1 (printed as %)
-        "goal_small": measure.goal("added per small op (median)", statistics.median(small), "<=", 1.5, "us", reliable),
-        "goal_large": measure.goal("overhead on large ops (median)", large_pct, "<=", 2, "%", reliable),
+        "goal_small": measure.goal("added per small op (median)", statistics.median(small), "<=", 1.5, "us", small_ok),
+        "goal_large": measure.goal("overhead on large ops (median)", large_pct, "<=", 2, "%", large_ok),
         "warnings": _warnings_summary(rows),
     }
 
