@@ -46,9 +46,9 @@ from kit.shapes import (
     is_basic_index,
     matmul_shape,
     norm_axis,
-    plan_cache,
     reduced_shape,
     reduction_plan,
+    reduction_plans,
     resolve_reshape,
     result_dtype,
 )
@@ -306,9 +306,9 @@ class NDArray:
     def _reduce(self, op: str, axis: Any, keepdims: bool) -> NDArray:
         a = self._check(op)
         key = (op, a.shape, a.dtype, axis if axis.__class__ is not list else tuple(axis), keepdims)
-        plan = plan_cache.get(key)
+        plan = reduction_plans.get(key)
         if plan is None:
-            plan = plan_cache[key] = reduction_plan(op, a, axis, keepdims)
+            plan = reduction_plans[key] = reduction_plan(op, a, axis, keepdims)
         axes, shape, out_dtype, count, reducer = plan
         dev = self._device
         if reducer is not None and _thread.ws is None and not STATE.cache.on and dev.kind == "cpu":

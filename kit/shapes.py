@@ -97,7 +97,7 @@ def reduction_plan(op: str, a: Any, axis: Any, keepdims: bool) -> tuple:
 _REDUCERS = {"sum": np.add.reduce, "mean": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
 
 
-plan_cache: dict[tuple, tuple] = {}
+reduction_plans: dict[tuple, tuple] = {}
 FLOAT16_DTYPE = np.dtype(np.float16)
 
 
