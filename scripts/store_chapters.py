@@ -28,12 +28,13 @@ def kernel_display_name() -> str:
 
 def normalise(nb: nbformat.NotebookNode, display_name: str) -> None:
     """What a reader's JupyterLab would change on open, changed already: the kernelspec's display
-    name, no widget state, and an id on every cell (nbformat 4.5; a cell inserted by a script may
-    have none, and JupyterLab would add one)."""
+    name, no widget state, no execution timestamps, and an id on every cell (nbformat 4.5; a cell
+    inserted by a script may have none, and JupyterLab would add one)."""
     nb.metadata["kernelspec"] = {"display_name": display_name, "language": "python", "name": "python3"}
     nb.metadata.pop("widgets", None)
     seen = set()
     for cell in nb.cells:
+        cell.metadata.pop("execution", None)  # the run's timestamps: of no use to a reader, and they change every store
         if not cell.get("id") or cell["id"] in seen:
             cell["id"] = uuid.uuid4().hex[:8]
         seen.add(cell["id"])

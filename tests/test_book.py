@@ -135,3 +135,5 @@ def test_chapters_are_stored_as_jupyterlab_keeps_them():
             f"{nb_path.name}: a cell without a unique id (JupyterLab would add one); "
             "store it with scripts/store_chapters.py"
         )
+        timed = [i for i, c in enumerate(nb["cells"]) if "execution" in c.get("metadata", {})]
+        assert not timed, f"{nb_path.name}: cells {timed} keep timestamps; store it with scripts/store_chapters.py"
