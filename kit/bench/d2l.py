@@ -37,6 +37,7 @@ __all__ = ["bench_d2l", "d2l_table", "torch_resnet18"]
 
 EPOCH_RATIO_GOAL = 1.5  # the goal: kit's epoch time at most 1.5 x PyTorch's on the same device
 ACCURACY_GOAL = 0.91  # d2l reports about 0.91-0.92 after 10 epochs
+D2L_ROUNDING = 0.005  # d2l gives its accuracy to two decimals: a figure within this of the goal rounds to it
 
 
 def torch_resnet18(num_classes: int = 10, in_channels: int = 1) -> Any:
@@ -446,7 +447,7 @@ def _kit_sentences(d: dict[str, Any]) -> list[str]:
             rounding = (
                 f" by {gap:.4f}, less than d2l's own rounding (it gives about 0.91-0.92, to two decimals): "
                 "a shortfall this size is not a difference this one run can show"
-                if 0 < gap < 0.005
+                if 0 < gap < D2L_ROUNDING
                 else ""
             )
             text.append(
