@@ -15,6 +15,7 @@ import os
 import sys
 import tempfile
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -26,15 +27,27 @@ def kernel_display_name() -> str:
     return KernelSpecManager().get_kernel_spec("python3").display_name
 
 
+def run_seconds(execution: dict) -> float | None:
+    """How long a cell ran, from nbclient's timestamps (input received to reply sent), to 0.1 s."""
+    start, end = execution.get("iopub.execute_input"), execution.get("shell.execute_reply")
+    if not (start and end):
+        return None
+    parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))  # noqa: E731
+    return round((parse(end) - parse(start)).total_seconds(), 1)
+
+
 def normalise(nb: nbformat.NotebookNode, display_name: str) -> None:
     """What a reader's JupyterLab would change on open, changed already: the kernelspec's display
-    name, no widget state, no execution timestamps, and an id on every cell (nbformat 4.5; a cell
-    inserted by a script may have none, and JupyterLab would add one)."""
+    name, no widget state, no execution timestamps (each code cell keeps only how long it ran, in
+    `metadata.kit.run_s`, which tests/test_chapter_progress.py reads), and an id on every cell
+    (nbformat 4.5; a cell inserted by a script may have none, and JupyterLab would add one)."""
     nb.metadata["kernelspec"] = {"display_name": display_name, "language": "python", "name": "python3"}
     nb.metadata.pop("widgets", None)
     seen = set()
     for cell in nb.cells:
-        cell.metadata.pop("execution", None)  # the run's timestamps: of no use to a reader, and they change every store
+        seconds = run_seconds(cell.metadata.pop("execution", None) or {})
+        if seconds is not None:
+            cell.metadata["kit"] = {"run_s": seconds}
         if not cell.get("id") or cell["id"] in seen:
             cell["id"] = uuid.uuid4().hex[:8]
         seen.add(cell["id"])

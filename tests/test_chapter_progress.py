@@ -1,11 +1,10 @@
 """Every long cell of a stored chapter shows progress (what it measures, how far, how long): the
 reader of a live run is not left staring at a silent cell, and the stored page keeps the final
-line. "Long" is read from the stored full run itself (nbclient records when each cell started
-and finished), so a cell that grew slow fails here until it gets a `kit.widgets.Progress` or
-another kit panel."""
+line. "Long" is read from the stored full run itself (scripts/store_chapters.py keeps how long
+each cell ran, from nbclient's timestamps, as `metadata.kit.run_s`), so a cell that grew slow
+fails here until it gets a `kit.widgets.Progress` or another kit panel."""
 
 import json
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -16,12 +15,7 @@ LONG_S = 5.0  # the issue's "about 5 s"
 
 
 def _seconds(cell: dict) -> float | None:
-    run = cell.get("metadata", {}).get("execution", {})
-    start, end = run.get("iopub.execute_input"), run.get("shell.execute_reply")
-    if not (start and end):
-        return None
-    parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))  # noqa: E731
-    return (parse(end) - parse(start)).total_seconds()
+    return cell.get("metadata", {}).get("kit", {}).get("run_s")
 
 
 def _has_panel(cell: dict) -> bool:
@@ -60,12 +54,7 @@ def test_the_check_finds_a_silent_long_cell():
     slow = {
         "cell_type": "code",
         "source": ["x = slow()"],
-        "metadata": {
-            "execution": {
-                "iopub.execute_input": "2026-11-25T10:00:00.000Z",
-                "shell.execute_reply": "2026-11-25T10:00:06.000Z",
-            }
-        },
+        "metadata": {"kit": {"run_s": 6.0}},
         "outputs": [],
     }
     assert _seconds(slow) == 6.0 and not _has_panel(slow)
@@ -76,3 +65,25 @@ def test_the_check_finds_a_silent_long_cell():
     bar.close()
     slow["outputs"] = [{"output_type": "display_data", "data": {"text/html": bar.static().html}}]
     assert _has_panel(slow)
+
+
+def test_storing_keeps_each_cells_run_time_and_no_timestamps():
+    """scripts/store_chapters.py turns nbclient's timestamps into the one number this check reads."""
+    import importlib.util
+
+    import nbformat
+
+    spec = importlib.util.spec_from_file_location("store_chapters", NOTEBOOKS.parent / "scripts" / "store_chapters.py")
+    store = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(store)
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("x = slow()")
+    cell.metadata["execution"] = {
+        "iopub.execute_input": "2026-11-25T10:00:00.000Z",
+        "shell.execute_reply": "2026-11-25T10:00:06.04Z",
+    }
+    nb.cells = [cell, nbformat.v4.new_code_cell("y = 1")]
+    store.normalise(nb, "Python 3")
+    assert "execution" not in nb.cells[0].metadata
+    assert _seconds(nb.cells[0]) == 6.0
+    assert _seconds(nb.cells[1]) is None  # a cell that did not run has no time
