@@ -216,7 +216,7 @@ class Comparison:
 
 def _fmt(col: str, v: Any) -> str:
     if col == "spread" and isinstance(v, float):
-        return f"±{v:.0%}"
+        return measure.format_spread(v)
     if col == "reliable":
         return "yes" if v else "NO"
     return tables.number(v)

@@ -18,9 +18,17 @@ from dataclasses import dataclass, field
 
 import psutil
 
-__all__ = ["LOAD_LIMIT", "LoadMeter", "LoadReading", "machine_load", "unchecked_note"]
+from kit import tables
+
+__all__ = ["LOAD_LIMIT", "LoadMeter", "LoadReading", "format_load", "machine_load", "unchecked_note"]
 
 LOAD_LIMIT = 0.2  # fraction of the machine's CPU time other processes may use before a result is flagged
+
+
+def format_load(load: float) -> str:
+    """Other processes' share of the CPU as printed, on the right side of `LOAD_LIMIT` (a flagged
+    20.04 % reads `20.04%`, never `20%`: kit.tables.percent)."""
+    return tables.percent(load, LOAD_LIMIT)
 
 
 def _busy_seconds() -> float:
@@ -96,7 +104,7 @@ class LoadMeter:
 def unchecked_note(reading: LoadReading) -> str:
     """What a one-run timing shown live (a panel) can and cannot be read for: it was not repeated,
     so it has no spread, and the machine's load while it ran, flagged above `LOAD_LIMIT`."""
-    note = f"one run, not repeated: other processes used {reading.others:.0%} of the CPU while it ran"
+    note = f"one run, not repeated: other processes used {format_load(reading.others)} of the CPU while it ran"
     if reading.others > LOAD_LIMIT:
         return note + " (machine busy: flagged, read no time from it)"
     return note + "; kit.measure's repeated timings say how much a time can vary"

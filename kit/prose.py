@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.measure import Timing, format_seconds
+from kit.measure import Timing, format_seconds, format_spread
 
 __all__ = [
     "Sentence",
@@ -93,7 +93,7 @@ def compare_timings(a: Timing, b: Timing, unit: str = "per call") -> Sentence:
         return no_conclusion(flagged)
     fast, slow = (a, b) if a.median <= b.median else (b, a)
     (_, fast_hi), (slow_lo, _) = _range(fast), _range(slow)
-    spreads = f"spread ±{fast.spread:.0%} and ±{slow.spread:.0%}"
+    spreads = f"spread {format_spread(fast.spread)} and {format_spread(slow.spread)}"
     if slow_lo <= fast_hi:
         return Sentence(
             f"**{fast.name}** took {format_seconds(fast.median)} {unit} and **{slow.name}** "

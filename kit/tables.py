@@ -25,7 +25,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Table", "header", "html_table", "number", "text_table"]
+__all__ = ["Table", "header", "html_table", "number", "percent", "text_table"]
 
 WIDTH = 100
 # Inline styles, not a <style> block: JupyterLab strips <style> from an untrusted notebook (every
@@ -60,6 +60,25 @@ def number(value: object, missing: str = "-") -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def percent(value: float, limit: float | None = None) -> str:
+    """A share as a percentage, whole by default; beside a `limit` it checks against (a spread
+    against kit.measure's ±25 %, a load against kit.load's 50 %), with as many decimals as it takes
+    for the printed value to fall on the same side of the printed limit as the value itself, so a
+    flagged 25.04 % never reads "25%" beside "wider than 25%".
+
+    >>> [percent(v, 0.25) for v in (0.12, 0.2496, 0.25, 0.2504, 0.25004, 0.31)]
+    ['12%', '25%', '25%', '25.04%', '25.004%', '31%']
+    """
+    if value != value or limit is None:  # NaN, or nothing to stand beside
+        return f"{value:.0%}"
+    shown_limit = round(limit * 100)
+    for digits in range(6):
+        text = f"{value * 100:.{digits}f}"
+        if (float(text) > shown_limit) == (value > limit):
+            return text + "%"
+    return f"{value * 100:.6f}%"
 
 
 # A column's unit, written as the last word(s) of its key, and how a header says it.

@@ -311,3 +311,44 @@ def test_a_flagged_timing_prints_its_flag_on_wrapped_lines_of_its_own():
     assert lines[0].startswith("1.5 s per call ±33%") and "UNRELIABLE" not in lines[0]
     assert lines[1].startswith("  UNRELIABLE: machine busy") and all(len(line) <= 100 for line in lines)
     assert " ".join(part.strip() for part in lines[1:]) == "UNRELIABLE: " + "; ".join(t.warnings)
+
+
+@pytest.mark.parametrize("spread", [0.2, 0.2449, 0.2496, 0.25, 0.25004, 0.2504, 0.2549, 0.26])
+def test_a_printed_spread_falls_on_the_same_side_of_the_limit_as_the_flag(spread):
+    """A spread just over ±25 % is flagged; printed whole it would read "±25%", the limit itself. Every
+    place kit prints a spread goes through format_spread, which keeps the decimals that tell."""
+    base = 1.0
+    t = measure.Timing("t", [base * (1 - spread), base, base * (1 + spread)], 1)
+    shown = float(measure.format_spread(t.spread).strip("±%"))
+    assert (shown > measure.SPREAD_LIMIT * 100) == (not t.reliable) == (t.spread > measure.SPREAD_LIMIT)
+    if not t.reliable:
+        assert measure.format_spread(t.spread) in str(t) and measure.format_spread(t.spread) in t.warnings[0]
+
+
+@pytest.mark.parametrize("load", [0.1, 0.2, 0.20004, 0.2004, 0.21])
+def test_a_printed_load_falls_on_the_same_side_of_the_limit_as_the_flag(load):
+    shown = float(measure.format_load(load).strip("%"))
+    assert (shown > measure.LOAD_LIMIT * 100) == (load > measure.LOAD_LIMIT)
+
+
+def test_no_spread_or_load_is_printed_whole_by_hand():
+    """The class, swept: in kit's source and in every chapter's code, a spread or a load is printed
+    through format_spread / format_load, never with a bare `:.0%` that can round a flagged value onto
+    the limit."""
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    bare = re.compile(r"\{[^{}]*(spread|load|others)[^{}]*:\.0%\}")
+    texts = {p: p.read_text() for p in (root / "kit").rglob("*.py")}
+    for nb in (root / "notebooks").glob("[0-9][0-9]_*.ipynb"):
+        cells = json.loads(nb.read_text())["cells"]
+        texts[nb] = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    found = [
+        f"{path.relative_to(root)}: {m.group(0)}"
+        for path, text in texts.items()
+        for m in bare.finditer(text)
+        if "LIMIT" not in m.group(0)
+    ]
+    assert not found, "print these with measure.format_spread / format_load:\n" + "\n".join(found)

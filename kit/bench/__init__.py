@@ -391,21 +391,29 @@ def run(name: str, quick: bool = False) -> dict[str, Any]:
     return bench(quick)
 
 
+def _cells(result: dict[str, Any]) -> list[list[str]]:
+    """Each row's values as printed: a spread as kit.measure prints it, a number with separators."""
+    show = lambda c, v: measure.format_spread(v) if c == "spread" and isinstance(v, float) else tables.number(v)  # noqa: E731
+    return [[show(c, row[c]) for c in result["columns"]] for row in result["rows"]]
+
+
+def _summary(result: dict[str, Any]) -> list[str]:
+    """The summary's lines; a machine's load printed on the right side of its limit."""
+    return [
+        f"{k}: {measure.format_load(v) if k.startswith('machine_load') and isinstance(v, float) else tables.number(v)}"
+        for k, v in result["summary"].items()
+    ]
+
+
 def format_result(result: dict[str, Any]) -> str:
     cols = result["columns"]
     lines = [f"benchmark {result['benchmark']} on {result['device']} (median of {result['repeats']} repeats)"]
-    cells = [
-        [f"±{row[c]:.0%}" if c == "spread" and isinstance(row[c], float) else tables.number(row[c]) for c in cols]
-        for row in result["rows"]
-    ]
+    cells = _cells(result)
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
     lines += [f"  {c}: {note}" for c, note in result.get("column_notes", {}).items()]  # one definition each
     lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in cells]
-    lines += [
-        f"{k}: {v:.0%}" if k.startswith("machine_load") and isinstance(v, float) else f"{k}: {tables.number(v)}"
-        for k, v in result["summary"].items()
-    ]
+    lines += _summary(result)
     return "\n".join(lines)
 
 
@@ -413,15 +421,9 @@ def result_table(result: dict[str, Any]) -> tables.Table:
     """`format_result`'s table as a `kit.tables.Table`: an HTML table in a notebook (a wide one
     scrolls instead of wrapping), the column definitions and the summary as notes under it."""
     cols = result["columns"]
-    cells = [
-        [f"±{row[c]:.0%}" if c == "spread" and isinstance(row[c], float) else tables.number(row[c]) for c in cols]
-        for row in result["rows"]
-    ]
+    cells = _cells(result)
     notes = [f"{c}: {note}" for c, note in result.get("column_notes", {}).items()]
-    notes += [
-        f"{k}: {v:.0%}" if k.startswith("machine_load") and isinstance(v, float) else f"{k}: {tables.number(v)}"
-        for k, v in result["summary"].items()
-    ]
+    notes += _summary(result)
     flag = "reliable" if "reliable" in cols else None
     text = [c for c in cols[:1]]
     title = f"benchmark {result['benchmark']} on {result['device']} (median of {result['repeats']} repeats)"

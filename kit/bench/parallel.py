@@ -241,7 +241,7 @@ def _burst_rows(
                 {
                     "case": f"ParallelInference {label}, {mode.value}, {clients} {kind}",
                     "requests_per_s": 1 / t.median,
-                    "spread": f"+-{t.spread:.0%}",
+                    "spread": measure.format_spread(t.spread),
                     "p50_ms": float(np.percentile(lat[mode], 50) * 1e3),
                     "p99_ms": float(np.percentile(lat[mode], 99) * 1e3),
                     "mean_batch": float(np.mean(pi.batch_sizes[first[mode] :])),
