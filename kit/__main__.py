@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_info
 import kit
 from kit import bench as benchmarks
 from kit import book as chapters_book
-from kit import readings, settings
+from kit import readings, settings, tables
 from kit.devices import host_device_count
 from kit.spark import spark_missing
 
@@ -58,7 +58,7 @@ def info_lines() -> list[str]:
     lines.append(f"process RSS: {readings.rss_bytes() / 2**20:.0f} MiB")
     for g in readings.gpu_memory():
         lines.append(f"  {g}")
-    return lines
+    return tables.wrap("\n".join(lines)).splitlines()  # no line wider than a notebook's column
 
 
 def _cupy_version() -> str:

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from kit import tables
 from kit.measure import Timing, format_seconds, format_spread
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "mcnemar_p",
     "no_conclusion",
     "sentence",
+    "show",
 ]
 
 
@@ -58,6 +60,15 @@ class Sentence(str):
 def sentence(text: str) -> Sentence:
     """Mark a sentence you built from measured values (an f-string) as Markdown for the page."""
     return Sentence(text)
+
+
+def show(*items: object) -> None:
+    """Print each item as a reader should see it: an exception as `TypeName: message`, anything
+    else as its str(), wrapped at words to kit.tables.WIDTH columns (an error message is one long
+    line, which a notebook would break in the middle of a word)."""
+    for item in items:
+        text = f"{type(item).__name__}: {item}" if isinstance(item, BaseException) else str(item)
+        print(tables.wrap(text))
 
 
 def no_conclusion(reasons: Sequence[str]) -> Sentence:

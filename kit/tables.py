@@ -25,7 +25,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Table", "header", "html_table", "number", "percent", "text_table"]
+__all__ = ["Table", "header", "html_table", "number", "percent", "text_table", "wrap"]
 
 WIDTH = 100
 # Inline styles, not a <style> block: JupyterLab strips <style> from an untrusted notebook (every
@@ -79,6 +79,36 @@ def percent(value: float, limit: float | None = None) -> str:
         if (float(text) > shown_limit) == (value > limit):
             return text + "%"
     return f"{value * 100:.6f}%"
+
+
+def wrap(text: str, width: int = WIDTH) -> str:
+    """Text as a notebook or a terminal shows it without breaking a word: each line longer than
+    `width` is wrapped at spaces, its continuation indented two more than the line itself
+    (JupyterLab breaks a too-long printed line anywhere, "works|paces"). A word longer than the
+    width is left whole.
+
+    >>> print(wrap("  a: " + "word " * 30, 40))
+      a: word word word word word word word
+        word word word word word word word
+        word word word word word word word
+        word word word word word word word
+        word word
+    """
+    out = []
+    for line in text.splitlines() or [""]:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip())]
+        out += textwrap.wrap(
+            line.strip(),
+            width,
+            initial_indent=lead,
+            subsequent_indent=lead + "  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return "\n".join(out)
 
 
 # A column's unit, written as the last word(s) of its key, and how a header says it.

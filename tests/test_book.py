@@ -137,3 +137,43 @@ def test_chapters_are_stored_as_jupyterlab_keeps_them():
         )
         timed = [i for i, c in enumerate(nb["cells"]) if "execution" in c.get("metadata", {})]
         assert not timed, f"{nb_path.name}: cells {timed} keep timestamps; store it with scripts/store_chapters.py"
+
+
+def _printed_lines(cell: dict) -> list[str]:
+    """The monospaced lines a cell's outputs show: streams, and plain text with no richer form."""
+    lines = []
+    for out in cell.get("outputs", []):
+        if out["output_type"] == "stream":
+            lines += "".join(out["text"]).splitlines()
+        elif "data" in out and set(out["data"]) == {"text/plain"}:
+            lines += "".join(out["data"]["text/plain"]).splitlines()
+    return lines
+
+
+def test_no_printed_line_is_wider_than_a_notebook_column():
+    """JupyterLab breaks a printed line that does not fit anywhere, mid-word ("works|paces"); a line
+    of at most kit.tables.WIDTH characters fits the column with the file browser open. Long
+    messages are printed through kit.prose.show, which wraps at words."""
+    from kit.tables import WIDTH
+
+    wide = [
+        f"{path.name} cell {i}: {len(line)} chars: {line[:60]}..."
+        for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+        for i, cell in enumerate(json.loads(path.read_text())["cells"])
+        for line in _printed_lines(cell)
+        if len(line) > WIDTH
+    ]
+    assert not wide, "print these through kit.prose.show (and re-store the chapter):\n" + "\n".join(wide)
+
+
+def test_show_wraps_an_error_at_words_and_keeps_every_word(capsys):
+    from kit.prose import show
+    from kit.tables import WIDTH
+
+    message = "ArrayOverwrittenError: " + " ".join(f"word{i}" for i in range(60))
+    show(ValueError(message), "short line")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("ValueError: ArrayOverwrittenError: word0")
+    assert printed[-1] == "short line" and len(printed) > 3
+    assert all(len(line) <= WIDTH for line in printed)
+    assert " ".join(printed[:-1]).split() == ["ValueError:", *message.split()]
