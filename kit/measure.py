@@ -70,6 +70,11 @@ SPREAD_LIMIT = 0.25  # half-range / median above which a result is flagged
 SPEEDUP_TOLERANCE = 0.05  # a speedup may exceed the device count by this much (timer noise) before it is flagged
 
 
+def _count(n: int, noun: str) -> str:
+    """`1 call`, `3 calls`."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
 def format_spread(spread: float) -> str:
     """A spread as every table and sentence prints it, `±12%`, on the right side of ±25 %: a
     flagged 25.04 % reads `±25.04%`, never `±25%` (kit.tables.percent).
@@ -128,7 +133,7 @@ class Timing:
     def __str__(self) -> str:
         text = (
             f"{format_seconds(self.median)} per call {format_spread(self.spread)} "
-            f"({len(self.seconds)} repeats x {self.number} calls)"
+            f"({_count(len(self.seconds), 'repeat')} x {_count(self.number, 'call')})"
         )
         if self.reliable:
             return text
