@@ -15,8 +15,11 @@
     ...     score_calculator=ClassificationScoreCalculator("ACCURACY", ArrayIterator(valid, 256)),
     ...     model_saver=LocalFileModelSaver("checkpoints"))
     >>> result = EarlyStoppingTrainer(config, net, ArrayIterator(train, 64, shuffle=True)).fit()
-    >>> print(result)                        # DL4J's line: why it stopped, the best epoch and its score
-    EarlyStoppingResult(terminationReason=EpochTerminationCondition,details=...,bestModelEpoch=...,totalEpochs=...)
+    >>> print(result)                        # DL4J's fields: why it stopped, the best epoch and its score
+    EarlyStoppingResult(terminationReason=EpochTerminationCondition,
+      details=ScoreImprovementEpochTerminationCondition(maxEpochsWithNoImprovement=5,
+        minImprovement=0.0),
+      bestModelEpoch=..., bestModelScore=..., totalEpochs=...)
     >>> result.termination_reason, result.best_model_epoch < result.total_epochs <= 30
     (<TerminationReason.EPOCH_TERMINATION_CONDITION: 'EpochTerminationCondition'>, True)
     >>> result.best_model.evaluate(ArrayIterator(test, 256)).accuracy()   # read from checkpoints/best_model.npz
@@ -41,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kit import earlystopping_config
+from kit import earlystopping_config, tables
 from kit.data.dataset import DataSet
 from kit.earlystopping_config import *  # noqa: F403 (the configuration's pieces: re-exported, __all__ below)
 from kit.earlystopping_config import EarlyStoppingConfig
@@ -84,9 +87,12 @@ class EarlyStoppingResult:
         return best if best is not None else self.current_model
 
     def __str__(self) -> str:
-        return (
-            f"EarlyStoppingResult(terminationReason={self.termination_reason.value},details={self.termination_details},"
-            f"bestModelEpoch={self.best_model_epoch},bestModelScore={self.best_model_score},"
+        """DL4J's fields in DL4J's words, one group a line and wrapped at words to kit.tables.WIDTH
+        columns (a notebook breaks a longer printed line in the middle of a word)."""
+        return tables.wrap(
+            f"EarlyStoppingResult(terminationReason={self.termination_reason.value},\n"
+            f"  details={self.termination_details},\n"
+            f"  bestModelEpoch={self.best_model_epoch}, bestModelScore={self.best_model_score}, "
             f"totalEpochs={self.total_epochs})"
         )
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kit import tables
 from kit.data.dataset import DataSet
 from kit.evaluation import ROC, Evaluation
 from kit.nn.network import Network
@@ -113,8 +114,8 @@ class ScoreImprovementEpochTerminationCondition(EpochTerminationCondition):
             return False
         return epoch >= self.best_epoch + self.max_epochs_with_no_improvement
 
-    def __str__(self) -> str:
-        return (
+    def __str__(self) -> str:  # DL4J's words, wrapped at kit.tables.WIDTH columns should its values be long
+        return tables.wrap(
             f"ScoreImprovementEpochTerminationCondition(maxEpochsWithNoImprovement="
             f"{self.max_epochs_with_no_improvement}, minImprovement={self.min_improvement})"
         )
