@@ -2,7 +2,9 @@
 
 A *reference run* is the JSON report `scripts/gpu-check` writes on a GPU machine (its "machine" block
 names the GPU, the date and the commit; its "parts" hold every figure), copied into
-`kit/data/reference_runs/`. They ship inside the package, so every install sees the same ones.
+`kit/data/reference_runs/`. They ship inside the package, so every install sees the same ones. A
+column shows where and when its run was taken, the GPU and the date; the commits stay in the
+report (`run["machine"]["commit"]`, a part's own "commit"), for the developer who reproduces it.
 
     >>> import json, tempfile
     >>> from pathlib import Path
@@ -29,8 +31,8 @@ With a report in the folder, each reference run is a column labelled with where 
     >>> print(reference.beside({"ms per step": 1.25, "accuracy": 0.93},
     ...                        {"ms per step": "bench.rows[regime=plain].ms", "accuracy": "resnet.test_accuracy"},
     ...                        directory=folder, device="cpu:0"))
-    quantity    | your machine (cpu:0) | NVIDIA H100 (2026-12-01, commit 0123456)
-    ------------+----------------------+-----------------------------------------
+    quantity    | your machine (cpu:0) | NVIDIA H100 (2026-12-01)
+    ------------+----------------------+-------------------------
     ms per step | 1.25                 | 0.31
     accuracy    | 0.93                 | — (not in this run)
 
@@ -42,8 +44,8 @@ measured value), and a cell whose timings are not all reliable reads "1.13 (flag
     >>> busy = Timing("workspace", [0.010, 0.011, 0.010], 10, load=0.5)
     >>> print(reference.beside({"workspace / plain time": 1.13}, flagged={"workspace / plain time": [busy]},
     ...                        directory=folder, device="cpu:0"))  # doctest: +NORMALIZE_WHITESPACE
-    quantity               | your machine (cpu:0) | NVIDIA H100 (2026-12-01, commit 0123456)
-    -----------------------+----------------------+-----------------------------------------
+    quantity               | your machine (cpu:0) | NVIDIA H100 (2026-12-01)
+    -----------------------+----------------------+-------------------------
     workspace / plain time | 1.13 (flagged)       | — (not in this run)
     (flagged): measured in a run kit.measure flagged as unreliable (see the warnings printed above it): not a
       figure to compare
@@ -77,6 +79,7 @@ __all__ = [
     "beside",
     "chapter_mode",
     "lookup",
+    "physical_limits_sentence",
     "physical_limits_table",
     "reference_runs",
     "reported",
@@ -157,14 +160,21 @@ def lookup(report: dict[str, Any], path: str) -> Any:
     return value
 
 
-def run_label(report: dict[str, Any]) -> str:
-    """Where and when a report was taken: its GPU (or host), date and short commit."""
+def run_label(report: dict[str, Any], time_of_day: bool = False) -> str:
+    """Where and when a report was taken, as a reader sees it: its GPU (or host) and date, with the
+    time of day (UTC) when `time_of_day` (two runs of one GPU on one day). The commit is not shown:
+    it is a developer's detail, kept in the report (`report["machine"]["commit"]`)."""
     machine = report["machine"]
     where = machine.get("gpu") or f"{machine.get('host', 'unknown host')}, {machine.get('backend', '?')}, no GPU"
-    date = str(machine.get("date", "date unknown"))[:10]
-    commit = str(machine.get("commit", "unknown"))
-    short = commit[:7] if re.fullmatch(r"[0-9a-f]{7,40}", commit) else commit
-    return f"{where} ({date}, commit {short})"
+    stamp = str(machine.get("date", "date unknown"))
+    when = stamp[:10] + (f" {stamp[11:16]} UTC" if time_of_day and len(stamp) >= 16 else "")
+    return f"{where} ({when})"
+
+
+def _labels(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """One column label per run; runs that would share a label (one GPU, one day) get the time too."""
+    plain = [run_label(r) for r in runs]
+    return [run_label(r, time_of_day=plain.count(label) > 1) for r, label in zip(runs, plain)]
 
 
 @dataclass
@@ -235,19 +245,20 @@ def beside(
     marked = {name for name, timings in behind.items() if any(not t.reliable for t in timings)}
     runs = reference_runs(directory)
     here = device or f"{kit.current_device().name}, {kit.backend.name()}"
-    columns = ["quantity", f"your machine ({here})"] + [run_label(r) for r in runs]
+    labels = _labels(runs)
+    columns = ["quantity", f"your machine ({here})", *labels]
     STATE.reported.update({name: _number(value) for name, value in measured.items()})
     rows: list[list[Any]] = []
     quick_columns: list[str] = []  # runs whose chapter figures shown here came from quick-mode chapters
     for name, value in measured.items():
         row = [name, value]
         pick = picks.get(name)
-        for run in runs:
+        for run, label in zip(runs, labels):
             if pick is None:  # the same quantity, as the GPU check's run of the chapters reported it
                 figure, mode = _chapter_figure(run, name), chapter_mode(run, name)
                 row.append(figure)
-                if figure is not None and mode.startswith("quick") and run_label(run) not in quick_columns:
-                    quick_columns.append(run_label(run))
+                if figure is not None and mode.startswith("quick") and label not in quick_columns:
+                    quick_columns.append(label)
             elif callable(pick):
                 row.append(pick(run))
             else:
@@ -298,9 +309,38 @@ def _chapter_figure(report: dict[str, Any], name: str) -> Any:
     return None
 
 
-def physical_limits_table(report: dict[str, Any]) -> str:
-    """A reference run's device-to-device copy and matmul figures beside the datasheet's (from the
-    report; `scripts/gpu-check` measures them with CUDA events)."""
+_LIMITS = (  # (part key, what it measures, the kit figure's key) in the order the table shows them
+    ("d2d_copy_gb_s", "device-to-device copy, GB/s", "kit_dup_gb_s"),
+    ("matmul_float32_tflops", "float32 matmul {size}^3, TFLOP/s", None),
+    ("matmul_float16_tflops", "float16 matmul {size}^3, TFLOP/s", None),
+)
+
+
+def _limit_figures(p: dict[str, Any]) -> list[tuple[str, float, float, tuple[float, float], tuple[float, float]]]:
+    """Each limit as (what, CuPy median, kit median, CuPy's range, kit's range) from the part."""
+    out = []
+    for key, what, kit_key in _LIMITS:
+        m = p[key]
+        if kit_key:  # the copy: CuPy's figures in one block, kit's in another
+            k = p[kit_key]
+            out.append((what, m["median"], k["median"], (m["min"], m["max"]), (k["min"], k["max"])))
+        else:
+            out.append(
+                (what.format(size=m["size"]), m["cupy_median"], m["kit_median"],
+                 tuple(m["cupy_min_max"]), tuple(m["kit_min_max"]))
+            )  # fmt: skip
+    return out
+
+
+def _fig(value: float) -> str:
+    """A throughput as the limits table prints it: whole GB/s above 1,000, one decimal below."""
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.1f}"
+
+
+def physical_limits_table(report: dict[str, Any]) -> tables.Table | str:
+    """A reference run's device-to-device copy and matmul figures, raw CuPy and through kit, beside
+    the datasheet's (from the report; `scripts/gpu-check` measures them with CUDA events), as a
+    `kit.tables.Table` (HTML in a notebook, text in a terminal); a sentence where the run has none."""
     p = report.get("parts", {}).get("physical_limits")
     if not p or "d2d_copy_gb_s" not in p:
         return f"{run_label(report)}: no physical limits measured in this run"
@@ -309,20 +349,44 @@ def physical_limits_table(report: dict[str, Any]) -> str:
     def share(value: float, peak: float | None) -> str:
         return f"{value / peak:.0%} of {peak:g}" if peak else "no datasheet figure"
 
-    copy, kit_copy = p["d2d_copy_gb_s"]["median"], p["kit_dup_gb_s"]["median"]
-    f32, f16 = p["matmul_float32_tflops"], p["matmul_float16_tflops"]
-    hbm = sheet.get("hbm_tb_s")
-    rows = [
-        ("device-to-device copy, GB/s (read + written)", f"{copy:.0f}", f"{kit_copy:.0f}",
-         share(copy / 1e3, hbm) + " TB/s" if hbm else share(copy, None)),
-        (f"float32 matmul {f32['size']}^3, TFLOP/s", f"{f32['cupy_median']:.1f}", f"{f32['kit_median']:.1f}",
-         share(f32["cupy_median"], sheet.get("fp32_tflops"))),
-        (f"float16 matmul {f16['size']}^3, TFLOP/s", f"{f16['cupy_median']:.1f}", f"{f16['kit_median']:.1f}",
-         share(f16["cupy_median"], sheet.get("fp16_tensor_tflops")) + " (dense tensor cores)"),
-    ]  # fmt: skip
-    head = ("", "CuPy", "kit", "raw CuPy against the datasheet" + (f" ({sheet['form']})" if sheet else ""))
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
-    at = f" (this part at commit {p['commit'][:7]})" if p.get("commit") else ""
-    lines = [f"on {run_label(report)}{at}; {p['method']}"]
-    lines += [" | ".join(v.ljust(w) for v, w in zip(r, widths)) for r in [head, *rows]]
-    return "\n".join(lines)
+    peaks = (
+        (sheet.get("hbm_tb_s"), 1e3, " TB/s"),
+        (sheet.get("fp32_tflops"), 1.0, ""),
+        (sheet.get("fp16_tensor_tflops"), 1.0, " (dense tensor cores)"),
+    )
+    rows = []
+    for (what, cupy, kit_value, _, _), (peak, scale, unit) in zip(_limit_figures(p), peaks):
+        against = share(cupy / scale, peak) + unit if peak else share(cupy, None)
+        rows.append([what, _fig(cupy), _fig(kit_value), f"{kit_value / cupy:.1%}", against])
+    sheet_column = "CuPy / datasheet" + (f" ({sheet['form']})" if sheet else "")
+    return tables.Table(
+        ["measured", "CuPy", "kit", "kit / CuPy", sheet_column],
+        rows,
+        notes=[
+            "CuPy: the raw CuPy call; kit: the same through kit; medians. A copy's GB/s counts the bytes "
+            "read and the bytes written."
+        ],
+        title=f"on {run_label(report)}: {p['method']}",
+        text_columns=["measured", sheet_column],
+    )
+
+
+def physical_limits_sentence(report: dict[str, Any]) -> str:
+    """What the run's physical limits say of kit's wrapper on large operations, one clause a limit:
+    kit's median as a share of raw CuPy's, and whether the two ranges of repeats overlap (then the
+    run shows no difference) or lie apart (then it does, in that direction). "" where the run has
+    no physical limits."""
+    p = report.get("parts", {}).get("physical_limits")
+    if not p or "d2d_copy_gb_s" not in p:
+        return ""
+    clauses = []
+    for what, cupy, kit_value, (c_lo, c_hi), (k_lo, k_hi) in _limit_figures(p):
+        ranges = f"{_fig(k_lo)}-{_fig(k_hi)} against {_fig(c_lo)}-{_fig(c_hi)}"
+        if k_lo <= c_hi and c_lo <= k_hi:
+            verdict = f"the ranges of the repeats overlap ({ranges}): no difference this run can show"
+        else:
+            side = "below" if k_hi < c_lo else "above"
+            verdict = f"kit's whole range of repeats lies {side} CuPy's ({ranges})"
+        clauses.append(f"{what.split(',')[0]}: kit {_fig(kit_value)} against CuPy's {_fig(cupy)}, "
+                       f"{kit_value / cupy:.1%} of it; {verdict}")  # fmt: skip
+    return f"On the {run_label(report)}, through kit against raw CuPy: " + "; ".join(clauses) + "."

@@ -46,7 +46,7 @@ def test_empty_folder_says_no_reference_run_and_still_shows_this_machine(tmp_pat
     assert table.rows == [["ms per step", 1.5], ["accuracy", 0.9]]
 
 
-def test_report_column_is_labelled_with_gpu_date_and_commit_and_picks_values(tmp_path):
+def test_report_column_is_labelled_with_gpu_and_date_and_picks_values(tmp_path):
     write_report(tmp_path, "h100.json")
     picks = {
         "workspace / plain": "benchmarks.workspaces.result.rows[regime=workspace].ratio_to_plain",
@@ -59,13 +59,28 @@ def test_report_column_is_labelled_with_gpu_date_and_commit_and_picks_values(tmp
     assert table.columns == [
         "quantity",
         "your machine (cpu:0)",
-        "NVIDIA H100 80GB HBM3 (2026-12-01, commit 89abcde)",
+        "NVIDIA H100 80GB HBM3 (2026-12-01)",
     ]
     assert [row[2] for row in table.rows] == [0.95, 0.42, 11.9, None]
     text = table.text()
     assert "no reference run" not in text
     assert "— (not in this run)" in text.splitlines()[-1]
     assert repr(table) == text  # a notebook cell shows the table itself
+    # the commit is a developer's detail: kept in the report, not shown to a reader
+    assert "89abcde" not in text and "commit" not in text and "89abcde" not in table._repr_html_()
+    assert reference.reference_runs(tmp_path)[0]["machine"]["commit"].startswith("89abcde")
+
+
+def test_two_runs_of_one_gpu_on_one_day_are_told_apart_by_their_time(tmp_path):
+    write_report(tmp_path, "a.json", date="2026-12-01T09:30:00+00:00")
+    write_report(tmp_path, "b.json", date="2026-12-01T17:05:00+00:00")
+    write_report(tmp_path, "c.json", gpu="NVIDIA A100", date="2026-12-01T12:00:00+00:00")
+    table = reference.beside({"accuracy": 0.8}, directory=tmp_path, device="cpu:0")
+    assert table.columns[2:] == [
+        "NVIDIA H100 80GB HBM3 (2026-12-01 09:30 UTC)",
+        "NVIDIA A100 (2026-12-01)",
+        "NVIDIA H100 80GB HBM3 (2026-12-01 17:05 UTC)",
+    ]
 
 
 def test_several_runs_are_columns_oldest_first_and_non_json_files_are_ignored(tmp_path):
@@ -88,7 +103,7 @@ def test_cpu_dry_run_report_is_labelled_as_host_not_gpu(tmp_path):
     report["machine"]["backend"] = "numpy"
     (tmp_path / "dry.json").write_text(json.dumps(report))
     label = reference.run_label(reference.reference_runs(tmp_path)[0])
-    assert label == "gpu-1, numpy, no GPU (2026-12-01, commit 89abcde)"
+    assert label == "gpu-1, numpy, no GPU (2026-12-01)"
 
 
 def test_bad_inputs_name_the_problem(tmp_path):
@@ -186,16 +201,56 @@ def test_the_d2l_table_turns_with_the_numbers(tmp_path):
 
 
 def test_the_physical_limits_table_puts_the_measured_beside_the_datasheet():
+    from kit.tables import WIDTH, Table
+
     for run in _shipped_runs_with("physical_limits"):
-        p, text = run["parts"]["physical_limits"], reference.physical_limits_table(run)
-        sheet = p["datasheet"]
-        assert f"{p['d2d_copy_gb_s']['median']:.0f}" in text
+        p, table = run["parts"]["physical_limits"], reference.physical_limits_table(run)
+        assert isinstance(table, Table)  # HTML in a notebook, not a monospaced text table
+        text, sheet = str(table), p["datasheet"]
+        assert f"{p['d2d_copy_gb_s']['median']:,.0f}" in text and f"{p['kit_dup_gb_s']['median']:,.0f}" in text
         assert f"{p['d2d_copy_gb_s']['median'] / 1e3 / sheet['hbm_tb_s']:.0%} of {sheet['hbm_tb_s']:g} TB/s" in text
         for dtype, peak in (("float32", "fp32_tflops"), ("float16", "fp16_tensor_tflops")):
             m = p[f"matmul_{dtype}_tflops"]
             assert f"{m['cupy_median']:.1f}" in text and f"{m['kit_median']:.1f}" in text
+            assert f"{m['kit_median'] / m['cupy_median']:.1%}" in text  # the kit / CuPy column
             assert f"{m['cupy_median'] / sheet[peak]:.0%} of {sheet[peak]:g}" in text
-        assert p["commit"][:7] in text  # the part's own commit, where it differs from the run's
+        # the date and the device are shown; the commits stay in the report
+        assert "commit" not in text and p["commit"][:7] not in text and p["commit"][:7] not in table._repr_html_()
+        assert run["machine"]["gpu"] in table.title and run["machine"]["date"][:10] in table.title
+        assert max(len(line) for line in text.splitlines()) <= WIDTH
+    assert reference.physical_limits_table({"machine": {"gpu": "G", "date": "2026"}, "parts": {}}).endswith(
+        "no physical limits measured in this run"
+    )
+
+
+def _limits(cupy, cupy_range, kit, kit_range):
+    m = {"size": 8, "cupy_median": cupy, "cupy_min_max": cupy_range, "kit_median": kit, "kit_min_max": kit_range}
+    copy = {"median": 100.0, "min": 99.0, "max": 101.0}
+    return {
+        "machine": {"gpu": "G", "date": "2026-12-01T00:00:00+00:00", "commit": "0123456789"},
+        "parts": {
+            "physical_limits": {
+                "method": "m",
+                "d2d_copy_gb_s": copy,
+                "kit_dup_gb_s": {"median": 90.0, "min": 89.0, "max": 91.0},
+                "matmul_float32_tflops": m,
+                "matmul_float16_tflops": m,
+            }
+        },
+    }
+
+
+def test_the_physical_limits_sentence_reads_a_difference_only_where_the_ranges_lie_apart():
+    """kit's figure as a share of CuPy's, and a direction only where the ranges of repeats do not overlap."""
+    apart = reference.physical_limits_sentence(_limits(50.0, [49.0, 51.0], 40.0, [39.0, 41.0]))
+    assert "kit 40.0 against CuPy's 50.0, 80.0% of it; kit's whole range of repeats lies below CuPy's" in apart
+    assert "device-to-device copy: kit 90.0 against CuPy's 100.0, 90.0% of it; kit's whole range" in apart
+    above = reference.physical_limits_sentence(_limits(50.0, [49.0, 51.0], 60.0, [59.0, 61.0]))
+    assert "lies above CuPy's (59.0-61.0 against 49.0-51.0)" in above
+    overlap = reference.physical_limits_sentence(_limits(50.0, [40.0, 51.0], 45.0, [44.0, 50.0]))
+    assert "90.0% of it; the ranges of the repeats overlap (44.0-50.0 against 40.0-51.0): no difference" in overlap
+    assert "commit" not in overlap and "0123456" not in overlap
+    assert reference.physical_limits_sentence({"machine": {}, "parts": {}}) == ""
 
 
 def test_bench_d2l_refuses_an_unknown_initialisation_before_loading_anything():
