@@ -58,12 +58,14 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DRIVER_BYTES", "DRIVER_PHASES", "WORKER_PHASES", "SparkTrainingStats", "export_stats_html"]
+__all__ = ["DRIVER_BYTES", "DRIVER_PHASES", "PHASE_COLORS", "WORKER_PHASES", "SparkTrainingStats", "export_stats_html"]
 
 DRIVER_PHASES = ("broadcast_ms", "job_ms", "aggregate_ms")
 DRIVER_BYTES = ("broadcast_bytes", "driver_received_bytes", "partials", "tree_levels", "tree_bytes")
 WORKER_PHASES = ("load_ms", "get_model_ms", "fit_ms", "export_ms")
-_COLORS = {
+# each phase's colour in export_stats_html's timeline; a chapter that draws the timeline itself uses
+# the same colours, so its figure and the exported page read alike
+PHASE_COLORS = {
     "broadcast_ms": "#4e79a7",
     "job_ms": "#bab0ac",
     "aggregate_ms": "#e15759",
@@ -149,7 +151,7 @@ def export_stats_html(stats: SparkTrainingStats, path: str | os.PathLike) -> Non
     """A self-contained HTML page: timeline (inline SVG), phase medians, per-round table."""
     svg = _timeline_svg(stats.timeline())
     legend = " ".join(
-        f'<span style="background:{c};padding:0 8px;margin-right:4px"></span>{k}' for k, c in _COLORS.items()
+        f'<span style="background:{c};padding:0 8px;margin-right:4px"></span>{k}' for k, c in PHASE_COLORS.items()
     )
     summary = "".join(f"<tr><td>{k}</td><td>{v:,.3f}</td></tr>" for k, v in stats.summary().items())
     cols = ["round", "epoch", "workers", *DRIVER_PHASES, *DRIVER_BYTES]
@@ -188,7 +190,7 @@ def _timeline_svg(bars: list[tuple[str, str, float, float]]) -> list[str]:
         w = max((b - a) / end * width, 0.5)
         y = rows.index(row) * row_h + 3
         svg.append(
-            f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h - 6}" fill="{_COLORS[phase]}">'
+            f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h - 6}" fill="{PHASE_COLORS[phase]}">'
             f"<title>{html.escape(row)} {phase}: {(b - a) * 1e3:.2f} ms</title></rect>"
         )
     axis_y = row_h * len(rows) + 18
