@@ -217,13 +217,18 @@ class Comparison:
         if baseline_name is None:
             threads = base.get("share_threads") if vs_share else base.get("threads")
             baseline_name = f"one device on {threads} thread(s)" if vs_share else "one device (every core)"
-        if _row_flags(row)[column]:
-            # the reasons as the table gives them, each under the name of the timing it belongs to
+        flagged = _row_flags(row)[column]
+        if flagged:
+            # the table's reasons, each timing's under its name ("a and b: machine busy"), then the
+            # speedup's own (beyond the device count)
             own, ref = self.timings[devices], self.timings[key]
-            reasons = [f"{name}: {w}" for w in own.warnings] + [f"{baseline_name}: {w}" for w in ref.warnings]
-            timed = set(own.warnings) | {w for w in _row_flags(row)[column] if w.startswith("its baseline")}
-            reasons += [f"the speedup: {w}" for w in _row_flags(row)[column] if w not in timed]
-            return prose.no_conclusion(reasons or _row_flags(row)[column])
+            named = [
+                measure.Timing(n, t.seconds, t.number, t.load, t.extra_warnings)
+                for n, t in ((name, own), (baseline_name, ref))
+            ]
+            timed = set(own.warnings) | {w for w in flagged if w.startswith("its baseline")}
+            reasons = prose.flags(named) + [w for w in flagged if w not in timed]
+            return prose.no_conclusion(reasons or flagged)
         ratios = row["speedups_vs_share" if vs_share else "speedups"]
         lo, hi, median = min(ratios), max(ratios), row[column]
         header = _column_words(column)

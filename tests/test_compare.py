@@ -331,7 +331,13 @@ def test_the_speedup_sentence_turns_with_the_repeats():
     assert "both sides of 1: no direction" in mixed.speedup_sentence(2)
     beyond = _comparison(even, even, [0.3, 0.31, 0.29, 0.3, 0.3])
     text = beyond.speedup_sentence(2, name="two workers")
-    assert text.startswith("No conclusion") and "the speedup: speedup 3.33x exceeds the 2 device(s)" in text
+    assert text.startswith("No conclusion") and "run: speedup 3.33x exceeds the 2 device(s)" in text
     assert beyond.rows[1]["flags"]["speedup"] and not beyond.rows[1]["flags"]["epoch_s"]
+    busy = _comparison(even, even, [0.6, 0.61, 0.59, 0.6, 0.62])
+    for t in busy.timings.values():
+        t.load = 0.7
+    busy.rows = [assess_row(r, busy.timings[r["devices"]].warnings, True, 2) for r in busy.rows]
+    text = busy.speedup_sentence(2, name="two workers")
+    assert "two workers and one device (every core): machine busy" in text  # one reason, both names
     with pytest.raises(ValueError, match="no speedup_vs_share for 1 device"):
         faster.speedup_sentence(1, vs_share=True)
