@@ -49,17 +49,15 @@ The scaling model (kit.scaling) predicts the N-device epoch time from one-device
 from __future__ import annotations
 
 import contextlib
-import html
 import math
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from kit import measure, tables
+from kit import measure, prose, tables
 from kit.data.dataset import ArrayIterator, DataSet
 from kit.devices import (
     as_device,
@@ -206,8 +204,6 @@ class Comparison:
         share of the cores) as a sentence (kit.prose): the same per-repeat figure the table shows,
         their range and whether every repeat points one way, or, where the table flags that
         figure, no conclusion and why."""
-        from kit import prose
-
         row = next(r for r in self.rows if r["devices"] == devices)
         column, key = ("speedup_vs_share", "share") if vs_share else ("speedup", 1)
         if row.get(column) is None or key not in self.timings:
@@ -322,20 +318,9 @@ def _html_table(
 ) -> str:
     """kit.tables.html_table with a flag per figure: a flagged cell greyed alone (not its whole
     row), the `reliable` cell a badge unless it says yes."""
-    page = tables.html_table(heads, rows, notes, text_columns=["kind"])
-    spots = iter(
-        (key, value, key in bad and value != "-") for row, bad in zip(rows, flagged) for key, value in zip(keys, row)
-    )
-
-    def mark(cell: re.Match[str]) -> str:
-        key, value, grey = next(spots)
-        td = cell.group(0)
-        if key == "reliable" and value != "yes":
-            text = html.escape(value)
-            return td.replace(f">{text}</td>", f'><span class="kit-badge" style="{tables._BADGE}">{text}</span></td>')
-        return td.replace('">', f'{tables._GREY}">', 1) if grey else td
-
-    return re.sub(r"<td [^>]*>.*?</td>", mark, page)
+    at = dict(zip(keys, heads))
+    grey = [{at[k] for k in bad if k in at} for bad in flagged]
+    return tables.html_table(heads, rows, notes, flag_column=at.get("reliable"), text_columns=["kind"], grey=grey)
 
 
 def _fmt(col: str, v: Any, row: dict[str, Any] | None = None) -> str:

@@ -29,8 +29,9 @@ Rules the helpers follow:
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -62,13 +63,14 @@ def sentence(text: str) -> Sentence:
     return Sentence(text)
 
 
-def show(*items: object) -> None:
-    """Print each item as a reader should see it: an exception as `TypeName: message`, anything
-    else as its str(), wrapped at words to kit.tables.WIDTH columns (an error message is one long
-    line, which a notebook would break in the middle of a word)."""
+def show(*items: object, file: TextIO | None = None) -> None:
+    """Write each item to `file` (standard output) as a reader should see it: an exception as
+    `TypeName: message`, anything else as its str(), wrapped at words to kit.tables.WIDTH columns
+    (an error message is one long line, which a notebook would break in the middle of a word)."""
+    out = file if file is not None else sys.stdout
     for item in items:
         text = f"{type(item).__name__}: {item}" if isinstance(item, BaseException) else str(item)
-        print(tables.wrap(text))
+        out.write(tables.wrap(text) + "\n")
 
 
 def no_conclusion(reasons: Sequence[str]) -> Sentence:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import html
 import re
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["Table", "header", "html_table", "number", "percent", "text_table", "wrap"]
@@ -168,10 +168,12 @@ def html_table(
     notes: Sequence[str] = (),
     flag_column: str | None = None,
     text_columns: Sequence[str] = (),
+    grey: Sequence[Collection[str]] | None = None,
 ) -> str:
     """The table as HTML in a box that scrolls sideways when it is wide. In `flag_column` a cell
     that is not "yes" (nor a dash: nothing measured) is drawn as a red badge and the row's figures
-    are greyed; `text_columns` are
+    are greyed, or, where `grey` names a row's flagged columns (one collection per row), only
+    those figures (a row whose other figures stand on clean timings keeps them); `text_columns` are
     left-aligned and wrap at spaces; a header is its key in words (`header`), wrapping at spaces,
     with the key as its tooltip (numbers never wrap). Every style is inline, so an untrusted
     notebook keeps it.
@@ -190,10 +192,13 @@ def html_table(
     )
     body = []
     flag_at = list(columns).index(flag_column) if flag_column in columns else None
-    for row in rows:
+    if grey is not None and len(grey) != len(rows):
+        raise ValueError(f"html_table: grey names the flagged columns of each row: {len(grey)} for {len(rows)} rows")
+    for r, row in enumerate(rows):
         tds = []
         # a flagged row's figures are greyed: the badge says why no conclusion rests on them
         flagged = flag_at is not None and row[flag_at] not in ("yes", "", "-", "—")  # a dash: nothing measured
+        greyed = set(grey[r]) if grey is not None else (set(columns) if flagged else set())
         for name, value in zip(columns, row):
             text = html.escape(value)
             if name == flag_column and flagged:
@@ -201,7 +206,8 @@ def html_table(
             if name in text_columns:
                 tds.append(f'<td class="kit-text" style="{_TEXT}">{text}</td>')
             else:
-                tds.append(f'<td style="{_CELL}{_GREY if flagged and name != flag_column else ""}">{text}</td>')
+                shade = _GREY if name in greyed and name != flag_column and value not in ("-", "—") else ""
+                tds.append(f'<td style="{_CELL}{shade}">{text}</td>')
         body.append("<tr>" + "".join(tds) + "</tr>")
     out = (
         f'<div style="overflow-x: auto; max-width: 100%"><table class="kit-table" style="{_TABLE}">'
