@@ -120,14 +120,23 @@ def header(key: str) -> str:
     put in parentheses, `_per_s` becomes "/s" (the key itself stays in the text form and in the
     header's tooltip, for the reader who indexes a row by it).
 
+    A unit written before "per" keeps its place and is spelled as a unit: `peak_kib_per_iter`
+    is "peak KiB per iter".
+
     >>> [header(k) for k in ("copied_MB_per_epoch", "epoch_s", "samples_per_s", "held_kib", "speedup")]
     ['copied MB per epoch', 'epoch (s)', 'samples/s', 'held (KiB)', 'speedup']
+    >>> header("peak_traced_kib_per_iter")
+    'peak traced KiB per iter'
     """
     words = key.split("_")
     if len(words) > 2 and words[-2:] == ["per", "s"]:
         words = [*words[:-3], words[-3] + "/s"]
     elif len(words) > 1 and words[-1].lower() in _UNITS:
         words = [*words[:-1], _UNITS[words[-1].lower()]]
+    words = [
+        _UNITS[w.lower()].strip("()") if i + 1 < len(words) and words[i + 1] == "per" and w.lower() in _UNITS else w
+        for i, w in enumerate(words)
+    ]
     return " ".join(words)
 
 
@@ -252,7 +261,7 @@ class Table:
 
     def text(self) -> str:
         body = text_table(self.columns, self.rows, self.notes)
-        return f"{self.title}\n{body}" if self.title else body
+        return f"{wrap(self.title)}\n{body}" if self.title else body
 
     __str__ = text
 

@@ -86,7 +86,7 @@ def test_a_benchmark_result_becomes_a_table_with_its_column_notes_and_summary():
     }
     t = result_table(result)
     assert t.rows == [["plain", "41.5", "±71%", "1"]]
-    assert t.notes == ["ratio_to_plain: within each repeat, then the median", "machine_load_by_others: 50%", "goal: x"]
+    assert t.notes == ["ratio to plain: within each repeat, then the median", "machine_load_by_others: 50%", "goal: x"]
     assert t.title == "benchmark workspaces on cpu:0 (median of 7 repeats)"
 
 

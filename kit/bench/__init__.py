@@ -113,8 +113,8 @@ _ARRAY_NOTES = {
     "raw_us": "the raw NumPy/CuPy op, microseconds per call (median of the repeats)",
     "kit_us": "the same op through kit, microseconds per call (median of the repeats)",
     "added_us": "kit minus raw within each repeat, then the median over repeats "
-    "(so not kit_us - raw_us, which mixes two repeats)",
-    "ratio": "kit / raw within each repeat, then the median over repeats (so not kit_us / raw_us)",
+    "(not the difference of the two medians, which mixes two repeats)",
+    "ratio": "kit / raw within each repeat, then the median over repeats (not the ratio of the two medians)",
     "spread": "half the range of the repeats over their median, the wider of kit's and raw's",
     "reliable": "NO when kit.measure flagged either timing (machine busy, spread too wide)",
 }
@@ -250,7 +250,7 @@ _WORKSPACE_NOTES = {
     "ms_per_iter": "milliseconds per training iteration (median of the repeats)",
     "spread": "half the range of the repeats over their median",
     "ratio_to_plain": "this regime's time / plain's within each repeat, then the median over repeats "
-    "(so not ms_per_iter / plain's ms_per_iter, which mixes repeats)",
+    "(not the ratio of the two medians, which mixes repeats)",
     "peak_with_held_kib": "peak traced KiB within one iteration plus the KiB held between iterations",
 }
 _BLOCK = 10  # steps per timed call: the regime is switched once per block, outside the steps' cost
@@ -422,7 +422,7 @@ def result_table(result: dict[str, Any]) -> tables.Table:
     scrolls instead of wrapping), the column definitions and the summary as notes under it."""
     cols = result["columns"]
     cells = _cells(result)
-    notes = [f"{c}: {note}" for c, note in result.get("column_notes", {}).items()]
+    notes = [f"{tables.header(c)}: {note}" for c, note in result.get("column_notes", {}).items()]  # as headed
     notes += _summary(result)
     flag = "reliable" if "reliable" in cols else None
     text = [c for c in cols[:1]]
