@@ -12,8 +12,8 @@
     >>> noisy = measure.Timing("noisy", [1.0, 2.0, 1.0], number=10)   # one repeat twice as slow
     >>> noisy.reliable, noisy.warnings
     (False, ['spread ±50% is wider than ±25%'])
-    >>> measure.goal("added time per small op", 1.3, "<=", 2.0, "us")
-    'added time per small op: 1.3 us -> met (goal <= 2 us)'
+    >>> measure.goal("added time per small op", 1.3, "<=", 2.0, "µs")
+    'added time per small op: 1.3 µs -> met (goal <= 2 µs)'
 
 One module for every timing in kit (benchmarks, `compare_devices`, the chapters):
 
@@ -86,11 +86,11 @@ def format_spread(spread: float) -> str:
 
 
 def format_seconds(seconds: float) -> str:
-    """`1.23 s`, `45.6 ms`, `7.89 us` (ASCII `us`, so sanitizers and terminals agree)."""
+    """`1.23 s`, `45.6 ms`, `7.89 µs`: the unit every table of kit heads its column with."""
     if seconds != seconds:  # NaN
         return "nan"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(seconds) >= scale or unit == "us":
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(seconds) >= scale or unit == "µs":
             return f"{seconds / scale:.3g} {unit}"
     return f"{seconds * 1e9:.3g} ns"
 
@@ -266,7 +266,7 @@ def _distinct(value: float, limit: float) -> tuple[str, str]:
 
 
 def goal(what: str, value: float, op: str, limit: float, unit: str = "", reliable: bool = True) -> str:
-    """A printed goal that says met or not met, with the figure: `goal("added per op", 1.3, "<=", 2, "us")`."""
+    """A printed goal that says met or not met, with the figure: `goal("added per op", 1.3, "<=", 2, "µs")`."""
     ops = {"<=": value <= limit, "<": value < limit, ">=": value >= limit, ">": value > limit}
     if op not in ops:
         raise ValueError(f"goal(op={op!r}): one of {sorted(ops)}")

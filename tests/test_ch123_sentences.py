@@ -84,7 +84,7 @@ def _ch2_reconcile(bench: Timing, off: Timing) -> str:
 def test_ch2_sets_the_gc_off_time_beside_the_benchmarks_and_says_which_to_rely_on():
     busy = _timing("workspace", 0.000828, spread=0.31)
     said = _ch2_reconcile(busy, _timing("window off", 0.001334, spread=0.10))
-    assert "Section 2's benchmark timed the same workspace step at 828 us per iteration (flagged: spread" in said
+    assert "Section 2's benchmark timed the same workspace step at 828 µs per iteration (flagged: spread" in said
     assert "with the window off, at 1.33 ms per iteration. The setups differ" in said
     assert "blocks of 50 steps, each followed by a `kit.memory.maybe_gc()` call" in said
     assert said.endswith(

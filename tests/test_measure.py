@@ -245,7 +245,7 @@ def test_an_idle_block_reads_no_load_of_its_own():
 def test_format_seconds():
     assert measure.format_seconds(1.5) == "1.5 s"
     assert measure.format_seconds(0.0123) == "12.3 ms"
-    assert measure.format_seconds(4.2e-6) == "4.2 us"
+    assert measure.format_seconds(4.2e-6) == "4.2 µs"
 
 
 def test_machine_load_counts_children_as_ours_only_when_asked():

@@ -158,7 +158,7 @@ def _arrays_summary(rows: list[dict[str, Any]], others: float) -> dict[str, Any]
         "small_added_us_max": max(small),
         "large_overhead_pct_median": large_pct,
         "machine_load_by_others": round(others, 4),  # a fraction of the machine, 0..1 (printed as %)
-        "goal_small": measure.goal("added per small op (median)", statistics.median(small), "<=", 1.5, "us", small_ok),
+        "goal_small": measure.goal("added per small op (median)", statistics.median(small), "<=", 1.5, "µs", small_ok),
         "goal_large": measure.goal("overhead on large ops (median)", large_pct, "<=", 2, "%", large_ok),
         "warnings": _warnings_summary(rows),
     }
