@@ -72,7 +72,7 @@ from kit.nn.network import Network
 from kit.parallel.wrapper import ParallelWrapper
 from kit.scaling import measure_bandwidth, predict_epoch_seconds
 
-__all__ = ["Comparison", "Job", "compare_devices", "measure_bandwidth", "predict_epoch_seconds"]
+__all__ = ["Comparison", "Job", "compare_devices", "measure_bandwidth", "predict_epoch_seconds", "predicted_speedup"]
 
 
 @dataclass
@@ -136,8 +136,9 @@ class Comparison:
         if base:
             out.append(
                 f"baseline: 1 device with {base['threads']} BLAS thread(s) (the same total as the workers): "
-                f"{base['epoch_s']:.3g} s/epoch; with {base['share_threads']} thread(s) (one worker's share): "
-                f"{base['share_epoch_s']:.3g} s/epoch"
+                f"{base['epoch_s']:.3g} s/epoch{_spread_words(base, 'spread')}; with {base['share_threads']} "
+                f"thread(s) (one worker's share): {base['share_epoch_s']:.3g} s/epoch"
+                f"{_spread_words(base, 'share_spread')}"
             )
         for r in self.rows:
             flags = _row_flags(r)
@@ -243,6 +244,15 @@ class Comparison:
             f"{spreads})."
         )
 
+    def model_table(self) -> tables.Table:
+        """Every input of the scaling model, measured or given, in words: the predicted speedup
+        (`predicted_speedup`) can be recomputed from this table alone."""
+        return tables.Table(
+            ["scaling model input", "value"],
+            _model_rows(self.model),
+            text_columns=["scaling model input"],
+        )
+
     def plot(self, ax: Any = None) -> Any:
         import matplotlib.pyplot as plt
 
@@ -293,6 +303,10 @@ class Comparison:
 _FLAGGED_COLUMNS = ["epoch_s", "speedup", "speedup_vs_share", "efficiency", "predicted_speedup"]
 _MEASURED = _FLAGGED_COLUMNS[:-1]  # the prediction is a model's figure, not a timing
 _FOLLOWS = {"spread": "epoch_s", "samples_per_s": "epoch_s"}
+
+
+def _spread_words(base: dict[str, Any], key: str) -> str:
+    return f" ({measure.format_spread(base[key])})" if base.get(key) is not None else ""
 
 
 def _column_words(key: str) -> str:
@@ -411,7 +425,19 @@ def compare_devices(
     on_cpu = default_device().kind == "cpu"
     step_full = _step_seconds(job, None)
     share = max(1, cores // max(counts))
-    result.model = {"params": params, "bandwidth_GBps": bandwidth / 1e9, "step_s_one_device": step_full}
+    # every input of the scaling model, so the prediction can be recomputed from what is printed
+    # (`model_table`, `predicted_speedup`); the per-worker step times are added per device count below
+    result.model = {
+        "params": params,
+        "bytes_per_value": width,
+        "buffers_averaged": buffers,
+        "batches_per_epoch": batches,
+        "averaging_frequency": job.averaging_frequency,
+        "bandwidth_GBps": bandwidth / 1e9,
+        "step_s_one_device": step_full,
+        "step_s_per_worker": {},
+        "compute_split": {},
+    }
 
     nets, wrappers, kinds, fns = {}, {}, {}, {}
     try:
@@ -438,20 +464,22 @@ def compare_devices(
     result.model["baseline"] = {
         "threads": cores if on_cpu else None,
         "epoch_s": base,
+        "spread": timings[1].spread,
         "share_threads": share if "share" in timings else cores,
         "share_epoch_s": base_share,
+        "share_spread": timings["share" if "share" in timings else 1].spread,
     }
     result.model["epochs_per_repeat"] = timings[1].number
     result.model["repeats"] = job.epochs
     result.model["load"] = timings[1].load
-    base_pred = predict_epoch_seconds(batches, 1, step_full, 1, params, width, buffers, bandwidth, True)
     for n in counts:
         kind = kinds[n]
         physical = "physical" in kind
         parallel = physical or (on_cpu and n <= cores)  # side by side: own devices, or a core each
-        step_n = step_full if n == 1 or not on_cpu else _step_seconds(job, max(1, cores // n))
-        freq = job.averaging_frequency
-        predicted = predict_epoch_seconds(batches, n, step_n, freq, params, width, buffers, bandwidth, parallel)
+        if n > 1:
+            step_n = step_full if not on_cpu else _step_seconds(job, max(1, cores // n))
+            result.model["step_s_per_worker"][n] = step_n
+            result.model["compute_split"][n] = parallel
         t = timings[n]
         epoch_s = t.median
         # per-repeat ratios against the baseline measured in the same repeat: drift cancels
@@ -474,7 +502,7 @@ def compare_devices(
             "speedup_vs_share": vs_share,
             "speedups_vs_share": vs_share_each,  # one per repeat, against the share baseline of the same repeat
             "efficiency": speedup / n,
-            "predicted_speedup": base_pred / predicted,
+            "predicted_speedup": predicted_speedup(result.model, n),
             # every copy between devices goes through the one transfer path, which counts it
             "copies_per_epoch": float(np.median([c for c, _ in copies[n]])) if copies[n] else 0.0,
             "copied_MB_per_epoch": float(np.median([b for _, b in copies[n]])) / 1e6 if copies[n] else 0.0,
@@ -495,6 +523,59 @@ def compare_devices(
 
 
 _BASELINES = {1: "1 device", "share": "1 device with one worker's share of the cores"}
+
+
+def predicted_speedup(model: dict[str, Any], n: int) -> float:
+    """The scaling model's speedup of `n` devices, T(1) / T(n), from `model` alone (a
+    `Comparison.model`): every input it uses is one `Comparison.model_table` prints."""
+    if n == 1:
+        return 1.0
+    terms = (model["params"], model["bytes_per_value"], model["buffers_averaged"], model["bandwidth_GBps"] * 1e9)
+    one = predict_epoch_seconds(model["batches_per_epoch"], 1, model["step_s_one_device"], 1, *terms, True)
+    step_n, split = model["step_s_per_worker"][n], model["compute_split"][n]
+    return one / predict_epoch_seconds(
+        model["batches_per_epoch"], n, step_n, model["averaging_frequency"], *terms, split
+    )
+
+
+# the scaling model's inputs (and the run's shape) as `Comparison.model_table` words them
+MODEL_WORDS = {
+    "params": "parameters P",
+    "bytes_per_value": "bytes per parameter b",
+    "buffers_averaged": "buffers averaged k (parameters, plus updater state)",
+    "batches_per_epoch": "batches per epoch B",
+    "averaging_frequency": "averaging frequency F",
+    "bandwidth_GBps": "copy bandwidth (GB/s)",
+    "step_s_one_device": "one training step on one device, every core (s)",
+    "epochs_per_repeat": "epochs per timed repeat",
+    "repeats": "timed repeats",
+    "load": "CPU taken by other processes (one-device runs)",
+}
+
+
+def _model_rows(model: dict[str, Any]) -> list[list[str]]:
+    def value(k: str, v: Any) -> str:
+        if k == "load":  # other processes' share of the CPU while the one-device runs were timed
+            return measure.format_load(v)
+        return f"{v:.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
+
+    rows = []
+    for k, v in model.items():
+        if k in ("baseline", "compute_split"):
+            continue
+        if k == "step_s_per_worker":
+            for n, step in v.items():
+                split = model["compute_split"][n]
+                words = (
+                    f"one training step for {n} workers, each on its share of the compute (s)"
+                    if split
+                    else f"one training step for {n} workers sharing one device's compute (s)"
+                )
+                rows.append([words, value(k, step)])
+                rows.append([f"compute divided by N for {n} workers", "yes" if split else "no"])
+            continue
+        rows.append([MODEL_WORDS.get(k, k.replace("_", " ")), value(k, v)])
+    return rows
 
 
 def _baseline_warnings(timings: dict[Any, measure.Timing], key: Any = 1) -> list[str]:

@@ -35,7 +35,7 @@ from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
 from kit.nn import Conv2D, Network, Sgd, WorkspaceMode, lenet, mlp, resnet18
 from kit.settings import install_hint
 
-__all__ = ["bench_train"]
+__all__ = ["bench_train", "same_dtype"]
 
 COLUMNS = (
     "case",
@@ -60,6 +60,20 @@ def _mlp_data(batch: int, n_in: int, n_out: int, seed: int = 0) -> DataSet:
     in float64, 4x slower, and the ratio to it meaningless) and kit casts nothing."""
     rng = np.random.default_rng(seed)
     return DataSet(rng.random((batch, n_in), dtype=np.float32), rng.integers(0, n_out, batch), num_classes=n_out)
+
+
+def same_dtype(label: str, dtype: Any, *arrays: Any) -> None:
+    """Refuse a baseline that does not compute in kit's `dtype`: every array (a NumPy array or a
+    PyTorch tensor: inputs, weights, an answer) must hold it, or TypeError. Handed a float64 row,
+    NumPy converts float32 weights on every call and computes in float64, so a ratio to it would
+    compare dtypes as well as implementations; check before timing, not inside the timed call."""
+    want = np.dtype(dtype).name
+    got = sorted({str(a.dtype).removeprefix("torch.") for a in arrays} - {want})
+    if got:
+        raise TypeError(
+            f"{label}: the baseline holds {', '.join(got)} beside kit's {want}: a ratio to it would not "
+            "be like for like (cast its inputs and weights to kit's dtype)"
+        )
 
 
 def numpy_mlp_step(x: np.ndarray, y: np.ndarray, weights: list[np.ndarray], lr: float) -> float:
@@ -89,7 +103,9 @@ def numpy_mlp_step(x: np.ndarray, y: np.ndarray, weights: list[np.ndarray], lr: 
     return float(loss)
 
 
-def _torch_step(batch: int, sizes: tuple[int, ...], n_out: int, lr: float) -> Callable[[], float] | None:
+def _torch_step(
+    batch: int, sizes: tuple[int, ...], n_out: int, lr: float, dtype: Any = np.float32
+) -> Callable[[], float] | None:
     try:
         import torch
     except ImportError:
@@ -105,6 +121,7 @@ def _torch_step(batch: int, sizes: tuple[int, ...], n_out: int, lr: float) -> Ca
     x = torch.rand(batch, sizes[0])
     y = torch.randint(0, n_out, (batch,))
     loss_fn = torch.nn.CrossEntropyLoss()
+    same_dtype("PyTorch MLP", dtype, x, *model.parameters())
 
     def step() -> float:
         opt.zero_grad(set_to_none=False)
@@ -122,7 +139,7 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
 
     # ---- MLP: kit vs NumPy (batch 64 and 128, every workspace mode, one BLAS thread each) ---------
-    torch_step = _torch_step(batch, (n_in, *hidden), n_out, lr)
+    torch_step = _torch_step(batch, (n_in, *hidden), n_out, lr, dtype=mlp(n_in, hidden=hidden, n_out=n_out).dtype)
     mlp_goal: dict[str, str] = {}
     for size in (64, 128):
         size_rows, verdict = _mlp_rows(size, n_in, hidden, n_out, lr, number, repeats)
@@ -136,6 +153,7 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
             p.numpy().copy() for layer in mlp(n_in, hidden=hidden, n_out=n_out).layers for p in layer.params.values()
         ]
         xs, ys = data.features.numpy(), data.labels.numpy()
+        same_dtype("NumPy MLP step (beside PyTorch)", np.float32, xs, ys, *weights)
         t_torch = [time_calls(torch_step, number) for _ in range(repeats)]
         t_numpy = [time_calls(lambda: numpy_mlp_step(xs, ys, weights, lr), number) for _ in range(repeats)]
         rows.append(
@@ -201,6 +219,7 @@ def _mlp_rows(
     }
     weights = [p.numpy().copy() for layer in nets[WorkspaceMode.SEPARATE].layers for p in layer.params.values()]
     xs, ys = data.features.numpy(), data.labels.numpy()
+    same_dtype(f"NumPy MLP b{batch} (hand-written)", nets[WorkspaceMode.SEPARATE].dtype, xs, ys, *weights)
     fns: dict[str, Callable[[], Any]] = {
         f"kit MLP b{batch} ({m.value})": (lambda n=n: n.fit_batch(data)) for m, n in nets.items()
     }
@@ -251,8 +270,9 @@ def _inference_rows(quick: bool) -> tuple[list[dict[str, Any]], dict[str, str]]:
     weights = [p.numpy().copy() for layer in net.layers for p in layer.params.values()]
     rows, summary = [], {}
     for batch in (1, 256):
-        x = np.random.default_rng(batch).random((batch, 784)).astype(np.float32)
+        x = np.random.default_rng(batch).random((batch, 784)).astype(net.dtype)
         plan = net.plan_inference(batch)
+        same_dtype(f"NumPy MLP inference b{batch}", net.dtype, x, *weights, numpy_mlp_forward(x, weights))
         fns = {
             f"MLP 784-256-10 inference b{batch}: NumPy (hand-written)": lambda x=x: numpy_mlp_forward(x, weights),
             f"MLP 784-256-10 inference b{batch}: Network.output": lambda x=x: net.output(x),
@@ -285,7 +305,9 @@ def _images(batch: int, seed: int) -> DataSet:
     return DataSet(rng.random((batch, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, batch), num_classes=10)
 
 
-def _torch_conv_steps(lenet_batch: int, resnet_batch: int) -> dict[str, Callable[[], Any]] | None:
+def _torch_conv_steps(
+    lenet_batch: int, resnet_batch: int, dtype: Any = np.float32
+) -> dict[str, Callable[[], Any]] | None:
     """PyTorch's LeNet training step (SGD) and ResNet-18 forward + backward, the same
     architectures as kit's zoo (d2l's ResNet-18 for 28 x 28 inputs); None without PyTorch."""
     try:
@@ -304,6 +326,7 @@ def _torch_conv_steps(lenet_batch: int, resnet_batch: int) -> dict[str, Callable
 
     res = torch_resnet18()  # d2l's ResNet-18, the architecture of kit's zoo.resnet18
     rx, ry = torch.rand(resnet_batch, 1, 28, 28), torch.randint(0, 10, (resnet_batch,))
+    same_dtype("PyTorch LeNet and ResNet-18", dtype, lx, rx, *le.parameters(), *res.parameters())
 
     def lenet_step() -> None:
         opt.zero_grad(set_to_none=False)
@@ -320,7 +343,7 @@ def _torch_conv_steps(lenet_batch: int, resnet_batch: int) -> dict[str, Callable
 def _conv_rows(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """LeNet steps in each mode and ResNet-18 forward + backward, kit vs PyTorch, one thread each."""
     lenet_batch, resnet_batch = 64, 16
-    torch_steps = _torch_conv_steps(lenet_batch, resnet_batch)
+    torch_steps = _torch_conv_steps(lenet_batch, resnet_batch, dtype=lenet().dtype)
     if torch_steps is not None:
         import torch
 
