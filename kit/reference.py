@@ -40,7 +40,7 @@ A figure taken from a run that `kit.measure` flagged (busy machine, wide spread)
 cell: pass the timings behind it as `flagged={quantity: [timings]}` (or the Timing itself as the
 measured value), and a cell whose timings are not all reliable reads "1.13 (flagged)", with a note:
 
-    >>> from kit.measure import Timing
+    >>> from kit.measure import SPREAD_LIMIT, Timing, format_spread
     >>> busy = Timing("workspace", [0.010, 0.011, 0.010], 10, load=0.5)
     >>> print(reference.beside({"workspace / plain time": 1.13}, flagged={"workspace / plain time": [busy]},
     ...                        directory=folder, device="cpu:0"))  # doctest: +NORMALIZE_WHITESPACE
@@ -70,7 +70,7 @@ from typing import Any
 
 import kit
 from kit import tables
-from kit.measure import Timing
+from kit.measure import SPREAD_LIMIT, Timing, format_spread
 from kit.state import STATE
 
 __all__ = [
@@ -81,8 +81,10 @@ __all__ = [
     "lookup",
     "physical_limits_sentence",
     "physical_limits_table",
+    "reference_flag",
     "reference_runs",
     "reported",
+    "reported_flags",
     "run_label",
 ]
 
@@ -186,6 +188,8 @@ class Beside:
     note: str = ""
     runs: list[dict[str, Any]] = field(default_factory=list)
     flagged: set[str] = field(default_factory=set)  # quantities whose figure here came from a flagged run
+    # (quantity, index of the run in `runs`) -> why that run's own report flags its figure
+    reference_flags: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def _cells(self) -> list[list[str]]:
         out = []
@@ -193,8 +197,24 @@ class Beside:
             cells = [str(r[0])] + [tables.number(v, MISSING) for v in r[1:]]
             if r[0] in self.flagged:
                 cells[1] += FLAGGED
+            for k in range(len(self.runs)):
+                if (r[0], k) in self.reference_flags and r[2 + k] is not None:
+                    cells[2 + k] += FLAGGED
             out.append(cells)
         return out
+
+    def quote(self, quantity: str) -> list[tuple[dict[str, Any], Any, str]]:
+        """Each reference run's figure for `quantity` as (run, value, why its report flags it, "" when
+        it does not), for a chapter that quotes one: a figure with a reason is not one to set beside
+        this machine's, and the sentence must say so instead of quoting it as a result."""
+        row = next((r for r in self.rows if r[0] == quantity), None)
+        if row is None:
+            raise KeyError(f"quote: no quantity {quantity!r} in this table; it has {[r[0] for r in self.rows]}")
+        return [
+            (run, row[2 + k], self.reference_flags.get((quantity, k), ""))
+            for k, run in enumerate(self.runs)
+            if row[2 + k] is not None
+        ]
 
     def text(self) -> str:
         """The table as text no wider than 100 columns (transposed when it would be), then the note."""
@@ -248,12 +268,15 @@ def beside(
     labels = _labels(runs)
     columns = ["quantity", f"your machine ({here})", *labels]
     STATE.reported.update({name: _number(value) for name, value in measured.items()})
+    _REPORTED_FLAGGED.difference_update(measured)
+    _REPORTED_FLAGGED.update(marked)
     rows: list[list[Any]] = []
     quick_columns: list[str] = []  # runs whose chapter figures shown here came from quick-mode chapters
+    ref_flags: dict[tuple[str, int], str] = {}
     for name, value in measured.items():
         row = [name, value]
         pick = picks.get(name)
-        for run, label in zip(runs, labels):
+        for k, (run, label) in enumerate(zip(runs, labels)):
             if pick is None:  # the same quantity, as the GPU check's run of the chapters reported it
                 figure, mode = _chapter_figure(run, name), chapter_mode(run, name)
                 row.append(figure)
@@ -263,16 +286,91 @@ def beside(
                 row.append(pick(run))
             else:
                 row.append(lookup(run, pick))
+            why = reference_flag(run, name if pick is None else pick)
+            if why and row[-1] is not None:
+                ref_flags[(name, k)] = why
         rows.append(row)
     notes = [] if runs else [NO_RUN_YET]
     notes += [FLAGGED_NOTE] if marked else []
+    notes += [
+        f"(flagged) in the {labels[k]} column: {name}: that run's own report flags it ({why}): not a figure "
+        "to set beside this machine's"
+        for (name, k), why in ref_flags.items()
+    ]
     notes += [
         f"{label}: its chapter figures come from a quick-mode run (KIT_QUICK=1: smaller workloads than a full "
         "run), so they are not the same measurement as this machine's full-mode figures; read them as orders "
         "of magnitude"
         for label in quick_columns
     ]
-    return Beside(columns, rows, "\n".join(notes), runs, marked)
+    return Beside(columns, rows, "\n".join(notes), runs, marked, ref_flags)
+
+
+_TIMED = re.compile(r"(^|_)(ms|us|s|seconds|ratio|added|speedup|overhead|spread)(_|$)")
+
+
+def _row_flags(row: Any) -> list[str]:
+    """Why a benchmark row's own report flags it: its reliable column, its spread, its warnings."""
+    if not isinstance(row, dict):
+        return []
+    out = [str(w) for w in row.get("warnings") or []]
+    if not out and str(row.get("reliable", "yes")) != "yes":
+        out.append(f"its row reads reliable: {row['reliable']}")
+    spread = row.get("spread")
+    if not out and isinstance(spread, (int, float)) and spread > SPREAD_LIMIT:
+        out.append(f"spread {format_spread(spread)} is wider than {format_spread(SPREAD_LIMIT)}")
+    return out
+
+
+def reference_flag(report: dict[str, Any], pick: Pick) -> str:
+    """Why `report` itself flags the figure `pick` names ("" when it does not, or cannot say):
+    a benchmark row read through ``rows[...]`` by its reliable column, spread or warnings (a
+    ``ratio_to_X`` figure by row X's too); a benchmark summary figure by the goal line it feeds
+    (``goal_small`` feeds ``small_...``) when that line is marked unreliable; a chapter figure (a
+    quantity name, no path) by the names the chapter run recorded as flagged
+    (parts.chapters.<notebook>.flagged).
+
+        >>> run = {"parts": {"benchmarks": {"w": {"result": {
+        ...     "rows": [{"regime": "plain", "spread": 0.1}, {"regime": "ws", "spread": 0.28, "ratio_to_plain": 0.83}],
+        ...     "summary": {"goal_time": "t: 0.83 -> met (goal <= 1) [unreliable measurement: see the warnings]"}}}}}}
+        >>> reference_flag(run, "benchmarks.w.result.rows[regime=ws].ratio_to_plain")
+        'spread ±28% is wider than ±25%'
+        >>> reference_flag(run, "benchmarks.w.result.rows[regime=plain].spread")
+        ''
+        >>> reference_flag(run, "benchmarks.w.result.summary.time_median")
+        "its goal line 't' is marked unreliable"
+    """
+    if callable(pick):
+        return ""
+    if not pick.startswith("benchmarks."):
+        if "." in pick or "[" in pick:
+            return ""
+        for chapter in report.get("parts", {}).get("chapters", {}).values():
+            if isinstance(chapter, dict) and pick in chapter.get("figures", {}):
+                flagged = chapter.get("flagged") or {}
+                return str(flagged.get(pick, "")) if isinstance(flagged, dict) else ""
+        return ""
+    head, _, field_name = pick.rpartition(".")
+    if head.endswith("]"):  # a row's field: its timing flags reach its timed figures, not its counts
+        if not _TIMED.search(field_name):
+            return ""
+        reasons = _row_flags(lookup(report, head))
+        if field_name.startswith("ratio_to_") and "[" in head:
+            rows_path = head[: head.rindex("[")]
+            other = field_name[len("ratio_to_") :]
+            rows = lookup(report, rows_path) or []
+            base = next((r for r in rows if isinstance(r, dict) and other in map(str, r.values())), None)
+            reasons += [f"{other}: {w}" for w in _row_flags(base) if w not in reasons]
+        return "; ".join(reasons)
+    if head.endswith(".summary"):
+        summary = lookup(report, head) or {}
+        goals = {k[len("goal_") :]: v for k, v in summary.items() if k.startswith("goal_")}
+        fed = [v for k, v in goals.items() if field_name.startswith(k + "_")] or list(goals.values())
+        marked = [str(v) for v in fed if "unreliable" in str(v)]
+        if marked:
+            names = ", ".join(f"'{m.split(':')[0]}'" for m in marked)
+            return f"its goal line {names} is marked unreliable"
+    return ""
 
 
 # Every quantity a chapter shows through `beside` is remembered in this process, so that
@@ -280,9 +378,18 @@ def beside(
 # parts.chapters.<notebook>.figures; `beside` then finds them there by name, without a pick.
 
 
+_REPORTED_FLAGGED: set[str] = set()  # the quantities `beside` marked "(flagged)" in this process
+
+
 def reported() -> dict[str, Any]:
     """The quantities shown through `beside` in this process so far (name -> figure)."""
     return dict(STATE.reported)
+
+
+def reported_flags() -> dict[str, str]:
+    """The quantities `beside` showed as flagged in this process (name -> why): scripts/gpu-check
+    stores them beside the figures, so a reference column can mark a flagged figure as such."""
+    return {name: "measured in a run kit.measure flagged as unreliable" for name in sorted(_REPORTED_FLAGGED)}
 
 
 def _number(value: Any) -> Any:
@@ -309,25 +416,48 @@ def _chapter_figure(report: dict[str, Any], name: str) -> Any:
     return None
 
 
-_LIMITS = (  # (part key, what it measures, the kit figure's key) in the order the table shows them
-    ("d2d_copy_gb_s", "device-to-device copy, GB/s", "kit_dup_gb_s"),
-    ("matmul_float32_tflops", "float32 matmul {size}^3, TFLOP/s", None),
-    ("matmul_float16_tflops", "float16 matmul {size}^3, TFLOP/s", None),
+_LIMITS = (  # (part key, what it measures) in the order the table shows them
+    ("d2d_copy_gb_s", "device-to-device copy, GB/s"),
+    ("matmul_float32_tflops", "float32 matmul {size}^3, TFLOP/s"),
+    ("matmul_float16_tflops", "float16 matmul {size}^3, TFLOP/s"),
 )
+# why a run's kit and CuPy copy figures are not one operation: reports written before gpu-check
+# timed CuPy's a.copy() against kit's dup, interleaved ("cupy_copy_gb_s")
+COPY_UNLIKE = (
+    "not like for like in this run: CuPy's figure copies into an array allocated beforehand, kit's dup "
+    "allocates its result and then copies, and the two were timed one after the other"
+)
+NOT_INTERLEAVED = "the same call both ways, but timed one after the other, not interleaved"
 
 
-def _limit_figures(p: dict[str, Any]) -> list[tuple[str, float, float, tuple[float, float], tuple[float, float]]]:
-    """Each limit as (what, CuPy median, kit median, CuPy's range, kit's range) from the part."""
+@dataclass
+class _Limit:
+    what: str
+    cupy: float  # CuPy's median beside the datasheet
+    kit: float
+    against: float  # CuPy's median on the operation kit's figure is compared with
+    cupy_range: tuple[float, float]
+    kit_range: tuple[float, float]
+    unlike: str = ""  # why kit's figure and CuPy's are not the same operation ("" when they are)
+    sequential: bool = False  # timed one after the other rather than interleaved
+
+
+def _limit_figures(p: dict[str, Any]) -> list[_Limit]:
+    """Each limit from the part, with whether its kit and CuPy figures measure the same operation,
+    timed interleaved (the report says so with "interleaved"; older reports did neither for the copy)."""
     out = []
-    for key, what, kit_key in _LIMITS:
+    sequential = not p.get("interleaved", False)
+    for key, what in _LIMITS:
         m = p[key]
-        if kit_key:  # the copy: CuPy's figures in one block, kit's in another
-            k = p[kit_key]
-            out.append((what, m["median"], k["median"], (m["min"], m["max"]), (k["min"], k["max"])))
+        if key == "d2d_copy_gb_s":  # the copy: CuPy's figures in one block, kit's in another
+            k, same = p["kit_dup_gb_s"], p.get("cupy_copy_gb_s")
+            c = same or m
+            out.append(_Limit(what, m["median"], k["median"], c["median"], (c["min"], c["max"]),
+                              (k["min"], k["max"]), "" if same else COPY_UNLIKE, sequential))  # fmt: skip
         else:
             out.append(
-                (what.format(size=m["size"]), m["cupy_median"], m["kit_median"],
-                 tuple(m["cupy_min_max"]), tuple(m["kit_min_max"]))
+                _Limit(what.format(size=m["size"]), m["cupy_median"], m["kit_median"], m["cupy_median"],
+                       tuple(m["cupy_min_max"]), tuple(m["kit_min_max"]), "", sequential)
             )  # fmt: skip
     return out
 
@@ -354,17 +484,24 @@ def physical_limits_table(report: dict[str, Any]) -> tables.Table | str:
         (sheet.get("fp32_tflops"), 1.0, ""),
         (sheet.get("fp16_tensor_tflops"), 1.0, " (dense tensor cores)"),
     )
-    rows = []
-    for (what, cupy, kit_value, _, _), (peak, scale, unit) in zip(_limit_figures(p), peaks):
-        against = share(cupy / scale, peak) + unit if peak else share(cupy, None)
-        rows.append([what, _fig(cupy), _fig(kit_value), f"{kit_value / cupy:.1%}", against])
+    rows, notes = [], []
+    for lim, (peak, scale, unit) in zip(_limit_figures(p), peaks):
+        against = share(lim.cupy / scale, peak) + unit if peak else share(lim.cupy, None)
+        ratio = f"{lim.kit / lim.against:.1%}" if not lim.unlike else "—"  # the note says why
+        rows.append([lim.what, _fig(lim.cupy), _fig(lim.kit), ratio, against])
+        if lim.unlike:
+            notes.append(f"{lim.what.split(',')[0]}: {lim.unlike}, so kit / CuPy is not shown.")
+        elif lim.against != lim.cupy:
+            notes.append(f"{lim.what.split(',')[0]}: kit / CuPy sets kit's dup beside CuPy's a.copy(), "
+                         f"{_fig(lim.against)} GB/s (both allocate and copy, interleaved).")  # fmt: skip
     sheet_column = "CuPy / datasheet" + (f" ({sheet['form']})" if sheet else "")
     return tables.Table(
         ["measured", "CuPy", "kit", "kit / CuPy", sheet_column],
         rows,
         notes=[
             "CuPy: the raw CuPy call; kit: the same through kit; medians. A copy's GB/s counts the bytes "
-            "read and the bytes written."
+            "read and the bytes written.",
+            *notes,
         ],
         title=f"on {run_label(report)}: {p['method']}",
         text_columns=["measured", sheet_column],
@@ -380,13 +517,22 @@ def physical_limits_sentence(report: dict[str, Any]) -> str:
     if not p or "d2d_copy_gb_s" not in p:
         return ""
     clauses = []
-    for what, cupy, kit_value, (c_lo, c_hi), (k_lo, k_hi) in _limit_figures(p):
+    for lim in _limit_figures(p):
+        name = lim.what.split(",")[0]
+        if lim.unlike:
+            clauses.append(f"{name}: {lim.unlike}, so no direction is drawn from it")
+            continue
+        (c_lo, c_hi), (k_lo, k_hi) = lim.cupy_range, lim.kit_range
         ranges = f"{_fig(k_lo)}-{_fig(k_hi)} against {_fig(c_lo)}-{_fig(c_hi)}"
         if k_lo <= c_hi and c_lo <= k_hi:
             verdict = f"the ranges of the repeats overlap ({ranges}): no difference this run can show"
+        elif lim.sequential:
+            verdict = (f"the ranges of the repeats lie apart ({ranges}), but the two were timed one after the "
+                       "other, not interleaved, so no direction is drawn")  # fmt: skip
         else:
             side = "below" if k_hi < c_lo else "above"
             verdict = f"kit's whole range of repeats lies {side} CuPy's ({ranges})"
-        clauses.append(f"{what.split(',')[0]}: kit {_fig(kit_value)} against CuPy's {_fig(cupy)}, "
-                       f"{kit_value / cupy:.1%} of it; {verdict}")  # fmt: skip
+        how = f" ({NOT_INTERLEAVED})" if lim.sequential else ""
+        clauses.append(f"{name}{how}: kit {_fig(lim.kit)} against CuPy's {_fig(lim.against)}, "
+                       f"{lim.kit / lim.against:.1%} of it; {verdict}")  # fmt: skip
     return f"On the {run_label(report)}, through kit against raw CuPy: " + "; ".join(clauses) + "."

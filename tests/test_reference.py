@@ -233,6 +233,8 @@ def _limits(cupy, cupy_range, kit, kit_range):
                 "method": "m",
                 "d2d_copy_gb_s": copy,
                 "kit_dup_gb_s": {"median": 90.0, "min": 89.0, "max": 91.0},
+                "cupy_copy_gb_s": copy,  # the same allocate-and-copy as kit's dup (read 30: like for like)
+                "interleaved": True,
                 "matmul_float32_tflops": m,
                 "matmul_float16_tflops": m,
             }

@@ -86,7 +86,12 @@ def test_a_benchmark_result_becomes_a_table_with_its_column_notes_and_summary():
     }
     t = result_table(result)
     assert t.rows == [["plain", "41.5", "±71%", "1"]]
-    assert t.notes == ["ratio to plain: within each repeat, then the median", "machine_load_by_others: 50%", "goal: x"]
+    # the summary's keys read as words under the HTML table (read 30, N-X4)
+    assert t.notes == [
+        "ratio to plain: within each repeat, then the median",
+        "load by other processes while timed: 50%",
+        "goal: x",
+    ]
     assert t.title == "benchmark workspaces on cpu:0 (median of 7 repeats)"
 
 
@@ -120,7 +125,7 @@ def test_every_results_table_writes_numbers_one_way():
     }
     table = result_table(result)
     assert table.rows == [["x", "2,656,000", "1,235"]]
-    assert "workspace_capacity_bytes: 2,656,000" in table.notes
+    assert "workspace capacity (bytes): 2,656,000" in table.notes
     assert "2656000" not in format_result(result) and "2,656,000" in format_result(result)
     row = {"devices": 1, "kind": "physical cpu:0", "reliable": True, "epoch_s": 1234.5, "warnings": []}
     assert "1,234" in Comparison(rows=[row]).table()
