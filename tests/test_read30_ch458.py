@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -161,26 +160,6 @@ def test_threshold_capacity_is_the_bitmap_message_length():
     for n in (6, 16, 40, 100):
         message = threshold_encode(np.full(n, 0.01, np.float32), tau=1e-3)
         assert message[3] == 1 and message[0] == 4 + n // 16 + 1 >= len(message) >= message[0] - 1
-
-
-# ---- Markdown tables fit the column ---------------------------------------------------------------
-
-# a table cell cannot wrap a token with no space in it: the longest of each cell, summed over a row,
-# is the row's narrowest width (chapter 5's DL4J row, which overflowed the column, summed 133)
-ROW_TOKENS = 110
-
-
-@pytest.mark.parametrize("chapter", [CH4, CH5, CH8])
-def test_no_markdown_table_is_wider_than_the_column(chapter):
-    for c in _cells(chapter):
-        if c["cell_type"] != "markdown":
-            continue
-        for line in "".join(c["source"]).split("\n"):
-            if not line.startswith("|") or set(line) <= set("|-: "):
-                continue
-            cells = line.strip().strip("|").split("|")
-            tokens = [max((len(w) for w in re.sub(r"[`*]", "", x).split()), default=0) for x in cells]
-            assert sum(tokens) <= ROW_TOKENS, (chapter, line)
 
 
 # ---- chapter 5: the sentences follow the verdicts --------------------------------------------------
