@@ -268,8 +268,8 @@ def beside(
     labels = _labels(runs)
     columns = ["quantity", f"your machine ({here})", *labels]
     STATE.reported.update({name: _number(value) for name, value in measured.items()})
-    _REPORTED_FLAGGED.difference_update(measured)
-    _REPORTED_FLAGGED.update(marked)
+    STATE.reported_flagged.difference_update(measured)
+    STATE.reported_flagged.update(marked)
     rows: list[list[Any]] = []
     quick_columns: list[str] = []  # runs whose chapter figures shown here came from quick-mode chapters
     ref_flags: dict[tuple[str, int], str] = {}
@@ -378,9 +378,6 @@ def reference_flag(report: dict[str, Any], pick: Pick) -> str:
 # parts.chapters.<notebook>.figures; `beside` then finds them there by name, without a pick.
 
 
-_REPORTED_FLAGGED: set[str] = set()  # the quantities `beside` marked "(flagged)" in this process
-
-
 def reported() -> dict[str, Any]:
     """The quantities shown through `beside` in this process so far (name -> figure)."""
     return dict(STATE.reported)
@@ -389,7 +386,7 @@ def reported() -> dict[str, Any]:
 def reported_flags() -> dict[str, str]:
     """The quantities `beside` showed as flagged in this process (name -> why): scripts/gpu-check
     stores them beside the figures, so a reference column can mark a flagged figure as such."""
-    return {name: "measured in a run kit.measure flagged as unreliable" for name in sorted(_REPORTED_FLAGGED)}
+    return {name: "measured in a run kit.measure flagged as unreliable" for name in sorted(STATE.reported_flagged)}
 
 
 def _number(value: Any) -> Any:
@@ -487,10 +484,13 @@ def physical_limits_table(report: dict[str, Any]) -> tables.Table | str:
     rows, notes = [], []
     for lim, (peak, scale, unit) in zip(_limit_figures(p), peaks):
         against = share(lim.cupy / scale, peak) + unit if peak else share(lim.cupy, None)
-        ratio = f"{lim.kit / lim.against:.1%}" if not lim.unlike else "—"  # the note says why
+        shown = not (lim.unlike or lim.sequential)  # a ratio only of one operation, timed in turn
+        ratio = f"{lim.kit / lim.against:.1%}" if shown else "—"  # the note says why
         rows.append([lim.what, _fig(lim.cupy), _fig(lim.kit), ratio, against])
         if lim.unlike:
             notes.append(f"{lim.what.split(',')[0]}: {lim.unlike}, so kit / CuPy is not shown.")
+        elif lim.sequential:
+            notes.append(f"{lim.what.split(',')[0]}: {NOT_INTERLEAVED}, so kit / CuPy is not shown.")
         elif lim.against != lim.cupy:
             notes.append(f"{lim.what.split(',')[0]}: kit / CuPy sets kit's dup beside CuPy's a.copy(), "
                          f"{_fig(lim.against)} GB/s (both allocate and copy, interleaved).")  # fmt: skip
@@ -522,17 +522,17 @@ def physical_limits_sentence(report: dict[str, Any]) -> str:
         if lim.unlike:
             clauses.append(f"{name}: {lim.unlike}, so no direction is drawn from it")
             continue
+        if lim.sequential:  # as the table: no ratio, no direction
+            clauses.append(f"{name}: kit {_fig(lim.kit)} against CuPy's {_fig(lim.against)}, {NOT_INTERLEAVED}, "
+                           "so neither a ratio nor a direction is drawn from them")  # fmt: skip
+            continue
         (c_lo, c_hi), (k_lo, k_hi) = lim.cupy_range, lim.kit_range
         ranges = f"{_fig(k_lo)}-{_fig(k_hi)} against {_fig(c_lo)}-{_fig(c_hi)}"
         if k_lo <= c_hi and c_lo <= k_hi:
             verdict = f"the ranges of the repeats overlap ({ranges}): no difference this run can show"
-        elif lim.sequential:
-            verdict = (f"the ranges of the repeats lie apart ({ranges}), but the two were timed one after the "
-                       "other, not interleaved, so no direction is drawn")  # fmt: skip
         else:
             side = "below" if k_hi < c_lo else "above"
             verdict = f"kit's whole range of repeats lies {side} CuPy's ({ranges})"
-        how = f" ({NOT_INTERLEAVED})" if lim.sequential else ""
-        clauses.append(f"{name}{how}: kit {_fig(lim.kit)} against CuPy's {_fig(lim.against)}, "
+        clauses.append(f"{name}: kit {_fig(lim.kit)} against CuPy's {_fig(lim.against)}, "
                        f"{lim.kit / lim.against:.1%} of it; {verdict}")  # fmt: skip
     return f"On the {run_label(report)}, through kit against raw CuPy: " + "; ".join(clauses) + "."

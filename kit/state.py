@@ -85,8 +85,9 @@ class State:
         # workspaces
         self.debug_mode: Any = None  # kit.workspace.DebugMode; set by kit.workspace at import
         self.track_sites = False
-        # reference runs: reports already announced (kit.reference)
+        # reference runs: the figures `beside` showed (kit.reference), and those it marked flagged
         self.reported: dict[str, Any] = {}
+        self.reported_flagged: set[str] = set()
         # a Spark executor's networks, built from their JSON config and reused by later tasks
         # (kit.spark._executor): each executor is a Python process of its own, with its own STATE.
         # A reset drops them: their workspaces may be closed and their settings gone

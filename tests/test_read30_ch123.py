@@ -129,7 +129,8 @@ def test_a_copy_that_is_not_like_for_like_gets_no_ratio_and_no_direction():
     assert "device-to-device copy: not like for like in this run" in sentence
     assert "so no direction is drawn from it" in sentence and "kit 90.0 against" not in sentence
     # the matmuls: the same call both ways, but not interleaved: no direction even with ranges apart
-    assert "not interleaved, so no direction is drawn" in sentence and "lies below" not in sentence
+    assert "not interleaved, so neither a ratio nor a direction is drawn" in sentence and "lies below" not in sentence
+    assert "% of it" not in sentence  # no ratio of figures timed one after the other, as in the table
     table = str(reference.physical_limits_table(old))
     assert "not like for like" in table and "90.0%" not in table and "89.8%" not in table
     new = reference.physical_limits_sentence(_limits(copy_like=True, interleaved=True))
