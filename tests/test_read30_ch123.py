@@ -186,7 +186,14 @@ def test_ch2_workspace_sentence_and_goal_line_read_the_same_per_repeat_ratios():
         def timing(name, rows=by_regime):
             return measure.Timing(name, [x / 1e3 for x in rows[name]["ms_repeats"]], 1, load=0.0)
 
-        env = {"by_regime": by_regime, "timing": timing, "prose": prose, "kit": kit, "display": shown.append}
+        env = {
+            "by_regime": by_regime,
+            "timing": timing,
+            "prose": prose,
+            "measure": kit.measure,
+            "kit": kit,
+            "display": shown.append,
+        }
         exec(src, env)
         text = " ".join(str(s) for s in shown)
         assert expect in text and goal_word in goal, (text, goal)
