@@ -5,31 +5,14 @@ own cells on constructed timings, one per branch, and read what they display."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from _chapter_cells import cell as _cell
+from _chapter_cells import run as _run
 
-from kit import measure, prose
 from kit.measure import Timing
 from kit.parallel import InferenceMode
-
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-
-
-def _cell(chapter: str, starts: str) -> str:
-    """The source of the chapter's code cell that starts with `starts`."""
-    cells = json.loads((NOTEBOOKS / chapter).read_text())["cells"]
-    (source,) = [s for c in cells if c["cell_type"] == "code" and (s := "".join(c["source"])).startswith(starts)]
-    return source
-
-
-def _run(source: str, **names) -> list[str]:
-    shown: list[str] = []
-    env = {"display": lambda x: shown.append(str(x)), "prose": prose, "measure": measure, **names}
-    exec(compile(source, "<chapter cell>", "exec"), env)
-    return shown
-
 
 CH5 = "05_parallel_inference.ipynb"
 SEQ, BAT = InferenceMode.SEQUENTIAL, InferenceMode.BATCHED

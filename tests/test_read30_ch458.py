@@ -11,36 +11,18 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from _chapter_cells import cell as _cell
+from _chapter_cells import cells as _cells
+from _chapter_cells import run as _run
 
 from kit import measure, prose
 from kit.measure import Timing
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 CH4, CH5, CH8 = "04_multi_device_training.ipynb", "05_parallel_inference.ipynb", "08_half_the_bytes.ipynb"
-
-
-def _cells(chapter: str) -> list[dict]:
-    return json.loads((NOTEBOOKS / chapter).read_text())["cells"]
-
-
-def _cell(chapter: str, starts: str) -> str:
-    (source,) = [
-        s for c in _cells(chapter) if c["cell_type"] == "code" and (s := "".join(c["source"])).startswith(starts)
-    ]
-    return source
-
-
-def _run(source: str, **names) -> list[str]:
-    shown: list[str] = []
-    env = {"display": lambda x: shown.append(str(x)), "prose": prose, "measure": measure, **names}
-    exec(compile(source, "<chapter cell>", "exec"), env)
-    return shown
 
 
 # ---- like-for-like dtypes -------------------------------------------------------------------------
