@@ -308,8 +308,10 @@ FLAGGED_TITLE = "flagged by kit.measure: no time can be read from this panel"
 def mark_flagged(ax: Any, timings: Any, title: str | None = None) -> bool:
     """Mark a panel of timings that kit.measure flagged, so a figure cannot be read as a result
     that its own verdict refuses: a red title saying so (under the panel's own title, kept as its
-    first line), and the panel's lines, bars and error bars faded. `timings`: Timing objects, or a
-    mapping of them. Returns whether any was flagged (nothing changes when none was).
+    first line). When every timing is flagged the title says no time can be read from the panel and
+    its lines, bars and error bars fade; when only some are, it names those (the others stand, as
+    the verdicts under the figure read them). `timings`: Timing objects, or a mapping of them.
+    Returns whether any was flagged (nothing changes when none was).
 
         >>> import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
         >>> _, ax = plt.subplots()
@@ -317,12 +319,25 @@ def mark_flagged(ax: Any, timings: Any, title: str | None = None) -> bool:
         True
         >>> ax.get_title()
         'time per step\\nflagged by kit.measure: no time can be read from this panel'
+        >>> _, ax = plt.subplots()
+        >>> mark_flagged(ax, [Timing("1 client", [1.0, 2.0], 1), Timing("16 clients", [1.0, 1.01], 1)], "throughput")
+        True
+        >>> ax.get_title()
+        'throughput\\nflagged by kit.measure: 1 client; read no time from it'
     """
     found = list(timings.values()) if isinstance(timings, dict) else list(timings)
-    if all(t.reliable for t in found):
+    bad = [t for t in found if not t.reliable]
+    if not bad:
         return False
+    if len(bad) == len(found):
+        flag = FLAGGED_TITLE
+        for artist in [*ax.lines, *ax.patches, *ax.collections]:
+            artist.set_alpha(0.45)
+    else:  # the clean timings stand: name the flagged ones, fade nothing
+        names = ", ".join(t.name for t in bad)
+        flag = tables.wrap(
+            f"flagged by kit.measure: {names}; read no time from {'it' if len(bad) == 1 else 'them'}", 60
+        )
     head = title if title is not None else ax.get_title()
-    ax.set_title(f"{head}\n{FLAGGED_TITLE}" if head else FLAGGED_TITLE, fontsize=9, color="#c00")
-    for artist in [*ax.lines, *ax.patches, *ax.collections]:
-        artist.set_alpha(0.45)
+    ax.set_title(f"{head}\n{flag}" if head else flag, fontsize=9, color="#c00")
     return True

@@ -299,8 +299,8 @@ def beside(
     ]
     notes += [
         f"{label}: its chapter figures come from a quick-mode run (KIT_QUICK=1: smaller workloads than a full "
-        "run), so they are not the same measurement as this machine's full-mode figures; read them as orders "
-        "of magnitude"
+        "run), so they are not the same measurement as this machine's full-mode figures: no direction is drawn "
+        "between the two"
         for label in quick_columns
     ]
     return Beside(columns, rows, "\n".join(notes), runs, marked, ref_flags)

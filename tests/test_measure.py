@@ -292,14 +292,19 @@ def test_mark_flagged_marks_a_flagged_panel_and_leaves_a_clean_one_alone():
     from kit.measure import FLAGGED_TITLE, Timing, mark_flagged
 
     clean = {"a": Timing("a", [1.0, 1.01, 1.02], 1), "b": Timing("b", [2.0, 2.01, 2.02], 1)}
-    flagged = {**clean, "c": Timing("c", [1.0, 3.0, 2.0], 1)}  # spread ±50%
-    for timings, expected in ((clean, False), (flagged, True)):
+    noisy = {"c": Timing("c", [1.0, 3.0, 2.0], 1), "d": Timing("d", [1.0, 1.0, 1.0], 1, load=0.9)}
+    # (timings, flagged at all, the whole panel refused and faded)
+    for timings, flagged, whole in ((clean, False, False), (noisy, True, True), ({**clean, **noisy}, True, False)):
         _, ax = plt.subplots()
         bars = ax.bar([0, 1], [1, 2])
         ax.set_title("time per step")
-        assert mark_flagged(ax, timings) is expected
-        assert (FLAGGED_TITLE in ax.get_title()) is expected and ax.get_title().startswith("time per step")
-        assert all((p.get_alpha() or 1.0) < 1.0 for p in bars.patches) is expected
+        assert mark_flagged(ax, timings) is flagged
+        title = ax.get_title()
+        assert (FLAGGED_TITLE in title) is whole and title.startswith("time per step")
+        assert all((p.get_alpha() or 1.0) < 1.0 for p in bars.patches) is whole
+        if flagged and not whole:  # some flagged: the title names them, and only them; the clean ones stand
+            named = " ".join(title.split())
+            assert "flagged by kit.measure: c, d; read no time from them" in named and " a" not in named
         plt.close("all")
 
 

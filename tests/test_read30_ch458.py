@@ -197,6 +197,11 @@ def test_ch5_reference_sentence_sets_no_float64_figure_beside_this_run():
     )  # fmt: skip
     assert "computed in float64" in text and "the next GPU run measures it again" in text
     assert "14.9" not in text and "three small matrix products" not in text
+    # the throughput row's caveat is said whatever the planned / NumPy row holds (read 32: a `continue`
+    # for the missing plan figure skipped it), and it draws no direction between the two runs
+    assert "1,734 requests per second, comes from a quick-mode run" in text
+    assert "They are not the same measurement, so no direction is drawn between the two." in text
+    assert "orders of magnitude" not in text
 
 
 # ---- chapter 8: reader words, no test tooling -----------------------------------------------------
