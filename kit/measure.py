@@ -334,7 +334,7 @@ def mark_flagged(ax: Any, timings: Any, title: str | None = None) -> bool:
         for artist in [*ax.lines, *ax.patches, *ax.collections]:
             artist.set_alpha(0.45)
     else:  # the clean timings stand: name the flagged ones, fade nothing
-        names = ", ".join(t.name for t in bad)
+        names = ", ".join(str(t.name) for t in bad)  # a Timing's name may be its key: F = 1, 2, ...
         flag = tables.wrap(
             f"flagged by kit.measure: {names}; read no time from {'it' if len(bad) == 1 else 'them'}", 60
         )

@@ -306,6 +306,11 @@ def test_mark_flagged_marks_a_flagged_panel_and_leaves_a_clean_one_alone():
             named = " ".join(title.split())
             assert "flagged by kit.measure: c, d; read no time from them" in named and " a" not in named
         plt.close("all")
+    # measure.compare names each Timing by its key, which may be a number (ch4: the frequencies F)
+    _, ax = plt.subplots()
+    by_f = {1: Timing(1, [1.0, 1.01, 1.02], 1), 20: Timing(20, [1.0, 3.0, 2.0], 1)}
+    assert mark_flagged(ax, by_f) and "flagged by kit.measure: 20; read no time from it" in ax.get_title()
+    plt.close("all")
 
 
 def test_a_flagged_timing_prints_its_flag_on_wrapped_lines_of_its_own():
