@@ -84,7 +84,7 @@ def flags(timings: Sequence[Timing]) -> list[str]:
     by_warning: dict[str, list[str]] = {}
     for t in timings:
         for w in t.warnings:
-            by_warning.setdefault(w, []).append(t.name)
+            by_warning.setdefault(w, []).append(str(t.name))  # a name may be a key: F = 1, 2, ...
     out = []
     for w, names in by_warning.items():
         who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -94,3 +94,11 @@ def test_flags_name_each_warning_once_with_every_timing_it_applies_to():
     assert flags([FAST, SLOW]) == []
     text = compare_timings(*busy[:2])
     assert text.count("machine busy") == 1 and "a and b: machine busy" in text
+
+
+def test_flags_name_timings_whose_names_are_numbers():
+    """measure.compare names each Timing by its key, a number in chapter 4's frequency sweep."""
+    from kit.measure import Timing
+
+    noisy = [Timing(f, [1.0, 3.0, 2.0], 1) for f in (1, 2, 5)]
+    assert flags(noisy) == ["1, 2 and 5: spread ±50% is wider than ±25%"]
