@@ -124,7 +124,7 @@ class Comparison:
         """What the table's numbers need said beside them: the baseline, every flag (with the
         figures it flags), the kind. `words`: columns named as the HTML headers say them
         ("speedup vs share"), else by their keys, as the text form heads them."""
-        name = _column_words if words else str
+        name = tables.header if words else str
         out = []
         if any(r["devices"] > 1 for r in self.rows):
             out.append(
@@ -228,7 +228,7 @@ class Comparison:
             return prose.no_conclusion(reasons or flagged)
         ratios = row["speedups_vs_share" if vs_share else "speedups"]
         lo, hi, median = min(ratios), max(ratios), row[column]
-        header = _column_words(column)
+        header = tables.header(column)
         if lo > 1:
             way = f"in every repeat {name} took the shorter epoch"
         elif hi < 1:
@@ -307,11 +307,6 @@ _FOLLOWS = {"spread": "epoch_s", "samples_per_s": "epoch_s"}
 
 def _spread_words(base: dict[str, Any], key: str) -> str:
     return f" ({measure.format_spread(base[key])})" if base.get(key) is not None else ""
-
-
-def _column_words(key: str) -> str:
-    """A column as the HTML table heads it: "speedup vs share", "epoch (s)"."""
-    return tables.header(key)
 
 
 def _row_flags(row: dict[str, Any]) -> dict[str, list[str]]:
