@@ -328,6 +328,23 @@ class Workspace(Cycles):
         self.destroyed = True
         get_manager().forget(self)
 
+    # ---- a planned cycle (kit.nn.train_plan) ---------------------------------------
+    def tally(self) -> tuple[int, int, int, int, int]:
+        """(allocations, bytes carved this cycle, the offset now, spills, arenas made): what a
+        planned training step reads before and after the cycle it records."""
+        return self.allocations, self._cycle_bytes, self._offset, self.spilled_count, self.arena_allocations
+
+    def replay_carves(self, allocations: int, nbytes: int, end: int) -> None:
+        """Count, in the open cycle, the carves a recorded cycle made: `allocations` arrays of
+        `nbytes` in all (aligned), ending at offset `end`. A planned step reuses the views it recorded
+        at those offsets, so the arena holds what the carves would have put there; the counters say
+        so (allocations, the cycle's bytes, the offset, the peak), as `alloc`'s hits would have."""
+        self.allocations += allocations
+        self._cycle_bytes += nbytes
+        self._offset = end
+        if end > self.peak_used:
+            self.peak_used = end
+
     # ---- reading -------------------------------------------------------------------
     @property
     def is_scope_active(self) -> bool:

@@ -1,8 +1,9 @@
 """`python -m kit bench train`: training-step costs, side by side, medians of repeats.
 
 - MLP step at batch 64 and 128: kit Network in each workspace mode vs the same math hand-written in
-  NumPy, one BLAS thread each (goal ratio <= MLP_GOAL, 1.03, in every mode), and vs
-  PyTorch on the CPU when it is installed;
+  NumPy, one BLAS thread each (goal ratio <= MLP_GOAL, 1.03, in every mode; fit_batch replays
+  a planned iteration, kit.nn.train_plan, and a row beside them times the default mode with its
+  plans off), and vs PyTorch on the CPU when it is installed;
 - the three workspace modes: time, allocations per iteration, peak workspace bytes;
 - MLP 784-256-10 inference at batch 1 and 256: Network.output (which answers from a plan by itself),
   an explicit planned forward (Network.plan_inference) and NumPy (goals: planned batch 1 <= 1.3 x
@@ -223,6 +224,11 @@ def _mlp_rows(
     fns: dict[str, Callable[[], Any]] = {
         f"kit MLP b{batch} ({m.value})": (lambda n=n: n.fit_batch(data)) for m, n in nets.items()
     }
+    # beside them, the default mode with its plans off: the step before kit.nn.train_plan (no goal)
+    unplanned = mlp(n_in, hidden=hidden, n_out=n_out, updater=Sgd(lr))
+    unplanned.train_plans.enabled = False
+    unplanned_name = f"kit MLP b{batch} ({unplanned.training_workspace_mode.value}, unplanned)"
+    fns[unplanned_name] = lambda: unplanned.fit_batch(data)
     numpy_name = f"NumPy MLP b{batch} (hand-written)"
     fns[numpy_name] = lambda: numpy_mlp_step(xs, ys, weights, lr)
     with threadpool_limits(limits=1, user_api="blas"):
@@ -234,7 +240,9 @@ def _mlp_rows(
         row = {"case": name, "ms_per_step": t.median * 1e3, "min_max_ms": _spread(t.seconds), "ratio": ratio}
         row["ratio_to"] = "NumPy"
         reliable = reliable and t.reliable
-        if name != numpy_name:
+        if name == unplanned_name:
+            row["note"] = "plans off (net.train_plans.enabled = False): no goal"
+        elif name != numpy_name:
             worst = max(worst, ratio)
             row["goal"] = f"<= {MLP_GOAL}: " + ("met" if ratio <= MLP_GOAL else "NOT met")
         rows.append(row)

@@ -113,12 +113,17 @@ class Layer:
             flag = f"{call}_working_memory"
             if call in cls.__dict__ and flag not in cls.__dict__:
                 setattr(cls, flag, True)
-        # likewise a subclass's own forward is not planned by its parent's kernel or promise
+        # likewise a subclass's own forward is not planned by its parent's kernel or promise, nor
+        # its own backward by its parent's (planned training, kit.nn.train_plan)
         if "forward" in cls.__dict__:
             if "plan_step" not in cls.__dict__:
                 cls.plan_step = Layer.plan_step  # type: ignore[method-assign]
             if "plan_replay" not in cls.__dict__:
                 cls.plan_replay = False
+            if "plan_train_forward" not in cls.__dict__:
+                cls.plan_train_forward = Layer.plan_train_forward  # type: ignore[method-assign]
+        if "backward" in cls.__dict__ and "plan_backward" not in cls.__dict__:
+            cls.plan_backward = Layer.plan_backward  # type: ignore[method-assign]
 
     def __init__(self) -> None:
         self.params: dict[str, NDArray] = {}
@@ -166,6 +171,20 @@ class Layer:
         `mgr` for when the plan was recorded, y among them), or None: the plan replays forward.
         Built as functools.partial(kernel, xp, x, ...), the step lets a plan on the CPU pass the
         caller's array as x instead of copying it into its own first."""
+        return None
+
+    def plan_train_forward(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> partial[Any] | None:
+        """Planned training (kit.nn.train_plan): a call that writes this layer's training output for
+        the raw input `x` into the raw `y` (`buffers`: the raw arrays forward asked `mgr` for in
+        training, y among them), or None: a network with this layer trains unplanned. It must be a
+        functools.partial(kernel, xp, ...) over raw arrays: the plan puts each step's batch in it."""
+        return None
+
+    def plan_backward(self, xp: Any, x: Any, y: Any, e: Any, dx: Any, buffers: list[Any]) -> partial[Any] | None:
+        """Planned training: a call that does what backward does, from the raw arrays of the
+        recorded step: the forward's input `x` and output `y`, the gradient `e` = d loss / d y, and
+        `dx`, where d loss / d x goes (None when backward made none: a network's first layer);
+        `buffers`: the raw arrays backward asked `mgr` for, in order. None: trained unplanned."""
         return None
 
     def _check_input(self, x: NDArray) -> None:
@@ -250,6 +269,12 @@ class Dense(Layer):
         # the parameters are views of the network's flat buffer: read in place at every call
         return partial(dense_into, xp, x, self.params["W"]._data, self.params["b"]._data, y)
 
+    plan_train_forward = plan_step  # training computes what inference does
+
+    def plan_backward(self, xp: Any, x: Any, y: Any, e: Any, dx: Any, buffers: list[Any]) -> partial[Any]:
+        w, grads = self.params["W"]._data, self.grads
+        return partial(dense_backward_into, xp, x, e, w, grads["W"]._data, grads["b"]._data, dx)
+
 
 # ---------------------------------------------------------------------------------------
 # activations: each keeps its output y for the backward pass
@@ -276,6 +301,11 @@ class ReLU(Layer):
 
     def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
         return partial(relu_into, xp, x, y)
+
+    plan_train_forward = plan_step
+
+    def plan_backward(self, xp: Any, x: Any, y: Any, e: Any, dx: Any, buffers: list[Any]) -> partial[Any]:
+        return partial(relu_backward_into, xp, e, y, buffers[1], dx)  # buffers: dx, then the mask
 
 
 def relu_grad_into(eps: NDArray, y: NDArray, out: NDArray, mgr: LayerWorkspaceMgr) -> None:
@@ -310,6 +340,11 @@ class _Elementwise(Layer):
     def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
         return partial(type(self).kernel, xp, x, y)
 
+    plan_train_forward = plan_step
+
+    def plan_backward(self, xp: Any, x: Any, y: Any, e: Any, dx: Any, buffers: list[Any]) -> partial[Any]:
+        return partial(type(self).backward_kernel, xp, e, y, buffers[0], dx)  # buffers: scratch, dx
+
 
 class Tanh(_Elementwise):
     kernel, backward_kernel = staticmethod(tanh_into), staticmethod(tanh_backward_into)
@@ -341,6 +376,11 @@ class Softmax(Layer):
 
     def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
         return partial(softmax_into, xp, x, y, buffers[-1])  # the (B, 1) working array asked for after y
+
+    plan_train_forward = plan_step
+
+    def plan_backward(self, xp: Any, x: Any, y: Any, e: Any, dx: Any, buffers: list[Any]) -> partial[Any]:
+        return partial(softmax_backward_into, xp, e, y, buffers[0], buffers[1], dx)  # scratch, row, dx
 
 
 class Dropout(Layer):

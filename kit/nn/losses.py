@@ -38,6 +38,8 @@ class Loss:
         Loss.registry[cls.__name__] = cls
         if "activate" in cls.__dict__ and "plan_step" not in cls.__dict__:  # not the parent's kernel
             cls.plan_step = Loss.plan_step  # type: ignore[method-assign]
+        if "value_and_grad" in cls.__dict__ and "plan_value_and_grad" not in cls.__dict__:
+            cls.plan_value_and_grad = Loss.plan_value_and_grad  # type: ignore[method-assign]
 
     def config(self) -> dict[str, Any]:
         return {"type": type(self).__name__}
@@ -59,6 +61,13 @@ class Loss:
         if type(self).activate is not Loss.activate:
             return None
         return partial(copy_into, xp, z, result)
+
+    def plan_value_and_grad(self, xp: Any, z: Any, t: Any, grad: Any, buffers: list[Any]) -> partial[Any] | None:
+        """Planned training (kit.nn.train_plan): a functools.partial(kernel, xp, ...) that does what
+        value_and_grad does on the raw arrays of the recorded step (the output `z`, the labels `t`,
+        `grad` where the gradient goes; `buffers`: the raw arrays it asked `mgr` for, grad first)
+        and returns the loss, or None: a network with this loss trains unplanned."""
+        return None
 
 
 def loss_from_config(cfg: dict[str, Any]) -> Loss:
@@ -91,6 +100,9 @@ class SoftmaxCrossEntropy(Loss):
         logp = mgr.create(ArrayType.BP_WORKING_MEM, z.shape, z.dtype, dev)._data
         return cross_entropy_into(dev.xp, z, t, grad._data, logp, row), grad
 
+    def plan_value_and_grad(self, xp: Any, z: Any, t: Any, grad: Any, buffers: list[Any]) -> partial[Any]:
+        return partial(cross_entropy_into, xp, z, t, grad, buffers[2], buffers[1])  # buffers: grad, row, logp
+
     def activate(self, out: NDArray, result: NDArray, mgr: LayerWorkspaceMgr) -> None:
         if out.ndim != 2:
             rows_of_scores(out.shape, "SoftmaxCrossEntropy")
@@ -108,3 +120,6 @@ class MSE(Loss):
         g = mgr.create(ArrayType.ACTIVATION_GRAD, y.shape, y.dtype, dev)
         squares = mgr.create(ArrayType.BP_WORKING_MEM, y.shape, accumulator(y.dtype), dev).data
         return mse_into(dev.xp, y, t, g.data, squares), g
+
+    def plan_value_and_grad(self, xp: Any, z: Any, t: Any, grad: Any, buffers: list[Any]) -> partial[Any]:
+        return partial(mse_into, xp, z, t, grad, buffers[1])  # buffers: grad, squares

@@ -17,7 +17,7 @@ mixin of kit.nn.network.Network, which holds the state these methods use.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from kit.data.dataset import DataSet
 from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
 from kit.nn.mixed import precision_step, scale_seed
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
+
+if TYPE_CHECKING:
+    from kit.ndarray import NDArray
 
 __all__ = ["Training"]
 
@@ -43,6 +46,11 @@ class Training:
                 return self._gradient_step(ds, mgr)
 
     def _gradient_step(self, ds: DataSet, mgr: LayerWorkspaceMgr) -> float:
+        x, y = self._inputs(ds)
+        return self._forward_backward(x, y, mgr)
+
+    def _inputs(self, ds: DataSet) -> tuple[NDArray, NDArray]:
+        """The batch's features and labels, checked and in the network's dtype, on its device."""
         if not isinstance(ds, DataSet):
             raise TypeError(
                 f"training needs DataSets (features, labels), got {type(ds).__name__}: wrap with DataSet(x, y)"
@@ -52,6 +60,10 @@ class Training:
         x = self._features(ds.features)
         y = self._labels(ds.labels, x.shape[0])
         self._check_finite(x, "features")
+        return x, y
+
+    def _forward_backward(self, x: NDArray, y: NDArray, mgr: LayerWorkspaceMgr) -> float:
+        """Forward, loss, backward (and L2) on checked inputs: gradients land in flat_grads."""
         body = self.body
         out = body.forward(x, mgr, True)
         scaler = self.loss_scaler
@@ -121,11 +133,14 @@ class Training:
         if lock.waiting:
             lock.let_waiters_in()
         with lock.rlock:  # the RLock itself (C): this thread waits for nobody, see let_waiters_in
-            mgr = self._train_mgr
-            with mgr.iteration():
-                score = self._gradient_step(ds, mgr)
-                with mgr.updater():
-                    self._update(mgr)
+            # a batch size trained on before: replayed from its plan (kit.nn.train_plan); None: unplanned
+            score = self.train_plans.step(ds)
+            if score is None:
+                mgr = self._train_mgr
+                with mgr.iteration():  # a cast of the inputs is carved here too
+                    score = self._gradient_step(ds, mgr)
+                    with mgr.updater():
+                        self._update(mgr)
             self.last_score = score
             if advance:
                 self.iteration += 1

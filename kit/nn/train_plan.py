@@ -1,0 +1,454 @@
+"""Planned training: one training iteration for one batch size, recorded once and replayed.
+
+    >>> from kit.data import ArrayIterator, DataSet, load_digits
+    >>> from kit.nn import Sgd, mlp
+    >>> digits, _ = load_digits()                     # float64, as NumPy makes them
+    >>> net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1))
+    >>> _ = net.fit(ArrayIterator(digits, batch_size=100), epochs=2)
+    >>> net.train_plans.used                          # each batch is cast to float32: unplanned
+    0
+    >>> train = DataSet(digits.features.numpy().astype(net.dtype), digits.labels.numpy())  # once
+    >>> _ = net.fit(ArrayIterator(train, batch_size=100), epochs=2)
+    >>> plans = net.train_plans   # a batch size's first batch runs unplanned, its second is recorded
+    >>> plans.batch_sizes, plans.recorded, plans.used   # 1,438 digits: 14 batches of 100, one of 38
+    ([100, 38], 2, 26)
+
+The training half of what kit.nn.plan does for `output()`. An iteration of `fit` does the same
+arithmetic every time on a batch of the same size: forward, loss, backward, the update. Run
+through the layers, each array is asked of the LayerWorkspaceMgr, wrapped in an NDArray and
+checked at every use: bookkeeping the arithmetic does not need once the iteration is known
+(`python -m kit bench train` times the step against the same math written in NumPy).
+A plan runs one ordinary iteration through a recording manager and keeps, for each layer, the
+call of its kernel (kit.nn.kernels) over the raw arrays that iteration used: `plan_train_forward`
+and `plan_backward` beside each layer's forward and backward, `plan_value_and_grad` beside the
+loss's. Each later iteration of that batch size runs those calls, then the updater (live: it
+reads its learning rate and the iteration number at every step).
+
+The workspaces stay what the chapters measure. The plan opens and closes the same scopes in the
+same order, and each scope counts the carves the recorded one made (Workspace.replay_carves):
+allocations, cycles, bytes and peaks read the same planned or not. In SINGLE and SEPARATE the
+arrays are the arena views the recorded iteration was given, at the same offsets, which is what a
+cyclic workspace hands out anyway; in NONE every array is a new one on the heap at every
+iteration, counted as it would be. A plan is checked at each use against what it fixed (layers,
+loss, updater, parameter buffers, device, dtype, this thread's workspaces and their arenas) and
+dropped when any of them changed.
+
+A batch runs unplanned when its features or labels are not NDArrays of the network's dtype on its
+device (float64 data for a float32 network, NumPy arrays): converting them is an allocation of the
+iteration, carved in its workspace, which a plan does not repeat. Convert the data once, as above.
+
+Declined (the iteration runs unplanned, always correct): a layer or loss without planned
+kernels (Conv2D, BatchNorm, Dropout in training, Flatten, a subclass with its own forward or
+backward), mixed precision or a loss scale, a composite other than Sequential, a GPU (until a GPU
+run checks it), and while kit records a memory timeline, tracks allocation sites, runs a workspace
+debug mode or the allocation cache (they watch every array made). `net.train_plans.enabled =
+False` trains unplanned; `declined` says why a network is not planned.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from functools import partial
+from threading import get_ident
+from typing import Any
+
+import numpy as np
+
+from kit.memory import count
+from kit.ndarray import NDArray, wrap
+from kit.nn.layers import Layer, Sequential, call_backward, call_forward
+from kit.nn.losses import Loss
+from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
+from kit.state import STATE
+from kit.workspace import DebugMode, Workspace
+
+__all__ = ["TrainingPlan", "TrainingPlans", "training_declined"]
+
+# the kinds of step a plan replays
+_CALL, _FILL, _SCORE, _SCORE_FILL, _LIVE, _ENTER, _EXIT = range(7)
+
+
+class _Slot:
+    """A place in a step's arguments filled at each replay: the batch's features (0), its labels
+    (1), or (in NONE mode) an array made for this iteration (2 on)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+def training_declined(net: Any) -> str | None:
+    """Why `net`'s iterations cannot be planned, or None when they can."""
+    if net.device.kind != "cpu":
+        return "planned training: on a GPU the iterations run unplanned (no GPU run has checked the plan yet)"
+    if net._precise:
+        return "planned training: mixed precision and loss scaling run unplanned (an overflow skips the update)"
+    if not _sequential(net.body):
+        return "planned training: a composite layer other than Sequential runs unplanned"
+    for i, layer in enumerate(net.layers):
+        cls = type(layer)
+        if cls.plan_train_forward is Layer.plan_train_forward or cls.plan_backward is Layer.plan_backward:
+            return f"planned training: layer {i} ({cls.__name__}) has no planned training kernels; it trains unplanned"
+    if type(net.loss).plan_value_and_grad is Loss.plan_value_and_grad:
+        return f"planned training: the loss {type(net.loss).__name__} has no planned kernel; it trains unplanned"
+    return None
+
+
+def _sequential(layer: Layer) -> bool:
+    if not layer.is_composite:
+        return True
+    return type(layer) is Sequential and all(_sequential(sub) for sub in layer.sublayers())
+
+
+def _watching() -> bool:
+    """A tool that watches every array made is on: a plan would hide its arrays from it."""
+    return (
+        STATE.recorder is not None or STATE.track_sites or STATE.debug_mode is not DebugMode.DISABLED or STATE.cache.on
+    )
+
+
+class _Recorder(LayerWorkspaceMgr):
+    """The training manager of one recorded iteration: it hands out what the network's own manager
+    does, and notes each array made and each scope opened, in order."""
+
+    def __init__(self, real: LayerWorkspaceMgr) -> None:  # a view of `real`: no workspaces of its own
+        self.real, self.mode, self.separate, self.device = real, real.mode, real.separate, real.device
+        self.backward_follows = True
+        self.made: list[tuple[Any, Any]] = []  # (raw, owner) of each array made
+        self.events: list[tuple[int, Any, Any]] = []  # the steps and the scopes, in order
+
+    def create(self, array_type: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
+        arr = self.real.create(array_type, shape, dtype, device)
+        self.made.append((arr._data, arr._owner))
+        return arr
+
+    def _scope(self, cm: Any) -> Any:
+        return _RecordedScope(self, cm) if isinstance(cm, Workspace) else cm
+
+    def iteration(self) -> Any:
+        return self._scope(self.real.iteration())
+
+    def layer_call(self) -> Any:
+        return self._scope(self.real.layer_call())
+
+    def updater(self) -> Any:
+        return self._scope(self.real.updater())
+
+
+class _RecordedScope:
+    """One scope of the recorded iteration: notes where it opened and closed among the steps."""
+
+    def __init__(self, rec: _Recorder, ws: Workspace) -> None:
+        self.rec, self.ws = rec, ws
+
+    def __enter__(self) -> Workspace:
+        self.ws.__enter__()
+        self.rec.events.append((_ENTER, self.ws, None))
+        self.before = self.ws.tally()
+        return self.ws
+
+    def __exit__(self, *exc: Any) -> None:
+        after = self.ws.tally()
+        self.rec.events.append((_EXIT, (self.ws, self.before, after), None))
+        self.ws.__exit__(*exc)
+
+
+class _SlotMgr(LayerWorkspaceMgr):
+    """What the updater (run live at each replay) asks for: the arrays the recorded update was
+    given, in order (or, in NONE mode, the ones made for this iteration)."""
+
+    def __init__(self, device: Any, sources: list[Any]) -> None:  # no workspaces of its own
+        self.mode, self.separate, self.device, self.backward_follows = WorkspaceMode.NONE, False, device, True
+        self.sources = sources
+        self.slots: list[Any] = []
+        self.position = 0
+
+    def create(self, array_type: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
+        source = self.sources[self.position]
+        raw = self.slots[source.index] if source.__class__ is _Slot else source
+        if raw.shape != tuple(shape):  # the updater asks for what it asked for when recorded
+            raise RuntimeError(
+                f"planned training: the updater asked for an array of shape {tuple(shape)} where the plan "
+                f"recorded {raw.shape}; clear the plans (net.train_plans.clear())"
+            )
+        self.position += 1
+        return wrap(raw, device, None)
+
+
+class TrainingPlan:
+    """One iteration for batches of `batch_size`, recorded from one ordinary iteration."""
+
+    def __init__(self, net: Any, batch_size: int) -> None:
+        self.net, self.batch_size = net, batch_size
+        self.steps: list[tuple[int, Any, Any]] = []
+        self.heap: list[tuple[tuple[int, ...], np.dtype]] = []  # NONE mode: the arrays made per iteration
+        self.thread = 0
+        self.arenas: list[tuple[Workspace, int]] = []
+        self.complete = False  # the recording found nothing that forbids replaying it
+        self.replays = 0
+
+    # ---- recording -----------------------------------------------------------------
+    def record(self, x: NDArray, y: NDArray) -> float:
+        """Run one ordinary iteration on (x, y), the network's own features and labels, noting its
+        steps; returns its score. The caller holds the network's lock."""
+        net = self.net
+        real = net._train_mgr
+        rec = _Recorder(real)
+        self.thread = get_ident()
+        xp = net.device.xp
+        self._found = {id(x._data): _Slot(0), id(y._data): _Slot(1)}
+        self._heap_mode, self._ok = real.mode is WorkspaceMode.NONE, True
+        with rec.iteration():
+            ins, outs, h = [], [], x
+            for layer in net.layers:
+                start = len(rec.made)
+                out = call_forward(layer, h, rec, True)
+                made = self._made(rec, start)
+                self._note(rec, _CALL, layer.plan_train_forward(xp, h._data, out._data, made))
+                ins.append(h)
+                outs.append(out)
+                h = out
+            with rec.layer_call():
+                start = len(rec.made)
+                score, eps = net.loss.value_and_grad(h, y, rec)
+                made = self._made(rec, start)
+                self._note(rec, _SCORE, net.loss.plan_value_and_grad(xp, h._data, y._data, eps._data, made))
+            for layer, inp, out in zip(reversed(net.layers), reversed(ins), reversed(outs), strict=True):
+                start = len(rec.made)
+                dx = call_backward(layer, eps, rec)
+                made = self._made(rec, start)
+                raw_dx = None if dx is None else dx._data
+                self._note(rec, _CALL, layer.plan_backward(xp, inp._data, out._data, eps._data, raw_dx, made))
+                eps = dx
+            if net.l2:
+                with rec.updater():
+                    start = len(rec.made)
+                    score += net._apply_l2(rec)
+                    rec.events.append((_LIVE, _apply_l2, self._sources(rec, start)))
+            with rec.updater():
+                start = len(rec.made)
+                net._update(rec)
+                rec.events.append((_LIVE, _update, self._sources(rec, start)))
+        self.complete = self._ok and self._steps(rec.events)
+        del self._found
+        return score
+
+    def _made(self, rec: _Recorder, start: int) -> list[Any]:
+        """The raw arrays made since `start`; in NONE mode each becomes a slot made anew per replay."""
+        made = [raw for raw, _ in rec.made[start:]]
+        if self._heap_mode:
+            for raw in made:
+                self._found[id(raw)] = _Slot(2 + len(self.heap))
+                self.heap.append((raw.shape, raw.dtype))
+        return made
+
+    def _note(self, rec: _Recorder, kind: int, fast: Any) -> None:
+        if not isinstance(fast, partial) or fast.keywords:  # a kernel the plan cannot put the batch in
+            self._ok = False
+            return
+        args = list(fast.args)
+        holes = [(i, self._found[id(a)].index) for i, a in enumerate(args) if id(a) in self._found]
+        if not holes:
+            rec.events.append((kind, fast, None))
+            return
+        for i, _ in holes:
+            args[i] = None  # the recorded batch is not kept
+        rec.events.append((_FILL if kind == _CALL else _SCORE_FILL, (fast.func, args), holes))
+
+    def _sources(self, rec: _Recorder, start: int) -> _SlotMgr:
+        """The manager a live step (the updater, L2) gets at each replay: the arrays it was given."""
+        made = self._made(rec, start)
+        sources = [self._found[id(raw)] for raw in made] if self._heap_mode else made
+        return _SlotMgr(self.net.device, sources)
+
+    def _steps(self, events: list[tuple[int, Any, Any]]) -> bool:
+        """Keep the recorded steps; False when the iteration spilled or grew an arena (the
+        workspaces were still learning their sizes: record later)."""
+        for kind, what, _ in events:
+            if kind == _EXIT:
+                ws, before, after = what
+                if after[3] != before[3] or after[4] != before[4]:
+                    return False
+                self.arenas.append((ws, after[4]))
+        self.steps = [
+            (_EXIT, what[0], (what[2][0] - what[1][0], what[2][1] - what[1][1], what[2][2])) if kind == _EXIT else e
+            for e in events
+            for kind, what, _ in (e,)
+        ]
+        return True
+
+    # ---- replaying -----------------------------------------------------------------
+    def valid(self) -> bool:
+        """Replayed on the thread it was recorded on (workspaces belong to threads), whose
+        workspaces are the ones recorded, with the same arenas."""
+        if get_ident() != self.thread:
+            return False
+        for ws, arenas in self.arenas:
+            if ws.destroyed or ws.arena_allocations != arenas:
+                return False
+        return True
+
+    def replay(self, x: Any, y: Any) -> float:
+        """One iteration on the raw features `x` and labels `y` (the network's dtype, device and
+        shapes: Network._inputs made them so); returns its score. The caller holds the lock."""
+        slots = [x, y]
+        if self.heap:  # NONE: every array new on the heap, counted as mgr.create counts it
+            device = self.net.device
+            for shape, dtype in self.heap:
+                raw = np.empty(shape, dtype)
+                count(device, raw.nbytes)
+                slots.append(raw)
+        net, score = self.net, 0.0
+        for kind, a, b in self.steps:
+            if kind == _CALL:
+                a()
+            elif kind == _FILL or kind == _SCORE_FILL:
+                func, args = a
+                for i, slot in b:
+                    args[i] = slots[slot]
+                value = func(*args)
+                for i, _ in b:
+                    args[i] = None  # holds no batch between iterations
+                if kind == _SCORE_FILL:
+                    score += value
+            elif kind == _ENTER:
+                a.__enter__()
+            elif kind == _EXIT:
+                a.replay_carves(*b)
+                a.__exit__(None, None, None)
+            elif kind == _SCORE:
+                score += a()
+            else:  # _LIVE: the updater or L2, with the arrays recorded for it
+                b.slots, b.position = slots, 0
+                value = a(net, b)
+                b.slots = []
+                if value:
+                    score += value
+        self.replays += 1
+        return score
+
+
+def _update(net: Any, mgr: Any) -> float:
+    net._update(mgr)
+    return 0.0
+
+
+def _apply_l2(net: Any, mgr: Any) -> float:
+    return net._apply_l2(mgr)
+
+
+class TrainingPlans:
+    """The plans a network's iterations are replayed from (`net.train_plans`): one per batch size.
+
+    A batch size's first iteration runs unplanned (the workspaces learn their sizes), its second
+    is recorded (or the next one after the workspaces have learned: a recording in which an arena
+    spilled or grew is not kept), later ones are replayed. `used` counts replayed iterations, `recorded` the plans
+    made; `declined` says why this network is not planned (None when it is). `enabled = False`
+    trains unplanned; `clear()` drops every plan."""
+
+    def __init__(self, net: Any, limit: int = 4) -> None:
+        self._net = weakref.ref(net)  # no cycle through the network (see OutputPlans)
+        self.enabled = True
+        self.limit = limit
+        self.used = 0
+        self.recorded = 0
+        self.declined: str | None = None
+        self._plans: OrderedDict[int, TrainingPlan] = OrderedDict()
+        self._seen: dict[int, int] = {}  # batch size -> recordings that could not be kept
+        self._fixed: tuple[Any, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        return list(self._plans)
+
+    def clear(self) -> None:
+        self._plans.clear()
+        self._seen.clear()
+        self._fixed = None
+
+    def _refit(self, net: Any) -> None:
+        """What the plans fixed changed (or nothing is fixed yet): forget them, note what is fixed now."""
+        self.clear()
+        self._fixed = (
+            net.loss,
+            net.updater,
+            net.flat_params._data,
+            net.flat_grads._data,
+            list(net.body.layers),
+            net.l2,
+            net.loss_scaler,
+            net.master_dtype,
+            net.device,
+            net.dtype,
+            net._train_mgr,
+        )
+        self.declined = training_declined(net)
+
+    def step(self, ds: Any) -> float | None:
+        """The score of one iteration on the DataSet `ds`, planned; or None: run it unplanned (also
+        when its features or labels are not NDArrays of the network's dtype and device: their
+        conversion is carved in the iteration's workspace, which the plan does not open first).
+        The caller holds the network's lock."""
+        if not self.enabled or _watching():
+            return None
+        net = self._net()
+        features, labels = getattr(ds, "features", None), getattr(ds, "labels", None)
+        if (
+            features.__class__ is not NDArray
+            or labels.__class__ is not NDArray
+            or features._device is not net.device
+            or labels._device is not net.device
+            or features.dtype is not net.dtype
+            or labels.dtype is not net.dtype
+        ):
+            return None
+        fixed = self._fixed  # what the plans were made for, still the network's? (identity, but
+        if (  # the layers item by item and l2 by value)
+            fixed is None
+            or fixed[0] is not net.loss
+            or fixed[1] is not net.updater
+            or fixed[2] is not net.flat_params._data
+            or fixed[3] is not net.flat_grads._data
+            or fixed[4] != net.body.layers
+            or fixed[5] != net.l2
+            or fixed[6] is not net.loss_scaler
+            or fixed[7] is not net.master_dtype
+            or fixed[8] is not net.device
+            or fixed[9] is not net.dtype
+            or fixed[10] is not net._train_mgr
+        ):
+            self._refit(net)
+        if self.declined is not None:
+            return None
+        x, y = net._inputs(ds)  # the checks of an unplanned iteration; nothing to convert
+        batch = x.shape[0]
+        plan = self._plans.get(batch)
+        if plan is not None:
+            if plan.valid():
+                if len(self._plans) > 1:
+                    self._plans.move_to_end(batch)
+                score = plan.replay(x.data, y.data)  # .data: a stale batch raises here, as unplanned
+                self.used += 1
+                return score
+            del self._plans[batch]  # the workspaces changed under it: record again
+        tries = self._seen.get(batch)
+        # first sight; or recorded too often while the workspaces were still learning their sizes
+        # (SEPARATE's working memory learns over 2 cycles per layer call: a few iterations)
+        if tries is None or tries > 4 * (len(net.layers) + 1) or self.limit < 1:
+            self._seen[batch] = 0 if tries is None else tries
+            return None
+        plan = TrainingPlan(net, batch)
+        score = plan.record(x, y)
+        self.recorded += 1
+        if plan.complete:
+            self._plans[batch] = plan
+            while len(self._plans) > self.limit:
+                self._plans.popitem(last=False)
+        else:
+            self._seen[batch] = tries + 1
+        return score
