@@ -116,12 +116,12 @@ class _Recorder(LayerWorkspaceMgr):
     def __init__(self, real: LayerWorkspaceMgr) -> None:  # a view of `real`: no workspaces of its own
         self.real, self.mode, self.separate, self.device = real, real.mode, real.separate, real.device
         self.backward_follows = True
-        self.made: list[tuple[Any, Any]] = []  # (raw, owner) of each array made
+        self.made: list[Any] = []  # the raw array of each array made
         self.events: list[tuple[int, Any, Any]] = []  # the steps and the scopes, in order
 
     def create(self, array_type: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
         arr = self.real.create(array_type, shape, dtype, device)
-        self.made.append((arr._data, arr._owner))
+        self.made.append(arr.data)
         return arr
 
     def _scope(self, cm: Any) -> Any:
@@ -198,7 +198,7 @@ class TrainingPlan:
         rec = _Recorder(real)
         self.thread = get_ident()
         xp = net.device.xp
-        self._found = {id(x._data): _Slot(0), id(y._data): _Slot(1)}
+        self._found = {id(x.data): _Slot(0), id(y.data): _Slot(1)}
         self._heap_mode, self._ok = real.mode is WorkspaceMode.NONE, True
         with rec.iteration():
             ins, outs, h = [], [], x
@@ -206,7 +206,7 @@ class TrainingPlan:
                 start = len(rec.made)
                 out = call_forward(layer, h, rec, True)
                 made = self._made(rec, start)
-                self._note(rec, _CALL, layer.plan_train_forward(xp, h._data, out._data, made))
+                self._note(rec, _CALL, layer.plan_train_forward(xp, h.data, out.data, made))
                 ins.append(h)
                 outs.append(out)
                 h = out
@@ -214,13 +214,13 @@ class TrainingPlan:
                 start = len(rec.made)
                 score, eps = net.loss.value_and_grad(h, y, rec)
                 made = self._made(rec, start)
-                self._note(rec, _SCORE, net.loss.plan_value_and_grad(xp, h._data, y._data, eps._data, made))
+                self._note(rec, _SCORE, net.loss.plan_value_and_grad(xp, h.data, y.data, eps.data, made))
             for layer, inp, out in zip(reversed(net.layers), reversed(ins), reversed(outs), strict=True):
                 start = len(rec.made)
                 dx = call_backward(layer, eps, rec)
                 made = self._made(rec, start)
-                raw_dx = None if dx is None else dx._data
-                self._note(rec, _CALL, layer.plan_backward(xp, inp._data, out._data, eps._data, raw_dx, made))
+                raw_dx = None if dx is None else dx.data
+                self._note(rec, _CALL, layer.plan_backward(xp, inp.data, out.data, eps.data, raw_dx, made))
                 eps = dx
             if net.l2:
                 with rec.updater():
@@ -237,7 +237,7 @@ class TrainingPlan:
 
     def _made(self, rec: _Recorder, start: int) -> list[Any]:
         """The raw arrays made since `start`; in NONE mode each becomes a slot made anew per replay."""
-        made = [raw for raw, _ in rec.made[start:]]
+        made = rec.made[start:]
         if self._heap_mode:
             for raw in made:
                 self._found[id(raw)] = _Slot(2 + len(self.heap))
@@ -377,8 +377,8 @@ class TrainingPlans:
         self._fixed = (
             net.loss,
             net.updater,
-            net.flat_params._data,
-            net.flat_grads._data,
+            net.flat_params.data,
+            net.flat_grads.data,
             list(net.body.layers),
             net.l2,
             net.loss_scaler,
@@ -401,8 +401,8 @@ class TrainingPlans:
         if (
             features.__class__ is not NDArray
             or labels.__class__ is not NDArray
-            or features._device is not net.device
-            or labels._device is not net.device
+            or features.device is not net.device
+            or labels.device is not net.device
             or features.dtype is not net.dtype
             or labels.dtype is not net.dtype
         ):
@@ -412,8 +412,8 @@ class TrainingPlans:
             fixed is None
             or fixed[0] is not net.loss
             or fixed[1] is not net.updater
-            or fixed[2] is not net.flat_params._data
-            or fixed[3] is not net.flat_grads._data
+            or fixed[2] is not net.flat_params.data
+            or fixed[3] is not net.flat_grads.data
             or fixed[4] != net.body.layers
             or fixed[5] != net.l2
             or fixed[6] is not net.loss_scaler
