@@ -14,8 +14,8 @@
     ValueError: Evaluation: predictions contain NaN or infinity (1 values in 1 rows; first at row 2)
 
 `all_finite` is the cheap probe. On a NumPy batch it takes the largest and the smallest value
-(two vectorised reductions, which took less time than one sum on a training batch when measured;
-NaN wins both, and they are finite exactly when every value is); on a small batch the sum
+(two vectorised reductions; NaN wins both, and they are finite exactly when every value is, so
+no overflow needs settling); on a small batch the sum
 of squares (BLAS's one-thread dot), on CuPy one sum (float16 in float32). A sum is finite when
 every value is, so only a non-finite sum (NaN or infinity somewhere, or a sum of huge finite values
 that overflowed) pays for the element-wise test that settles it. `check_finite` raises a ValueError

@@ -187,7 +187,6 @@ class TrainingPlan:
         self.thread = 0
         self.arenas: list[tuple[Workspace, int]] = []
         self.complete = False  # the recording found nothing that forbids replaying it
-        self.replays = 0
 
     # ---- recording -----------------------------------------------------------------
     def record(self, x: NDArray, y: NDArray) -> float:
@@ -266,17 +265,17 @@ class TrainingPlan:
     def _steps(self, events: list[tuple[int, Any, Any]]) -> bool:
         """Keep the recorded steps; False when the iteration spilled or grew an arena (the
         workspaces were still learning their sizes: record later)."""
-        for kind, what, _ in events:
-            if kind == _EXIT:
-                ws, before, after = what
-                if after[3] != before[3] or after[4] != before[4]:
-                    return False
-                self.arenas.append((ws, after[4]))
-        self.steps = [
-            (_EXIT, what[0], (what[2][0] - what[1][0], what[2][1] - what[1][1], what[2][2])) if kind == _EXIT else e
-            for e in events
-            for kind, what, _ in (e,)
-        ]
+        steps = []
+        for kind, what, holes in events:
+            if kind != _EXIT:
+                steps.append((kind, what, holes))
+                continue
+            ws, before, after = what  # (allocations, bytes, offset, spills, arenas) at open and close
+            if after[3] != before[3] or after[4] != before[4]:
+                return False
+            self.arenas.append((ws, after[4]))
+            steps.append((_EXIT, ws, (after[0] - before[0], after[1] - before[1], after[2])))
+        self.steps = steps
         return True
 
     # ---- replaying -----------------------------------------------------------------
@@ -326,7 +325,6 @@ class TrainingPlan:
                 b.slots = []
                 if value:
                     score += value
-        self.replays += 1
         return score
 
 

@@ -312,3 +312,31 @@ def test_bad_input_is_refused_before_the_plan_runs():
     with pytest.raises(ValueError, match="label row"):
         net.fit_batch(DataSet(ds.features, np.full((8, 5), 0.5, dtype="float32")))
     np.testing.assert_array_equal(net.flat_params.numpy(), before)  # nothing learned from either
+
+
+def test_an_updater_that_asks_for_other_arrays_is_refused_and_the_printed_remedy_runs():
+    from kit.nn.workspace_mgr import ArrayType
+
+    class Shifty(Sgd):
+        """Asks for one more working array on every other step than the plan recorded."""
+
+        calls = 0
+
+        def apply(self, params, grads, state, step, mgr, scratch=False):
+            Shifty.calls += 1
+            if Shifty.calls % 2 == 0:
+                mgr.create(ArrayType.UPDATER_WORKING_MEM, (3,), params.dtype, params.device)
+            super().apply(params, grads, state, step, mgr, scratch)
+
+    net = mlp(12, hidden=(8,), n_out=5, updater=Shifty(0.1), training_workspace_mode=WorkspaceMode.SINGLE)
+    ds = _data(n=8)
+    with pytest.raises(RuntimeError, match=r"net\.train_plans\.clear\(\)") as err:
+        for _ in range(6):
+            net.fit_batch(ds)
+    n = net.num_params
+    assert "(3,)" in str(err.value) and f"({n},)" in str(err.value)  # both shapes named
+    net.train_plans.clear()  # the remedy the message prints
+    net.train_plans.enabled = False  # (this updater never repeats itself: train it unplanned)
+    before = net.flat_params.numpy().copy()
+    net.fit_batch(ds)
+    assert not np.array_equal(net.flat_params.numpy(), before)
