@@ -108,12 +108,12 @@ def _thread_counters() -> dict:
     return counts
 
 
-def count(device: AnyDevice, nbytes: int) -> None:
-    """Count one heap allocation of `nbytes` on `device`: the one place kit counts memory. The
-    heap path, the cache, a workspace's arena growth or spill, and NumPy results made inside a
-    ufunc (kit.ndarray) all come here."""
+def count(device: AnyDevice, nbytes: int, allocations: int = 1) -> None:
+    """Count one heap allocation of `nbytes` on `device` (or `allocations` of `nbytes` in all): the
+    one place kit counts memory. The heap path, the cache, a workspace's arena growth or spill,
+    NumPy results made inside a ufunc (kit.ndarray) and a planned training step all come here."""
     c = (_thread.counts or _thread_counters())[device.physical]
-    c[0] += 1
+    c[0] += allocations
     c[1] += nbytes
 
 

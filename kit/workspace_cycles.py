@@ -111,6 +111,26 @@ class Cycles:
             )
         self.parent = _thread.ws
         _thread.ws = self
+        self._open_cycle()
+        return self
+
+    def replay_cycle(self, allocations: int, nbytes: int, end: int) -> None:
+        """A whole cycle of this closed workspace, never made current: opened, `allocations` carves
+        of `nbytes` in all ending at offset `end` counted (Workspace.replay_carves), closed. A
+        planned training step (kit.nn.train_plan) counts its scopes' cycles here after its
+        arithmetic, on the arena views its recorded cycles were given (valid() made the checks
+        `with ws` makes): the counters, the generation and the learning end as a scope's would.
+        Not for an open workspace, nor a circular one (its carves land where its write pointer is)."""
+        if self._open or self._circular:
+            raise WorkspaceScopeError(
+                f"workspace {self.name!r}: replay_cycle counts a whole cycle of a closed, non-circular workspace; "
+                f"this one is {'open' if self._open else 'circular'}: carve in `with ws:` instead"
+            )
+        self._open_cycle()
+        self.replay_carves(allocations, nbytes, end)
+        self._close_cycle()
+
+    def _open_cycle(self) -> None:
         self._open = True
         self._entered += 1
         if not self._circular:
@@ -122,7 +142,6 @@ class Cycles:
         self.cycle_spilled_bytes = 0
         if STATE.recorder is not None:
             STATE.recorder.cycle_start(self)
-        return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._bypassed.pop() if self._bypassed else False:
@@ -134,14 +153,25 @@ class Cycles:
         if not self._open:  # already closed (out of order, see below): nothing left to do
             return
         current = _thread.ws
-        out_of_order = current is not self
-        if out_of_order:  # e.g. a generator that yielded inside `with ws:` dropped while another is open:
-            self._unlink_from(current)  # close it anyway, so it is not left open for good, then say so
-            # only suspended generators' scope_out_of_workspaces blocks above: they are not this
-            # scope's doing, and they resolve to what is current below them (now self.parent)
-            out_of_order = not suspended_between(current, self.parent)
-        else:
+        if current is self:
             _thread.ws = self.parent
+            self._close_cycle()
+            return
+        # out of order, e.g. a generator that yielded inside `with ws:` dropped while another is open:
+        self._unlink_from(current)  # close it anyway, so it is not left open for good, then say so
+        # only suspended generators' scope_out_of_workspaces blocks above: they are not this
+        # scope's doing, and they resolve to what is current below them (now self.parent)
+        out_of_order = not suspended_between(current, self.parent)
+        self._close_cycle()
+        if out_of_order:
+            raise WorkspaceScopeError(
+                f"workspace {self.name!r} closed while {getattr(current, 'name', None)!r} is current: close "
+                "nested workspaces in reverse order. (A generator that yields inside `with ws:` lends the scope "
+                "to its caller until it resumes; yield detached results outside the `with` block instead.) "
+                f"{self.name!r} is closed now and its arrays are invalid"
+            )
+
+    def _close_cycle(self) -> None:
         self._open = False
         self.cycles += 1
         used = self.last_cycle_bytes = self._cycle_bytes
@@ -160,13 +190,6 @@ class Cycles:
             self.resets += 1
         if self._realloc or not self._initialized:
             self._learn()
-        if out_of_order:
-            raise WorkspaceScopeError(
-                f"workspace {self.name!r} closed while {getattr(current, 'name', None)!r} is current: close "
-                "nested workspaces in reverse order. (A generator that yields inside `with ws:` lends the scope "
-                "to its caller until it resumes; yield detached results outside the `with` block instead.) "
-                f"{self.name!r} is closed now and its arrays are invalid"
-            )
 
     def _unlink_from(self, current: Any) -> None:
         """Take this workspace out of the chain of open scopes that ends in `current`."""

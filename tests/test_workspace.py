@@ -658,3 +658,64 @@ def test_a_generator_dropped_inside_another_scope_does_not_leave_its_workspace_o
         assert kit.context.current_workspace() is outer
     assert not inner.is_scope_active and not outer.is_scope_active
     assert kit.context.current_workspace() is None
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {},
+        {"policy_spill": SpillPolicy.REALLOCATE},
+        {"policy_learning": LearningPolicy.OVER_TIME, "cycles_before_initialization": 3},
+    ],
+    ids=["first-loop", "reallocate", "over-time"],
+)
+def test_a_replayed_cycle_counts_and_retires_as_a_scope_does(cfg):
+    """Workspace.replay_cycle (a planned training step's door): one whole cycle with the carves a
+    recorded one made, as `with ws:` around those carves would leave the workspace."""
+    scoped, replayed = ws_named("REPLAY_A", **cfg), ws_named("REPLAY_B", **cfg)
+    try:
+        kept = {}
+        for ws in (scoped, replayed):
+            for _ in range(4):  # learn the arena's size (over 3 cycles at most), then one cycle more
+                with ws:
+                    before = ws.tally()
+                    kept[ws.name] = [kit.zeros((4, 3)) for _ in range(3)]
+                    after = ws.tally()
+        carves = (after[0] - before[0], after[1] - before[1], after[2])
+        with scoped:
+            [kit.zeros((4, 3)) for _ in range(3)]
+        replayed.replay_cycle(*carves)
+
+        def counts(ws):
+            return {k: v for k, v in ws.stats().items() if k != "name"}
+
+        assert counts(replayed) == counts(scoped)
+        assert not replayed.is_scope_active and kit.context.current_workspace() is None
+        errors = []
+        for ws in (scoped, replayed):
+            with pytest.raises(StaleArrayError) as err:
+                kept[ws.name][0] + 1
+            errors.append((type(err.value), str(err.value).replace(ws.name, "WS")))
+        assert errors[0] == errors[1]
+    finally:
+        scoped.destroy()
+        replayed.destroy()
+
+
+def test_a_replayed_cycle_is_refused_in_an_open_or_circular_workspace():
+    ring, _ = _full_ring("REPLAY_RING")
+    plain = ws_named("REPLAY_OPEN")
+    try:
+        with pytest.raises(WorkspaceScopeError, match=r"REPLAY_RING.*circular.*with ws:"):
+            ring.replay_cycle(1, 64, 64)
+        with plain:
+            with pytest.raises(WorkspaceScopeError, match=r"REPLAY_OPEN.*open.*with ws:"):
+                plain.replay_cycle(1, 64, 64)
+            assert plain.is_scope_active and plain.cycles == 0  # nothing counted
+        assert plain.cycles == 1
+        with plain:  # the remedy the message names
+            kit.zeros((16,))
+        assert plain.cycles == 2 and plain.allocations == 1
+    finally:
+        ring.destroy()
+        plain.destroy()

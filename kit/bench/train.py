@@ -77,8 +77,12 @@ def same_dtype(label: str, dtype: Any, *arrays: Any) -> None:
         )
 
 
-def numpy_mlp_step(x: np.ndarray, y: np.ndarray, weights: list[np.ndarray], lr: float) -> float:
-    """The same math as kit's mlp(ReLU) + softmax cross-entropy + SGD, written plainly in NumPy."""
+def numpy_mlp_step(
+    x: np.ndarray, y: np.ndarray, weights: list[np.ndarray], lr: float, update_in_place: bool = False
+) -> float:
+    """The same math as kit's mlp(ReLU) + softmax cross-entropy + SGD, written plainly in NumPy
+    (`w -= lr * dw`, a temporary per array). `update_in_place`: `dw *= lr; w -= dw` instead, the
+    update as kit's Sgd writes it (over the gradient): the same numbers, no temporary."""
     acts = [x]
     h = x
     n = len(weights) // 2
@@ -99,8 +103,14 @@ def numpy_mlp_step(x: np.ndarray, y: np.ndarray, weights: list[np.ndarray], lr: 
         dw, db = acts[i].T @ d, d.sum(axis=0)
         if i > 0:
             d = (d @ w.T) * (acts[i] > 0)
-        weights[2 * i] -= lr * dw
-        weights[2 * i + 1] -= lr * db
+        if update_in_place:
+            dw *= lr
+            db *= lr
+            weights[2 * i] -= dw
+            weights[2 * i + 1] -= db
+        else:
+            weights[2 * i] -= lr * dw
+            weights[2 * i + 1] -= lr * db
     return float(loss)
 
 
@@ -231,19 +241,29 @@ def _mlp_rows(
     fns[unplanned_name] = lambda: unplanned.fit_batch(data)
     numpy_name = f"NumPy MLP b{batch} (hand-written)"
     fns[numpy_name] = lambda: numpy_mlp_step(xs, ys, weights, lr)
+    # beside it, NumPy writing the update over the gradient as kit's Sgd does (no goal): what of
+    # kit's ratio is its update's one temporary fewer, and what is the rest of the step
+    in_place_name = f"NumPy MLP b{batch} (hand-written, update in place)"
+    in_place_weights = [w.copy() for w in weights]
+    fns[in_place_name] = lambda: numpy_mlp_step(xs, ys, in_place_weights, lr, update_in_place=True)
     with threadpool_limits(limits=1, user_api="blas"):
         timings = measure.compare(fns, repeats=repeats, number=number, sync=kit.backend.sync)
-    base = timings[numpy_name].seconds
-    rows, worst, reliable = [], 0.0, True
+    base, in_place = timings[numpy_name].seconds, timings[in_place_name].seconds
+    rows, worst, worst_in_place, reliable, worst_range = [], 0.0, 0.0, True, (0.0, 0.0)
     for name, t in timings.items():
-        ratio = statistics.median(x / b for x, b in zip(t.seconds, base))
+        paired = [x / b for x, b in zip(t.seconds, base)]
+        ratio = statistics.median(paired)
         row = {"case": name, "ms_per_step": t.median * 1e3, "min_max_ms": _spread(t.seconds), "ratio": ratio}
         row["ratio_to"] = "NumPy"
         reliable = reliable and t.reliable
         if name == unplanned_name:
             row["note"] = "plans off (net.train_plans.enabled = False): no goal"
+        elif name == in_place_name:
+            row["note"] = "dw *= lr; w -= dw, as kit's Sgd updates: no goal"
         elif name != numpy_name:
-            worst = max(worst, ratio)
+            if ratio >= worst:
+                worst, worst_range = ratio, (min(paired), max(paired))
+            worst_in_place = max(worst_in_place, statistics.median(x / b for x, b in zip(t.seconds, in_place)))
             row["goal"] = f"<= {MLP_GOAL}: " + ("met" if ratio <= MLP_GOAL else "NOT met")
         rows.append(row)
     for mode, net in nets.items():
@@ -254,7 +274,10 @@ def _mlp_rows(
             if row["case"] == f"kit MLP b{batch} ({mode.value})":
                 row["heap_allocs_per_step"] = kit.memory.heap_allocations(this_thread=True) - before
                 row["peak_workspace_kib"] = peak / 1024
-    verdict = measure.goal(f"kit MLP step b{batch} / NumPy, worst mode", worst, "<=", MLP_GOAL, "x", reliable)
+    verdict = measure.goal(
+        f"kit MLP step b{batch} / NumPy, worst mode", worst, "<=", MLP_GOAL, "x", reliable, per_repeat=worst_range
+    )
+    verdict += f"; against NumPy updating in place, as kit does: {worst_in_place:.3f} x (no goal)"
     return rows, verdict
 
 

@@ -74,10 +74,12 @@ class Network(Training, Inference, State):
 
     What it owns: `flat_params` and `flat_grads`, one vector each, of which every layer's
     parameters and gradients are views (and `flat_master`, the float32 master weights of a
-    mixed-precision network); `updater_state` (Adam's m and v ...); the counters `iteration` and
-    `epoch`; and two LayerWorkspaceMgrs, whose workspaces (named after this network, one set per
-    thread that uses it) hold each training and each inference iteration's arrays. Arrays it hands
-    out (`output`, `params`) are detached: they stay valid after those workspaces move on.
+    mixed-precision network; after an update by Sgd or Nesterovs, `flat_grads` holds the update
+    written over the gradient, see `Updater.exact_in_place`); `updater_state` (Adam's m and v
+    ...); the counters `iteration` and `epoch`; and two LayerWorkspaceMgrs, whose workspaces
+    (named after this network, one set per thread that uses it) hold each training and each
+    inference iteration's arrays. Arrays it hands out (`output`, `params`) are detached: they stay
+    valid after those workspaces move on.
     `lock` (kit.nn.turn_lock.TurnLock): hold it, `with net.lock:`, to read or change one whole
     state while another thread may train; training holds it one iteration at a time.
 

@@ -94,7 +94,10 @@ class Training:
         if self._precise:
             precision_step(self, mgr)
         else:
-            self.updater.apply(self.flat_params, self.flat_grads, self.updater_state, self.iteration + 1, mgr)
+            updater = self.updater  # Sgd, Nesterovs: the update is written over the gradient (Updater.exact_in_place)
+            updater.apply(
+                self.flat_params, self.flat_grads, self.updater_state, self.iteration + 1, mgr, updater.exact_in_place
+            )
 
     def _apply_l2(self, mgr: LayerWorkspaceMgr) -> float:
         xp, penalty = self.device.xp, 0.0
@@ -108,7 +111,9 @@ class Training:
 
     def apply_update(self) -> None:
         """Apply the updater to the gradients now in `flat_grads` (one iteration; with a loss
-        scaler they are the scaled gradients compute_gradient_and_score left there)."""
+        scaler they are the scaled gradients compute_gradient_and_score left there). An updater
+        that updates in place (Sgd, Nesterovs: `Updater.exact_in_place`) leaves the update there
+        instead of the gradient, as DL4J's do: read the gradient before this call."""
         with self.lock:
             mgr = self._train_mgr
             with mgr.iteration(), mgr.updater():

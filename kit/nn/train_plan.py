@@ -24,14 +24,15 @@ and `plan_backward` beside each layer's forward and backward, `plan_value_and_gr
 loss's. Each later iteration of that batch size runs those calls, then the updater (live: it
 reads its learning rate and the iteration number at every step).
 
-The workspaces stay what the chapters measure. The plan opens and closes the same scopes in the
-same order, and each scope counts the carves the recorded one made (Workspace.replay_carves):
-allocations, cycles, bytes and peaks read the same planned or not. In SINGLE and SEPARATE the
-arrays are the arena views the recorded iteration was given, at the same offsets, which is what a
-cyclic workspace hands out anyway; in NONE every array is a new one on the heap at every
-iteration, counted as it would be. A plan is checked at each use against what it fixed (layers,
-loss, updater, parameter buffers, device, dtype, this thread's workspaces and their arenas) and
-dropped when any of them changed.
+The workspaces stay what the chapters measure. In SINGLE and SEPARATE the arrays are the arena
+views the recorded iteration was given, at the same offsets, which is what a cyclic workspace
+hands out anyway; after the arithmetic, each scope the recorded iteration closed counts one whole
+cycle with the carves it made, in the order they closed (Workspace.replay_cycle), so allocations,
+cycles, bytes and peaks read the same planned or not. (Nothing watches a scope open during a
+replay: the kernels write raw arrays, and the watching tools below turn plans off.) In NONE every
+array is a new one on the heap at every iteration, counted as it would be. A plan is checked at
+each use against what it fixed (layers, loss, updater, parameter buffers, device, dtype, this
+thread's workspaces and their arenas) and dropped when any of them changed.
 
 A batch runs unplanned when its features or labels are not NDArrays of the network's dtype on its
 device (float64 data for a float32 network, NumPy arrays): converting them is an allocation of the
@@ -66,7 +67,7 @@ from kit.workspace import DebugMode, Workspace
 __all__ = ["TrainingPlan", "TrainingPlans", "training_declined"]
 
 # the kinds of step a plan replays
-_CALL, _FILL, _SCORE, _SCORE_FILL, _LIVE, _ENTER, _EXIT = range(7)
+_CALL, _FILL, _SCORE, _SCORE_FILL, _LIVE, _EXIT = range(6)
 
 
 class _Slot:
@@ -111,12 +112,13 @@ def _watching() -> bool:
 
 class _Recorder(LayerWorkspaceMgr):
     """The training manager of one recorded iteration: it hands out what the network's own manager
-    does, and notes each array made and each scope opened, in order."""
+    does, and notes each array made and each scope closed, in order."""
 
     def __init__(self, real: LayerWorkspaceMgr) -> None:  # a view of `real`: no workspaces of its own
         self.real, self.mode, self.separate, self.device = real, real.mode, real.separate, real.device
         self.backward_follows = True
         self.made: list[Any] = []  # the raw array of each array made
+        self.reentered = False  # a scope was entered while open already (the plan is not kept)
         self.events: list[tuple[int, Any, Any]] = []  # the steps and the scopes, in order
 
     def create(self, array_type: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
@@ -138,14 +140,14 @@ class _Recorder(LayerWorkspaceMgr):
 
 
 class _RecordedScope:
-    """One scope of the recorded iteration: notes where it opened and closed among the steps."""
+    """One scope of the recorded iteration: notes what it carved, where it closed among the steps."""
 
     def __init__(self, rec: _Recorder, ws: Workspace) -> None:
         self.rec, self.ws = rec, ws
 
     def __enter__(self) -> Workspace:
+        self.rec.reentered = self.rec.reentered or self.ws.is_scope_active  # a plan counts each scope as a whole cycle
         self.ws.__enter__()
-        self.rec.events.append((_ENTER, self.ws, None))
         self.before = self.ws.tally()
         return self.ws
 
@@ -166,15 +168,20 @@ class _SlotMgr(LayerWorkspaceMgr):
         self.position = 0
 
     def create(self, array_type: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
-        source = self.sources[self.position]
-        raw = self.slots[source.index] if source.__class__ is _Slot else source
-        if raw.shape != tuple(shape):  # the updater asks for what it asked for when recorded
-            raise RuntimeError(
-                f"planned training: the updater asked for an array of shape {tuple(shape)} where the plan "
-                f"recorded {raw.shape}; clear the plans (net.train_plans.clear())"
-            )
-        self.position += 1
-        return wrap(raw, device, None)
+        position = self.position
+        if position < len(self.sources):
+            source = self.sources[position]
+            raw = self.slots[source.index] if source.__class__ is _Slot else source
+            if raw.shape == tuple(shape):  # the updater asks for what it asked for when recorded
+                self.position = position + 1
+                return wrap(raw, device, None)
+            recorded = f"recorded {raw.shape}"
+        else:
+            recorded = f"recorded {position} array(s) only"
+        raise RuntimeError(
+            f"planned training: the updater asked for array {position + 1}, of shape {tuple(shape)}, where the plan "
+            f"{recorded}; clear the plans (net.train_plans.clear())"
+        )
 
 
 class TrainingPlan:
@@ -182,8 +189,10 @@ class TrainingPlan:
 
     def __init__(self, net: Any, batch_size: int) -> None:
         self.net, self.batch_size = net, batch_size
-        self.steps: list[tuple[int, Any, Any]] = []
+        self.steps: list[tuple[int, Any, Any]] = []  # the calls, in order
+        self.scopes: list[tuple[Workspace, int, int, int]] = []  # (ws, allocations, bytes, end) as they closed
         self.heap: list[tuple[tuple[int, ...], np.dtype]] = []  # NONE mode: the arrays made per iteration
+        self.heap_bytes = 0
         self.thread = 0
         self.arenas: list[tuple[Workspace, int]] = []
         self.complete = False  # the recording found nothing that forbids replaying it
@@ -230,7 +239,7 @@ class TrainingPlan:
                 start = len(rec.made)
                 net._update(rec)
                 rec.events.append((_LIVE, _update, self._sources(rec, start)))
-        self.complete = self._ok and self._steps(rec.events)
+        self.complete = self._ok and not rec.reentered and self._steps(rec.events)
         del self._found
         return score
 
@@ -241,6 +250,7 @@ class TrainingPlan:
             for raw in made:
                 self._found[id(raw)] = _Slot(2 + len(self.heap))
                 self.heap.append((raw.shape, raw.dtype))
+                self.heap_bytes += raw.nbytes
         return made
 
     def _note(self, rec: _Recorder, kind: int, fast: Any) -> None:
@@ -263,29 +273,32 @@ class TrainingPlan:
         return _SlotMgr(self.net.device, sources)
 
     def _steps(self, events: list[tuple[int, Any, Any]]) -> bool:
-        """Keep the recorded steps; False when the iteration spilled or grew an arena (the
-        workspaces were still learning their sizes: record later)."""
-        steps = []
+        """Keep the recorded steps, and apart from them the scopes in the order they closed;
+        False when the iteration spilled or grew an arena (the workspaces were still
+        learning their sizes: record later)."""
+        steps, scopes = [], []
         for kind, what, holes in events:
-            if kind != _EXIT:
+            if kind == _EXIT:  # (a scope's cycle is counted whole: nothing watches it open)
+                ws, before, after = what  # (allocations, bytes, offset, spills, arenas) at open and close
+                if after[3] != before[3] or after[4] != before[4]:
+                    return False
+                self.arenas.append((ws, after[4]))
+                scopes.append((ws, after[0] - before[0], after[1] - before[1], after[2]))
+            else:
                 steps.append((kind, what, holes))
-                continue
-            ws, before, after = what  # (allocations, bytes, offset, spills, arenas) at open and close
-            if after[3] != before[3] or after[4] != before[4]:
-                return False
-            self.arenas.append((ws, after[4]))
-            steps.append((_EXIT, ws, (after[0] - before[0], after[1] - before[1], after[2])))
-        self.steps = steps
+        self.steps, self.scopes = steps, scopes
         return True
 
     # ---- replaying -----------------------------------------------------------------
     def valid(self) -> bool:
         """Replayed on the thread it was recorded on (workspaces belong to threads), whose
-        workspaces are the ones recorded, with the same arenas."""
-        if get_ident() != self.thread:
+        workspaces are the ones recorded, with the same arenas, and closed: with `_watching` (no
+        debug mode), the checks entering each scope makes, made once for the iteration, whose
+        scopes' cycles are counted by `Workspace.replay_cycle`."""
+        if get_ident() != self.thread or not self.complete:
             return False
         for ws, arenas in self.arenas:
-            if ws.destroyed or ws.arena_allocations != arenas:
+            if ws.destroyed or ws.arena_allocations != arenas or ws.is_scope_active:
                 return False
         return True
 
@@ -293,38 +306,42 @@ class TrainingPlan:
         """One iteration on the raw features `x` and labels `y` (the network's dtype, device and
         shapes: Network._inputs made them so); returns its score. The caller holds the lock."""
         slots = [x, y]
-        if self.heap:  # NONE: every array new on the heap, counted as mgr.create counts it
-            device = self.net.device
+        if self.heap:  # NONE: every array new on the heap, counted as mgr.create counts them
+            empty = np.empty
             for shape, dtype in self.heap:
-                raw = np.empty(shape, dtype)
-                count(device, raw.nbytes)
-                slots.append(raw)
+                slots.append(empty(shape, dtype))
+            count(self.net.device, self.heap_bytes, len(self.heap))
         net, score = self.net, 0.0
-        for kind, a, b in self.steps:
-            if kind == _CALL:
-                a()
-            elif kind == _FILL or kind == _SCORE_FILL:
-                func, args = a
-                for i, slot in b:
-                    args[i] = slots[slot]
-                value = func(*args)
-                for i, _ in b:
-                    args[i] = None  # holds no batch between iterations
-                if kind == _SCORE_FILL:
-                    score += value
-            elif kind == _ENTER:
-                a.__enter__()
-            elif kind == _EXIT:
-                a.replay_carves(*b)
-                a.__exit__(None, None, None)
-            elif kind == _SCORE:
-                score += a()
-            else:  # _LIVE: the updater or L2, with the arrays recorded for it
-                b.slots, b.position = slots, 0
-                value = a(net, b)
-                b.slots = []
-                if value:
-                    score += value
+        try:
+            for kind, a, b in self.steps:
+                if kind == _CALL:
+                    a()
+                elif kind == _FILL or kind == _SCORE_FILL:
+                    func, args = a
+                    for i, slot in b:
+                        args[i] = slots[slot]
+                    try:
+                        value = func(*args)
+                    finally:
+                        for i, _ in b:
+                            args[i] = None  # holds no batch between iterations
+                    if kind == _SCORE_FILL:
+                        score += value
+                elif kind == _SCORE:
+                    score += a()
+                else:  # _LIVE: the updater or L2, with the arrays recorded for it
+                    b.slots, b.position = slots, 0
+                    try:
+                        value = a(net, b)
+                    finally:
+                        b.slots = []
+                    if b.position != len(b.sources):  # it asked for fewer arrays than recorded (this
+                        self.complete = False  # iteration counts the recorded carves): record again
+                    if value:
+                        score += value
+        finally:  # the scopes' cycles, each with the carves its recorded scope made, in the order they closed
+            for ws, allocations, nbytes, end in self.scopes:
+                ws.replay_cycle(allocations, nbytes, end)
         return score
 
 

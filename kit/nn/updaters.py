@@ -30,6 +30,11 @@ def state_dtype(param_dtype: Any) -> np.dtype:
 class Updater:
     registry: ClassVar[dict[str, type[Updater]]] = {}
     state_names: tuple[str, ...] = ()
+    # apply(scratch=True) does the arithmetic of apply() bit for bit, with the gradient as its
+    # working array: a Network then lends it flat_grads (backward writes them anew every iteration)
+    # instead of a temporary in UPDATER_WORKING_MEM, as DL4J's updaters turn the gradient view into
+    # the update in place. Adam's one-array form rounds differently, so it keeps its temporary.
+    exact_in_place = False
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -68,6 +73,8 @@ def updater_from_config(cfg: dict[str, Any]) -> Updater:
 
 
 class Sgd(Updater):
+    exact_in_place = True  # lr * g into g, then params -= g: the same two roundings
+
     def __init__(self, lr: float = 0.1) -> None:
         super().__init__(lr)
 
@@ -83,6 +90,7 @@ class Sgd(Updater):
 
 class Nesterovs(Updater):
     state_names = ("v",)
+    exact_in_place = True  # the gradient is read once, into the array that then holds lr * g
 
     def __init__(self, lr: float = 0.1, momentum: float = 0.9) -> None:
         super().__init__(lr)

@@ -3,6 +3,7 @@ in every workspace mode, for every planned layer, loss and updater; and unplanne
 cannot be trusted (a layer without kernels, a watching tool, another thread, changed state)."""
 
 import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -314,29 +315,106 @@ def test_bad_input_is_refused_before_the_plan_runs():
     np.testing.assert_array_equal(net.flat_params.numpy(), before)  # nothing learned from either
 
 
-def test_an_updater_that_asks_for_other_arrays_is_refused_and_the_printed_remedy_runs():
-    from kit.nn.workspace_mgr import ArrayType
+class _Shifty(Sgd):
+    """Sgd that asks its manager for one working array of `shapes[step % 2]` (None: none) before
+    each update: an updater that does not repeat what a plan recorded of it."""
 
-    class Shifty(Sgd):
-        """Asks for one more working array on every other step than the plan recorded."""
+    def __init__(self, lr: float, shapes: tuple[Any, Any]) -> None:
+        super().__init__(lr)
+        self.shapes, self.calls = shapes, 0
 
-        calls = 0
+    def apply(self, params, grads, state, step, mgr, scratch=False):
+        from kit.nn.workspace_mgr import ArrayType
 
-        def apply(self, params, grads, state, step, mgr, scratch=False):
-            Shifty.calls += 1
-            if Shifty.calls % 2 == 0:
-                mgr.create(ArrayType.UPDATER_WORKING_MEM, (3,), params.dtype, params.device)
-            super().apply(params, grads, state, step, mgr, scratch)
+        self.calls += 1
+        shape = self.shapes[self.calls % 2]
+        if shape is not None:
+            mgr.create(ArrayType.UPDATER_WORKING_MEM, shape, params.dtype, params.device)
+        super().apply(params, grads, state, step, mgr, scratch)
 
-    net = mlp(12, hidden=(8,), n_out=5, updater=Shifty(0.1), training_workspace_mode=WorkspaceMode.SINGLE)
+
+@pytest.mark.parametrize(
+    ("shapes", "named"),
+    [(((3,), (4,)), ["(4,)", "(3,)"]), ((None, (4,)), ["(4,)", "0 array(s) only"])],
+    ids=["another-shape", "more-than-recorded"],
+)
+def test_an_updater_that_asks_for_other_arrays_is_refused_and_the_printed_remedy_runs(shapes, named):
+    # the plan is recorded at the second iteration (an even call), replayed from the third (odd)
+    net = mlp(12, hidden=(8,), n_out=5, updater=_Shifty(0.1, shapes), training_workspace_mode=WorkspaceMode.SINGLE)
     ds = _data(n=8)
     with pytest.raises(RuntimeError, match=r"net\.train_plans\.clear\(\)") as err:
         for _ in range(6):
             net.fit_batch(ds)
-    n = net.num_params
-    assert "(3,)" in str(err.value) and f"({n},)" in str(err.value)  # both shapes named
+    assert net.updater.calls == 3  # refused at the first replay
+    for words in named:  # what it asked for, and what the plan holds
+        assert words in str(err.value)
+    assert not any(s["open"] for s in net.workspace_stats()["training"].values())  # its scopes closed
     net.train_plans.clear()  # the remedy the message prints
     net.train_plans.enabled = False  # (this updater never repeats itself: train it unplanned)
     before = net.flat_params.numpy().copy()
     net.fit_batch(ds)
     assert not np.array_equal(net.flat_params.numpy(), before)
+
+
+def test_an_updater_that_asks_for_fewer_arrays_than_recorded_drops_the_plan_and_trains_as_unplanned():
+    nets = [
+        mlp(12, hidden=(8,), n_out=5, updater=_Shifty(0.1, ((3,), None)), training_workspace_mode=WorkspaceMode.SINGLE)
+        for _ in range(2)
+    ]
+    nets[1].train_plans.enabled = False
+    ds = _data(n=8)
+    for _ in range(6):
+        scores = [net.fit_batch(ds) for net in nets]
+        assert scores[0] == scores[1]
+    np.testing.assert_array_equal(nets[0].flat_params.numpy(), nets[1].flat_params.numpy())
+    assert nets[0].train_plans.recorded >= 2  # recorded again after each replay that asked for less
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_a_kernel_that_raises_in_a_replay_closes_its_scopes_and_training_goes_on_as_unplanned(mode):
+    def make():
+        return mlp(12, hidden=(16, 8), n_out=5, updater=Sgd(0.05), training_workspace_mode=mode, seed=4)
+
+    planned, plain = _twins(make)
+    ds = _data(n=8)
+    for _ in range(20):  # until one iteration was replayed (SEPARATE's working memory learns for a few)
+        assert planned.fit_batch(ds) == plain.fit_batch(ds)
+        if planned.train_plans.used:
+            break
+    assert planned.train_plans.used == 1
+    huge = DataSet(np.full((8, 12), 3e38, np.float32), ds.labels)  # finite, but x @ W overflows
+    for net in (planned, plain):
+        before = net.flat_params.numpy().copy()
+        with np.errstate(over="raise"), pytest.raises(FloatingPointError, match="overflow") as err:
+            net.fit_batch(huge)
+        replayed = any(entry.name == "replay" for entry in err.traceback)
+        assert replayed == (net is planned)  # raised inside the replay (or the unplanned forward)
+        np.testing.assert_array_equal(net.flat_params.numpy(), before)  # raised in forward: nothing learned
+        assert not any(s["open"] for s in net.workspace_stats()["training"].values())
+    assert planned.train_plans.used == 1  # `used` counts the replays that ended
+    for _ in range(3):  # and the plan goes on being replayed, with the unplanned twin's numbers
+        assert planned.fit_batch(ds) == plain.fit_batch(ds)
+    assert planned.train_plans.used == 4
+    np.testing.assert_array_equal(planned.flat_params.numpy(), plain.flat_params.numpy())
+
+
+def test_an_iteration_inside_its_own_open_workspace_runs_unplanned_and_the_plans_come_back():
+    def make():
+        return mlp(12, hidden=(16, 8), n_out=5, updater=Sgd(0.05), training_workspace_mode=WorkspaceMode.SINGLE)
+
+    planned, plain = _twins(make)
+    ds = _data(n=8)
+    for _ in range(3):
+        assert planned.fit_batch(ds) == plain.fit_batch(ds)
+    assert planned.train_plans.used == 1
+    for net in (planned, plain):  # the iteration's scope is open already: `with ws` re-enters it
+        with net._train_mgr.iteration():
+            for _ in range(3):
+                net.fit_batch(ds)
+    assert planned.train_plans.used == 1  # neither replayed (the plan opens each scope anew) nor recorded
+    np.testing.assert_array_equal(planned.flat_params.numpy(), plain.flat_params.numpy())
+    assert _workspace_counts(planned) == _workspace_counts(plain)
+    for _ in range(4):
+        assert planned.fit_batch(ds) == plain.fit_batch(ds)
+    assert planned.train_plans.used > 1  # planned again once the scope closed
+    assert _workspace_counts(planned) == _workspace_counts(plain)
