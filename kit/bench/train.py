@@ -262,7 +262,8 @@ def _mlp_rows(
             row["note"] = "dw *= lr; w -= dw, as kit's Sgd updates: no goal"
         elif name != numpy_name:
             if ratio >= worst:
-                worst, worst_range = ratio, (min(paired), max(paired))
+                quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else [ratio] * 3
+                worst, worst_range = ratio, (quartiles[0], quartiles[2])
             worst_in_place = max(worst_in_place, statistics.median(x / b for x, b in zip(t.seconds, in_place)))
             row["goal"] = f"<= {MLP_GOAL}: " + ("met" if ratio <= MLP_GOAL else "NOT met")
         rows.append(row)
@@ -274,10 +275,14 @@ def _mlp_rows(
             if row["case"] == f"kit MLP b{batch} ({mode.value})":
                 row["heap_allocs_per_step"] = kit.memory.heap_allocations(this_thread=True) - before
                 row["peak_workspace_kib"] = peak / 1024
-    verdict = measure.goal(
-        f"kit MLP step b{batch} / NumPy, worst mode", worst, "<=", MLP_GOAL, "x", reliable, per_repeat=worst_range
+    # the issue's figure: the median of the paired ratios; their spread beside it (the middle half of
+    # the repeats: one repeat disturbed by another process does not make the whole range)
+    verdict = measure.goal(f"kit MLP step b{batch} / NumPy, worst mode", worst, "<=", MLP_GOAL, "x", reliable)
+    lo, hi = worst_range
+    verdict += (
+        f"; its paired repeats' middle half {lo:.3f}-{hi:.3f} x; against NumPy updating in place, as kit "
+        f"does: {worst_in_place:.3f} x (no goal)"
     )
-    verdict += f"; against NumPy updating in place, as kit does: {worst_in_place:.3f} x (no goal)"
     return rows, verdict
 
 
