@@ -44,6 +44,7 @@ __all__ = [
     "compare_timings",
     "flags",
     "fraction",
+    "gap",
     "mcnemar_p",
     "no_conclusion",
     "sentence",
@@ -130,6 +131,18 @@ def fraction(part: float, whole: float, digits: int = 2) -> str:
     if share == 0 or abs(share) >= 10:
         return f"{share:.0f}%"
     return f"{share:.{digits}g}%"
+
+
+def gap(value: float, reference: float) -> str:
+    """How far `value` lies from `reference`, in words with the percentage, instead of "close to":
+    gap(232, 287) -> '19% below it', gap(330, 300) -> '10% above it', gap(300.4, 300) -> 'the
+    same to within 1%'."""
+    if reference == 0:
+        raise ValueError("gap: the reference is 0")
+    share = value / reference - 1
+    if round(abs(share) * 100) == 0:
+        return "the same to within 1%"
+    return f"{abs(share):.0%} {'below' if share < 0 else 'above'} it"
 
 
 def mcnemar_p(only_a: int, only_b: int) -> float:
