@@ -34,6 +34,7 @@ One module for every timing in kit (benchmarks, `compare_devices`, the chapters)
 
 from __future__ import annotations
 
+import enum
 import statistics
 import textwrap
 import time
@@ -58,6 +59,8 @@ __all__ = [
     "format_seconds",
     "format_spread",
     "goal",
+    "join_labels",
+    "label",
     "machine_load",
     "mark_flagged",
     "measure",
@@ -83,6 +86,26 @@ def format_spread(spread: float) -> str:
     ['±12%', '±25%', '±25.04%']
     """
     return "±" + tables.percent(spread, SPREAD_LIMIT)
+
+
+def label(name: Any) -> str:
+    """A timing's name in words. `compare` names each Timing by its key, which may be a tuple of an
+    enum and a count: label((InferenceMode.BATCHED, 4)) -> 'BATCHED, 4'; label("plain") -> 'plain'."""
+    if isinstance(name, tuple):
+        return ", ".join(label(part) for part in name)
+    if isinstance(name, enum.Enum):
+        return str(name.value)
+    return str(name)
+
+
+def join_labels(names: list[Any]) -> str:
+    """Timings' names in one phrase: 'a', 'a and b', 'a, b and c'; a comma inside a name (a tuple
+    key's label) makes the separators semicolons: 'BATCHED, 4; SEQUENTIAL, 4 and BATCHED, 16'."""
+    words = [label(n) for n in names]
+    if len(words) < 2:
+        return "".join(words)
+    sep = "; " if any("," in w for w in words) else ", "
+    return sep.join(words[:-1]) + " and " + words[-1]
 
 
 def format_seconds(seconds: float) -> str:
@@ -334,7 +357,7 @@ def mark_flagged(ax: Any, timings: Any, title: str | None = None) -> bool:
         for artist in [*ax.lines, *ax.patches, *ax.collections]:
             artist.set_alpha(0.45)
     else:  # the clean timings stand: name the flagged ones, fade nothing
-        names = ", ".join(str(t.name) for t in bad)  # a Timing's name may be its key: F = 1, 2, ...
+        names = join_labels([t.name for t in bad])  # a Timing's name may be its key: F = 1, 2, ...
         flag = tables.wrap(
             f"flagged by kit.measure: {names}; read no time from {'it' if len(bad) == 1 else 'them'}", 60
         )

@@ -36,7 +36,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from kit import tables
-from kit.measure import Timing, format_seconds, format_spread
+from kit.measure import Timing, format_seconds, format_spread, join_labels, label
 
 __all__ = [
     "Sentence",
@@ -82,15 +82,11 @@ def no_conclusion(reasons: Sequence[str]) -> Sentence:
 def flags(timings: Sequence[Timing]) -> list[str]:
     """Why these timings cannot be compared: each warning once, with the timings it applies to
     ("a and b: machine busy: ..."); empty when every timing is clean."""
-    by_warning: dict[str, list[str]] = {}
+    by_warning: dict[str, list[Any]] = {}
     for t in timings:
         for w in t.warnings:
-            by_warning.setdefault(w, []).append(str(t.name))  # a name may be a key: F = 1, 2, ...
-    out = []
-    for w, names in by_warning.items():
-        who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-        out.append(f"{who}: {w}")
-    return out
+            by_warning.setdefault(w, []).append(t.name)  # a name may be a key: F = 1, 2, or (mode, clients)
+    return [f"{join_labels(names)}: {w}" for w, names in by_warning.items()]
 
 
 def _range(t: Timing) -> tuple[float, float]:
@@ -106,18 +102,19 @@ def compare_timings(a: Timing, b: Timing, unit: str = "per call") -> Sentence:
     if flagged:
         return no_conclusion(flagged)
     fast, slow = (a, b) if a.median <= b.median else (b, a)
+    fast_name, slow_name = label(fast.name), label(slow.name)
     (_, fast_hi), (slow_lo, _) = _range(fast), _range(slow)
     spreads = f"spread {format_spread(fast.spread)} and {format_spread(slow.spread)}"
     if slow_lo <= fast_hi:
         return Sentence(
-            f"**{fast.name}** took {format_seconds(fast.median)} {unit} and **{slow.name}** "
+            f"**{fast_name}** took {format_seconds(fast.median)} {unit} and **{slow_name}** "
             f"{format_seconds(slow.median)}: the same within the spread of the repeats (their ranges overlap; "
             f"{spreads})."
         )
     ratio = slow.median / fast.median
     return Sentence(
-        f"**{fast.name}** took {format_seconds(fast.median)} {unit} and **{slow.name}** "
-        f"{format_seconds(slow.median)}: {fast.name} was {ratio:.3g}x faster "
+        f"**{fast_name}** took {format_seconds(fast.median)} {unit} and **{slow_name}** "
+        f"{format_seconds(slow.median)}: {fast_name} was {ratio:.3g}x faster "
         f"(medians of {min(len(a.seconds), len(b.seconds))} repeats; {spreads})."
     )
 

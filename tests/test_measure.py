@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -304,7 +305,8 @@ def test_mark_flagged_marks_a_flagged_panel_and_leaves_a_clean_one_alone():
         assert all((p.get_alpha() or 1.0) < 1.0 for p in bars.patches) is whole
         if flagged and not whole:  # some flagged: the title names them, and only them; the clean ones stand
             named = " ".join(title.split())
-            assert "flagged by kit.measure: c, d; read no time from them" in named and " a" not in named
+            assert "flagged by kit.measure: c and d; read no time from them" in named
+            assert not re.search(r"\ba\b", named)  # the clean one is not named
         plt.close("all")
     # measure.compare names each Timing by its key, which may be a number (ch4: the frequencies F)
     _, ax = plt.subplots()
@@ -362,3 +364,33 @@ def test_no_spread_or_load_is_printed_whole_by_hand():
         if "LIMIT" not in m.group(0)
     ]
     assert not found, "print these with measure.format_spread / format_load:\n" + "\n".join(found)
+
+
+def test_tuple_keys_of_compare_read_as_words_in_every_flag_and_sentence():
+    """measure.compare names each Timing by its key; ch5's keys are (InferenceMode, clients)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kit import prose
+    from kit.measure import Timing, join_labels, label, mark_flagged
+    from kit.parallel import InferenceMode
+
+    key = (InferenceMode.BATCHED, 4)
+    assert label(key) == "BATCHED, 4" and label(7) == "7" and label("plain") == "plain"
+    assert join_labels(["a"]) == "a" and join_labels(["a", "b", "c"]) == "a, b and c"
+    assert join_labels([key, (InferenceMode.SEQUENTIAL, 4), "x"]) == "BATCHED, 4; SEQUENTIAL, 4 and x"
+    busy = {k: Timing(k, [1.0, 1.01, 1.02], 1, load=0.6) for k in [key, (InferenceMode.SEQUENTIAL, 16)]}
+    clean = Timing((InferenceMode.SEQUENTIAL, 1), [2.0, 2.01, 2.02], 1)
+    (flag,) = prose.flags(list(busy.values()))
+    assert flag.startswith("BATCHED, 4 and SEQUENTIAL, 16: machine busy"), flag
+    _, ax = plt.subplots()
+    assert mark_flagged(ax, [*busy.values(), clean])
+    assert "flagged by kit.measure: BATCHED, 4 and SEQUENTIAL, 16; read no time from them" in " ".join(
+        ax.get_title().split()
+    )
+    plt.close("all")
+    fast = Timing(key, [1.0, 1.01, 1.02], 1)
+    said = prose.compare_timings(fast, clean)
+    assert said.startswith("**BATCHED, 4** took") and "**SEQUENTIAL, 1**" in said and "InferenceMode" not in said
