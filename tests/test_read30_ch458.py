@@ -46,7 +46,8 @@ def test_the_bench_numpy_baselines_are_fed_kit_s_dtype():
 
     from kit.bench import train
 
-    for fn in (train._mlp_rows, train._inference_rows, train.bench_train, train._torch_step, train._torch_conv_steps):
+    baselines = (train._mlp_variants, train._inference_rows, train.bench_train, train._torch_step)
+    for fn in (*baselines, train._torch_conv_steps):
         assert "same_dtype(" in inspect.getsource(fn), fn.__name__
     data = train._mlp_data(8, 784, 10)
     assert data.features.numpy().dtype == np.float32 and data.labels.numpy().dtype == np.float32

@@ -228,53 +228,31 @@ def _mlp_rows(
         mode: mlp(n_in, hidden=hidden, n_out=n_out, updater=Sgd(lr), training_workspace_mode=mode)
         for mode in WorkspaceMode
     }
-    weights = [p.numpy().copy() for layer in nets[WorkspaceMode.SEPARATE].layers for p in layer.params.values()]
-    xs, ys = data.features.numpy(), data.labels.numpy()
-    same_dtype(f"NumPy MLP b{batch} (hand-written)", nets[WorkspaceMode.SEPARATE].dtype, xs, ys, *weights)
-    fns: dict[str, Callable[[], Any]] = {
-        f"kit MLP b{batch} ({m.value})": (lambda n=n: n.fit_batch(data)) for m, n in nets.items()
-    }
-    # beside them, the default mode with its plans off: the step before kit.nn.train_plan (no goal)
-    unplanned = mlp(n_in, hidden=hidden, n_out=n_out, updater=Sgd(lr))
-    unplanned.train_plans.enabled = False
-    unplanned_name = f"kit MLP b{batch} ({unplanned.training_workspace_mode.value}, unplanned)"
-    fns[unplanned_name] = lambda: unplanned.fit_batch(data)
-    numpy_name = f"NumPy MLP b{batch} (hand-written)"
-    fns[numpy_name] = lambda: numpy_mlp_step(xs, ys, weights, lr)
-    # beside it, NumPy writing the update over the gradient as kit's Sgd does (no goal): what of
-    # kit's ratio is its update's one temporary fewer, and what is the rest of the step
-    in_place_name = f"NumPy MLP b{batch} (hand-written, update in place)"
-    in_place_weights = [w.copy() for w in weights]
-    fns[in_place_name] = lambda: numpy_mlp_step(xs, ys, in_place_weights, lr, update_in_place=True)
+    fns, names = _mlp_variants(data, nets, lr)
     with threadpool_limits(limits=1, user_api="blas"):
         timings = measure.compare(fns, repeats=repeats, number=number, sync=kit.backend.sync)
-    base, in_place = timings[numpy_name].seconds, timings[in_place_name].seconds
+    base, in_place = timings[names["numpy"]].seconds, timings[names["in_place"]].seconds
     rows, worst, worst_in_place, reliable, worst_range = [], 0.0, 0.0, True, (0.0, 0.0)
+    notes = {
+        names["unplanned"]: "plans off (net.train_plans.enabled = False): no goal",
+        names["in_place"]: "dw *= lr; w -= dw, as kit's Sgd updates: no goal",
+    }
     for name, t in timings.items():
         paired = [x / b for x, b in zip(t.seconds, base)]
         ratio = statistics.median(paired)
         row = {"case": name, "ms_per_step": t.median * 1e3, "min_max_ms": _spread(t.seconds), "ratio": ratio}
         row["ratio_to"] = "NumPy"
         reliable = reliable and t.reliable
-        if name == unplanned_name:
-            row["note"] = "plans off (net.train_plans.enabled = False): no goal"
-        elif name == in_place_name:
-            row["note"] = "dw *= lr; w -= dw, as kit's Sgd updates: no goal"
-        elif name != numpy_name:
+        if name in notes:
+            row["note"] = notes[name]
+        elif name != names["numpy"]:
             if ratio >= worst:
                 quartiles = statistics.quantiles(paired, n=4) if len(paired) > 1 else [ratio] * 3
                 worst, worst_range = ratio, (quartiles[0], quartiles[2])
             worst_in_place = max(worst_in_place, statistics.median(x / b for x, b in zip(t.seconds, in_place)))
             row["goal"] = f"<= {MLP_GOAL}: " + ("met" if ratio <= MLP_GOAL else "NOT met")
         rows.append(row)
-    for mode, net in nets.items():
-        before = kit.memory.heap_allocations(this_thread=True)
-        net.fit_batch(data)
-        peak = sum(s["peak_used"] for s in net.workspace_stats()["training"].values())
-        for row in rows:
-            if row["case"] == f"kit MLP b{batch} ({mode.value})":
-                row["heap_allocs_per_step"] = kit.memory.heap_allocations(this_thread=True) - before
-                row["peak_workspace_kib"] = peak / 1024
+    _mlp_counts(rows, data, nets, batch)
     # the issue's figure: the median of the paired ratios; their spread beside it (the middle half of
     # the repeats: one repeat disturbed by another process does not make the whole range)
     verdict = measure.goal(f"kit MLP step b{batch} / NumPy, worst mode", worst, "<=", MLP_GOAL, "x", reliable)
@@ -284,6 +262,47 @@ def _mlp_rows(
         f"does: {worst_in_place:.3f} x (no goal)"
     )
     return rows, verdict
+
+
+def _mlp_variants(
+    data: DataSet, nets: dict[WorkspaceMode, Network], lr: float
+) -> tuple[dict[str, Callable[[], Any]], dict[str, str]]:
+    """The timed steps: kit in each mode, kit with its plans off, NumPy plain and NumPy updating in
+    place (each with its own weights); and the names of the last three."""
+    batch, net = data.num_examples, nets[WorkspaceMode.SEPARATE]
+    weights = [p.numpy().copy() for layer in net.layers for p in layer.params.values()]
+    xs, ys = data.features.numpy(), data.labels.numpy()
+    same_dtype(f"NumPy MLP b{batch} (hand-written)", net.dtype, xs, ys, *weights)
+    fns: dict[str, Callable[[], Any]] = {
+        f"kit MLP b{batch} ({m.value})": (lambda n=n: n.fit_batch(data)) for m, n in nets.items()
+    }
+    # beside them, the default mode with its plans off: the step before kit.nn.train_plan (no goal)
+    unplanned = Network.from_config(net.configuration.replace(training_workspace_mode=WorkspaceMode.SEPARATE))
+    unplanned.train_plans.enabled = False
+    names = {
+        "unplanned": f"kit MLP b{batch} ({unplanned.training_workspace_mode.value}, unplanned)",
+        "numpy": f"NumPy MLP b{batch} (hand-written)",
+        # NumPy writing the update over the gradient as kit's Sgd does (no goal): what of kit's
+        # ratio is its update's one temporary fewer, and what is the rest of the step
+        "in_place": f"NumPy MLP b{batch} (hand-written, update in place)",
+    }
+    fns[names["unplanned"]] = lambda: unplanned.fit_batch(data)
+    fns[names["numpy"]] = lambda: numpy_mlp_step(xs, ys, weights, lr)
+    in_place_weights = [w.copy() for w in weights]
+    fns[names["in_place"]] = lambda: numpy_mlp_step(xs, ys, in_place_weights, lr, update_in_place=True)
+    return fns, names
+
+
+def _mlp_counts(rows: list[dict[str, Any]], data: DataSet, nets: dict[WorkspaceMode, Network], batch: int) -> None:
+    """Each mode's row gets the heap allocations of one more step and its workspaces' peak."""
+    for mode, net in nets.items():
+        before = kit.memory.heap_allocations(this_thread=True)
+        net.fit_batch(data)
+        peak = sum(s["peak_used"] for s in net.workspace_stats()["training"].values())
+        for row in rows:
+            if row["case"] == f"kit MLP b{batch} ({mode.value})":
+                row["heap_allocs_per_step"] = kit.memory.heap_allocations(this_thread=True) - before
+                row["peak_workspace_kib"] = peak / 1024
 
 
 def numpy_mlp_forward(x: np.ndarray, weights: list[np.ndarray]) -> np.ndarray:
