@@ -252,7 +252,10 @@ class MemoryTimeline:
             row = rows.get(key)
             if row is None:
                 row = rows[key] = {"workspace": key[0], "thread": key[1], "device": key[2], "cycles": 0}
-                row.update(allocations=0, bytes=0, peak_offset=None, spills=0, spilled_bytes=0, resets=0, releases=0)
+                # a workspace that carved nothing peaked at offset 0, as Workspace.peak_used says;
+                # the heap has no offsets
+                peak = None if key[0] is None else 0
+                row.update(allocations=0, bytes=0, peak_offset=peak, spills=0, spilled_bytes=0, resets=0, releases=0)
             kind, n = e["kind"], e["nbytes"]
             if kind in ("alloc", "spill"):
                 row["allocations"] += 1
@@ -261,7 +264,7 @@ class MemoryTimeline:
                 row["spills"] += 1
                 row["spilled_bytes"] += n
             elif kind == "alloc" and e["offset"] is not None:
-                row["peak_offset"] = max(row["peak_offset"] or 0, e["offset"] + n)
+                row["peak_offset"] = max(row["peak_offset"], e["offset"] + n)
             elif kind == "reset":
                 row["resets"] += 1
             elif kind == "release":

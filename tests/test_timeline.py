@@ -12,7 +12,7 @@ import pytest
 import kit
 from kit import memory, timeline
 from kit.data import ArrayIterator, DataSet, load_digits
-from kit.nn import ArrayType, Sgd, WorkspaceMode, mlp
+from kit.nn import ArrayType, Nesterovs, Sgd, WorkspaceMode, mlp
 from kit.parallel import ParallelWrapper
 from kit.state import STATE
 from kit.timeline import FIELDS, KINDS, MemoryTimeline, TimelineError
@@ -37,9 +37,10 @@ def this_threads_workspaces(names):
 @pytest.fixture
 def trained(digits):
     """A fresh SEPARATE-mode MLP trained on 5 equal batches inside a timeline: its workspaces are
-    made (and learn) while it records."""
+    made (and learn) while it records. (Nesterovs: its update carves a working array; Sgd's
+    writes over the gradient and carves none, see the next test.)"""
     train, _ = digits
-    net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), training_workspace_mode=WorkspaceMode.SEPARATE)
+    net = mlp(64, hidden=(32,), n_out=10, updater=Nesterovs(0.1), training_workspace_mode=WorkspaceMode.SEPARATE)
     with kit.memory_timeline() as tl:
         for ds in batches(train, 5):
             net.fit(ds)
@@ -80,6 +81,22 @@ def test_summary_counts_what_each_workspace_counts(trained):
         )
     page = tl._repr_html_()
     assert page.startswith("<table") and all(name in page for name in workspaces)
+
+
+def test_a_workspace_that_carved_nothing_reads_the_same_in_the_summary(digits):
+    """SEPARATE with Sgd: the updater's scope opens every iteration and carves nothing (the update
+    is written over the gradient); the summary still agrees with the workspace, peak 0 included."""
+    train, _ = digits
+    net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), training_workspace_mode=WorkspaceMode.SEPARATE)
+    with kit.memory_timeline() as tl:
+        for ds in batches(train, 3):
+            net.fit(ds)
+    rows = {r["workspace"]: r for r in tl.summary()}
+    updater = [ws for ws in kit.workspace.all_workspaces() if ws.name in rows and "UPDATER" in ws.name]
+    assert len(updater) == 1 and updater[0].allocations == 0 and updater[0].cycles == 3
+    row = rows[updater[0].name]
+    assert (row["cycles"], row["allocations"], row["bytes"], row["peak_offset"]) == (3, 0, 0, updater[0].peak_used)
+    assert rows[None]["peak_offset"] is None  # the heap has no offsets
 
 
 def test_every_event_has_every_key_and_a_known_kind(trained):
