@@ -404,55 +404,18 @@ def compare_devices(
     job: Job, counts: list[int] | tuple[int, ...] = (1, 2), progress: Callable[[], Any] | None = None
 ) -> Comparison:
     """`job` trained on each of `counts` devices (1 always), measured interleaved; `progress()`
-    is called after every epoch trained while measuring (warm-up, autorange and timed repeats)."""
+    is called after every epoch trained while measuring (warm-up, autorange and timed repeats).
+    In three rooms: the scaling model's inputs (`_scaling_inputs`), the interleaved epochs
+    (`_timed_epochs`), and one row per device count (`_device_row`)."""
     if not counts or any(not isinstance(c, int) or c < 1 for c in counts):
         raise ValueError(f"compare_devices(counts={counts!r}): positive integers")
     counts = sorted(set(counts) | {1})  # the baseline always runs
-    result = Comparison()
     cores = os.cpu_count() or 1
-    probe = job.make_model()
-    params, width = probe.num_params, probe.dtype.itemsize
-    # parameter-sized buffers moved per average: the parameters and the updater state (float32 at
-    # least, so a float16 network's state weighs twice its parameters)
-    buffers = 1 + sum(s.dtype.itemsize for s in probe.updater_state.values()) / width
-    batches = math.ceil(job.train.num_examples / job.batch_size)
-    bandwidth = measure_bandwidth(params * width)
     on_cpu = default_device().kind == "cpu"
-    step_full = _step_seconds(job, None)
     share = max(1, cores // max(counts))
-    # every input of the scaling model, so the prediction can be recomputed from what is printed
-    # (`model_table`, `predicted_speedup`); the per-worker step times are added per device count below
-    result.model = {
-        "params": params,
-        "bytes_per_value": width,
-        "buffers_averaged": buffers,
-        "batches_per_epoch": batches,
-        "averaging_frequency": job.averaging_frequency,
-        "bandwidth_GBps": bandwidth / 1e9,
-        "step_s_one_device": step_full,
-        "step_s_per_worker": {},
-        "compute_split": {},
-    }
-
-    nets, wrappers, kinds, fns = {}, {}, {}, {}
-    try:
-        for n in counts:
-            devs, kinds[n] = _devices_for(n)
-            nets[n] = job.make_model()
-            wrappers[n] = ParallelWrapper(
-                nets[n], workers=n, devices=devs, prefetch_buffer=0, averaging_frequency=job.averaging_frequency
-            )
-        if on_cpu and share < cores:  # one device with one worker's share of the cores
-            nets["share"] = job.make_model()
-            wrappers["share"] = ParallelWrapper(nets["share"], workers=1, devices=[default_device()], prefetch_buffer=0)
-        copies: dict[Any, list[tuple[int, int]]] = {key: [] for key in wrappers}
-        for key, pw in wrappers.items():
-            it = ArrayIterator(job.train, job.batch_size, shuffle=job.shuffle, seed=0)
-            fns[key] = _counting_copies(_epoch_fn(pw, it, share if key == "share" else None), copies[key], progress)
-        timings = measure.compare(fns, min_time=job.min_time, repeats=job.epochs, same_number=True)
-    finally:
-        for pw in wrappers.values():
-            pw.shutdown()
+    result = Comparison()
+    result.model = _scaling_inputs(job)
+    timings, epochs = _timed_epochs(job, counts, share if on_cpu and share < cores else None, progress)
     result.timings = timings
     base = timings[1].median
     base_share = timings["share"].median if "share" in timings else base
@@ -468,46 +431,18 @@ def compare_devices(
     result.model["repeats"] = job.epochs
     result.model["load"] = timings[1].load
     for n in counts:
-        kind = kinds[n]
+        kind = epochs["kinds"][n]
         physical = "physical" in kind
-        parallel = physical or (on_cpu and n <= cores)  # side by side: own devices, or a core each
         if n > 1:
-            step_n = step_full if not on_cpu else _step_seconds(job, max(1, cores // n))
+            parallel = physical or (on_cpu and n <= cores)  # side by side: own devices, or a core each
+            step_n = result.model["step_s_one_device"] if not on_cpu else _step_seconds(job, max(1, cores // n))
             result.model["step_s_per_worker"][n] = step_n
             result.model["compute_split"][n] = parallel
-        t = timings[n]
-        epoch_s = t.median
-        # per-repeat ratios against the baseline measured in the same repeat: drift cancels
-        speedups = [b / x for b, x in zip(timings[1].seconds, t.seconds)]
-        speedup = float(np.median(speedups))
-        vs_share, vs_share_each = None, None
-        if n > 1 and "share" in timings:  # the same way: per repeat, then the median
-            vs_share_each = [b / x for b, x in zip(timings["share"].seconds, t.seconds)]
-            vs_share = float(np.median(vs_share_each))
-        accuracy = nets[n].evaluate(ArrayIterator(job.test, 512)).accuracy() if job.test is not None else None
-        row = {
-            "devices": n,
-            "kind": kind,
-            "names": [str(d) for d in wrappers[n].devices],
-            "epoch_s": epoch_s,
-            "spread": t.spread,
-            "samples_per_s": job.train.num_examples / epoch_s,
-            "speedup": speedup,
-            "speedups": speedups,  # one per repeat, each against the baseline of the same repeat
-            "speedup_vs_share": vs_share,
-            "speedups_vs_share": vs_share_each,  # one per repeat, against the share baseline of the same repeat
-            "efficiency": speedup / n,
-            "predicted_speedup": predicted_speedup(result.model, n),
-            # every copy between devices goes through the one transfer path, which counts it
-            "copies_per_epoch": float(np.median([c for c, _ in copies[n]])) if copies[n] else 0.0,
-            "copied_MB_per_epoch": float(np.median([b for _, b in copies[n]])) / 1e6 if copies[n] else 0.0,
-            "accuracy": accuracy,
-            "load": t.load,
-        }
+        row = _device_row(job, n, timings, epochs, result.model)
         result.rows.append(
             assess_row(
                 row,
-                t.warnings,
+                timings[n].warnings,
                 shared=not physical and on_cpu,
                 cores=cores,
                 baseline=_baseline_warnings(timings, 1) if n > 1 else [],
@@ -515,6 +450,89 @@ def compare_devices(
             )
         )
     return result
+
+
+def _scaling_inputs(job: Job) -> dict[str, Any]:
+    """Every input of the scaling model, so the prediction can be recomputed from what is printed
+    (`model_table`, `predicted_speedup`); the per-worker step times are added per device count."""
+    probe = job.make_model()
+    params, width = probe.num_params, probe.dtype.itemsize
+    return {
+        "params": params,
+        "bytes_per_value": width,
+        # parameter-sized buffers moved per average: the parameters and the updater state (float32
+        # at least, so a float16 network's state weighs twice its parameters)
+        "buffers_averaged": 1 + sum(s.dtype.itemsize for s in probe.updater_state.values()) / width,
+        "batches_per_epoch": math.ceil(job.train.num_examples / job.batch_size),
+        "averaging_frequency": job.averaging_frequency,
+        "bandwidth_GBps": measure_bandwidth(params * width) / 1e9,
+        "step_s_one_device": _step_seconds(job, None),
+        "step_s_per_worker": {},
+        "compute_split": {},
+    }
+
+
+def _timed_epochs(
+    job: Job, counts: list[int], share: int | None, progress: Callable[[], Any] | None
+) -> tuple[dict[Any, measure.Timing], dict[str, Any]]:
+    """Epochs on each device count, interleaved (kit.measure.compare), and what each trained:
+    its network, its devices, their kind and the copies between devices of each epoch. `share`:
+    also one device with one worker's share of the cores (key "share"), on a CPU."""
+    nets, wrappers, kinds, fns = {}, {}, {}, {}
+    try:
+        for n in counts:
+            devs, kinds[n] = _devices_for(n)
+            nets[n] = job.make_model()
+            wrappers[n] = ParallelWrapper(
+                nets[n], workers=n, devices=devs, prefetch_buffer=0, averaging_frequency=job.averaging_frequency
+            )
+        if share is not None:
+            nets["share"] = job.make_model()
+            wrappers["share"] = ParallelWrapper(nets["share"], workers=1, devices=[default_device()], prefetch_buffer=0)
+        copies: dict[Any, list[tuple[int, int]]] = {key: [] for key in wrappers}
+        for key, pw in wrappers.items():
+            it = ArrayIterator(job.train, job.batch_size, shuffle=job.shuffle, seed=0)
+            fns[key] = _counting_copies(_epoch_fn(pw, it, share if key == "share" else None), copies[key], progress)
+        timings = measure.compare(fns, min_time=job.min_time, repeats=job.epochs, same_number=True)
+    finally:
+        for pw in wrappers.values():
+            pw.shutdown()
+    names = {key: [str(d) for d in pw.devices] for key, pw in wrappers.items()}
+    return timings, {"nets": nets, "names": names, "kinds": kinds, "copies": copies}
+
+
+def _device_row(
+    job: Job, n: int, timings: dict[Any, measure.Timing], epochs: dict[str, Any], model: dict[str, Any]
+) -> dict[str, Any]:
+    """The table's row for `n` devices, before assess_row flags it."""
+    t, copies = timings[n], epochs["copies"][n]
+    # per-repeat ratios against the baseline measured in the same repeat: drift cancels
+    speedups = [b / x for b, x in zip(timings[1].seconds, t.seconds)]
+    speedup = float(np.median(speedups))
+    vs_share, vs_share_each = None, None
+    if n > 1 and "share" in timings:  # the same way: per repeat, then the median
+        vs_share_each = [b / x for b, x in zip(timings["share"].seconds, t.seconds)]
+        vs_share = float(np.median(vs_share_each))
+    net = epochs["nets"][n]
+    return {
+        "devices": n,
+        "kind": epochs["kinds"][n],
+        "names": epochs["names"][n],
+        "epoch_s": t.median,
+        "spread": t.spread,
+        "samples_per_s": job.train.num_examples / t.median,
+        "speedup": speedup,
+        "speedups": speedups,  # one per repeat, each against the baseline of the same repeat
+        "speedup_vs_share": vs_share,
+        "speedups_vs_share": vs_share_each,  # one per repeat, against the share baseline of the same repeat
+        "efficiency": speedup / n,
+        "predicted_speedup": predicted_speedup(model, n),
+        # every copy between devices goes through the one transfer path, which counts it
+        "copies_per_epoch": float(np.median([c for c, _ in copies])) if copies else 0.0,
+        "copied_MB_per_epoch": float(np.median([b for _, b in copies])) / 1e6 if copies else 0.0,
+        "accuracy": net.evaluate(ArrayIterator(job.test, 512)).accuracy() if job.test is not None else None,
+        "load": t.load,
+    }
 
 
 _BASELINES = {1: "1 device", "share": "1 device with one worker's share of the cores"}
