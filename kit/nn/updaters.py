@@ -34,11 +34,14 @@ class Updater:
     # working array: a Network then lends it flat_grads (backward writes them anew every iteration)
     # instead of a temporary in UPDATER_WORKING_MEM, as DL4J's updaters turn the gradient view into
     # the update in place. Adam's one-array form rounds differently, so it keeps its temporary.
+    # A subclass with its own apply() is not lent the gradient unless it says so itself.
     exact_in_place = False
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         Updater.registry[cls.__name__] = cls
+        if "apply" in cls.__dict__ and "exact_in_place" not in cls.__dict__:
+            cls.exact_in_place = False  # its apply may read the gradient after super().apply()
 
     def __init__(self, lr: float) -> None:
         if not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:

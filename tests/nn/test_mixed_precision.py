@@ -473,3 +473,29 @@ def test_the_score_listener_shows_scale_and_skipped_steps(digits):
     plain = ScoreIterationListener(1)
     _digits_net().fit(_batches(digits, 1), epochs=1, listeners=[plain])
     assert "loss scale" not in plain.lines[0]
+
+
+def test_an_updater_subclass_with_its_own_apply_keeps_its_gradient_unless_it_says_otherwise():
+    """Sgd writes its update over the gradient (exact_in_place); a subclass whose apply() reads the
+    gradient after Sgd's step is not lent it, so what it reads is the gradient."""
+    from kit.data import DataSet
+    from kit.nn import Sgd, mlp
+
+    class Clipped(Sgd):  # records the gradient's norm after the step, as a monitoring subclass might
+        def apply(self, params, grads, state, step, mgr, scratch=False):
+            before = grads.numpy().copy()
+            super().apply(params, grads, state, step, mgr, scratch)
+            self.same = np.array_equal(grads.numpy(), before)
+
+    class Declared(Clipped):
+        exact_in_place = True  # its apply hands scratch on and reads nothing after
+
+    assert Sgd.exact_in_place and not Clipped.exact_in_place and Declared.exact_in_place
+    rng = np.random.default_rng(0)
+    ds = DataSet(rng.standard_normal((8, 6)).astype("float32"), np.eye(3, dtype="float32")[rng.integers(0, 3, 8)])
+    plain, declared = (mlp(6, hidden=(4,), n_out=3, updater=cls(0.1), seed=1) for cls in (Clipped, Declared))
+    for _ in range(3):
+        plain.fit_batch(ds)
+        declared.fit_batch(ds)
+        assert plain.updater.same and not declared.updater.same  # lent the gradient only where declared
+    np.testing.assert_array_equal(plain.flat_params.numpy(), declared.flat_params.numpy())  # same steps

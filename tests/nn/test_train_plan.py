@@ -317,7 +317,10 @@ def test_bad_input_is_refused_before_the_plan_runs():
 
 class _Shifty(Sgd):
     """Sgd that asks its manager for one working array of `shapes[step % 2]` (None: none) before
-    each update: an updater that does not repeat what a plan recorded of it."""
+    each update: an updater that does not repeat what a plan recorded of it. (It hands `scratch`
+    on to Sgd's apply, so it keeps Sgd's update over the gradient: it says so.)"""
+
+    exact_in_place = True
 
     def __init__(self, lr: float, shapes: tuple[Any, Any]) -> None:
         super().__init__(lr)
