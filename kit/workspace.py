@@ -334,16 +334,28 @@ class Workspace(Cycles):
         planned training step reads before and after the cycle it records."""
         return self.allocations, self._cycle_bytes, self._offset, self.spilled_count, self.arena_allocations
 
-    def replay_carves(self, allocations: int, nbytes: int, end: int) -> None:
-        """Count, in the open cycle, the carves a recorded cycle made: `allocations` arrays of
-        `nbytes` in all (aligned), ending at offset `end`. A planned step reuses the views it recorded
-        at those offsets, so the arena holds what the carves would have put there; the counters say
-        so (allocations, the cycle's bytes, the offset, the peak), as `alloc`'s hits would have."""
+    def replay_cycle(self, allocations: int, nbytes: int, end: int) -> None:
+        """A whole cycle of this closed workspace, never made current: opened, then the carves a
+        recorded cycle made counted (`allocations` arrays of `nbytes` in all, aligned, ending at
+        offset `end`: allocations, the cycle's bytes, the offset and the peak, as `alloc`'s hits
+        would count them), then closed. A planned training step (kit.nn.train_plan) counts its
+        scopes' cycles here after its arithmetic, on the arena views its recorded cycles were
+        given, so the arena holds what those carves would have put there (its valid() made the
+        checks `with ws` makes); the counters, the generation and the learning end as a scope's
+        would. Not for an open workspace, nor a circular one (its carves land where its write
+        pointer is)."""
+        if self._open or self._circular:
+            raise WorkspaceScopeError(
+                f"workspace {self.name!r}: replay_cycle counts a whole cycle of a closed, non-circular workspace; "
+                f"this one is {'open' if self._open else 'circular'}: carve in `with ws:` instead"
+            )
+        self._open_cycle()
         self.allocations += allocations
         self._cycle_bytes += nbytes
         self._offset = end
         if end > self.peak_used:
             self.peak_used = end
+        self._close_cycle()
 
     # ---- reading -------------------------------------------------------------------
     @property

@@ -114,23 +114,8 @@ class Cycles:
         self._open_cycle()
         return self
 
-    def replay_cycle(self, allocations: int, nbytes: int, end: int) -> None:
-        """A whole cycle of this closed workspace, never made current: opened, `allocations` carves
-        of `nbytes` in all ending at offset `end` counted (Workspace.replay_carves), closed. A
-        planned training step (kit.nn.train_plan) counts its scopes' cycles here after its
-        arithmetic, on the arena views its recorded cycles were given (valid() made the checks
-        `with ws` makes): the counters, the generation and the learning end as a scope's would.
-        Not for an open workspace, nor a circular one (its carves land where its write pointer is)."""
-        if self._open or self._circular:
-            raise WorkspaceScopeError(
-                f"workspace {self.name!r}: replay_cycle counts a whole cycle of a closed, non-circular workspace; "
-                f"this one is {'open' if self._open else 'circular'}: carve in `with ws:` instead"
-            )
-        self._open_cycle()
-        self.replay_carves(allocations, nbytes, end)
-        self._close_cycle()
-
     def _open_cycle(self) -> None:
+        """A cycle starts (entering the scope, or Workspace.replay_cycle)."""
         self._open = True
         self._entered += 1
         if not self._circular:
@@ -172,6 +157,8 @@ class Cycles:
             )
 
     def _close_cycle(self) -> None:
+        """A cycle ends: the counters, the generation retired, the learning (leaving the scope, or
+        Workspace.replay_cycle)."""
         self._open = False
         self.cycles += 1
         used = self.last_cycle_bytes = self._cycle_bytes

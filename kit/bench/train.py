@@ -277,7 +277,7 @@ def _mlp_variants(
         f"kit MLP b{batch} ({m.value})": (lambda n=n: n.fit_batch(data)) for m, n in nets.items()
     }
     # beside them, the default mode with its plans off: the step before kit.nn.train_plan (no goal)
-    unplanned = Network.from_config(net.configuration.replace(training_workspace_mode=WorkspaceMode.SEPARATE))
+    unplanned = Network.from_config(net.configuration)  # the SEPARATE net's twin
     unplanned.train_plans.enabled = False
     names = {
         "unplanned": f"kit MLP b{batch} ({unplanned.training_workspace_mode.value}, unplanned)",
