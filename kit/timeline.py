@@ -182,30 +182,30 @@ class MemoryTimeline:
         self._watch(arena, ws.device.name, None, None, nbytes, None)
 
     def carve(self, ws: Any, offset: int, nbytes: int) -> None:
-        self._add(ws.device.name, ws.name, ws._entered, offset, nbytes, "alloc", self._typing.array_type)
+        self._add(ws.device.name, ws.name, ws.current_cycle, offset, nbytes, "alloc", self._typing.array_type)
 
     def spill(self, ws: Any, data: Any, nbytes: int) -> None:
         array_type = self._typing.array_type
-        self._add(ws.device.name, ws.name, ws._entered, None, nbytes, "spill", array_type)
-        self._watch(data, ws.device.name, ws.name, ws._entered, nbytes, array_type)
+        self._add(ws.device.name, ws.name, ws.current_cycle, None, nbytes, "spill", array_type)
+        self._watch(data, ws.device.name, ws.name, ws.current_cycle, nbytes, array_type)
 
     def reset(self, ws: Any) -> None:
-        self._add(ws.device.name, ws.name, ws._entered, 0, ws._offset, "reset", None)
+        self._add(ws.device.name, ws.name, ws.current_cycle, 0, ws.used, "reset", None)
 
     def cycle_start(self, ws: Any) -> None:
         if self.recording:
-            self._starts[(id(ws), ws._entered)] = perf_counter() - self._t0
+            self._starts[(id(ws), ws.current_cycle)] = perf_counter() - self._t0
 
     def cycle_end(self, ws: Any) -> None:
         """Called as a cycle ends, before a scoped workspace's offset goes back to 0."""
-        start = self._starts.pop((id(ws), ws._entered), None)
-        if not ws._circular:
+        start = self._starts.pop((id(ws), ws.current_cycle), None)
+        if not ws.config.circular:
             self.reset(ws)
         cycle = {
             "workspace": ws.name,
             "thread": threading.current_thread().name,
             "device": ws.device.name,
-            "cycle": ws._entered,
+            "cycle": ws.current_cycle,
             "start": start,  # None: the cycle began before the timeline did
             "end": perf_counter() - self._t0,
             "bytes": ws.last_cycle_bytes,

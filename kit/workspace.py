@@ -367,6 +367,11 @@ class Workspace(Cycles):
         return self._offset
 
     @property
+    def current_cycle(self) -> int:
+        """The number of the cycle open now, or of the last one started (1 for the first)."""
+        return self._entered
+
+    @property
     def generation(self) -> int:
         return self._entered * 1_000_003 + self._lap
 

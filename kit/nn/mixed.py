@@ -234,7 +234,7 @@ def precision_step(net: Any, mgr: LayerWorkspaceMgr) -> bool:
     xp, scaler = net.device.xp, net.loss_scaler
     master, params = net.flat_master, net.flat_params
     if net.mixed:  # BatchNorm's running statistics moved in the forward pass, in the compute copy
-        for sl in net._frozen:
+        for sl in net.frozen_slices:
             master.data[sl] = params.data[sl]
     grads = net.flat_grads.data
     used = scaler.scale if scaler is not None else 1.0  # what the seed was multiplied by (update may grow it)
@@ -247,7 +247,7 @@ def precision_step(net: Any, mgr: LayerWorkspaceMgr) -> bool:
     else:
         xp.copyto(g.data, grads)
     if net.l2:
-        for sl in net._l2:
+        for sl in net.l2_slices:
             g.data[sl] += net.l2 * master.data[sl]
     skipped = scaler.skipped_steps if scaler is not None else 0
     net.updater.apply(master, g, net.updater_state, net.iteration + 1 - skipped, mgr, scratch=True)

@@ -76,10 +76,10 @@ class Network(Training, Inference, State):
     parameters and gradients are views (and `flat_master`, the float32 master weights of a
     mixed-precision network; after an update by Sgd or Nesterovs, `flat_grads` holds the update
     written over the gradient, see `Updater.exact_in_place`); `updater_state` (Adam's m and v
-    ...); the counters `iteration` and `epoch`; and two LayerWorkspaceMgrs, whose workspaces
-    (named after this network, one set per thread that uses it) hold each training and each
-    inference iteration's arrays. Arrays it hands out (`output`, `params`) are detached: they stay
-    valid after those workspaces move on.
+    ...); the counters `iteration` and `epoch`; and two LayerWorkspaceMgrs, `train_mgr` and
+    `infer_mgr` (kit.nn.workspace_mgr), whose workspaces (named after this network, one set per
+    thread that uses it) hold each training and each inference iteration's arrays. Arrays it
+    hands out (`output`, `params`) are detached: they stay valid after those workspaces move on.
     `lock` (kit.nn.turn_lock.TurnLock): hold it, `with net.lock:`, to read or change one whole
     state while another thread may train; training holds it one iteration at a time.
 
@@ -153,8 +153,8 @@ class Network(Training, Inference, State):
         self._name = STATE.unique_name("net")
         self._allocate_buffers()
         calls = len(self.layers) + 1  # each leaf layer, and the loss
-        self._train_mgr = LayerWorkspaceMgr(self.training_workspace_mode, f"{self._name}/train/", self.device, calls)
-        self._infer_mgr = LayerWorkspaceMgr(
+        self.train_mgr = LayerWorkspaceMgr(self.training_workspace_mode, f"{self._name}/train/", self.device, calls)
+        self.infer_mgr = LayerWorkspaceMgr(
             self.inference_workspace_mode, f"{self._name}/infer/", self.device, calls, backward_follows=False
         )
         self.output_plans = OutputPlans(self)  # output()'s plans, one per batch size (kit.nn.plan)
@@ -175,8 +175,8 @@ class Network(Training, Inference, State):
             self.updater_state = {k: zeros((n,), state, self.device) for k in self.updater.state_names}
         offset = 0
         self._regularized: list[tuple[NDArray, NDArray]] = []
-        self._l2: list[slice] = []  # ranges of the flat vector L2 applies to, and those no updater trains
-        self._frozen: list[slice] = []
+        self.l2_slices: list[slice] = []  # ranges of the flat vector L2 applies to, and those no updater trains
+        self.frozen_slices: list[slice] = []
         for layer in self.layers:
             params, grads = {}, {}
             for spec in layer.param_specs():
@@ -185,9 +185,9 @@ class Network(Training, Inference, State):
                 grads[spec.name] = self.flat_grads[offset : offset + size].reshape(spec.shape)
                 if spec.regularize:
                     self._regularized.append((params[spec.name], grads[spec.name]))
-                    self._l2.append(slice(offset, offset + size))
+                    self.l2_slices.append(slice(offset, offset + size))
                 if not spec.trainable:
-                    self._frozen.append(slice(offset, offset + size))
+                    self.frozen_slices.append(slice(offset, offset + size))
                 offset += size
             layer.bind(params, grads)
 
@@ -197,7 +197,7 @@ class Network(Training, Inference, State):
         return self.master_dtype != self.dtype
 
     @property
-    def _precise(self) -> bool:
+    def precision_managed(self) -> bool:
         """The update goes through kit.nn.mixed (master weights and/or a loss scale)."""
         return self.mixed or self.loss_scaler is not None
 
@@ -324,7 +324,7 @@ class Network(Training, Inference, State):
             f"  {self.num_params:,} parameters "
             f"({self.num_params * self.dtype.itemsize / 2**20:.2f} MiB, one flat buffer)"
         )
-        if self._precise:
+        if self.precision_managed:
             mib = self.num_params * self.master_dtype.itemsize / 2**20
             master = f", master weights {self.master_dtype} ({mib:.2f} MiB)"
             scaling = self.loss_scaler if self.loss_scaler is not None else "no loss scaling"
@@ -336,7 +336,7 @@ class Network(Training, Inference, State):
         return "\n".join(lines)
 
     def workspace_stats(self) -> dict[str, dict[str, Any]]:
-        return {"training": self._train_mgr.stats(), "inference": self._infer_mgr.stats()}
+        return {"training": self.train_mgr.stats(), "inference": self.infer_mgr.stats()}
 
 
 @functools.lru_cache(maxsize=64)

@@ -53,7 +53,7 @@ class Inference:
             if x.shape[0] == 0:  # no examples, no work: an empty answer of the right shape
                 return empty((0, *self.output_shape), self.dtype, self.device)
             self._check_finite(x, "features")
-            mgr = self._infer_mgr
+            mgr = self.infer_mgr
             with mgr.iteration():
                 out = self._forward(x, mgr, training=train)
                 with scope_out_of_workspaces():
@@ -72,7 +72,7 @@ class Inference:
         batches = [data] if isinstance(data, DataSet) else data
         total, count = 0.0, 0
         with self.lock, scope_out_of_workspaces():
-            mgr = self._infer_mgr
+            mgr = self.infer_mgr
             for ds in batches:
                 if ds.num_examples == 0:  # an empty batch adds nothing to a mean (it divided by zero)
                     continue

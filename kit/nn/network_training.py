@@ -8,7 +8,7 @@
     >>> net.fit(ArrayIterator(train, batch_size=128), epochs=2).score(train) < first
     True
 
-Each iteration runs inside the training workspaces (`_train_mgr`, kit.nn.workspace_mgr) and under
+Each iteration runs inside the training workspaces (`train_mgr`, kit.nn.workspace_mgr) and under
 the network's lock, which `_train_one` hands to a waiting thread between two iterations
 (kit.nn.turn_lock). `fit` builds a kit.nn.loop.TrainingLoop over `train_step`. `Training` is a
 mixin of kit.nn.network.Network, which holds the state these methods use.
@@ -41,15 +41,15 @@ class Training:
         """Forward, loss and backward on one batch: gradients land in `flat_grads`; no update.
         With a loss scaler they are multiplied by `loss_scaler.scale` (and L2 is left to the update)."""
         with self.lock:
-            mgr = self._train_mgr
+            mgr = self.train_mgr
             with mgr.iteration():
                 return self._gradient_step(ds, mgr)
 
     def _gradient_step(self, ds: DataSet, mgr: LayerWorkspaceMgr) -> float:
-        x, y = self._inputs(ds)
+        x, y = self.checked_batch(ds)
         return self._forward_backward(x, y, mgr)
 
-    def _inputs(self, ds: DataSet) -> tuple[NDArray, NDArray]:
+    def checked_batch(self, ds: DataSet) -> tuple[NDArray, NDArray]:
         """The batch's features and labels, checked and in the network's dtype, on its device."""
         if not isinstance(ds, DataSet):
             raise TypeError(
@@ -78,7 +78,7 @@ class Training:
             with np.errstate(over="ignore", invalid="ignore"):
                 body.backward(eps, mgr)
         if self.l2:
-            if self._precise:  # added to the unscaled master gradient in precision_step
+            if self.precision_managed:  # added to the unscaled master gradient in precision_step
                 score += self._l2_penalty()
             else:
                 with mgr.updater():
@@ -87,11 +87,11 @@ class Training:
 
     def _l2_penalty(self) -> float:
         xp, master = self.device.xp, self.flat_master.data
-        return sum(0.5 * self.l2 * float(xp.dot(master[sl], master[sl])) for sl in self._l2)
+        return sum(0.5 * self.l2 * float(xp.dot(master[sl], master[sl])) for sl in self.l2_slices)
 
     def _update(self, mgr: LayerWorkspaceMgr) -> None:
         """The updater's step (inside mgr.updater()): plain, or through kit.nn.mixed."""
-        if self._precise:
+        if self.precision_managed:
             precision_step(self, mgr)
         else:
             updater = self.updater  # Sgd, Nesterovs: the update is written over the gradient (Updater.exact_in_place)
@@ -115,7 +115,7 @@ class Training:
         that updates in place (Sgd, Nesterovs: `Updater.exact_in_place`) leaves the update there
         instead of the gradient, as DL4J's do: read the gradient before this call."""
         with self.lock:
-            mgr = self._train_mgr
+            mgr = self.train_mgr
             with mgr.iteration(), mgr.updater():
                 self._update(mgr)
             self.iteration += 1
@@ -141,7 +141,7 @@ class Training:
             # a batch size trained on before: replayed from its plan (kit.nn.train_plan); None: unplanned
             score = self.train_plans.step(ds)
             if score is None:
-                mgr = self._train_mgr
+                mgr = self.train_mgr
                 with mgr.iteration():  # a cast of the inputs is carved here too
                     score = self._gradient_step(ds, mgr)
                     with mgr.updater():

@@ -57,131 +57,25 @@ from typing import Any
 import numpy as np
 
 from kit.memory import count
-from kit.ndarray import NDArray, wrap
-from kit.nn.layers import Layer, Sequential, call_backward, call_forward
-from kit.nn.losses import Loss
-from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
-from kit.state import STATE
-from kit.workspace import DebugMode, Workspace
+from kit.ndarray import NDArray
+from kit.nn.layers import call_backward, call_forward
+from kit.nn.train_recording import (
+    CALL,
+    EXIT,
+    FILL,
+    LIVE,
+    SCORE,
+    SCORE_FILL,
+    Recorder,
+    Slot,
+    SlotMgr,
+    training_declined,
+    watching,
+)
+from kit.nn.workspace_mgr import WorkspaceMode
+from kit.workspace import Workspace
 
 __all__ = ["TrainingPlan", "TrainingPlans", "training_declined"]
-
-# the kinds of step a plan replays
-_CALL, _FILL, _SCORE, _SCORE_FILL, _LIVE, _EXIT = range(6)
-
-
-class _Slot:
-    """A place in a step's arguments filled at each replay: the batch's features (0), its labels
-    (1), or (in NONE mode) an array made for this iteration (2 on)."""
-
-    __slots__ = ("index",)
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-
-def training_declined(net: Any) -> str | None:
-    """Why `net`'s iterations cannot be planned, or None when they can."""
-    if net.device.kind != "cpu":
-        return "planned training: on a GPU the iterations run unplanned (no GPU run has checked the plan yet)"
-    if net._precise:
-        return "planned training: mixed precision and loss scaling run unplanned (an overflow skips the update)"
-    if not _sequential(net.body):
-        return "planned training: a composite layer other than Sequential runs unplanned"
-    for i, layer in enumerate(net.layers):
-        cls = type(layer)
-        if cls.plan_train_forward is Layer.plan_train_forward or cls.plan_backward is Layer.plan_backward:
-            return f"planned training: layer {i} ({cls.__name__}) has no planned training kernels; it trains unplanned"
-    if type(net.loss).plan_value_and_grad is Loss.plan_value_and_grad:
-        return f"planned training: the loss {type(net.loss).__name__} has no planned kernel; it trains unplanned"
-    return None
-
-
-def _sequential(layer: Layer) -> bool:
-    if not layer.is_composite:
-        return True
-    return type(layer) is Sequential and all(_sequential(sub) for sub in layer.sublayers())
-
-
-def _watching() -> bool:
-    """A tool that watches every array made is on: a plan would hide its arrays from it."""
-    return (
-        STATE.recorder is not None or STATE.track_sites or STATE.debug_mode is not DebugMode.DISABLED or STATE.cache.on
-    )
-
-
-class _Recorder(LayerWorkspaceMgr):
-    """The training manager of one recorded iteration: it hands out what the network's own manager
-    does, and notes each array made and each scope closed, in order."""
-
-    def __init__(self, real: LayerWorkspaceMgr) -> None:  # a view of `real`: no workspaces of its own
-        self.real, self.mode, self.separate, self.device = real, real.mode, real.separate, real.device
-        self.backward_follows = True
-        self.made: list[Any] = []  # the raw array of each array made
-        self.reentered = False  # a scope was entered while open already (the plan is not kept)
-        self.events: list[tuple[int, Any, Any]] = []  # the steps and the scopes, in order
-
-    def create(self, array_type: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
-        arr = self.real.create(array_type, shape, dtype, device)
-        self.made.append(arr.data)
-        return arr
-
-    def _scope(self, cm: Any) -> Any:
-        return _RecordedScope(self, cm) if isinstance(cm, Workspace) else cm
-
-    def iteration(self) -> Any:
-        return self._scope(self.real.iteration())
-
-    def layer_call(self) -> Any:
-        return self._scope(self.real.layer_call())
-
-    def updater(self) -> Any:
-        return self._scope(self.real.updater())
-
-
-class _RecordedScope:
-    """One scope of the recorded iteration: notes what it carved, where it closed among the steps."""
-
-    def __init__(self, rec: _Recorder, ws: Workspace) -> None:
-        self.rec, self.ws = rec, ws
-
-    def __enter__(self) -> Workspace:
-        self.rec.reentered = self.rec.reentered or self.ws.is_scope_active  # a plan counts each scope as a whole cycle
-        self.ws.__enter__()
-        self.before = self.ws.tally()
-        return self.ws
-
-    def __exit__(self, *exc: Any) -> None:
-        after = self.ws.tally()
-        self.rec.events.append((_EXIT, (self.ws, self.before, after), None))
-        self.ws.__exit__(*exc)
-
-
-class _SlotMgr(LayerWorkspaceMgr):
-    """What the updater (run live at each replay) asks for: the arrays the recorded update was
-    given, in order (or, in NONE mode, the ones made for this iteration)."""
-
-    def __init__(self, device: Any, sources: list[Any]) -> None:  # no workspaces of its own
-        self.mode, self.separate, self.device, self.backward_follows = WorkspaceMode.NONE, False, device, True
-        self.sources = sources
-        self.slots: list[Any] = []
-        self.position = 0
-
-    def create(self, array_type: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
-        position = self.position
-        if position < len(self.sources):
-            source = self.sources[position]
-            raw = self.slots[source.index] if source.__class__ is _Slot else source
-            if raw.shape == tuple(shape):  # the updater asks for what it asked for when recorded
-                self.position = position + 1
-                return wrap(raw, device, None)
-            recorded = f"recorded {raw.shape}"
-        else:
-            recorded = f"recorded {position} array(s) only"
-        raise RuntimeError(
-            f"planned training: the updater asked for array {position + 1}, of shape {tuple(shape)}, where the plan "
-            f"{recorded}; clear the plans (net.train_plans.clear())"
-        )
 
 
 class TrainingPlan:
@@ -202,11 +96,11 @@ class TrainingPlan:
         """Run one ordinary iteration on (x, y), the network's own features and labels, noting its
         steps; returns its score. The caller holds the network's lock."""
         net = self.net
-        real = net._train_mgr
-        rec = _Recorder(real)
+        real = net.train_mgr
+        rec = Recorder(real)
         self.thread = get_ident()
         xp = net.device.xp
-        self._found = {id(x.data): _Slot(0), id(y.data): _Slot(1)}
+        self._found = {id(x.data): Slot(0), id(y.data): Slot(1)}
         self._heap_mode, self._ok = real.mode is WorkspaceMode.NONE, True
         with rec.iteration():
             ins, outs, h = [], [], x
@@ -214,7 +108,7 @@ class TrainingPlan:
                 start = len(rec.made)
                 out = call_forward(layer, h, rec, True)
                 made = self._made(rec, start)
-                self._note(rec, _CALL, layer.plan_train_forward(xp, h.data, out.data, made))
+                self._note(rec, CALL, layer.plan_train_forward(xp, h.data, out.data, made))
                 ins.append(h)
                 outs.append(out)
                 h = out
@@ -222,38 +116,38 @@ class TrainingPlan:
                 start = len(rec.made)
                 score, eps = net.loss.value_and_grad(h, y, rec)
                 made = self._made(rec, start)
-                self._note(rec, _SCORE, net.loss.plan_value_and_grad(xp, h.data, y.data, eps.data, made))
+                self._note(rec, SCORE, net.loss.plan_value_and_grad(xp, h.data, y.data, eps.data, made))
             for layer, inp, out in zip(reversed(net.layers), reversed(ins), reversed(outs), strict=True):
                 start = len(rec.made)
                 dx = call_backward(layer, eps, rec)
                 made = self._made(rec, start)
                 raw_dx = None if dx is None else dx.data
-                self._note(rec, _CALL, layer.plan_backward(xp, inp.data, out.data, eps.data, raw_dx, made))
+                self._note(rec, CALL, layer.plan_backward(xp, inp.data, out.data, eps.data, raw_dx, made))
                 eps = dx
             if net.l2:
                 with rec.updater():
                     start = len(rec.made)
                     score += net._apply_l2(rec)
-                    rec.events.append((_LIVE, _apply_l2, self._sources(rec, start)))
+                    rec.events.append((LIVE, _apply_l2, self._sources(rec, start)))
             with rec.updater():
                 start = len(rec.made)
                 net._update(rec)
-                rec.events.append((_LIVE, _update, self._sources(rec, start)))
+                rec.events.append((LIVE, _update, self._sources(rec, start)))
         self.complete = self._ok and not rec.reentered and self._steps(rec.events)
         del self._found
         return score
 
-    def _made(self, rec: _Recorder, start: int) -> list[Any]:
+    def _made(self, rec: Recorder, start: int) -> list[Any]:
         """The raw arrays made since `start`; in NONE mode each becomes a slot made anew per replay."""
         made = rec.made[start:]
         if self._heap_mode:
             for raw in made:
-                self._found[id(raw)] = _Slot(2 + len(self.heap))
+                self._found[id(raw)] = Slot(2 + len(self.heap))
                 self.heap.append((raw.shape, raw.dtype))
                 self.heap_bytes += raw.nbytes
         return made
 
-    def _note(self, rec: _Recorder, kind: int, fast: Any) -> None:
+    def _note(self, rec: Recorder, kind: int, fast: Any) -> None:
         if not isinstance(fast, partial) or fast.keywords:  # a kernel the plan cannot put the batch in
             self._ok = False
             return
@@ -264,13 +158,13 @@ class TrainingPlan:
             return
         for i, _ in holes:
             args[i] = None  # the recorded batch is not kept
-        rec.events.append((_FILL if kind == _CALL else _SCORE_FILL, (fast.func, args), holes))
+        rec.events.append((FILL if kind == CALL else SCORE_FILL, (fast.func, args), holes))
 
-    def _sources(self, rec: _Recorder, start: int) -> _SlotMgr:
+    def _sources(self, rec: Recorder, start: int) -> SlotMgr:
         """The manager a live step (the updater, L2) gets at each replay: the arrays it was given."""
         made = self._made(rec, start)
         sources = [self._found[id(raw)] for raw in made] if self._heap_mode else made
-        return _SlotMgr(self.net.device, sources)
+        return SlotMgr(self.net.device, sources)
 
     def _steps(self, events: list[tuple[int, Any, Any]]) -> bool:
         """Keep the recorded steps, and apart from them the scopes in the order they closed;
@@ -278,7 +172,7 @@ class TrainingPlan:
         learning their sizes: record later)."""
         steps, scopes = [], []
         for kind, what, holes in events:
-            if kind == _EXIT:  # (a scope's cycle is counted whole: nothing watches it open)
+            if kind == EXIT:  # (a scope's cycle is counted whole: nothing watches it open)
                 ws, before, after = what  # (allocations, bytes, offset, spills, arenas) at open and close
                 if after[3] != before[3] or after[4] != before[4]:
                     return False
@@ -292,7 +186,7 @@ class TrainingPlan:
     # ---- replaying -----------------------------------------------------------------
     def valid(self) -> bool:
         """Replayed on the thread it was recorded on (workspaces belong to threads), whose
-        workspaces are the ones recorded, with the same arenas, and closed: with `_watching` (no
+        workspaces are the ones recorded, with the same arenas, and closed: with `watching` (no
         debug mode), the checks entering each scope makes, made once for the iteration, whose
         scopes' cycles are counted by `Workspace.replay_cycle`."""
         if get_ident() != self.thread or not self.complete:
@@ -304,7 +198,7 @@ class TrainingPlan:
 
     def replay(self, x: Any, y: Any) -> float:
         """One iteration on the raw features `x` and labels `y` (the network's dtype, device and
-        shapes: Network._inputs made them so); returns its score. The caller holds the lock."""
+        shapes: Network.checked_batch made them so); returns its score. The caller holds the lock."""
         slots = [x, y]
         if self.heap:  # NONE: every array new on the heap, counted as mgr.create counts them
             empty = np.empty
@@ -314,35 +208,36 @@ class TrainingPlan:
         net, score = self.net, 0.0
         try:
             for kind, a, b in self.steps:
-                if kind == _CALL:
+                if kind == CALL:
                     a()
-                elif kind == _FILL or kind == _SCORE_FILL:
-                    func, args = a
-                    for i, slot in b:
-                        args[i] = slots[slot]
-                    try:
-                        value = func(*args)
-                    finally:
-                        for i, _ in b:
-                            args[i] = None  # holds no batch between iterations
-                    if kind == _SCORE_FILL:
+                elif kind == FILL or kind == SCORE_FILL:
+                    value = _filled(a, b, slots)
+                    if kind == SCORE_FILL:
                         score += value
-                elif kind == _SCORE:
+                elif kind == SCORE:
                     score += a()
-                else:  # _LIVE: the updater or L2, with the arrays recorded for it
-                    b.slots, b.position = slots, 0
-                    try:
-                        value = a(net, b)
-                    finally:
-                        b.slots = []
-                    if b.position != len(b.sources):  # it asked for fewer arrays than recorded (this
-                        self.complete = False  # iteration counts the recorded carves): record again
-                    if value:
-                        score += value
+                else:  # LIVE: the updater or L2, with the arrays recorded for it
+                    value, asked_all = b.run(a, net, slots)
+                    score += value
+                    if not asked_all:  # it asked for fewer arrays than recorded (this iteration
+                        self.complete = False  # counts the recorded carves): record again
         finally:  # the scopes' cycles, each with the carves its recorded scope made, in the order they closed
             for ws, allocations, nbytes, end in self.scopes:
                 ws.replay_cycle(allocations, nbytes, end)
         return score
+
+
+def _filled(call: tuple[Any, list[Any]], holes: list[tuple[int, int]], slots: list[Any]) -> Any:
+    """Run a recorded kernel with this iteration's arrays put in its holes (the batch, NONE's
+    heap arrays); it keeps none of them between iterations."""
+    func, args = call
+    for i, slot in holes:
+        args[i] = slots[slot]
+    try:
+        return func(*args)
+    finally:
+        for i, _ in holes:
+            args[i] = None
 
 
 def _update(net: Any, mgr: Any) -> float:
@@ -400,7 +295,7 @@ class TrainingPlans:
             net.master_dtype,
             net.device,
             net.dtype,
-            net._train_mgr,
+            net.train_mgr,
         )
         self.declined = training_declined(net)
 
@@ -409,21 +304,33 @@ class TrainingPlans:
         when its features or labels are not NDArrays of the network's dtype and device: their
         conversion is carved in the iteration's workspace, which the plan does not open first).
         The caller holds the network's lock."""
-        if not self.enabled or _watching():
+        if not self.enabled or watching():
             return None
         net = self._net()
-        features, labels = getattr(ds, "features", None), getattr(ds, "labels", None)
-        if (
-            features.__class__ is not NDArray
-            or labels.__class__ is not NDArray
-            or features.device is not net.device
-            or labels.device is not net.device
-            or features.dtype is not net.dtype
-            or labels.dtype is not net.dtype
-        ):
+        if not _ready(ds, net):
             return None
-        fixed = self._fixed  # what the plans were made for, still the network's? (identity, but
-        if (  # the layers item by item and l2 by value)
+        if not self._still_fixed(net):
+            self._refit(net)
+        if self.declined is not None:
+            return None
+        x, y = net.checked_batch(ds)  # the checks of an unplanned iteration; nothing to convert
+        batch = x.shape[0]
+        plan = self._plans.get(batch)
+        if plan is not None:
+            if plan.valid():
+                if len(self._plans) > 1:
+                    self._plans.move_to_end(batch)
+                score = plan.replay(x.data, y.data)  # .data: a stale batch raises here, as unplanned
+                self.used += 1
+                return score
+            del self._plans[batch]  # the workspaces changed under it: record again
+        return self._record(net, x, y, batch)
+
+    def _still_fixed(self, net: Any) -> bool:
+        """What the plans were made for is still the network's: identity, but the layers item by
+        item and l2 by value."""
+        fixed = self._fixed
+        return not (
             fixed is None
             or fixed[0] is not net.loss
             or fixed[1] is not net.updater
@@ -435,25 +342,14 @@ class TrainingPlans:
             or fixed[7] is not net.master_dtype
             or fixed[8] is not net.device
             or fixed[9] is not net.dtype
-            or fixed[10] is not net._train_mgr
-        ):
-            self._refit(net)
-        if self.declined is not None:
-            return None
-        x, y = net._inputs(ds)  # the checks of an unplanned iteration; nothing to convert
-        batch = x.shape[0]
-        plan = self._plans.get(batch)
-        if plan is not None:
-            if plan.valid():
-                if len(self._plans) > 1:
-                    self._plans.move_to_end(batch)
-                score = plan.replay(x.data, y.data)  # .data: a stale batch raises here, as unplanned
-                self.used += 1
-                return score
-            del self._plans[batch]  # the workspaces changed under it: record again
+            or fixed[10] is not net.train_mgr
+        )
+
+    def _record(self, net: Any, x: NDArray, y: NDArray, batch: int) -> float | None:
+        """Record a plan for `batch` on (x, y) and give the recorded iteration's score; or None:
+        a batch size seen for the first time, or recorded too often while the workspaces were still
+        learning their sizes (SEPARATE's working memory learns over 2 cycles per layer call)."""
         tries = self._seen.get(batch)
-        # first sight; or recorded too often while the workspaces were still learning their sizes
-        # (SEPARATE's working memory learns over 2 cycles per layer call: a few iterations)
         if tries is None or tries > 4 * (len(net.layers) + 1) or self.limit < 1:
             self._seen[batch] = 0 if tries is None else tries
             return None
@@ -467,3 +363,17 @@ class TrainingPlans:
         else:
             self._seen[batch] = tries + 1
         return score
+
+
+def _ready(ds: Any, net: Any) -> bool:
+    """The batch's features and labels are NDArrays of the network's device and dtype: nothing to
+    convert (a conversion is an allocation of the iteration, which a plan does not repeat)."""
+    features, labels = getattr(ds, "features", None), getattr(ds, "labels", None)
+    return not (
+        features.__class__ is not NDArray
+        or labels.__class__ is not NDArray
+        or features.device is not net.device
+        or labels.device is not net.device
+        or features.dtype is not net.dtype
+        or labels.dtype is not net.dtype
+    )

@@ -212,7 +212,7 @@ class LayerWorkspaceMgr:
                 data, owner = allocate_heap(shape, dt, device)
                 return wrap(data, device, owner)
             return heap_result(np.empty(shape, dt), device)  # allocate_heap's host path, in one call
-        if not ws._open:
+        if not ws.is_scope_active:
             raise WorkspaceScopeError(
                 f"workspace {ws.name!r} for array type {array_type.name} is not open (ND4J: "
                 f'Workspace "{ws.name}" for array type {array_type.name} is not open)'
@@ -222,7 +222,7 @@ class LayerWorkspaceMgr:
 
     def zeros(self, array_type: ArrayType, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
         out = self.create(array_type, shape, dtype, device)
-        out._data.fill(0)
+        out.data.fill(0)
         return out
 
     def stats(self) -> dict[str, dict[str, Any]]:

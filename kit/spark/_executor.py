@@ -310,7 +310,7 @@ def _work_counts(net: Network, allocs0: int, gc0: dict[str, Any]) -> dict[str, A
     gc1 = memory.gc_stats()
     return {
         "heap_allocations": memory.heap_allocations() - allocs0,
-        "peak_workspace_bytes": net._train_mgr.peak_bytes(),
+        "peak_workspace_bytes": net.train_mgr.peak_bytes(),
         "gc_calls": gc1["calls"] - gc0["calls"],
         "gc_ms": (gc1["seconds"] - gc0["seconds"]) * 1e3,
     }

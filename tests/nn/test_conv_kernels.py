@@ -115,7 +115,7 @@ def run_layer(layer, x, eps, mode, training=True, params=None):
     net = Network([layer], x.shape[1:], dtype="float32", training_workspace_mode=mode, input_gradient=True)
     if params is not None:
         net.set_params(params)
-    mgr = net._train_mgr
+    mgr = net.train_mgr
     with mgr.iteration():
         y = net._forward(kit.asarray(x), mgr, training)
         y_host = y.numpy().copy()

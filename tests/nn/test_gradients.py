@@ -44,7 +44,7 @@ class Projection(Loss):
 def run(net, x, training):
     """(loss, flat param gradient, input gradient) with the dropout mask reseeded every call."""
     kit.seed(123)
-    mgr = net._train_mgr
+    mgr = net.train_mgr
     with mgr.iteration():
         out = net._forward(kit.asarray(x), mgr, training)
         loss, eps = net.loss.value_and_grad(out, None, mgr)
@@ -204,7 +204,7 @@ def test_loss_gradients_match_finite_differences(loss):
     else:
         t = rng.standard_normal((5, 4))
     labels = kit.asarray(t)
-    mgr = net._train_mgr
+    mgr = net.train_mgr
     with mgr.iteration():
         _value, grad = loss.value_and_grad(kit.asarray(z.copy()), labels, mgr)
         grad = grad.numpy().copy()
@@ -223,7 +223,7 @@ def test_loss_gradients_match_finite_differences(loss):
 
 def test_softmax_cross_entropy_is_stable_for_huge_logits():
     net = Network([Dense(3)], (2,), dtype="float64", training_workspace_mode="NONE")
-    mgr = net._train_mgr
+    mgr = net.train_mgr
     with mgr.iteration():
         value, grad = SoftmaxCrossEntropy().value_and_grad(
             kit.asarray(np.array([[1000.0, -1000.0, 0.0]])), kit.asarray(np.array([[1.0, 0, 0]])), mgr

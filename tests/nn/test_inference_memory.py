@@ -98,7 +98,7 @@ def test_a_training_step_still_keeps_what_its_backward_reads():
     net = _every_layer_networks("NONE")[0]
     rng = np.random.default_rng(1)
     x = rng.standard_normal((BATCH, *net.input_shape)).astype(np.float32)
-    mgr = net._train_mgr
+    mgr = net.train_mgr
     with mgr.iteration():
         net._forward(kit.asarray(x), mgr, True)
         kept = {type(layer).__name__ for layer in _layers([net.body]) if _batch_arrays(layer)}

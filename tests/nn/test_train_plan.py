@@ -259,8 +259,8 @@ def test_a_destroyed_workspace_drops_the_plan():
     data = _data()
     _run(planned, data, epochs=1)
     _run(plain, data, epochs=1)
-    planned._train_mgr.destroy()
-    plain._train_mgr.destroy()
+    planned.train_mgr.destroy()
+    plain.train_mgr.destroy()
     _assert_same(planned, plain, data, epochs=2)
 
 
@@ -411,7 +411,7 @@ def test_an_iteration_inside_its_own_open_workspace_runs_unplanned_and_the_plans
         assert planned.fit_batch(ds) == plain.fit_batch(ds)
     assert planned.train_plans.used == 1
     for net in (planned, plain):  # the iteration's scope is open already: `with ws` re-enters it
-        with net._train_mgr.iteration():
+        with net.train_mgr.iteration():
             for _ in range(3):
                 net.fit_batch(ds)
     assert planned.train_plans.used == 1  # neither replayed (the plan opens each scope anew) nor recorded
