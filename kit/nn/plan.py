@@ -268,13 +268,11 @@ class OutputPlans:
         if not self.enabled:
             return None
         net = self._net()
-        if type(x) is np.ndarray:
+        if type(x) is np.ndarray:  # NumPy numbers, or an NDArray of the network's device and dtype
             raw = x
             if raw.dtype.kind not in "fiu":
                 return None
-        elif isinstance(x, NDArray):
-            if x._device is not net.device or x.dtype != net.dtype:
-                return None
+        elif isinstance(x, NDArray) and x._device is net.device and x.dtype == net.dtype:
             raw = x.data
         else:
             return None
@@ -284,15 +282,7 @@ class OutputPlans:
         batch = shape[0]
         if self._too_big and batch >= self._too_big:
             return None
-        fixed = self._fixed  # what the plans were made for, still the network's?
-        if (
-            fixed is None
-            or fixed[0] is not net.loss
-            or fixed[1] is not net.flat_params._data
-            or fixed[2] != net.body.layers
-            or fixed[3] is not net.device
-            or fixed[4] is not net.dtype
-        ):
+        if not self._still_fixed(net):
             if not self._refit(net):
                 return None
         elif self.declined is not None:
@@ -306,6 +296,18 @@ class OutputPlans:
         answer = plan._run(raw)
         self.used += 1
         return answer
+
+    def _still_fixed(self, net: Any) -> bool:
+        """What the plans were made for is still the network's (the layers compared item by item)."""
+        fixed = self._fixed
+        return not (
+            fixed is None
+            or fixed[0] is not net.loss
+            or fixed[1] is not net.flat_params._data
+            or fixed[2] != net.body.layers
+            or fixed[3] is not net.device
+            or fixed[4] is not net.dtype
+        )
 
     def _new(self, batch: int, raw: Any) -> NDArray | None:
         """Record a plan for `batch` on `raw` and give its answer (the recording pass computes it),
