@@ -11,8 +11,9 @@ Network on ...: input (64,) -> output (10,)
   loss SoftmaxCrossEntropy, updater {'type': 'Adam', ...}, l2 0.0, workspaces: training SEPARATE, inference SEPARATE
 """
 
+from kit.nn.activations import ReLU, Sigmoid, Softmax, Tanh
 from kit.nn.conv import AvgPool2D, BatchNorm, Conv2D, GlobalAvgPool, MaxPool2D, Residual
-from kit.nn.layers import Dense, Dropout, Flatten, Layer, ParamSpec, ReLU, Sequential, Sigmoid, Softmax, Tanh
+from kit.nn.layers import Dense, Dropout, Flatten, Layer, ParamSpec, Sequential
 from kit.nn.losses import MSE, Loss, SoftmaxCrossEntropy
 from kit.nn.mixed import LossScaleError, LossScaler
 from kit.nn.network import ModelFileError, Network

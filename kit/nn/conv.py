@@ -24,8 +24,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kit.ndarray import NDArray
+from kit.nn.activations import ReLU, relu_grad_into
 from kit.nn.im2col import col2im_add, im2col_into, out_size, pad_into
-from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ParamSpec, ReLU, call_backward, call_forward, relu_grad_into
+from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ParamSpec, call_backward, call_forward
 from kit.nn.pooling import AvgPool2D, GlobalAvgPool, MaxPool2D
 from kit.nn.workspace_mgr import LayerWorkspaceMgr
 from kit.shapes import accumulator

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kit.nn.activations import ReLU, Sigmoid, Tanh
 from kit.nn.conv import BatchNorm, Conv2D, GlobalAvgPool, MaxPool2D, Residual
-from kit.nn.layers import Dense, Dropout, Flatten, Layer, ReLU, Sigmoid, Tanh
+from kit.nn.layers import Dense, Dropout, Flatten, Layer
 from kit.nn.network import Network
 
 __all__ = ["lenet", "mlp", "resnet18"]

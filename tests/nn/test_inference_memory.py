@@ -15,8 +15,9 @@ import kit
 from kit.data import ArrayIterator, DataSet
 from kit.ndarray import NDArray
 from kit.nn import Network
+from kit.nn.activations import ReLU, Sigmoid, Softmax, Tanh
 from kit.nn.conv import BatchNorm, Conv2D, Residual
-from kit.nn.layers import Dense, Dropout, Flatten, Layer, ReLU, Sequential, Sigmoid, Softmax, Tanh
+from kit.nn.layers import Dense, Dropout, Flatten, Layer, Sequential
 from kit.nn.pooling import AvgPool2D, GlobalAvgPool, MaxPool2D
 from kit.nn.workspace_mgr import WorkspaceMode
 

@@ -138,26 +138,12 @@ def test_a_first_dense_skips_the_input_gradient_but_still_fills_its_own():
     np.testing.assert_allclose(g["W"], X.T @ eps, rtol=1e-12)
 
 
-@pytest.mark.parametrize(
-    ("layer", "forward", "backward"),
-    [
-        (ReLU(), lambda x: np.maximum(x, 0), lambda x, y, e: e * (x > 0)),
-        (Tanh(), np.tanh, lambda x, y, e: e * (1 - y**2)),
-        (Sigmoid(), lambda x: 1 / (1 + np.exp(-x)), lambda x, y, e: e * y * (1 - y)),
-        (
-            Softmax(),
-            lambda x: np.exp(x - x.max(1, keepdims=True)) / np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True),
-            lambda x, y, e: y * (e - (e * y).sum(1, keepdims=True)),
-        ),
-        (Flatten(), lambda x: x, lambda x, y, e: e),
-    ],
-    ids=["relu", "tanh", "sigmoid", "softmax", "flatten"],
-)
-def test_activation_forward_and_backward(layer, forward, backward):
+def test_flatten_forward_and_backward_on_rows_are_the_identity():
+    layer = Flatten()
     bind_random(layer, (5,))
     y, dx, _ = forward_backward(layer, X, EPS)
-    np.testing.assert_allclose(y, forward(X), rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(dx, backward(X, forward(X), EPS), rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(y, X)
+    np.testing.assert_array_equal(dx, EPS)
 
 
 def test_flatten_turns_images_into_rows_and_gradients_back_into_images():
@@ -168,15 +154,6 @@ def test_flatten_turns_images_into_rows_and_gradients_back_into_images():
     y, dx, _ = forward_backward(layer, x, eps)
     np.testing.assert_array_equal(y, x.reshape(2, 24))
     np.testing.assert_array_equal(dx, eps.reshape(2, 2, 3, 4))
-
-
-def test_sigmoid_and_softmax_stay_finite_for_huge_inputs():
-    huge = np.array([[1000.0, -1000.0, 0.0]])
-    with np.errstate(over="raise", invalid="raise"):  # no overflow, no NaN (underflow to 0 is right)
-        for layer, want in ((Sigmoid(), [[1.0, 0.0, 0.5]]), (Softmax(), [[1.0, 0.0, 0.0]])):
-            bind_random(layer, (3,))
-            y, _, _ = forward_backward(layer, huge)
-            np.testing.assert_allclose(y, want, atol=1e-300)
 
 
 def test_dropout_keeps_about_retain_scales_by_its_inverse_and_routes_the_gradient_through_the_same_mask():
