@@ -104,13 +104,14 @@ def test_every_chapter_installs_kit_from_the_one_setting_the_readme_names():
 def test_every_chapter_checks_outputs_and_ends_with_exercises():
     for nb_path in CORE:
         nb = json.loads(nb_path.read_text())
-        checked = [  # nbval compares these cells' output: by the comment, or by the tag (hidden check cells)
+        checked = [  # nbval compares these cells' output: tagged, so the reader sees no marker in the code
             "".join(c["source"])
             for c in nb["cells"]
-            if c["cell_type"] == "code"
-            and ("NBVAL_CHECK_OUTPUT" in "".join(c["source"]) or "nbval-check-output" in c["metadata"].get("tags", []))
+            if c["cell_type"] == "code" and "nbval-check-output" in c["metadata"].get("tags", [])
         ]
-        assert len(checked) >= 3, f"{nb_path.name}: {len(checked)} NBVAL_CHECK_OUTPUT cells"
+        assert len(checked) >= 3, f"{nb_path.name}: {len(checked)} cells tagged nbval-check-output"
+        markers = [c for c in nb["cells"] if "NBVAL_" in "".join(c["source"])]
+        assert not markers, f"{nb_path.name}: an nbval marker in a cell's source (readers see it): use the cell tag"
         markdown = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
         assert any("\n## Exercises\n" in f"\n{m}\n" for m in markdown), f"{nb_path.name} has no exercises"
         assert any("check(" in src for src in checked), f"{nb_path.name}: exercises without an automatic check"
