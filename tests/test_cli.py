@@ -256,6 +256,43 @@ def _goals_point_at_printed_warnings(result, text):
     assert ("see the warnings" in summary["goal_small"]) == any(r["reliable"] == "NO" for r in small)
 
 
+def _array_row(op, elements, ratios, added):
+    return {
+        "op": op,
+        "elements": elements,
+        "ratio": float(np.median(ratios)),
+        "added_us": float(np.median(added)),
+        "reliable": "yes",
+        "warnings": [],
+        "ratio_per_repeat": ratios,
+        "added_us_per_repeat": added,
+    }
+
+
+@pytest.mark.parametrize(
+    ("large_ratios", "verdict", "shown"),
+    [
+        # one list per op, one ratio per repeat; the median over ops in each repeat: 1.00, 1.01, 1.03
+        # -> 0-3 %, on both sides of the 2 % goal
+        ([[1.00, 1.01, 1.03], [1.00, 1.01, 1.03], [1.05, 1.00, 1.01]], "not shown either way", "0-3"),
+        ([[1.00, 1.01, 1.01], [1.00, 1.01, 1.00], [1.01, 1.00, 1.01]], "-> met", "0-1"),
+        ([[1.03, 1.04, 1.05], [1.03, 1.06, 1.03], [1.10, 1.03, 1.03]], "-> NOT met", "3-4"),
+    ],
+)
+def test_the_array_goals_print_the_range_over_repeats_and_no_verdict_the_noise_could_turn(large_ratios, verdict, shown):
+    """Each goal of bench arrays is a median over ops; the same median taken repeat by repeat gives
+    the range printed beside it, and a range on both sides of the limit gets no verdict."""
+    from kit.bench import _arrays_summary
+
+    rows = [_array_row(f"op{i}", 1_000_000, ratios, [1.0, 1.0, 1.0]) for i, ratios in enumerate(large_ratios)]
+    rows.append(_array_row("slice view", 1_000_000, [9.0, 9.0, 9.0], [1.0, 1.0, 1.0]))  # not an op's overhead
+    rows += [_array_row("add", 100, [2.0, 2.0, 2.0], [1.2, 1.4, 1.6]), _array_row("exp", 100, [2.0] * 3, [1.0] * 3)]
+    summary = _arrays_summary(rows, 0.0)
+    assert f"(per repeat {shown} %)" in summary["goal_large"] and verdict in summary["goal_large"], summary
+    # small ops: the median over the two ops in each repeat, 1.1, 1.2, 1.3 µs, all under the 1.5 µs goal
+    assert "(per repeat 1.1-1.3 µs) -> met" in summary["goal_small"], summary["goal_small"]
+
+
 @pytest.mark.parametrize("which", ["arrays", "workspaces"])
 def test_bench_progress_counts_every_timed_step_up_to_its_total(which):
     """Chapters 1 and 2 show these benchmarks' progress: every step is reported, in order, and
