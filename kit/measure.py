@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 import statistics
 import textwrap
 import time
@@ -319,20 +320,33 @@ def median_interval(values: Any, confidence: float = 0.9) -> tuple[float, float,
     return xs[k - 1], xs[n - k], coverage
 
 
+_GOAL_OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
+
+
+def _goal_op(op: str) -> Callable[[float, float], bool]:
+    if op not in _GOAL_OPS:
+        raise ValueError(f"goal(op={op!r}): one of {sorted(_GOAL_OPS)}")
+    return _GOAL_OPS[op]
+
+
 def goal_verdict(value: float, op: str, limit: float, interval: tuple[float, float] | None = None) -> str:
     """ "met" or "NOT met" for `value` against `limit` (`op`: "<=", "<", ">=", ">"), or, where
     `interval` (where the figure lies, from its repeats) is on both sides of the limit, "within the
-    spread: not shown either way". The one rule every goal line and goal column of kit uses.
+    spread: not shown either way". An interval that does not hold `value` is widened to it: a figure
+    on one side and all its repeats on the other show nothing either way. The one rule every goal
+    line and goal column of kit uses.
 
         >>> goal_verdict(1.02, "<=", 1.03), goal_verdict(1.02, "<=", 1.03, (1.0, 1.06))
         ('met', 'within the spread: not shown either way')
+        >>> goal_verdict(3.0, "<=", 2, (1.0, 1.0))       # the figure NOT met, every repeat met
+        'within the spread: not shown either way'
     """
-    ops = {"<=": lambda x: x <= limit, "<": lambda x: x < limit, ">=": lambda x: x >= limit, ">": lambda x: x > limit}
-    if op not in ops:
-        raise ValueError(f"goal(op={op!r}): one of {sorted(ops)}")
-    if interval is not None and ops[op](interval[0]) != ops[op](interval[1]):
-        return "within the spread: not shown either way"
-    return "met" if ops[op](value) else "NOT met"
+    holds = _goal_op(op)
+    if interval is not None:
+        lo, hi = min(interval[0], value), max(interval[1], value)
+        if holds(lo, limit) != holds(hi, limit):
+            return "within the spread: not shown either way"
+    return "met" if holds(value, limit) else "NOT met"
 
 
 def goal(
@@ -345,7 +359,8 @@ def goal(
     per_repeat: tuple[float, float] | None = None,
     repeats: Any = None,
 ) -> str:
-    """A printed goal that says met or not met, with the figure: `goal("added per op", 1.3, "<=", 2, "µs")`.
+    """A printed goal that says met, NOT met or not shown either way (`goal_verdict`), with the
+    figure: `goal("added per op", 1.3, "<=", 2, "µs")`.
 
     `per_repeat`: the range (lowest, highest) of the figure over the repeats it is the median of (a
     ratio taken within each repeat). The line then prints that range, and where the range lies on
@@ -361,6 +376,7 @@ def goal(
         >>> goal("kit / NumPy", 1.02, "<=", 1.03, repeats=[1.0, 1.01, 1.02, 1.02, 1.03, 1.04, 1.06])
         'kit / NumPy: 1.02 (its median within 1-1.06, 98%) -> within the spread: not shown either way (goal <= 1.03)'
     """
+    _goal_op(op)  # a bad op is refused before anything is computed
     u = f" {unit}" if unit else ""
     shown, bound = _distinct(value, limit)
     spread, interval = "", None

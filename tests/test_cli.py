@@ -293,6 +293,18 @@ def test_the_array_goals_print_the_range_over_repeats_and_no_verdict_the_noise_c
     assert "(per repeat 1.1-1.3 µs) -> met" in summary["goal_small"], summary["goal_small"]
 
 
+def test_an_array_goal_whose_figure_and_repeats_disagree_shows_nothing_either_way():
+    """The figure (a median over ops of each op's median over repeats) can fall outside the range of
+    the medians over ops taken repeat by repeat: here 3 % against every repeat's 1 %."""
+    from kit.bench import _arrays_summary
+
+    large = [[1.01, 1.04, 1.03], [1.03, 0.99, 1.05], [1.03, 1.03, 1.0], [1.0, 1.01, 1.0], [1.0, 0.99, 1.01]]
+    rows = [_array_row(f"op{i}", 1_000_000, ratios, [1.0] * 3) for i, ratios in enumerate(large)]
+    rows.append(_array_row("add", 100, [2.0] * 3, [1.0] * 3))
+    summary = _arrays_summary(rows, 0.0)
+    assert "3 % (per repeat 1-1 %) -> within the spread: not shown either way" in summary["goal_large"], summary
+
+
 @pytest.mark.parametrize("which", ["arrays", "workspaces"])
 def test_bench_progress_counts_every_timed_step_up_to_its_total(which):
     """Chapters 1 and 2 show these benchmarks' progress: every step is reported, in order, and

@@ -425,3 +425,9 @@ def test_a_goal_from_repeats_gives_no_verdict_where_its_interval_straddles_the_l
         assert measure.goal_verdict(value, "<=", 1.03, interval) == want
     with pytest.raises(ValueError, match="one of"):
         measure.goal_verdict(1.0, "=<", 1.0)
+    with pytest.raises(ValueError, match="one of"):  # the op is refused first, whatever else is wrong
+        measure.goal("r", 1.0, "=<", 1.0, repeats=[])
+    # a figure on one side and every repeat on the other (a median over ops of medians over repeats
+    # against the medians over ops taken repeat by repeat): nothing shown either way
+    assert measure.goal_verdict(3.0, "<=", 2, (1.0, 1.0)) == straddle
+    assert measure.goal_verdict(1.0, ">=", 2, (3.0, 3.5)) == straddle
