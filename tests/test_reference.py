@@ -184,7 +184,9 @@ def test_the_d2l_table_turns_with_the_numbers(tmp_path):
     run = json.loads(json.dumps(_shipped_runs_with("d2l")[0]))
     d = run["parts"]["d2l"]
     d["kit"]["test_accuracy"] = 0.9312
-    d["pytorch"]["kit_over_this_epoch_ratio"] = 1.2
+    d["pytorch"]["kit_over_this_epoch_ratio"] = 1.2  # its epochs' range still the shipped run's, 4.1-4.9 x:
+    assert "x: within the spread: not shown either way)" in d2l_table(run)  # figure and epochs disagree
+    d["pytorch"]["ratio_min_max"] = [1.15, 1.3]
     text = d2l_table(run)
     assert "0.9312, reaches d2l's 0.91" in text and "took 1.20 x its epoch" in text and "x: met)" in text
     # a run with kit in TF32 beside it: PyTorch's default row is timed against that one
