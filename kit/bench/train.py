@@ -232,7 +232,7 @@ def _mlp_rows(
     with threadpool_limits(limits=1, user_api="blas"):
         timings = measure.compare(fns, repeats=repeats, number=number, sync=kit.backend.sync)
     base, in_place = timings[names["numpy"]].seconds, timings[names["in_place"]].seconds
-    rows, worst, worst_in_place, reliable, worst_paired = [], 0.0, 0.0, True, [0.0]
+    rows, worst, worst_in_place, reliable, worst_paired = [], 0.0, 0.0, True, []
     notes = {
         names["unplanned"]: "plans off (net.train_plans.enabled = False): no goal",
         names["in_place"]: "dw *= lr; w -= dw, as kit's Sgd updates: no goal",
@@ -459,12 +459,6 @@ def _torch_ratios(timings: dict[str, measure.Timing], name: str) -> list[float] 
     if torch_name is None or name == torch_name:
         return None
     return [t / b for t, b in zip(timings[name].seconds, timings[torch_name].seconds)]
-
-
-def _torch_ratio(timings: dict[str, measure.Timing], name: str) -> float | None:
-    """Median over the interleaved rounds of kit / PyTorch (None without PyTorch)."""
-    ratios = _torch_ratios(timings, name)
-    return None if ratios is None else statistics.median(ratios)
 
 
 def _goal(timings: dict[str, measure.Timing], name: str) -> str:

@@ -300,13 +300,13 @@ class OutputPlans:
     def _still_fixed(self, net: Any) -> bool:
         """What the plans were made for is still the network's (the layers compared item by item)."""
         fixed = self._fixed
-        return not (
-            fixed is None
-            or fixed[0] is not net.loss
-            or fixed[1] is not net.flat_params._data
-            or fixed[2] != net.body.layers
-            or fixed[3] is not net.device
-            or fixed[4] is not net.dtype
+        return (
+            fixed is not None
+            and fixed[0] is net.loss
+            and fixed[1] is net.flat_params._data
+            and fixed[2] == net.body.layers
+            and fixed[3] is net.device
+            and fixed[4] is net.dtype
         )
 
     def _new(self, batch: int, raw: Any) -> NDArray | None:

@@ -330,19 +330,19 @@ class TrainingPlans:
         """What the plans were made for is still the network's: identity, but the layers item by
         item and l2 by value."""
         fixed = self._fixed
-        return not (
-            fixed is None
-            or fixed[0] is not net.loss
-            or fixed[1] is not net.updater
-            or fixed[2] is not net.flat_params.data
-            or fixed[3] is not net.flat_grads.data
-            or fixed[4] != net.body.layers
-            or fixed[5] != net.l2
-            or fixed[6] is not net.loss_scaler
-            or fixed[7] is not net.master_dtype
-            or fixed[8] is not net.device
-            or fixed[9] is not net.dtype
-            or fixed[10] is not net.train_mgr
+        return (
+            fixed is not None
+            and fixed[0] is net.loss
+            and fixed[1] is net.updater
+            and fixed[2] is net.flat_params.data
+            and fixed[3] is net.flat_grads.data
+            and fixed[4] == net.body.layers
+            and fixed[5] == net.l2
+            and fixed[6] is net.loss_scaler
+            and fixed[7] is net.master_dtype
+            and fixed[8] is net.device
+            and fixed[9] is net.dtype
+            and fixed[10] is net.train_mgr
         )
 
     def _record(self, net: Any, x: NDArray, y: NDArray, batch: int) -> float | None:
@@ -369,11 +369,11 @@ def _ready(ds: Any, net: Any) -> bool:
     """The batch's features and labels are NDArrays of the network's device and dtype: nothing to
     convert (a conversion is an allocation of the iteration, which a plan does not repeat)."""
     features, labels = getattr(ds, "features", None), getattr(ds, "labels", None)
-    return not (
-        features.__class__ is not NDArray
-        or labels.__class__ is not NDArray
-        or features.device is not net.device
-        or labels.device is not net.device
-        or features.dtype is not net.dtype
-        or labels.dtype is not net.dtype
+    return (
+        features.__class__ is NDArray
+        and labels.__class__ is NDArray
+        and features.device is net.device
+        and labels.device is net.device
+        and features.dtype is net.dtype
+        and labels.dtype is net.dtype
     )
