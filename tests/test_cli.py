@@ -282,7 +282,7 @@ def _array_row(op, elements, ratios, added):
 def test_the_array_goals_print_the_range_over_repeats_and_no_verdict_the_noise_could_turn(large_ratios, verdict, shown):
     """Each goal of bench arrays is a median over ops; the same median taken repeat by repeat gives
     the range printed beside it, and a range on both sides of the limit gets no verdict."""
-    from kit.bench import _arrays_summary
+    from kit.bench.arrays import _arrays_summary
 
     rows = [_array_row(f"op{i}", 1_000_000, ratios, [1.0, 1.0, 1.0]) for i, ratios in enumerate(large_ratios)]
     rows.append(_array_row("slice view", 1_000_000, [9.0, 9.0, 9.0], [1.0, 1.0, 1.0]))  # not an op's overhead
@@ -296,7 +296,7 @@ def test_the_array_goals_print_the_range_over_repeats_and_no_verdict_the_noise_c
 def test_an_array_goal_whose_figure_and_repeats_disagree_shows_nothing_either_way():
     """The figure (a median over ops of each op's median over repeats) can fall outside the range of
     the medians over ops taken repeat by repeat: here 3 % against every repeat's 1 %."""
-    from kit.bench import _arrays_summary
+    from kit.bench.arrays import _arrays_summary
 
     large = [[1.01, 1.04, 1.03], [1.03, 0.99, 1.05], [1.03, 1.03, 1.0], [1.0, 1.01, 1.0], [1.0, 0.99, 1.01]]
     rows = [_array_row(f"op{i}", 1_000_000, ratios, [1.0] * 3) for i, ratios in enumerate(large)]

@@ -44,10 +44,10 @@ def test_the_bench_numpy_baselines_are_fed_kit_s_dtype():
     chapter 5 bug): the inference rows' inputs, weights and answer are the network's dtype."""
     import inspect
 
-    from kit.bench import train
+    from kit.bench import train, train_conv, train_inference
 
-    baselines = (train._mlp_variants, train._inference_rows, train.bench_train, train._torch_step)
-    for fn in (*baselines, train._torch_conv_steps):
+    baselines = (train._mlp_variants, train_inference.inference_rows, train.bench_train, train._torch_step)
+    for fn in (*baselines, train_conv._torch_conv_steps):
         assert "same_dtype(" in inspect.getsource(fn), fn.__name__
     data = train._mlp_data(8, 784, 10)
     assert data.features.numpy().dtype == np.float32 and data.labels.numpy().dtype == np.float32

@@ -1,6 +1,7 @@
 """Timing helpers every benchmark module shares: seconds per call, variants side by side
 (interleaved, through kit.measure), the label of the device a benchmark ran on, and the
-environment a result was measured in (`run_metadata`, stored with every `--json` file)."""
+environment a result was measured in (`run_metadata`, stored with every `--json` file); what the
+training benchmarks' rows share: a range of timings, a row's goal verdict, a baseline's dtype check."""
 
 from __future__ import annotations
 
@@ -16,7 +17,16 @@ import numpy as np
 import kit
 from kit import measure, settings
 
-__all__ = ["device_label", "git_commit", "run_metadata", "side_by_side", "time_calls"]
+__all__ = [
+    "device_label",
+    "git_commit",
+    "min_max_ms",
+    "row_verdict",
+    "run_metadata",
+    "same_dtype",
+    "side_by_side",
+    "time_calls",
+]
 
 
 def time_calls(fn: Callable[[], Any], number: int) -> float:
@@ -75,3 +85,28 @@ def run_metadata() -> dict[str, Any]:
         "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
     }
+
+
+def min_max_ms(ts: list[float]) -> str:
+    """Timings in seconds as their range in milliseconds, as a table's min_max_ms column shows it."""
+    return f"{min(ts) * 1e3:.3g}-{max(ts) * 1e3:.3g}"
+
+
+def same_dtype(label: str, dtype: Any, *arrays: Any) -> None:
+    """Refuse a baseline that does not compute in kit's `dtype`: every array (a NumPy array or a
+    PyTorch tensor: inputs, weights, an answer) must hold it, or TypeError. Handed a float64 row,
+    NumPy converts float32 weights on every call and computes in float64, so a ratio to it would
+    compare dtypes as well as implementations; check before timing, not inside the timed call."""
+    want = np.dtype(dtype).name
+    got = sorted({str(a.dtype).removeprefix("torch.") for a in arrays} - {want})
+    if got:
+        raise TypeError(
+            f"{label}: the baseline holds {', '.join(got)} beside kit's {want}: a ratio to it would not "
+            "be like for like (cast its inputs and weights to kit's dtype)"
+        )
+
+
+def row_verdict(ratio: float, limit: float, paired: list[float]) -> str:
+    """A row's goal column: the goal line's verdict for the median of its paired ratios."""
+    lo, hi, _ = measure.median_interval(paired)
+    return measure.goal_verdict(ratio, "<=", limit, (lo, hi))

@@ -7,12 +7,13 @@
 - the three workspace modes: time, allocations per iteration, peak workspace bytes;
 - MLP 784-256-10 inference at batch 1 and 256: Network.output (which answers from a plan by itself),
   an explicit planned forward (Network.plan_inference) and NumPy (goals: planned batch 1 <= 1.3 x
-  NumPy; Network.output <= 1.3 x at batch 1, <= 1.05 x at batch 256);
+  NumPy; Network.output <= 1.3 x at batch 1, <= 1.05 x at batch 256; kit/bench/train_inference.py);
 - convolution nets against PyTorch on the CPU (the `bench` extra, `pip install "gpu-workspaces-kit[bench]"`; on
   Linux `pip install torch --index-url https://download.pytorch.org/whl/cpu` is the small CPU wheel):
   a LeNet training step (batch 64, 1 x 28 x 28) in each workspace mode, and ResNet-18's forward
   + backward (batch 16); one thread each (threadpoolctl for kit's BLAS, torch.set_num_threads),
-  rounds interleaved, median [min-max], goal <= 1.5 x PyTorch; the BLAS kernel that ran is named;
+  rounds interleaved, median [min-max], goal <= 1.5 x PyTorch; the BLAS kernel that ran is named
+  (kit/bench/train_conv.py);
 - the kernel alternatives behind Conv2D and MaxPool2D (kit/bench/kernels.py);
 - ETL: an epoch behind a slow source, with and without asynchronous prefetch.
 """
@@ -25,15 +26,16 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from threadpoolctl import threadpool_info, threadpool_limits
+from threadpoolctl import threadpool_limits
 
 import kit
 from kit import measure
-from kit.bench.common import device_label, time_calls
-from kit.bench.d2l import torch_resnet18
+from kit.bench.common import device_label, min_max_ms, row_verdict, same_dtype, time_calls
 from kit.bench.kernels import kernel_rows
+from kit.bench.train_conv import conv_rows
+from kit.bench.train_inference import inference_rows
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
-from kit.nn import Conv2D, Network, Sgd, WorkspaceMode, lenet, mlp, resnet18
+from kit.nn import Network, Sgd, WorkspaceMode, mlp
 from kit.settings import install_hint
 
 __all__ = ["bench_train", "same_dtype"]
@@ -48,11 +50,6 @@ COLUMNS = (
     "peak_workspace_kib",
     "goal",
 )
-CONV_GOAL = 1.5  # kit / PyTorch on the CPU, LeNet step and ResNet-18 forward + backward
-
-
-def _spread(ts: list[float]) -> str:
-    return f"{min(ts) * 1e3:.3g}-{max(ts) * 1e3:.3g}"
 
 
 def _mlp_data(batch: int, n_in: int, n_out: int, seed: int = 0) -> DataSet:
@@ -61,20 +58,6 @@ def _mlp_data(batch: int, n_in: int, n_out: int, seed: int = 0) -> DataSet:
     in float64, 4x slower, and the ratio to it meaningless) and kit casts nothing."""
     rng = np.random.default_rng(seed)
     return DataSet(rng.random((batch, n_in), dtype=np.float32), rng.integers(0, n_out, batch), num_classes=n_out)
-
-
-def same_dtype(label: str, dtype: Any, *arrays: Any) -> None:
-    """Refuse a baseline that does not compute in kit's `dtype`: every array (a NumPy array or a
-    PyTorch tensor: inputs, weights, an answer) must hold it, or TypeError. Handed a float64 row,
-    NumPy converts float32 weights on every call and computes in float64, so a ratio to it would
-    compare dtypes as well as implementations; check before timing, not inside the timed call."""
-    want = np.dtype(dtype).name
-    got = sorted({str(a.dtype).removeprefix("torch.") for a in arrays} - {want})
-    if got:
-        raise TypeError(
-            f"{label}: the baseline holds {', '.join(got)} beside kit's {want}: a ratio to it would not "
-            "be like for like (cast its inputs and weights to kit's dtype)"
-        )
 
 
 def numpy_mlp_step(
@@ -171,19 +154,19 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
             {
                 "case": f"PyTorch MLP b{batch} (CPU; timed in its own block)",
                 "ms_per_step": statistics.median(t_torch) * 1e3,
-                "min_max_ms": _spread(t_torch),
+                "min_max_ms": min_max_ms(t_torch),
                 "ratio": statistics.median(t_torch) / statistics.median(t_numpy),
                 "ratio_to": "NumPy",
             }
         )
 
     # ---- MLP inference: Network.output, a planned forward, hand-written NumPy --------------------
-    inference_rows, inference_goal = _inference_rows(quick)
-    rows += inference_rows
+    infer_rows, inference_goal = inference_rows(quick)
+    rows += infer_rows
 
     # ---- conv nets against PyTorch, and the kernels behind them ---------------------------
-    conv_rows, conv_summary = _conv_rows(quick)
-    rows += conv_rows + kernel_rows(quick)
+    net_rows, conv_summary = conv_rows(quick)
+    rows += net_rows + kernel_rows(quick)
 
     # ---- ETL: a slow source, with and without prefetch --------------------------------------
     etl = _etl_rows(quick)
@@ -215,8 +198,6 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
 
 
 MLP_GOAL = 1.03  # kit MLP step / hand-written NumPy, every workspace mode
-PLAN_GOAL = 1.3  # planned MLP inference at batch 1 / hand-written NumPy
-OUTPUT_GOALS = {1: 1.3, 256: 1.05}  # Network.output / hand-written NumPy, by batch size
 
 
 def _mlp_rows(
@@ -240,7 +221,7 @@ def _mlp_rows(
     for name, t in timings.items():
         paired = [x / b for x, b in zip(t.seconds, base)]
         ratio = statistics.median(paired)
-        row = {"case": name, "ms_per_step": t.median * 1e3, "min_max_ms": _spread(t.seconds), "ratio": ratio}
+        row = {"case": name, "ms_per_step": t.median * 1e3, "min_max_ms": min_max_ms(t.seconds), "ratio": ratio}
         row["ratio_to"] = "NumPy"
         reliable = reliable and t.reliable
         if name in notes:
@@ -249,7 +230,7 @@ def _mlp_rows(
             if ratio >= worst:
                 worst, worst_paired = ratio, paired
             worst_in_place = max(worst_in_place, statistics.median(x / b for x, b in zip(t.seconds, in_place)))
-            row["goal"] = f"<= {MLP_GOAL}: " + _verdict(ratio, MLP_GOAL, paired)
+            row["goal"] = f"<= {MLP_GOAL}: " + row_verdict(ratio, MLP_GOAL, paired)
         rows.append(row)
     _mlp_counts(rows, data, nets, batch)
     # the issue's figure: the median of the paired ratios, with the interval that holds it (no
@@ -300,193 +281,6 @@ def _mlp_counts(rows: list[dict[str, Any]], data: DataSet, nets: dict[WorkspaceM
             if row["case"] == f"kit MLP b{batch} ({mode.value})":
                 row["heap_allocs_per_step"] = kit.memory.heap_allocations(this_thread=True) - before
                 row["peak_workspace_kib"] = peak / 1024
-
-
-def numpy_mlp_forward(x: np.ndarray, weights: list[np.ndarray]) -> np.ndarray:
-    """Softmax probabilities of the ReLU MLP, written plainly in NumPy (the inference reference)."""
-    h = x
-    n = len(weights) // 2
-    for i in range(n):
-        h = h @ weights[2 * i] + weights[2 * i + 1]
-        if i < n - 1:
-            h = np.maximum(h, 0)
-    z = h - h.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def _inference_rows(quick: bool) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """MLP 784-256-10 inference at batch 1 and 256: Network.output, a planned forward
-    (Network.plan_inference) and NumPy, interleaved, one BLAS thread each."""
-    net = mlp(784, hidden=(256,), n_out=10)
-    weights = [p.numpy().copy() for layer in net.layers for p in layer.params.values()]
-    rows, summary = [], {}
-    for batch in (1, 256):
-        x = np.random.default_rng(batch).random((batch, 784)).astype(net.dtype)
-        plan = net.plan_inference(batch)
-        same_dtype(f"NumPy MLP inference b{batch}", net.dtype, x, *weights, numpy_mlp_forward(x, weights))
-        fns = {
-            f"MLP 784-256-10 inference b{batch}: NumPy (hand-written)": lambda x=x: numpy_mlp_forward(x, weights),
-            f"MLP 784-256-10 inference b{batch}: Network.output": lambda x=x: net.output(x),
-            f"MLP 784-256-10 inference b{batch}: planned": lambda x=x, plan=plan: plan.output(x),
-        }
-        with threadpool_limits(limits=1, user_api="blas"):
-            timings = measure.compare(fns, repeats=3 if quick else 9, min_time=0.01 if quick else 0.2)
-        base = next(iter(timings.values())).seconds
-        for name, t in timings.items():
-            paired = [v / b for v, b in zip(t.seconds, base)]
-            ratio = statistics.median(paired)
-            row = {"case": name, "ms_per_step": t.median * 1e3, "min_max_ms": _spread(t.seconds), "ratio": ratio}
-            row["ratio_to"] = "NumPy"
-            if batch == 1 and name.endswith("planned"):
-                row["goal"] = f"<= {PLAN_GOAL}: " + _verdict(ratio, PLAN_GOAL, paired)
-                summary["goal_inference_b1"] = measure.goal(
-                    "planned MLP inference b1 / NumPy", ratio, "<=", PLAN_GOAL, "x", t.reliable, repeats=paired
-                )
-            if name.endswith("Network.output"):
-                goal = OUTPUT_GOALS[batch]
-                row["goal"] = f"<= {goal}: " + _verdict(ratio, goal, paired)
-                summary[f"goal_output_b{batch}"] = measure.goal(
-                    f"Network.output MLP inference b{batch} / NumPy", ratio, "<=", goal, "x", t.reliable, repeats=paired
-                )
-            rows.append(row)
-    return rows, summary
-
-
-def _images(batch: int, seed: int) -> DataSet:
-    rng = np.random.default_rng(seed)
-    return DataSet(rng.random((batch, 1, 28, 28)).astype(np.float32), rng.integers(0, 10, batch), num_classes=10)
-
-
-def _torch_conv_steps(
-    lenet_batch: int, resnet_batch: int, dtype: Any = np.float32
-) -> dict[str, Callable[[], Any]] | None:
-    """PyTorch's LeNet training step (SGD) and ResNet-18 forward + backward, the same
-    architectures as kit's zoo (d2l's ResNet-18 for 28 x 28 inputs); None without PyTorch."""
-    try:
-        import torch
-        from torch import nn
-    except ImportError:
-        return None
-    torch.manual_seed(0)
-    le = nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10),
-    )  # fmt: skip
-    opt = torch.optim.SGD(le.parameters(), lr=0.01)
-    loss_fn = nn.CrossEntropyLoss()
-    lx, ly = torch.rand(lenet_batch, 1, 28, 28), torch.randint(0, 10, (lenet_batch,))
-
-    res = torch_resnet18()  # d2l's ResNet-18, the architecture of kit's zoo.resnet18
-    rx, ry = torch.rand(resnet_batch, 1, 28, 28), torch.randint(0, 10, (resnet_batch,))
-    same_dtype("PyTorch LeNet and ResNet-18", dtype, lx, rx, *le.parameters(), *res.parameters())
-
-    def lenet_step() -> None:
-        opt.zero_grad(set_to_none=False)
-        loss_fn(le(lx), ly).backward()
-        opt.step()
-
-    def resnet_step() -> None:
-        res.zero_grad(set_to_none=False)
-        loss_fn(res(rx), ry).backward()
-
-    return {"lenet": lenet_step, "resnet": resnet_step}
-
-
-def _conv_rows(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """LeNet steps in each mode and ResNet-18 forward + backward, kit vs PyTorch, one thread each."""
-    lenet_batch, resnet_batch = 64, 16
-    torch_steps = _torch_conv_steps(lenet_batch, resnet_batch, dtype=lenet().dtype)
-    if torch_steps is not None:
-        import torch
-
-        torch_threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-    lenet_data, resnet_data = _images(lenet_batch, 1), _images(resnet_batch, 2)
-    lenets = {mode: lenet(training_workspace_mode=mode, updater=Sgd(0.01)) for mode in WorkspaceMode}
-    resnet = resnet18(updater=Sgd(0.01))  # SEPARATE, the default training mode
-    resnet_name = f"kit ResNet-18 fwd+bwd b{resnet_batch} (SEPARATE)"
-    rows: list[dict[str, Any]] = []
-    try:
-        with threadpool_limits(limits=1, user_api="blas"):
-            blas = [
-                f"{p['internal_api']} {p['num_threads']} ({p.get('architecture') or 'unknown'} kernels)"
-                for p in threadpool_info()
-                if p["user_api"] == "blas"
-            ]
-            fns: dict[str, Callable[[], Any]] = {
-                f"kit LeNet step b{lenet_batch} ({m.value})": (lambda n=n: n.fit_batch(lenet_data))
-                for m, n in lenets.items()
-            }
-            res_fns = {resnet_name: lambda: resnet.compute_gradient_and_score(resnet_data)}
-            if torch_steps is not None:
-                fns[f"PyTorch LeNet step b{lenet_batch}"] = torch_steps["lenet"]
-                res_fns[f"PyTorch ResNet-18 fwd+bwd b{resnet_batch}"] = torch_steps["resnet"]
-            sync = kit.backend.sync
-            lenet_t = measure.compare(fns, repeats=3 if quick else 11, number=3 if quick else 10, sync=sync)
-            resnet_t = measure.compare(res_fns, repeats=2 if quick else 9, number=1, sync=sync)
-    finally:
-        if torch_steps is not None:
-            torch.set_num_threads(torch_threads)
-    rows += _versus(lenet_t) + _versus(resnet_t)
-    for mode, net in lenets.items():
-        before = kit.memory.heap_allocations(this_thread=True)
-        net.fit_batch(lenet_data)
-        row = next(r for r in rows if r["case"] == f"kit LeNet step b{lenet_batch} ({mode.value})")
-        row["heap_allocs_per_step"] = kit.memory.heap_allocations(this_thread=True) - before
-        row["peak_workspace_kib"] = sum(s["peak_used"] for s in net.workspace_stats()["training"].values()) / 1024
-    kept = {
-        name: sum(layer.kept_bytes for layer in net.layers if isinstance(layer, Conv2D))
-        for name, net in (("lenet", lenets[WorkspaceMode.SEPARATE]), ("resnet18", resnet))
-    }
-    summary = {
-        "conv_threads": f"kit BLAS threads: {', '.join(blas) or 'none found'}"
-        + (", PyTorch intra-op threads: 1" if torch_steps is not None else ", PyTorch not installed"),
-        "lenet_kept_columns_kib": kept["lenet"] / 1024,
-        "resnet18_kept_columns_mib": kept["resnet18"] / 2**20,
-    }
-    summary["goal_lenet"] = _goal(lenet_t, f"kit LeNet step b{lenet_batch} (SEPARATE)")  # the default mode
-    summary["goal_resnet18"] = _goal(resnet_t, resnet_name)
-    warnings = sorted({w for t in (*lenet_t.values(), *resnet_t.values()) for w in t.warnings})
-    if warnings:
-        summary["conv_warnings"] = "; ".join(warnings)
-    return rows, summary
-
-
-def _torch_ratios(timings: dict[str, measure.Timing], name: str) -> list[float] | None:
-    """kit / PyTorch in each interleaved round (None without PyTorch)."""
-    torch_name = next((n for n in timings if n.startswith("PyTorch")), None)
-    if torch_name is None or name == torch_name:
-        return None
-    return [t / b for t, b in zip(timings[name].seconds, timings[torch_name].seconds)]
-
-
-def _goal(timings: dict[str, measure.Timing], name: str) -> str:
-    ratios = _torch_ratios(timings, name)
-    if ratios is None:
-        return f"{name} / PyTorch <= {CONV_GOAL}: not measured (PyTorch not installed: {install_hint('bench')})"
-    reliable = all(t.reliable for t in timings.values())
-    ratio = statistics.median(ratios)
-    return measure.goal(f"{name} / PyTorch", ratio, "<=", CONV_GOAL, "x", reliable=reliable, repeats=ratios)
-
-
-def _verdict(ratio: float, limit: float, paired: list[float]) -> str:
-    """A row's goal column: the goal line's verdict for the median of its paired ratios."""
-    lo, hi, _ = measure.median_interval(paired)
-    return measure.goal_verdict(ratio, "<=", limit, (lo, hi))
-
-
-def _versus(timings: dict[str, measure.Timing]) -> list[dict[str, Any]]:
-    """Rows for kit variants against the PyTorch one (when present), per-round ratios."""
-    rows = []
-    for name, t in timings.items():
-        row: dict[str, Any] = {"case": name, "ms_per_step": t.median * 1e3, "min_max_ms": _spread(t.seconds)}
-        ratios = _torch_ratios(timings, name)
-        if ratios is not None:
-            ratio = statistics.median(ratios)
-            row.update(ratio=ratio, ratio_to="PyTorch", goal=f"<= {CONV_GOAL}: " + _verdict(ratio, CONV_GOAL, ratios))
-        rows.append(row)
-    return rows
 
 
 class SlowSource:
