@@ -8,7 +8,7 @@ import copy
 from statistics import median
 
 from kit import reference
-from kit.bench.d2l import _torch_sentences, d2l_table
+from kit.bench.d2l_table import _torch_sentences, d2l_table
 
 
 def _d2l(epochs: int) -> dict:

@@ -323,7 +323,7 @@ def test_chapter_mode_names_the_mode_of_the_chapter_run_that_reported_a_figure()
 def test_the_d2l_sentence_says_a_shortfall_inside_d2ls_rounding_is_no_difference():
     """d2l gives its accuracy to two decimals: 0.906 against 0.91 is inside that rounding, and the
     sentence says so; a real shortfall is stated plainly; a reached goal says reaches."""
-    from kit.bench.d2l import _KIT_ROWS, ACCURACY_GOAL, D2L_ROUNDING, _kit_sentences
+    from kit.bench.d2l_table import _KIT_ROWS, ACCURACY_GOAL, D2L_ROUNDING, _kit_sentences
 
     key = next(iter(_KIT_ROWS))
     near, far, met = (_kit_sentences({key: {"test_accuracy": a}})[0] for a in (0.906, 0.85, ACCURACY_GOAL + 0.001))
