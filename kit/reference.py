@@ -56,21 +56,24 @@ returns a number or None. Without a pick, a quantity is looked up by its name am
 the GPU check recorded when it ran the chapters (parts.chapters.<notebook>.figures).
 `beside` returns a `Beside` whose text is the table (a notebook shows it
 as the cell's result; `print` it in a script) and whose `rows` hold the values.
+
+Reading the reports is kit.reference_runs; a run's physical limits (copy and matmul throughput
+beside the datasheet) are kit.reference_limits, re-exported here.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import kit
 from kit import tables
 from kit.measure import SPREAD_LIMIT, Timing, format_spread
+from kit.reference_limits import physical_limits_sentence, physical_limits_table
+from kit.reference_runs import chapter_figure, chapter_mode, lookup, reference_runs, run_label, run_labels
 from kit.state import STATE
 
 __all__ = [
@@ -100,83 +103,6 @@ FLAGGED_NOTE = (
 )
 
 Pick = str | Callable[[dict[str, Any]], Any]
-_STEP = re.compile(r"([^.\[\]]+)|\[([^\]=]+)=([^\]]*)\]|\[(-?\d+)\]")
-
-
-def reference_runs(directory: str | Path | None = None) -> list[dict[str, Any]]:
-    """The reference reports, oldest first (by their machine's date): every `*.json` in `directory`,
-    by default the package's `kit/data/reference_runs/` read through importlib.resources."""
-    if directory is None:
-        folder: Any = resources.files("kit.data").joinpath("reference_runs")
-    else:
-        folder = Path(directory)
-        if not folder.is_dir():
-            raise FileNotFoundError(
-                f"reference runs: {str(folder)!r} is not a directory; pass the folder that holds the reports"
-            )
-    if not folder.is_dir():
-        return []
-    runs = []
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".json"):
-            continue
-        try:
-            report = json.loads(entry.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(
-                f"reference run {entry.name}: not valid JSON ({exc}); copy gpu-check's report unchanged"
-            ) from None
-        if not isinstance(report, dict) or not isinstance(report.get("machine"), dict) or "parts" not in report:
-            raise ValueError(
-                f"reference run {entry.name}: expected a gpu-check report with 'machine' and 'parts', "
-                f"found keys {sorted(report) if isinstance(report, dict) else type(report).__name__}"
-            )
-        report.setdefault("file", entry.name)
-        runs.append(report)
-    return sorted(runs, key=lambda r: str(r["machine"].get("date", "")))
-
-
-def lookup(report: dict[str, Any], path: str) -> Any:
-    """The value at `path` inside `report["parts"]`, or None where the report has no such value."""
-    value: Any = report.get("parts", {})
-    pos = 0
-    while pos < len(path):
-        if path[pos] == ".":
-            pos += 1
-            continue
-        m = _STEP.match(path, pos)
-        if m is None:
-            raise ValueError(f"reference path {path!r}: cannot read from position {pos} ({path[pos:]!r})")
-        pos = m.end()
-        key, sel_key, sel_value, index = m.groups()
-        if key is not None:
-            value = value.get(key) if isinstance(value, dict) else None
-        elif index is not None:
-            i = int(index)
-            value = value[i] if isinstance(value, list) and -len(value) <= i < len(value) else None
-        else:
-            rows = value if isinstance(value, list) else []
-            value = next((r for r in rows if isinstance(r, dict) and str(r.get(sel_key)) == sel_value), None)
-        if value is None:
-            return None
-    return value
-
-
-def run_label(report: dict[str, Any], time_of_day: bool = False) -> str:
-    """Where and when a report was taken, as a reader sees it: its GPU (or host) and date, with the
-    time of day (UTC) when `time_of_day` (two runs of one GPU on one day). The commit is not shown:
-    it is a developer's detail, kept in the report (`report["machine"]["commit"]`)."""
-    machine = report["machine"]
-    where = machine.get("gpu") or f"{machine.get('host', 'unknown host')}, {machine.get('backend', '?')}, no GPU"
-    stamp = str(machine.get("date", "date unknown"))
-    when = stamp[:10] + (f" {stamp[11:16]} UTC" if time_of_day and len(stamp) >= 16 else "")
-    return f"{where} ({when})"
-
-
-def _labels(runs: Sequence[dict[str, Any]]) -> list[str]:
-    """One column label per run; runs that would share a label (one GPU, one day) get the time too."""
-    plain = [run_label(r) for r in runs]
-    return [run_label(r, time_of_day=plain.count(label) > 1) for r, label in zip(runs, plain)]
 
 
 @dataclass
@@ -265,7 +191,7 @@ def beside(
     marked = {name for name, timings in behind.items() if any(not t.reliable for t in timings)}
     runs = reference_runs(directory)
     here = device or f"{kit.current_device().name}, {kit.backend.name()}"
-    labels = _labels(runs)
+    labels = run_labels(runs)
     columns = ["quantity", f"your machine ({here})", *labels]
     STATE.reported.update({name: _number(value) for name, value in measured.items()})
     STATE.reported_flagged.difference_update(measured)
@@ -278,7 +204,7 @@ def beside(
         pick = picks.get(name)
         for k, (run, label) in enumerate(zip(runs, labels)):
             if pick is None:  # the same quantity, as the GPU check's run of the chapters reported it
-                figure, mode = _chapter_figure(run, name), chapter_mode(run, name)
+                figure, mode = chapter_figure(run, name), chapter_mode(run, name)
                 row.append(figure)
                 if figure is not None and mode.startswith("quick") and label not in quick_columns:
                     quick_columns.append(label)
@@ -394,145 +320,3 @@ def _number(value: Any) -> Any:
         return float(value)
     except (TypeError, ValueError):
         return str(value)
-
-
-def chapter_mode(report: dict[str, Any], name: str) -> str:
-    """The mode ("quick ..." or "full ...") of the chapter run that reported `name`, "" if unknown:
-    a chapter reads it to say which of a reference run's figures came from a quick-mode run."""
-    for chapter in report.get("parts", {}).get("chapters", {}).values():
-        if isinstance(chapter, dict) and name in chapter.get("figures", {}):
-            return str(chapter.get("mode", ""))
-    return ""
-
-
-def _chapter_figure(report: dict[str, Any], name: str) -> Any:
-    for chapter in report.get("parts", {}).get("chapters", {}).values():
-        figures = chapter.get("figures", {}) if isinstance(chapter, dict) else {}
-        if name in figures:
-            return figures[name]
-    return None
-
-
-_LIMITS = (  # (part key, what it measures) in the order the table shows them
-    ("d2d_copy_gb_s", "device-to-device copy, GB/s"),
-    ("matmul_float32_tflops", "float32 matmul {size}^3, TFLOP/s"),
-    ("matmul_float16_tflops", "float16 matmul {size}^3, TFLOP/s"),
-)
-# why a run's kit and CuPy copy figures are not one operation: reports written before gpu-check
-# timed CuPy's a.copy() against kit's dup, interleaved ("cupy_copy_gb_s")
-COPY_UNLIKE = (
-    "not like for like in this run: CuPy's figure copies into an array allocated beforehand, kit's dup "
-    "allocates its result and then copies, and the two were timed one after the other"
-)
-NOT_INTERLEAVED = "the same call both ways, but timed one after the other, not interleaved"
-
-
-@dataclass
-class _Limit:
-    what: str
-    cupy: float  # CuPy's median beside the datasheet
-    kit: float
-    against: float  # CuPy's median on the operation kit's figure is compared with
-    cupy_range: tuple[float, float]
-    kit_range: tuple[float, float]
-    unlike: str = ""  # why kit's figure and CuPy's are not the same operation ("" when they are)
-    sequential: bool = False  # timed one after the other rather than interleaved
-
-
-def _limit_figures(p: dict[str, Any]) -> list[_Limit]:
-    """Each limit from the part, with whether its kit and CuPy figures measure the same operation,
-    timed interleaved (the report says so with "interleaved"; older reports did neither for the copy)."""
-    out = []
-    sequential = not p.get("interleaved", False)
-    for key, what in _LIMITS:
-        m = p[key]
-        if key == "d2d_copy_gb_s":  # the copy: CuPy's figures in one block, kit's in another
-            k, same = p["kit_dup_gb_s"], p.get("cupy_copy_gb_s")
-            c = same or m
-            out.append(_Limit(what, m["median"], k["median"], c["median"], (c["min"], c["max"]),
-                              (k["min"], k["max"]), "" if same else COPY_UNLIKE, sequential))  # fmt: skip
-        else:
-            out.append(
-                _Limit(what.format(size=m["size"]), m["cupy_median"], m["kit_median"], m["cupy_median"],
-                       tuple(m["cupy_min_max"]), tuple(m["kit_min_max"]), "", sequential)
-            )  # fmt: skip
-    return out
-
-
-def _fig(value: float) -> str:
-    """A throughput as the limits table prints it: whole GB/s above 1,000, one decimal below."""
-    return f"{value:,.0f}" if value >= 1000 else f"{value:.1f}"
-
-
-def physical_limits_table(report: dict[str, Any]) -> tables.Table | str:
-    """A reference run's device-to-device copy and matmul figures, raw CuPy and through kit, beside
-    the datasheet's (from the report; `scripts/gpu-check` measures them with CUDA events), as a
-    `kit.tables.Table` (HTML in a notebook, text in a terminal); a sentence where the run has none."""
-    p = report.get("parts", {}).get("physical_limits")
-    if not p or "d2d_copy_gb_s" not in p:
-        return f"{run_label(report)}: no physical limits measured in this run"
-    sheet = p.get("datasheet") or {}
-
-    def share(value: float, peak: float | None) -> str:
-        return f"{value / peak:.0%} of {peak:g}" if peak else "no datasheet figure"
-
-    peaks = (
-        (sheet.get("hbm_tb_s"), 1e3, " TB/s"),
-        (sheet.get("fp32_tflops"), 1.0, ""),
-        (sheet.get("fp16_tensor_tflops"), 1.0, " (dense tensor cores)"),
-    )
-    rows, notes = [], []
-    for lim, (peak, scale, unit) in zip(_limit_figures(p), peaks):
-        against = share(lim.cupy / scale, peak) + unit if peak else share(lim.cupy, None)
-        shown = not (lim.unlike or lim.sequential)  # a ratio only of one operation, timed in turn
-        ratio = f"{lim.kit / lim.against:.1%}" if shown else "—"  # the note says why
-        rows.append([lim.what, _fig(lim.cupy), _fig(lim.kit), ratio, against])
-        if lim.unlike:
-            notes.append(f"{lim.what.split(',')[0]}: {lim.unlike}, so kit / CuPy is not shown.")
-        elif lim.sequential:
-            notes.append(f"{lim.what.split(',')[0]}: {NOT_INTERLEAVED}, so kit / CuPy is not shown.")
-        elif lim.against != lim.cupy:
-            notes.append(f"{lim.what.split(',')[0]}: kit / CuPy sets kit's dup beside CuPy's a.copy(), "
-                         f"{_fig(lim.against)} GB/s (both allocate and copy, interleaved).")  # fmt: skip
-    sheet_column = "CuPy / datasheet" + (f" ({sheet['form']})" if sheet else "")
-    return tables.Table(
-        ["measured", "CuPy", "kit", "kit / CuPy", sheet_column],
-        rows,
-        notes=[
-            "CuPy: the raw CuPy call; kit: the same through kit; medians. A copy's GB/s counts the bytes "
-            "read and the bytes written.",
-            *notes,
-        ],
-        title=f"on {run_label(report)}: {p['method']}",
-        text_columns=["measured", sheet_column],
-    )
-
-
-def physical_limits_sentence(report: dict[str, Any]) -> str:
-    """What the run's physical limits say of kit's wrapper on large operations, one clause a limit:
-    kit's median as a share of raw CuPy's, and whether the two ranges of repeats overlap (then the
-    run shows no difference) or lie apart (then it does, in that direction). "" where the run has
-    no physical limits."""
-    p = report.get("parts", {}).get("physical_limits")
-    if not p or "d2d_copy_gb_s" not in p:
-        return ""
-    clauses = []
-    for lim in _limit_figures(p):
-        name = lim.what.split(",")[0]
-        if lim.unlike:
-            clauses.append(f"{name}: {lim.unlike}, so no direction is drawn from it")
-            continue
-        if lim.sequential:  # as the table: no ratio, no direction
-            clauses.append(f"{name}: kit {_fig(lim.kit)} against CuPy's {_fig(lim.against)}, {NOT_INTERLEAVED}, "
-                           "so neither a ratio nor a direction is drawn from them")  # fmt: skip
-            continue
-        (c_lo, c_hi), (k_lo, k_hi) = lim.cupy_range, lim.kit_range
-        ranges = f"{_fig(k_lo)}-{_fig(k_hi)} against {_fig(c_lo)}-{_fig(c_hi)}"
-        if k_lo <= c_hi and c_lo <= k_hi:
-            verdict = f"the ranges of the repeats overlap ({ranges}): no difference this run can show"
-        else:
-            side = "below" if k_hi < c_lo else "above"
-            verdict = f"kit's whole range of repeats lies {side} CuPy's ({ranges})"
-        clauses.append(f"{name}: kit {_fig(lim.kit)} against CuPy's {_fig(lim.against)}, "
-                       f"{lim.kit / lim.against:.1%} of it; {verdict}")  # fmt: skip
-    return f"On the {run_label(report)}, through kit against raw CuPy: " + "; ".join(clauses) + "."

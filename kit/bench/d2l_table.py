@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kit import measure, tables
-from kit.reference import run_label
+from kit.reference_runs import run_label
 
 __all__ = ["ACCURACY_GOAL", "D2L_ROUNDING", "EPOCH_RATIO_GOAL", "d2l_result_table", "d2l_table"]
 
