@@ -39,6 +39,7 @@ __all__ = [
     "AnyDevice",
     "Device",
     "DeviceError",
+    "DeviceMismatchError",
     "LogicalDevice",
     "gpu_count",
     "host_device_count",
@@ -48,6 +49,17 @@ __all__ = [
 
 class DeviceError(ValueError):
     """A device spec that does not name a device of this machine, or a cross-device mix-up."""
+
+
+class DeviceMismatchError(DeviceError):
+    """Arrays on different devices met in one op; the message names both devices."""
+
+
+def mismatch_error(op: str, a: Any, b: Any) -> None:
+    raise DeviceMismatchError(
+        f"{op}: arrays on different devices {a._device.name} and {b._device.name}; kit never copies "
+        f"between devices silently: move one with .to({a._device.name!r}) first"
+    )
 
 
 class _DeviceBase:

@@ -23,17 +23,19 @@ Errors name the values: both shapes for a mismatch, both devices for a cross-dev
 
 from __future__ import annotations
 
-import operator
 from threading import get_ident as _get_ident
 from typing import Any
 
 import numpy as np
 
 from kit import backend
-from kit.context import current_workspace, scope_out_of_workspaces
-from kit.devices import AnyDevice, DeviceError, as_device, host_source, scalar, to_host, transfer
-from kit.memory import Lease, allocate, count
+from kit.device_objects import DeviceMismatchError, mismatch_error
+from kit.devices import AnyDevice, host_source, transfer
+from kit.memory import allocate, count
+from kit.ndarray_copies import Copies
+from kit.ndarray_host import HostReads
 from kit.ndarray_operators import binary_method, install_operators
+from kit.ndarray_views import Views
 from kit.shapes import (
     BOOL_DTYPE,
     BOOL_RESULT_UFUNCS,
@@ -42,24 +44,16 @@ from kit.shapes import (
     SCALARS,
     ShapeError,
     broadcast_shape,
-    check_take_bounds,
-    is_basic_index,
     matmul_shape,
     norm_axis,
     reduced_shape,
     reduction_plan,
     reduction_plans,
-    resolve_reshape,
     result_dtype,
 )
 from kit.state import STATE
-from kit.workspace import Workspace, leverage_target, parent_of_current_workspace
 
-__all__ = ["DeviceMismatchError", "NDArray", "ShapeError", "from_raw", "heap_result", "wrap"]
-
-
-class DeviceMismatchError(DeviceError):
-    """Arrays on different devices met in one op; the message names both devices."""
+__all__ = ["DeviceMismatchError", "NDArray", "ShapeError", "from_raw", "heap_result", "mismatch_error", "wrap"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -97,18 +91,17 @@ def _numpy_allocates(dev: AnyDevice) -> bool:
     return _thread.ws is None and not STATE.cache.on and dev.kind == "cpu"
 
 
-def mismatch_error(op: str, a: NDArray, b: NDArray) -> None:
-    raise DeviceMismatchError(
-        f"{op}: arrays on different devices {a._device.name} and {b._device.name}; kit never copies "
-        f"between devices silently: move one with .to({a._device.name!r}) first"
-    )
+class NDArray(HostReads, Views, Copies):
+    """An n-d array on one device, allocated by kit (heap, cache or workspace).
 
-
-class NDArray:
-    """An n-d array on one device, allocated by kit (heap, cache or workspace)."""
+    Here: its state, the staleness check, attributes, elementwise ops, matmul and reductions (the
+    operators: kit.ndarray_operators). Its rooms: reads to the host and Python (HostReads,
+    kit.ndarray_host), reshaping and indexing (Views, kit.ndarray_views), and copies on a device,
+    between devices and between workspaces (Copies, kit.ndarray_copies)."""
 
     __slots__ = ("__weakref__", "_data", "_device", "_gen", "_owner")
     __array_priority__ = 100  # numpy_array + NDArray goes to NDArray.__radd__
+    _wrap = staticmethod(wrap)  # the rooms build their results with `wrap` too: self._wrap(data, device, owner)
 
     # ---- validity ------------------------------------------------------------------
     def _check(self, op: str) -> Any:
@@ -377,244 +370,12 @@ class NDArray:
             self._device.xp.argmax(a, axis=ax, out=out, keepdims=keepdims)
         return wrap(out, self._device, owner)
 
-    # ---- shape ---------------------------------------------------------------------
+    # ---- views (reshape, indexing: kit.ndarray_views) ------------------------------
     def _view(self, data: Any) -> NDArray:
         """A view shares memory, so it shares the owner and generation of its base."""
         view = wrap(data, self._device, self._owner)
         view._gen = self._gen  # the base's generation, not the owner's now: a circular workspace's array
         return view  # of the last lap stays valid until overwritten, and so must its view stop then
-
-    def reshape(self, *shape: Any) -> NDArray:
-        a = self._check("reshape")
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = tuple(shape[0])
-        try:
-            target = resolve_reshape(a.shape, a.size, shape)
-        except ValueError as exc:
-            raise ShapeError(
-                f"reshape: cannot reshape an array of shape {a.shape} ({a.size} elements) into {shape}: {exc}"
-            ) from None
-        if a.flags.c_contiguous:
-            return self._view(a.reshape(target))
-        out, owner = allocate(a.shape, a.dtype, self._device)
-        self._device.xp.copyto(out, a)
-        return wrap(out.reshape(target), self._device, owner)
-
-    def ravel(self) -> NDArray:
-        return self.reshape(-1)
-
-    def transpose(self, *axes: int) -> NDArray:
-        a = self._check("transpose")
-        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
-            axes = tuple(axes[0])
-        if axes and sorted(int(x) % max(a.ndim, 1) for x in axes) != list(range(a.ndim)):
-            raise ShapeError(f"transpose: axes {axes} are not a permutation of the {a.ndim} axes of shape {a.shape}")
-        return self._view(a.transpose(axes) if axes else a.T)
-
-    def squeeze(self, axis: Any = None) -> NDArray:
-        a = self._check("squeeze")
-        axes = norm_axis(axis, a.ndim, "squeeze", a.shape)
-        if axes is not None and any(a.shape[i] != 1 for i in axes):
-            raise ShapeError(f"squeeze: axis {axis} of shape {a.shape} does not have length 1")
-        return self._view(a.squeeze(axes))
-
-    def expand_dims(self, axis: int) -> NDArray:
-        a = self._check("expand_dims")
-        return self._view(self._device.xp.expand_dims(a, axis))
-
-    def __getitem__(self, key: Any) -> NDArray:
-        a = self._check("getitem")
-        key = _unwrap_key(key, self)
-        if is_basic_index(key):
-            return self._view(a[key])
-        xp = self._device.xp
-        if isinstance(key, xp.ndarray) and key.dtype.kind in "iu":
-            check_take_bounds(key, a.shape, xp)
-            out, owner = allocate(tuple(key.shape) + a.shape[1:], a.dtype, self._device)
-            xp.take(a, key, axis=0, out=out)
-            return wrap(out, self._device, owner)
-        if isinstance(key, xp.ndarray) and key.dtype == bool:
-            if key.shape != a.shape[: key.ndim]:
-                raise ShapeError(f"getitem: boolean mask of shape {key.shape} does not match array shape {a.shape}")
-            n = int(xp.count_nonzero(key))
-            out, owner = allocate((n, *a.shape[key.ndim :]), a.dtype, self._device)
-            out[...] = a[key]  # the mask gather makes a temporary; the result lives where kit put it
-            return wrap(out, self._device, owner)
-        try:
-            tmp = a[key]
-        except IndexError as exc:
-            raise IndexError(f"getitem: {exc} (array shape {a.shape})") from None
-        out, owner = allocate(tmp.shape, tmp.dtype, self._device)
-        xp.copyto(out, tmp)
-        return wrap(out, self._device, owner)
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        a = self._check("setitem")
-        key = _unwrap_key(key, self)
-        if value.__class__ is NDArray:
-            if value._device is not self._device:
-                mismatch_error("setitem", self, value)
-            value = value._check("setitem")
-        elif self._device.kind == "gpu" and isinstance(value, np.ndarray):
-            raise DeviceMismatchError(f"setitem: a NumPy array cannot be written into an array on {self._device.name}")
-        try:
-            a[key] = value
-        except ValueError as exc:
-            raise ShapeError(f"setitem: {exc} (target shape {a.shape})") from None
-
-    def __iter__(self):
-        for i in range(len(self)):
-            yield self[i]
-
-    # ---- copies, conversions -------------------------------------------------------
-    def dup(self) -> NDArray:
-        """A copy in the current allocation context (workspace or heap)."""
-        a = self._check("dup")
-        out, owner = allocate(a.shape, a.dtype, self._device)
-        self._device.xp.copyto(out, a)
-        return wrap(out, self._device, owner)
-
-    copy = dup
-
-    def astype(self, dtype: Any) -> NDArray:
-        a = self._check("astype")
-        dt = backend.resolve_dtype(dtype)
-        out, owner = allocate(a.shape, dt, self._device)
-        self._device.xp.copyto(out, a, casting="unsafe")
-        return wrap(out, self._device, owner)
-
-    def to(self, device: Any) -> NDArray:
-        """A copy on another device (this array when already there): the one transfer path,
-        counted by kit.devices.transfer_stats(). The copy goes to the current allocation
-        context of this thread (its workspace when that workspace is on the target device)."""
-        a = self._check("to")
-        dev = as_device(device)
-        if dev is self._device:
-            return self
-        out, owner = allocate(a.shape, a.dtype, dev)
-        transfer(out, dev, a, self._device)
-        return wrap(out, dev, owner)
-
-    def assign(self, source: Any) -> NDArray:
-        """Copy `source` (a kit array on any device, or a host array) into this array in place."""
-        a = self._check("assign")
-        if source.__class__ is NDArray:
-            src, src_dev = source._check("assign"), source._device
-        else:  # host memory: a copy on the host is no transfer; onto a GPU it is one
-            src = np.asarray(source)
-            src_dev = host_source(self._device)
-        if tuple(src.shape) != a.shape:
-            raise ShapeError(f"assign: a source of shape {tuple(src.shape)} does not fit this array of shape {a.shape}")
-        if src.dtype != a.dtype:
-            src = src.astype(a.dtype)
-        transfer(a, self._device, src, src_dev)
-        return self
-
-    def numpy(self) -> np.ndarray:
-        """The data as a NumPy array. Heap memory on the CPU is shared (no copy); an array that
-        lives in a workspace is copied, because the arena will hold other data after its cycle;
-        GPU memory is copied to the host. (`.data` is the raw view, for kernels: unsafe to keep.)"""
-        a = self._check("numpy")
-        if self._device.kind != "cpu":
-            return to_host(a, self._device)  # on the array's stream, counted as a transfer
-        return a.copy() if self._owner.__class__ is Workspace else a
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        a = self.numpy()
-        if dtype is not None and a.dtype != dtype:
-            return a.astype(dtype)
-        return a.copy() if copy and a is self._data else a
-
-    # host reads of GPU data happen on the array's own stream (devices.scalar / to_host), so they
-    # wait for what is queued there: a logical device's stream does not wait for the default one
-    def item(self) -> Any:
-        return scalar(self._check("item"), self._device)
-
-    def tolist(self) -> Any:
-        a = self._check("tolist")
-        return (to_host(a, self._device) if self._device.kind == "gpu" else a).tolist()
-
-    def __float__(self) -> float:
-        return float(self._on_host("float"))
-
-    def __int__(self) -> int:
-        return int(self._on_host("int"))
-
-    def __bool__(self) -> bool:
-        return bool(self._on_host("bool"))
-
-    def __index__(self) -> int:
-        return operator.index(self.item())
-
-    def _on_host(self, what: str) -> Any:
-        """The raw data for a Python conversion; one GPU element is read on the array's stream
-        (more than one is left to CuPy, which refuses them as NumPy does)."""
-        a = self._check(what)
-        if self._device.kind == "gpu" and a.size == 1:
-            return scalar(a, self._device)
-        return a
-
-    def __repr__(self) -> str:
-        d = self._data
-        head = f"NDArray(shape={d.shape}, dtype={d.dtype}, device={self._device}, {_describe_owner(self)}"
-        if not self.is_valid:
-            return head + ", STALE: its workspace moved on)"
-        body = np.array2string(self.numpy(), separator=", ", threshold=20, edgeitems=2, prefix="  ")
-        return f"{head})\n  {body}"
-
-    # ---- workspace methods (ND4J INDArray: isAttached, detach, leverage...) --------
-    @property
-    def is_attached(self) -> bool:
-        """True when the memory lives in a workspace (ND4J isAttached)."""
-        return self._owner.__class__ is Workspace
-
-    @property
-    def workspace(self) -> Workspace | None:
-        return self._owner if self._owner.__class__ is Workspace else None
-
-    def detach(self) -> NDArray:
-        """A copy on the heap that outlives every workspace; `self` when not attached."""
-        if not self.is_attached:
-            return self
-        a = self._check("detach")
-        with scope_out_of_workspaces():
-            out, owner = allocate(a.shape, a.dtype, self._device)
-        self._device.xp.copyto(out, a)
-        return wrap(out, self._device, owner)
-
-    def leverage_to(self, name: str, enforce_existence: bool = False) -> NDArray:
-        """Copy into the open workspace `name` of this thread (ND4J leverageTo). A detached
-        array, or one already there, is returned unchanged, as in ND4J."""
-        a = self._check("leverage_to")
-        target = leverage_target(name, enforce_existence, self._device)
-        if target is None or self._owner is target or not self.is_attached:
-            return self
-        out, owner = target.alloc(a.shape, a.dtype)
-        self._device.xp.copyto(out, a)
-        return wrap(out, self._device, owner)
-
-    def leverage(self) -> NDArray:
-        """Copy into the parent of the current workspace; detach() when there is none."""
-        parent = parent_of_current_workspace()
-        return self.detach() if parent is None else self.leverage_to(parent.name)
-
-    def migrate(self, detach_on_no_ws: bool = False) -> NDArray:
-        """Copy into the current workspace (ND4J migrate); a heap array is copied there too."""
-        current = current_workspace()
-        if current is None:
-            return self.detach() if detach_on_no_ws else self
-        if self._owner is current:
-            return self
-        a = self._check("migrate")
-        if current.physical is not self._device.physical:
-            raise DeviceMismatchError(
-                f"migrate(): the current workspace {current.name!r} is on {current.device.name} and this array is on "
-                f"{self._device.name}; a workspace holds arrays of its own device: .to({current.device.name!r}) "
-                "copies the array there (made inside the workspace, the copy is in it)"
-            )
-        out, owner = current.alloc(a.shape, a.dtype)
-        self._device.xp.copyto(out, a)
-        return wrap(out, self._device, owner)
 
 
 def from_raw(obj: Any, device: AnyDevice) -> NDArray:
@@ -634,24 +395,3 @@ def from_raw(obj: Any, device: AnyDevice) -> NDArray:
 install_operators(NDArray, heap_result)
 _MAXIMUM = binary_method(NDArray, heap_result, np.maximum, "maximum", False)
 _MINIMUM = binary_method(NDArray, heap_result, np.minimum, "minimum", False)
-
-
-def _describe_owner(arr: NDArray) -> str:
-    o = arr._owner
-    if o is None:
-        return "heap"
-    if o.__class__ is Lease:
-        return "heap (cached block)"
-    return f"workspace {o.name!r} cycle {o.cycle_of(arr._gen)}"
-
-
-def _unwrap_key(key: Any, arr: NDArray) -> Any:
-    if key.__class__ is NDArray:
-        if key._device is not arr._device:
-            mismatch_error("index", arr, key)
-        return key._check("index")
-    if isinstance(key, tuple):
-        return tuple(_unwrap_key(k, arr) for k in key)
-    if isinstance(key, list):
-        return arr._device.xp.asarray(key)
-    return key
