@@ -12,11 +12,13 @@ Network on ...: input (64,) -> output (10,)
 """
 
 from kit.nn.activations import ReLU, Sigmoid, Softmax, Tanh
-from kit.nn.conv import AvgPool2D, BatchNorm, Conv2D, GlobalAvgPool, MaxPool2D, Residual
+from kit.nn.batchnorm import BatchNorm
+from kit.nn.conv import AvgPool2D, Conv2D, GlobalAvgPool, MaxPool2D
 from kit.nn.layers import Dense, Dropout, Flatten, Layer, ParamSpec, Sequential
 from kit.nn.losses import MSE, Loss, SoftmaxCrossEntropy
 from kit.nn.mixed import LossScaleError, LossScaler
 from kit.nn.network import ModelFileError, Network
+from kit.nn.residual import Residual
 from kit.nn.updaters import Adam, Nesterovs, Sgd, Updater
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
 from kit.nn.zoo import lenet, mlp, resnet18

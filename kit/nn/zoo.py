@@ -17,9 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from kit.nn.activations import ReLU, Sigmoid, Tanh
-from kit.nn.conv import BatchNorm, Conv2D, GlobalAvgPool, MaxPool2D, Residual
+from kit.nn.batchnorm import BatchNorm
+from kit.nn.conv import Conv2D, GlobalAvgPool, MaxPool2D
 from kit.nn.layers import Dense, Dropout, Flatten, Layer
 from kit.nn.network import Network
+from kit.nn.residual import Residual
 
 __all__ = ["lenet", "mlp", "resnet18"]
 

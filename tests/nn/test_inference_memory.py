@@ -14,9 +14,8 @@ import pytest
 import kit
 from kit.data import ArrayIterator, DataSet
 from kit.ndarray import NDArray
-from kit.nn import Network
+from kit.nn import BatchNorm, Conv2D, Network, Residual
 from kit.nn.activations import ReLU, Sigmoid, Softmax, Tanh
-from kit.nn.conv import BatchNorm, Conv2D, Residual
 from kit.nn.layers import Dense, Dropout, Flatten, Layer, Sequential
 from kit.nn.pooling import AvgPool2D, GlobalAvgPool, MaxPool2D
 from kit.nn.workspace_mgr import WorkspaceMode
