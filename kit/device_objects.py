@@ -57,8 +57,8 @@ class DeviceMismatchError(DeviceError):
 
 def mismatch_error(op: str, a: Any, b: Any) -> None:
     raise DeviceMismatchError(
-        f"{op}: arrays on different devices {a._device.name} and {b._device.name}; kit never copies "
-        f"between devices silently: move one with .to({a._device.name!r}) first"
+        f"{op}: arrays on different devices {a.device.name} and {b.device.name}; kit never copies "
+        f"between devices silently: move one with .to({a.device.name!r}) first"
     )
 
 

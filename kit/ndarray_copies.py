@@ -70,7 +70,7 @@ class Copies:
         """Copy `source` (a kit array on any device, or a host array) into this array in place."""
         a = self._check("assign")
         if source.__class__ is self.__class__:
-            src, src_dev = source._check("assign"), source._device
+            src, src_dev = source._check("assign"), source.device
         else:  # host memory: a copy on the host is no transfer; onto a GPU it is one
             src = np.asarray(source)
             src_dev = host_source(self._device)

@@ -75,17 +75,17 @@ class HostReads:
 
     def __repr__(self) -> str:
         d = self._data
-        head = f"NDArray(shape={d.shape}, dtype={d.dtype}, device={self._device}, {_describe_owner(self)}"
+        head = f"NDArray(shape={d.shape}, dtype={d.dtype}, device={self._device}, {self._owner_words()}"
         if not self.is_valid:
             return head + ", STALE: its workspace moved on)"
         body = np.array2string(self.numpy(), separator=", ", threshold=20, edgeitems=2, prefix="  ")
         return f"{head})\n  {body}"
 
-
-def _describe_owner(arr: Any) -> str:
-    o = arr._owner
-    if o is None:
-        return "heap"
-    if o.__class__ is Lease:
-        return "heap (cached block)"
-    return f"workspace {o.name!r} cycle {o.cycle_of(arr._gen)}"
+    def _owner_words(self) -> str:
+        """Where the memory lives, as the repr says it: heap, a cached block, or a workspace's cycle."""
+        o = self._owner
+        if o is None:
+            return "heap"
+        if o.__class__ is Lease:
+            return "heap (cached block)"
+        return f"workspace {o.name!r} cycle {o.cycle_of(self._gen)}"

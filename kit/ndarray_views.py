@@ -96,7 +96,7 @@ class Views:
         a = self._check("setitem")
         key = _unwrap_key(key, self)
         if value.__class__ is self.__class__:
-            if value._device is not self._device:
+            if value.device is not self._device:
                 mismatch_error("setitem", self, value)
             value = value._check("setitem")
         elif self._device.kind == "gpu" and isinstance(value, np.ndarray):
@@ -113,11 +113,11 @@ class Views:
 
 def _unwrap_key(key: Any, arr: Any) -> Any:
     if key.__class__ is arr.__class__:
-        if key._device is not arr._device:
+        if key.device is not arr.device:
             mismatch_error("index", arr, key)
         return key._check("index")
     if isinstance(key, tuple):
         return tuple(_unwrap_key(k, arr) for k in key)
     if isinstance(key, list):
-        return arr._device.xp.asarray(key)
+        return arr.device.xp.asarray(key)
     return key

@@ -89,7 +89,7 @@ class State:
         self.reported: dict[str, Any] = {}
         self.reported_flagged: set[str] = set()
         # a Spark executor's networks, built from their JSON config and reused by later tasks
-        # (kit.spark._executor): each executor is a Python process of its own, with its own STATE.
+        # (kit.spark.executor): each executor is a Python process of its own, with its own STATE.
         # A reset drops them: their workspaces may be closed and their settings gone
         self.executor_nets: dict[str, Any] = {}
 

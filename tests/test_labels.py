@@ -24,7 +24,7 @@ from kit.spark import (
     spark_missing,
     to_rdd,
 )
-from kit.spark import _executor as ex
+from kit.spark import executor as ex
 
 C = 3
 Y = np.array([2, 0, 1, 1, 0, 2])  # the classes every good form below means

@@ -20,7 +20,7 @@ import numpy as np
 
 from kit.nn.loop import StepResult
 from kit.nn.mixed import LossScaler
-from kit.spark import _executor as ex
+from kit.spark import executor as ex
 from kit.spark.master_options import RDDTrainingApproach, Repartition, check_bool
 from kit.spark.prepared import Prepared
 from kit.spark.training_master import TrainingMaster, round_diverged, timing_sizes

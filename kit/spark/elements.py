@@ -2,7 +2,7 @@
 checked, stacked into mini-batches, counted, and stored one record per round (DIRECT: in Spark's
 cache; EXPORT: as .npz bytes or files). Every failure becomes a `PartitionError` naming the
 partition, or, for a bad element, its place in the RDD the user gave. The tasks that train and
-evaluate on them are in kit.spark._executor, which re-exports these.
+evaluate on them are in kit.spark.executor, which re-exports these.
 
 A task is a plain function of (partition index, iterator of elements), so it also runs without Spark:
 

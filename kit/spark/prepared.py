@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.spark import _executor as ex
+from kit.spark import executor as ex
 
 __all__ = ["Prepared"]
 

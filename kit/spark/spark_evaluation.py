@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from kit.evaluation import ROC, Evaluation
-from kit.spark import _executor as ex
+from kit.spark import executor as ex
 from kit.spark.aggregation import tree_aggregate
 from kit.spark.rdd_data import as_rdd
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from kit.nn.loop import NonFiniteScoreError, StepResult
 from kit.nn.workspace_mgr import WorkspaceMode
-from kit.spark import _executor as ex
+from kit.spark import executor as ex
 from kit.spark import scheduling
 from kit.spark.aggregation import array_bytes, check_depth, merge_round, round_partial, tree_aggregate
 from kit.spark.checkpoint import CheckpointStore, check_directory, check_every, data_fingerprint

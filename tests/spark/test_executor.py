@@ -1,4 +1,4 @@
-"""kit.spark._executor without Spark: its tasks are plain functions of (partition, iterator), so they
+"""kit.spark.executor without Spark: its tasks are plain functions of (partition, iterator), so they
 run here in-process on lists, with a stand-in for a broadcast. A round trains exactly as
 Network.fit_batch does on the same batches (DIRECT, EXPORT to Spark's storage, EXPORT to files);
 state packs and unpacks (a mixed network's master weights included); SHARED's messages are what
@@ -15,7 +15,7 @@ from kit.devices import gpu_count
 from kit.evaluation import Evaluation
 from kit.nn import Adam, Network, Sgd, mlp
 from kit.parallel.threshold import threshold_decode
-from kit.spark import _executor as ex
+from kit.spark import executor as ex
 
 C, F = 3, 6
 RNG = np.random.default_rng(5)

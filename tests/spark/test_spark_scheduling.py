@@ -114,7 +114,7 @@ def test_an_executor_given_no_gpu_says_so():
     from pyspark.resource import ResourceInformation
 
     from kit.devices import gpu_count
-    from kit.spark._executor import task_device
+    from kit.spark.executor import task_device
 
     with pytest.raises(RuntimeError, match=r"Spark gave this task no GPU address: the executors declare no 'gpu'"):
         task_device({})

@@ -9,7 +9,7 @@ A task is a plain function of (partition index, iterator of elements), so it als
 Spark. An executor builds each configuration's network once and reuses it for later tasks:
 
     >>> from kit.nn import mlp
-    >>> from kit.spark._executor import network_for
+    >>> from kit.spark.executor import network_for
     >>> config_json = mlp(4, hidden=(3,), n_out=2).configuration.to_json()   # what crosses the wire
     >>> network_for(config_json, None) is network_for(config_json, None)
     True
