@@ -10,7 +10,7 @@ import weakref
 import pytest
 
 import kit
-from kit import memory, timeline
+from kit import memory, timeline_views
 from kit.data import ArrayIterator, DataSet, load_digits
 from kit.nn import ArrayType, Nesterovs, Sgd, WorkspaceMode, mlp
 from kit.parallel import ParallelWrapper
@@ -277,7 +277,7 @@ def test_save_trace_is_atomic(trained, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(timeline.json, "dump", broken)
+    monkeypatch.setattr(timeline_views.json, "dump", broken)  # save_trace writes in kit.timeline_views
     with pytest.raises(OSError, match="disk full"):
         tl.save_trace(path)
     assert path.read_text() == '{"traceEvents": []}' and os.listdir(tmp_path) == ["fit.json"]
