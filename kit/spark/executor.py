@@ -1,4 +1,5 @@
-"""What runs on Spark executors: rebuild a network from its JSON config, train a round, evaluate.
+"""What runs on Spark executors: rebuild a network from its JSON config, train a round (evaluation:
+kit.spark.executor_eval).
 
 How the driver uses it (kit.spark.masters, with a live Spark context, so not run as a doctest):
 
@@ -42,7 +43,6 @@ import numpy as np
 
 from kit import memory
 from kit.data.dataset import DataSet
-from kit.evaluation import ROC, Evaluation
 from kit.nn.config import NetworkConfig
 from kit.nn.network import Network
 from kit.parallel.threshold import (
@@ -76,7 +76,6 @@ __all__ = [
     "batches_of",
     "check_element",
     "count_task",
-    "eval_task",
     "export_records",
     "export_task",
     "round_records",
@@ -374,57 +373,3 @@ def _worker_state(net: Network, own: dict[str, Any] | None) -> dict[str, Any]:
     if net.loss_scaler is not None and own.get("scaler") is not None:  # each worker keeps its own scale
         net.loss_scaler.load_state(own["scaler"])
     return {**own, "residual": own["residual"].copy()}
-
-
-# ---- evaluation ------------------------------------------------------------------------
-
-
-def eval_task(config_json: str, params_bc: Any, kinds: tuple[str, ...], batch_size: int, num_classes: int) -> Any:
-    """Per partition: the raw sums of each evaluation ("evaluation": confusion matrix; "roc": the
-    labels and scores; "score": (loss sum, count)), merged up the tree of kit.spark.aggregation."""
-
-    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
-        try:
-            yield _evaluate(config_json, params_bc, kinds, batch_size, num_classes, partition, it)
-        except BaseException as exc:
-            raise partition_error(partition, "evaluation", exc) from exc
-
-    return run
-
-
-def _evaluate(
-    config_json: str,
-    params_bc: Any,
-    kinds: tuple[str, ...],
-    batch_size: int,
-    num_classes: int,
-    partition: int,
-    it: Iterator[Any],
-) -> tuple[Any, ...]:
-    net = network_for(config_json, None)
-    net.set_params(params_bc.value)
-    evs: list[Any] = [Evaluation(num_classes) if k == "evaluation" else ROC() if k == "roc" else None for k in kinds]
-    loss, count = 0.0, 0
-    pairs = [check_element(e, f"partition {partition}") for e in it]
-    if pairs:
-        x = np.concatenate([p[0] for p in pairs])
-        y = np.concatenate([p[1] for p in pairs])
-        for start in range(0, x.shape[0], batch_size):
-            ds = DataSet(x[start : start + batch_size], y[start : start + batch_size], num_classes=num_classes)
-            if "score" in kinds:
-                loss += net.score(ds) * ds.num_examples
-                count += ds.num_examples
-            if any(ev is not None for ev in evs):
-                probs = net.output(ds.features)
-                for ev in evs:
-                    if ev is not None:
-                        ev.eval(ds.labels, probs)
-    out: list[Any] = []
-    for kind, ev in zip(kinds, evs):
-        if kind == "evaluation":
-            out.append(ev.confusion)
-        elif kind == "roc":
-            out.append(ev.partial())
-        else:
-            out.append((loss, count))
-    return tuple(out)

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from kit.evaluation import ROC, Evaluation
-from kit.spark import executor as ex
 from kit.spark.aggregation import tree_aggregate
+from kit.spark.executor_eval import eval_task
 from kit.spark.rdd_data import as_rdd
 
 __all__ = ["DEFAULT_EVAL_BATCH_SIZE", "Evaluating", "merge_evaluations"]
@@ -68,7 +68,7 @@ class Evaluating:
         bc = self.sc.broadcast(net.params().numpy())
         try:
             with self.watched("evaluation"):
-                fn = ex.eval_task(self.config_json, bc, kinds, batch_size, net.output_shape[0])
+                fn = eval_task(self.config_json, bc, kinds, batch_size, net.output_shape[0])
                 depth = self.training_master.aggregation_depth
                 result, _ = tree_aggregate(rdd.mapPartitionsWithIndex(fn), None, _combine, _combine, depth)
         finally:

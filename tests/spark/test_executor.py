@@ -16,6 +16,7 @@ from kit.evaluation import Evaluation
 from kit.nn import Adam, Network, Sgd, mlp
 from kit.parallel.threshold import threshold_decode
 from kit.spark import executor as ex
+from kit.spark.executor_eval import eval_task
 
 C, F = 3, 6
 RNG = np.random.default_rng(5)
@@ -267,9 +268,7 @@ def test_a_task_given_a_gpu_address_beyond_what_cupy_sees_says_how_to_fix_it():
 
 def test_evaluation_sums_are_those_of_evaluation_and_score_on_the_whole_data():
     net = trained()
-    task = ex.eval_task(
-        net.configuration.to_json(), Broadcast(net.params().numpy()), ("evaluation", "score", "roc"), 7, C
-    )
+    task = eval_task(net.configuration.to_json(), Broadcast(net.params().numpy()), ("evaluation", "score", "roc"), 7, C)
     elements = [(X[i : i + 3], Y[i : i + 3]) for i in range(0, 24, 3)]
     ((confusion, (loss, count), (labels, scores)),) = task(0, iter(elements))
     ds = DataSet(X, Y, num_classes=C)
