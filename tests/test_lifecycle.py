@@ -1,4 +1,4 @@
-"""kit._lifecycle.ShutsDownOnExit: the objects that own threads shut them down on `with` exit and when dropped."""
+"""kit.lifecycle.ShutsDownOnExit: the objects that own threads shut them down on `with` exit and when dropped."""
 
 import gc
 import sys
@@ -7,8 +7,8 @@ import threading
 import pytest
 from _datasets import random_dataset
 
-from kit._lifecycle import ShutsDownOnExit
 from kit.data import ArrayIterator, AsyncPrefetchIterator
+from kit.lifecycle import ShutsDownOnExit
 from kit.nn import mlp
 from kit.parallel import ParallelWrapper
 

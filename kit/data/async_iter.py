@@ -36,9 +36,9 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from kit._lifecycle import ShutsDownOnExit
 from kit.data.dataset import DataSet, DataSetIterator, dataset_of
 from kit.devices import as_device, attach_thread_to_device
+from kit.lifecycle import ShutsDownOnExit
 from kit.state import STATE
 from kit.workspace import (
     AllocationPolicy,

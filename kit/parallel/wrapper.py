@@ -59,7 +59,6 @@ from typing import Any
 
 import numpy as np
 
-from kit._lifecycle import ShutsDownOnExit
 from kit.context import scope_out_of_workspaces
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
@@ -70,6 +69,7 @@ from kit.devices import (
     default_devices,
     gpu_count,
 )
+from kit.lifecycle import ShutsDownOnExit
 from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
 from kit.nn.losses import loss_from_config
 from kit.nn.mixed import LossScaler

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from kit._lifecycle import ShutsDownOnExit
 from kit.creation import asarray
 from kit.devices import AnyDevice, BlasThreadShare, as_device, current_device
+from kit.lifecycle import ShutsDownOnExit
 from kit.ndarray import NDArray
 from kit.nn.network import Network
 from kit.parallel.inference.delivery import Request, deliver, within
