@@ -52,8 +52,8 @@ def inference_rows(quick: bool) -> tuple[list[dict[str, Any]], dict[str, str]]:
             f"MLP 784-256-10 inference b{batch}: Network.output": lambda x=x: net.output(x),
             f"MLP 784-256-10 inference b{batch}: planned": lambda x=x, plan=plan: plan.output(x),
         }
-        with threadpool_limits(limits=1, user_api="blas"):
-            timings = measure.compare(fns, repeats=3 if quick else 9, min_time=0.01 if quick else 0.2)
+        with threadpool_limits(limits=1, user_api="blas"):  # 21 repeats: a goal of a few per cent
+            timings = measure.compare(fns, repeats=3 if quick else 21, min_time=0.01 if quick else 0.2)
         base = next(iter(timings.values())).seconds
         for name, t in timings.items():
             paired = [v / b for v, b in zip(t.seconds, base)]
