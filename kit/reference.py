@@ -176,19 +176,7 @@ def beside(
     unknown = sorted(set(picks) - set(measured))
     if unknown:
         raise ValueError(f"beside: picks {unknown} name no measured quantity; measured are {sorted(measured)}")
-    behind: dict[str, list[Timing]] = {}
-    for name, timings in (flagged or {}).items():
-        if name not in measured:
-            raise ValueError(f"beside: flagged names {name!r}, no measured quantity; measured are {sorted(measured)}")
-        if isinstance(timings, bool):
-            timings = [Timing(name, [1.0], 1, extra_warnings=["flagged by its benchmark"])] if timings else []
-        behind[name] = [timings] if isinstance(timings, Timing) else list(timings)
-    measured = dict(measured)
-    for name, value in measured.items():
-        if isinstance(value, Timing):
-            behind.setdefault(name, []).append(value)
-            measured[name] = value.median
-    marked = {name for name, timings in behind.items() if any(not t.reliable for t in timings)}
+    measured, marked = _figures_and_flags(measured, flagged or {})
     runs = reference_runs(directory)
     here = device or f"{kit.current_device().name}, {kit.backend.name()}"
     labels = run_labels(runs)
@@ -200,22 +188,7 @@ def beside(
     quick_columns: list[str] = []  # runs whose chapter figures shown here came from quick-mode chapters
     ref_flags: dict[tuple[str, int], str] = {}
     for name, value in measured.items():
-        row = [name, value]
-        pick = picks.get(name)
-        for k, (run, label) in enumerate(zip(runs, labels)):
-            if pick is None:  # the same quantity, as the GPU check's run of the chapters reported it
-                figure, mode = chapter_figure(run, name), chapter_mode(run, name)
-                row.append(figure)
-                if figure is not None and mode.startswith("quick") and label not in quick_columns:
-                    quick_columns.append(label)
-            elif callable(pick):
-                row.append(pick(run))
-            else:
-                row.append(lookup(run, pick))
-            why = reference_flag(run, name if pick is None else pick)
-            if why and row[-1] is not None:
-                ref_flags[(name, k)] = why
-        rows.append(row)
+        rows.append([name, value, *_reference_figures(name, picks.get(name), runs, labels, quick_columns, ref_flags)])
     notes = [] if runs else [NO_RUN_YET]
     notes += [FLAGGED_NOTE] if marked else []
     notes += [
@@ -230,6 +203,54 @@ def beside(
         for label in quick_columns
     ]
     return Beside(columns, rows, "\n".join(notes), runs, marked, ref_flags)
+
+
+def _figures_and_flags(
+    measured: Mapping[str, Any], flagged: Mapping[str, bool | Timing | Sequence[Timing]]
+) -> tuple[dict[str, Any], set[str]]:
+    """This machine's figures (a Timing's median for a Timing) and the quantities whose timings
+    kit.measure flagged (from `flagged`, and the Timings among the figures)."""
+    behind: dict[str, list[Timing]] = {}
+    for name, timings in flagged.items():
+        if name not in measured:
+            raise ValueError(f"beside: flagged names {name!r}, no measured quantity; measured are {sorted(measured)}")
+        if isinstance(timings, bool):
+            timings = [Timing(name, [1.0], 1, extra_warnings=["flagged by its benchmark"])] if timings else []
+        behind[name] = [timings] if isinstance(timings, Timing) else list(timings)
+    figures = dict(measured)
+    for name, value in figures.items():
+        if isinstance(value, Timing):
+            behind.setdefault(name, []).append(value)
+            figures[name] = value.median
+    return figures, {name for name, timings in behind.items() if any(not t.reliable for t in timings)}
+
+
+def _reference_figures(
+    name: str,
+    pick: Pick | None,
+    runs: Sequence[dict[str, Any]],
+    labels: list[str],
+    quick_columns: list[str],
+    ref_flags: dict[tuple[str, int], str],
+) -> list[Any]:
+    """Each reference run's figure for the quantity `name` (by its pick, or as the GPU check's run
+    of the chapters reported it); notes the runs whose figure came from a quick-mode chapter in
+    `quick_columns`, and the figures a run's own report flags in `ref_flags`."""
+    row: list[Any] = []
+    for k, (run, label) in enumerate(zip(runs, labels)):
+        if pick is None:  # the same quantity, as the GPU check's run of the chapters reported it
+            figure, mode = chapter_figure(run, name), chapter_mode(run, name)
+            row.append(figure)
+            if figure is not None and mode.startswith("quick") and label not in quick_columns:
+                quick_columns.append(label)
+        elif callable(pick):
+            row.append(pick(run))
+        else:
+            row.append(lookup(run, pick))
+        why = reference_flag(run, name if pick is None else pick)
+        if why and row[-1] is not None:
+            ref_flags[(name, k)] = why
+    return row
 
 
 _TIMED = re.compile(r"(^|_)(ms|us|s|seconds|ratio|added|speedup|overhead|spread)(_|$)")

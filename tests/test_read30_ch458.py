@@ -46,7 +46,7 @@ def test_the_bench_numpy_baselines_are_fed_kit_s_dtype():
 
     from kit.bench import train, train_conv, train_inference
 
-    baselines = (train._mlp_variants, train_inference.inference_rows, train.bench_train, train._torch_step)
+    baselines = (train._mlp_variants, train_inference.inference_rows, train._torch_mlp_row, train._torch_step)
     for fn in (*baselines, train_conv._torch_conv_steps):
         assert "same_dtype(" in inspect.getsource(fn), fn.__name__
     data = train._mlp_data(8, 784, 10)

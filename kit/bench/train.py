@@ -141,25 +141,7 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
         rows += size_rows
         mlp_goal[f"goal_mlp_b{size}"] = verdict
     if torch_step is not None:
-        # in blocks, not interleaved: PyTorch's OpenMP threads keep spinning for a while after
-        # each call and would slow whatever ran next (and be slowed by OpenBLAS's in turn)
-        data = _mlp_data(batch, n_in, n_out)
-        weights = [
-            p.numpy().copy() for layer in mlp(n_in, hidden=hidden, n_out=n_out).layers for p in layer.params.values()
-        ]
-        xs, ys = data.features.numpy(), data.labels.numpy()
-        same_dtype("NumPy MLP step (beside PyTorch)", np.float32, xs, ys, *weights)
-        t_torch = [time_calls(torch_step, number) for _ in range(repeats)]
-        t_numpy = [time_calls(lambda: numpy_mlp_step(xs, ys, weights, lr), number) for _ in range(repeats)]
-        rows.append(
-            {
-                "case": f"PyTorch MLP b{batch} (CPU; timed in its own block)",
-                "ms_per_step": statistics.median(t_torch) * 1e3,
-                "min_max_ms": min_max_ms(t_torch),
-                "ratio": statistics.median(t_torch) / statistics.median(t_numpy),
-                "ratio_to": "NumPy",
-            }
-        )
+        rows.append(_torch_mlp_row(torch_step, batch, (n_in, *hidden, n_out), lr, number, repeats))
 
     # ---- MLP inference: Network.output, a planned forward, hand-written NumPy --------------------
     infer_rows, inference_goal = inference_rows(quick)
@@ -195,6 +177,29 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
             **inference_goal,
             **conv_summary,
         },
+    }
+
+
+def _torch_mlp_row(
+    torch_step: Callable[[], Any], batch: int, sizes: tuple[int, ...], lr: float, number: int, repeats: int
+) -> dict[str, Any]:
+    """PyTorch's MLP step beside the hand-written NumPy one, each timed in its own block, not
+    interleaved: PyTorch's OpenMP threads keep spinning for a while after each call and would slow
+    whatever ran next (and be slowed by OpenBLAS's in turn)."""
+    n_in, *hidden, n_out = sizes
+    data = _mlp_data(batch, n_in, n_out)
+    net = mlp(n_in, hidden=tuple(hidden), n_out=n_out)
+    weights = [p.numpy().copy() for layer in net.layers for p in layer.params.values()]
+    xs, ys = data.features.numpy(), data.labels.numpy()
+    same_dtype("NumPy MLP step (beside PyTorch)", np.float32, xs, ys, *weights)
+    t_torch = [time_calls(torch_step, number) for _ in range(repeats)]
+    t_numpy = [time_calls(lambda: numpy_mlp_step(xs, ys, weights, lr), number) for _ in range(repeats)]
+    return {
+        "case": f"PyTorch MLP b{batch} (CPU; timed in its own block)",
+        "ms_per_step": statistics.median(t_torch) * 1e3,
+        "min_max_ms": min_max_ms(t_torch),
+        "ratio": statistics.median(t_torch) / statistics.median(t_numpy),
+        "ratio_to": "NumPy",
     }
 
 
