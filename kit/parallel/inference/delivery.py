@@ -24,7 +24,9 @@ from kit.creation import asarray
 from kit.devices import AnyDevice, current_device, host_source, transfer
 from kit.ndarray import NDArray
 
-__all__ = ["Request", "answer_batch", "deliver", "gather", "within"]
+__all__ = ["SHUT_DOWN", "Request", "answer_batch", "deliver", "gather", "within"]
+
+SHUT_DOWN = "ParallelInference was shut down"  # the error of every request a shutdown refuses
 
 
 class Request:

@@ -7,7 +7,7 @@ oldest request and, BATCHED, every waiting one of its shape (`_take`), runs them
 its own replica (`_serve`), counts the batch and only then releases the batch's callers (a
 caller holding its answer finds it counted). A batch that fails is split so that only the
 request that caused it fails (`_retry_apart`). INPLACE has no workers: callers borrow a replica
-(`borrow`, `run_borrowed`, `give_back`).
+(`borrow`, `run_borrowed`, `give_back`: kit.parallel.inference.lending).
 
 The worker threads reference only the engine, never the ParallelInference that owns it, so the
 owner can be garbage collected (and then shuts the engine down).
@@ -26,12 +26,12 @@ import numpy as np
 from kit.checks import check_finite
 from kit.devices import AnyDevice, attach_thread_to_device, detach_thread
 from kit.nn.network import Network
-from kit.parallel.inference.delivery import Request, answer_batch, gather
+from kit.parallel.inference.delivery import SHUT_DOWN, Request, answer_batch, gather
+from kit.parallel.inference.lending import Lending
 from kit.workspace import destroy_all_workspaces_for_current_thread
 
 __all__ = ["BATCH_SIZES_KEPT", "SHUT_DOWN", "Counts", "Engine"]
 
-SHUT_DOWN = "ParallelInference was shut down"
 BATCH_SIZES_KEPT = 100_000  # `batch_sizes` remembers this many of the latest batches
 
 
@@ -73,7 +73,7 @@ class Counts:
         self.batch_sizes.append(requests)
 
 
-class Engine:
+class Engine(Lending):
     """The queue and the replicas of one ParallelInference: `replicas[i]` on `devices[i]`,
     served by worker thread i (`start`), or, INPLACE (no `start`), lent to the callers. At most
     `queue_limit` requests wait; a worker merges up to `batch_limit` of them (1: every request
@@ -191,58 +191,6 @@ class Engine:
                 return False
             self._make_room_locked(1)
             return True
-
-    # ---- INPLACE: callers borrow a replica -----------------------------------------------
-    def borrow(
-        self, features: np.ndarray, deadline: float | None, timeout: Any, gone: threading.Event | None = None
-    ) -> int | None:
-        """INPLACE: lend the calling thread a replica (the index), waiting for one until
-        `deadline`: TimeoutError after it, the shut-down error if shutdown() comes first, None if
-        `gone` is set first (its asyncio caller stopped waiting). Counted as running until
-        `give_back`."""
-        with self.lock:
-            self._admit_locked(features)
-            self.running += 1
-            try:
-                while not self.free:
-                    if gone is not None and gone.is_set():
-                        break
-                    self.has_replica.wait_until(deadline, f"no result within {timeout} s (every replica in use)")
-                    if self.closed:
-                        raise RuntimeError(f"{SHUT_DOWN} before this request ran")
-                if gone is not None and gone.is_set():
-                    self.running -= 1
-                    return None
-                return self.free.popleft()
-            except BaseException:
-                self.running -= 1
-                raise
-
-    def run_borrowed(self, index: int, features: np.ndarray, source: AnyDevice | None) -> tuple[np.ndarray, AnyDevice]:
-        """INPLACE: the forward pass on replica `index`, lent to this thread by `borrow`, which
-        it gives back (counted as served before the caller has its answer). Returns the output
-        and the device that computed it; the copy from the caller's device is counted as every
-        other."""
-        served, on = False, self.devices[index]
-        try:
-            out = self.forward(index, gather([(features, source)], on))
-            served = True
-        finally:
-            self.give_back(index, served)
-        return out, on
-
-    def give_back(self, index: int, served: bool) -> None:
-        with self.lock:
-            self.free.append(index)
-            self.running -= 1
-            if served:
-                self.counts.add_batch(1)
-            self.has_replica.notify()
-
-    def wake_borrowers(self) -> None:
-        """A borrower's caller gave up (`gone`): let the waiting ones look again."""
-        with self.lock:
-            self.has_replica.notify_all()
 
     # ---- worker side -----------------------------------------------------------------
     def _work(self, index: int) -> None:
