@@ -110,7 +110,7 @@ __all__ = [
     "track_allocation_sites",
 ]
 
-ALIGNMENT = 64  # bytes: a cache line, and enough for AVX-512 loads (ND4J aligns to 16)
+ALIGNMENT = memory.ALIGNMENT  # 64 bytes: where the arena and every carve from it start
 DEFAULT_ID = "DefaultWorkspace"
 
 

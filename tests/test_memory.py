@@ -205,3 +205,48 @@ def test_the_heap_path_of_a_workspace_manager_with_the_cache_on_trains():
     kit.set_debug_mode("DISABLED")
     assert np.isclose(scores["NONE"], scores["SEPARATE"]) and np.isclose(net.score(data), scores["NONE"])
     assert memory.cache_stats()["hits"] > 0
+
+
+def _address(raw):
+    return raw.__array_interface__["data"][0]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_an_aligned_heap_buffer_starts_on_a_cache_line_and_counts_what_it_allocated(dtype):
+    """allocate_aligned: the start on an ALIGNMENT boundary whatever NumPy's allocator gave (it
+    aligns to 16 bytes), every element of the buffer usable, the room to move the start counted."""
+    dev = kit.current_device()
+    for n in (1, 7, 1000, 535_818):  # sizes NumPy places differently
+        before = memory.heap_allocations(this_thread=True), memory.heap_bytes(this_thread=True)
+        raw, owner = memory.allocate_aligned((n,), np.dtype(dtype), dev)
+        after = memory.heap_allocations(this_thread=True), memory.heap_bytes(this_thread=True)
+        assert owner is None and _address(raw) % memory.ALIGNMENT == 0
+        assert raw.shape == (n,) and raw.dtype == np.dtype(dtype) and raw.flags.c_contiguous and raw.flags.writeable
+        raw[...] = np.arange(n) % 100  # every element writable, none shared with another buffer
+        assert raw[-1] == (n - 1) % 100
+        assert after == (before[0] + 1, before[1] + n * np.dtype(dtype).itemsize + memory.ALIGNMENT)
+
+
+def test_a_network_s_flat_buffers_start_on_cache_lines():
+    """The parameters, gradients and updater state BLAS reads and writes: each starts on a line, and
+    so do the first layer's weights (the largest matrix product of an MLP reads and writes them)."""
+    from kit.nn import Adam, mlp
+
+    net = mlp(784, hidden=(512, 256), n_out=10, updater=Adam(1e-3))
+    for name, buf in [("params", net.flat_params), ("grads", net.flat_grads), *net.updater_state.items()]:
+        assert _address(buf.data) % memory.ALIGNMENT == 0, name
+        assert buf.data.shape == (net.num_params,), name
+        assert name == "params" or not buf.data.any(), name  # gradients and updater state start at 0
+    first = net.layers[0]
+    assert _address(first.params["W"].data) % memory.ALIGNMENT == 0
+    assert _address(first.grads["W"].data) % memory.ALIGNMENT == 0
+
+
+def test_an_aligned_buffer_with_the_cache_on_comes_from_the_cache():
+    dev = kit.current_device()
+    memory.set_max_host_cache(64 << 20)
+    try:
+        _, lease = memory.allocate_aligned((4096,), np.dtype("float32"), dev)
+        assert lease is not None  # the cache's lease owns it, as every cached block
+    finally:
+        memory.set_max_host_cache(0)

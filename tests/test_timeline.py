@@ -310,3 +310,19 @@ def test_an_empty_timeline_says_there_is_nothing_to_plot():
     assert tl.summary() == [] and "0 events" in tl._repr_html_()
     with pytest.raises(TimelineError, match="recorded: none"):
         tl.plot()
+
+
+def test_an_aligned_heap_buffer_is_released_when_its_last_view_goes():
+    """The timeline watches the block that owns an aligned buffer's memory: a view of the buffer
+    that outlives it keeps the block (no release yet); the release comes with the last view."""
+    dev = kit.current_device()
+    with kit.memory_timeline() as tl:
+        raw, _ = memory.allocate_aligned((1000,), kit.backend.resolve_dtype("float32"), dev)
+        view = raw[10:20]
+        del raw
+        gc.collect()
+        released_early = [e for e in tl.events if e["kind"] == "release"]
+        del view
+        gc.collect()
+    released = [e for e in tl.events if e["kind"] == "release"]
+    assert released_early == [] and [e["nbytes"] for e in released] == [4000 + memory.ALIGNMENT]

@@ -41,7 +41,7 @@ import numpy as np
 
 from kit import backend
 from kit.checks import all_finite, check_finite
-from kit.creation import asarray, zeros
+from kit.creation import aligned_zeros, asarray, zeros
 from kit.devices import as_device
 from kit.labels import probability_rows
 from kit.ndarray import NDArray
@@ -166,13 +166,14 @@ class Network(Training, Inference, State):
         self.layers = _leaves(self.body)
         self._specs = [(layer, spec) for layer in self.layers for spec in layer.param_specs()]
         n = sum(math.prod(spec.shape) for _, spec in self._specs)
-        with scope_out_of_workspaces():
-            self.flat_params = zeros((n,), self.dtype, self.device)
-            self.flat_grads = zeros((n,), self.dtype, self.device)
-            # the weights the updater changes: float32 master weights of a float16 network, else flat_params
-            self.flat_master = zeros((n,), self.master_dtype, self.device) if self.mixed else self.flat_params
-            state = state_dtype(self.master_dtype)
-            self.updater_state = {k: zeros((n,), state, self.device) for k in self.updater.state_names}
+        # on the heap, each starting on a cache line (kit.memory.allocate_aligned): BLAS reads and writes
+        # every layer's weights and gradients in them
+        self.flat_params = aligned_zeros((n,), self.dtype, self.device)
+        self.flat_grads = aligned_zeros((n,), self.dtype, self.device)
+        # the weights the updater changes: float32 master weights of a float16 network, else flat_params
+        self.flat_master = aligned_zeros((n,), self.master_dtype, self.device) if self.mixed else self.flat_params
+        state = state_dtype(self.master_dtype)
+        self.updater_state = {k: aligned_zeros((n,), state, self.device) for k in self.updater.state_names}
         offset = 0
         self._regularized: list[tuple[NDArray, NDArray]] = []
         self.l2_slices: list[slice] = []  # ranges of the flat vector L2 applies to, and those no updater trains
