@@ -205,13 +205,15 @@ def compare(
     number: int | dict[str, int] | None = None,
     same_number: bool = False,
     sync: Callable[[], Any] | None = None,
-    warmup: bool = True,
+    warmup: bool | int = True,
     children_are_ours: bool = False,
     progress: Callable[[int, int, str], Any] | None = None,
 ) -> dict[str, Timing]:
     """Time every variant, interleaved: each repeat runs all variants once, in an order rotated
     per repeat. `number` fixes the calls per repeat (else `autorange` finds them per variant;
     `same_number=True` gives every variant the largest, e.g. so each trains equally long).
+    `warmup`: untimed calls of each variant first (True: one; a workload whose workspaces learn
+    their sizes over several cycles, as SEPARATE's do, needs as many).
     `children_are_ours`: as in `machine_load`, for variants that work in child processes.
     `progress(done, total, note)` (a `kit.widgets.Progress`) is called after each warm-up,
     calibration and timed run, between timed regions: it never runs inside one."""
@@ -219,8 +221,11 @@ def compare(
         raise ValueError("compare(fns={}): give at least one variant, e.g. {'kit': f, 'raw': g}")
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"compare(repeats={repeats!r}): must be a positive integer (5 or more for a spread)")
+    if not isinstance(warmup, int) or warmup < 0:  # a bool is an int: True one call, False none
+        raise ValueError(f"compare(warmup={warmup!r}): True, False or a number of untimed calls >= 0")
+    warmups = int(warmup)
     calibrate = number is None
-    total = len(fns) * (int(warmup) + int(calibrate) + repeats)
+    total = len(fns) * (warmups + int(calibrate) + repeats)
     steps = iter(range(1, total + 1))
 
     def step(note: str) -> None:
@@ -228,7 +233,7 @@ def compare(
             progress(next(steps), total, note)
 
     with machine_load(children_are_ours) as load:
-        if warmup:  # caches, lazy imports, first-touch page faults, a workspace's learning cycle
+        for _ in range(warmups):  # caches, lazy imports, first-touch page faults, a workspace's learning
             for k, fn in fns.items():
                 _run(fn, 1, sync)
                 step(f"warm-up: {k}")

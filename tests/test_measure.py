@@ -383,3 +383,24 @@ def test_tuple_keys_of_compare_read_as_words_in_every_flag_and_sentence():
     fast = Timing(key, [1.0, 1.01, 1.02], 1)
     said = prose.compare_timings(fast, clean)
     assert said.startswith("**BATCHED, 4** took") and "**SEQUENTIAL, 1**" in said and "InferenceMode" not in said
+
+
+def test_compare_runs_as_many_untimed_calls_as_warmup_says_and_counts_them_in_its_progress():
+    """A workload whose workspaces learn over several cycles (SEPARATE: two) needs more than one
+    untimed call, or its first timed repeat carries the learning (ResNet-18's took twice a step)."""
+    calls, seen = {"a": 0, "b": 0}, []
+
+    def fn(k):
+        return lambda: calls.__setitem__(k, calls[k] + 1)
+
+    measure.compare(
+        {k: fn(k) for k in calls}, repeats=2, number=1, warmup=3, progress=lambda d, t, n: seen.append((d, t))
+    )
+    assert calls == {"a": 3 + 2, "b": 3 + 2}  # 3 untimed + 2 timed repeats of 1 call
+    assert seen[-1] == (2 * (3 + 2), 2 * (3 + 2))
+    calls.update(a=0, b=0)
+    measure.compare({k: fn(k) for k in calls}, repeats=2, number=1, warmup=False)
+    assert calls == {"a": 2, "b": 2}
+    for bad in (-1, 1.5, "3"):
+        with pytest.raises(ValueError, match=r"compare\(warmup="):
+            measure.compare({"a": fn("a")}, repeats=1, number=1, warmup=bad)
