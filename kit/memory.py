@@ -24,16 +24,14 @@ gradients and updater state) comes from `allocate_aligned`: on the heap, startin
 
 ND4J's MemoryManager GC window: `toggle_periodic_gc(True)` and `set_auto_gc_window(ms)`
 make kit's loops call `gc.collect()` at most once per window (`maybe_gc()`), and count the
-time it took.
+time it took (kit.gc_window, re-exported here).
 """
 
 from __future__ import annotations
 
 import functools
-import gc
 import math
 import threading
-import time
 import weakref
 from collections import defaultdict
 from typing import Any
@@ -42,6 +40,7 @@ import numpy as np
 
 from kit.context import resolve
 from kit.devices import AnyDevice, Device, gpu_count
+from kit.gc_window import gc_stats, maybe_gc, reset_gc_stats, set_auto_gc_window, toggle_periodic_gc
 from kit.state import STATE
 
 __all__ = [
@@ -60,6 +59,7 @@ __all__ = [
     "maybe_gc",
     "purge_cache",
     "reset_counters",
+    "reset_gc_stats",
     "set_auto_gc_window",
     "set_max_cacheable_length",
     "set_max_device_cache",
@@ -361,43 +361,3 @@ def cache_stats() -> dict[str, Any]:
 
 def purge_cache() -> None:
     STATE.cache.purge()
-
-
-# ---------------------------------------------------------------------------------------
-# periodic GC (ND4J MemoryManager: togglePeriodicGc / setAutoGcWindow)
-
-
-def toggle_periodic_gc(enabled: bool) -> None:
-    """ND4J's default is off (since 1.0.0-beta4)."""
-    STATE.gc["enabled"] = bool(enabled)
-
-
-def set_auto_gc_window(ms: int) -> None:
-    """At most one gc.collect() per `ms` milliseconds from kit's loops; 0 disables it."""
-    if not isinstance(ms, (int, float)) or ms < 0:
-        raise ValueError(f"set_auto_gc_window({ms!r}): give milliseconds >= 0")
-    STATE.gc["window_ms"] = ms
-
-
-def maybe_gc() -> bool:
-    """Called once per iteration by kit's loops. Returns True when it collected."""
-    gc_state = STATE.gc
-    if not gc_state["enabled"] or gc_state["window_ms"] <= 0:
-        return False
-    now = time.perf_counter()
-    if (now - gc_state["last"]) * 1000.0 < gc_state["window_ms"]:
-        return False
-    gc.collect()
-    done = time.perf_counter()
-    gc_state["last"] = done
-    gc_state["calls"] += 1
-    gc_state["seconds"] += done - now
-    return True
-
-
-def gc_stats() -> dict[str, Any]:
-    return {k: STATE.gc[k] for k in ("enabled", "window_ms", "calls", "seconds")}
-
-
-def reset_gc_stats() -> None:
-    STATE.gc.update(calls=0, seconds=0.0, last=0.0)

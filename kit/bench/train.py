@@ -217,8 +217,7 @@ def _mlp_rows(
     }
     fns, names = _mlp_variants(data, nets, lr)
     with threadpool_limits(limits=1, user_api="blas"):
-        # 3 untimed steps: a plan is recorded on a batch size's second step, and SEPARATE learns over two
-        timings = measure.compare(fns, repeats=repeats, number=number, sync=kit.backend.sync, warmup=3)
+        timings = measure.compare(fns, repeats=repeats, number=number, sync=kit.backend.sync, warmup=3)  # train_conv
     base, in_place = timings[names["numpy"]].seconds, timings[names["in_place"]].seconds
     rows, worst, worst_in_place, reliable, worst_paired = [], 0.0, 0.0, True, []
     notes = {
