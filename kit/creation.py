@@ -91,7 +91,7 @@ def aligned_zeros(shape: Shape, dtype: Any = None, device: str | AnyDevice | Non
     """Zeros on the heap, whatever workspace is open, starting on a cache line on the host
     (kit.memory.allocate_aligned): for the long-lived buffers BLAS reads and writes.
 
-        >>> x = aligned_zeros((1000,), "float32")
+        >>> x = aligned_zeros((1000,), "float32", "cpu:0")
         >>> x.data.__array_interface__["data"][0] % 64, x.sum().item()
         (0, 0.0)
     """

@@ -37,6 +37,7 @@ One module for every timing in kit (benchmarks, `compare_devices`, the chapters)
 from __future__ import annotations
 
 import enum
+import operator
 import statistics
 import textwrap
 import time
@@ -221,9 +222,12 @@ def compare(
         raise ValueError("compare(fns={}): give at least one variant, e.g. {'kit': f, 'raw': g}")
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"compare(repeats={repeats!r}): must be a positive integer (5 or more for a spread)")
-    if not isinstance(warmup, int) or warmup < 0:  # a bool is an int: True one call, False none
+    try:  # True: one call, False: none (a bool is an int), NumPy integers too
+        warmups = operator.index(warmup)
+    except TypeError:
+        warmups = -1
+    if warmups < 0:
         raise ValueError(f"compare(warmup={warmup!r}): True, False or a number of untimed calls >= 0")
-    warmups = int(warmup)
     calibrate = number is None
     total = len(fns) * (warmups + int(calibrate) + repeats)
     steps = iter(range(1, total + 1))

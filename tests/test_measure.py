@@ -10,6 +10,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import psutil
 import pytest
 
@@ -401,6 +402,9 @@ def test_compare_runs_as_many_untimed_calls_as_warmup_says_and_counts_them_in_it
     calls.update(a=0, b=0)
     measure.compare({k: fn(k) for k in calls}, repeats=2, number=1, warmup=False)
     assert calls == {"a": 2, "b": 2}
-    for bad in (-1, 1.5, "3"):
+    calls.update(a=0, b=0)
+    measure.compare({k: fn(k) for k in calls}, repeats=1, number=1, warmup=np.int64(2))  # a NumPy count too
+    assert calls == {"a": 3, "b": 3}
+    for bad in (-1, 1.5, "3", None):
         with pytest.raises(ValueError, match=r"compare\(warmup="):
             measure.compare({"a": fn("a")}, repeats=1, number=1, warmup=bad)

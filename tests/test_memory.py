@@ -215,7 +215,7 @@ def _address(raw):
 def test_an_aligned_heap_buffer_starts_on_a_cache_line_and_counts_what_it_allocated(dtype):
     """allocate_aligned: the start on an ALIGNMENT boundary whatever NumPy's allocator gave (it
     aligns to 16 bytes), every element of the buffer usable, the room to move the start counted."""
-    dev = kit.current_device()
+    dev = kit.devices.as_device("cpu:0")  # the host: CuPy's pool aligns on its own
     for n in (1, 7, 1000, 535_818):  # sizes NumPy places differently
         before = memory.heap_allocations(this_thread=True), memory.heap_bytes(this_thread=True)
         raw, owner = memory.allocate_aligned((n,), np.dtype(dtype), dev)
@@ -243,10 +243,20 @@ def test_a_network_s_flat_buffers_start_on_cache_lines():
 
 
 def test_an_aligned_buffer_with_the_cache_on_comes_from_the_cache():
-    dev = kit.current_device()
+    dev = kit.devices.as_device("cpu:0")
     memory.set_max_host_cache(64 << 20)
     try:
         _, lease = memory.allocate_aligned((4096,), np.dtype("float32"), dev)
         assert lease is not None  # the cache's lease owns it, as every cached block
     finally:
         memory.set_max_host_cache(0)
+
+
+def test_an_updater_swapped_in_gets_its_state_on_cache_lines():
+    from kit.nn import Adam, Sgd, mlp
+
+    net = mlp(784, hidden=(500,), n_out=10, updater=Sgd(0.1))
+    net.updater = Adam(1e-3)
+    assert sorted(net.updater_state) == ["m", "v"]
+    for name, buf in net.updater_state.items():
+        assert _address(buf.data) % memory.ALIGNMENT == 0 and not buf.data.any(), name

@@ -315,7 +315,7 @@ def test_an_empty_timeline_says_there_is_nothing_to_plot():
 def test_an_aligned_heap_buffer_is_released_when_its_last_view_goes():
     """The timeline watches the block that owns an aligned buffer's memory: a view of the buffer
     that outlives it keeps the block (no release yet); the release comes with the last view."""
-    dev = kit.current_device()
+    dev = kit.devices.as_device("cpu:0")
     with kit.memory_timeline() as tl:
         raw, _ = memory.allocate_aligned((1000,), kit.backend.resolve_dtype("float32"), dev)
         view = raw[10:20]

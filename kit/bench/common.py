@@ -18,6 +18,7 @@ import kit
 from kit import measure, settings
 
 __all__ = [
+    "STEP_WARMUP",
     "device_label",
     "git_commit",
     "min_max_ms",
@@ -27,6 +28,11 @@ __all__ = [
     "side_by_side",
     "time_calls",
 ]
+
+# untimed training steps before a benchmark times one: a plan is recorded on a batch size's second
+# step (kit.nn.train_plan) and SEPARATE's workspaces learn their sizes over two cycles; with one,
+# ResNet-18's first timed step took twice a steady one (1.25-1.3 s against 0.6) and flagged the run
+STEP_WARMUP = 3
 
 
 def time_calls(fn: Callable[[], Any], number: int) -> float:

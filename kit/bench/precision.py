@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_info
 
 import kit
 from kit import measure
-from kit.bench.common import device_label
+from kit.bench.common import STEP_WARMUP, device_label
 from kit.data import ArrayIterator, DataSet, load_digits, load_fashion_mnist
 from kit.data.datasets import find_fashion_mnist
 from kit.nn import Adam, Network, Sgd, mlp
@@ -196,8 +196,7 @@ def _timed_steps(sizes: tuple[int, ...], data: DataSet, repeats: int, number: in
     }
     fed = {name: in_dtype(data, kw["dtype"]) for name, kw in VARIANTS.items()}
     fns: dict[str, Callable[[], Any]] = {name: (lambda n=n, d=fed[name]: n.fit_batch(d)) for name, n in nets.items()}
-    # 3 untimed steps: a plan is recorded on a batch size's second step, and SEPARATE learns over two
-    return measure.compare(fns, repeats=repeats, number=number, sync=kit.backend.sync, warmup=3)
+    return measure.compare(fns, repeats=repeats, number=number, sync=kit.backend.sync, warmup=STEP_WARMUP)
 
 
 def _byte_rows(sizes: tuple[int, ...], data: DataSet) -> dict[str, dict[str, Any]]:

@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 
 import kit
 from kit import measure
-from kit.bench.common import device_label, min_max_ms, row_verdict, same_dtype, time_calls
+from kit.bench.common import STEP_WARMUP, device_label, min_max_ms, row_verdict, same_dtype, time_calls
 from kit.bench.kernels import kernel_rows
 from kit.bench.train_conv import conv_rows
 from kit.bench.train_inference import inference_rows
@@ -217,7 +217,7 @@ def _mlp_rows(
     }
     fns, names = _mlp_variants(data, nets, lr)
     with threadpool_limits(limits=1, user_api="blas"):
-        timings = measure.compare(fns, repeats=repeats, number=number, sync=kit.backend.sync, warmup=3)  # train_conv
+        timings = measure.compare(fns, repeats=repeats, number=number, sync=kit.backend.sync, warmup=STEP_WARMUP)
     base, in_place = timings[names["numpy"]].seconds, timings[names["in_place"]].seconds
     rows, worst, worst_in_place, reliable, worst_paired = [], 0.0, 0.0, True, []
     notes = {

@@ -15,7 +15,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 
 import kit
 from kit import measure
-from kit.bench.common import min_max_ms, row_verdict, same_dtype
+from kit.bench.common import STEP_WARMUP, min_max_ms, row_verdict, same_dtype
 from kit.bench.d2l import torch_resnet18
 from kit.data import DataSet
 from kit.nn import Conv2D, Sgd, WorkspaceMode, lenet, resnet18
@@ -96,10 +96,10 @@ def conv_rows(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 fns[f"PyTorch LeNet step b{lenet_batch}"] = torch_steps["lenet"]
                 res_fns[f"PyTorch ResNet-18 fwd+bwd b{resnet_batch}"] = torch_steps["resnet"]
             sync = kit.backend.sync
-            # 3 untimed steps first: SEPARATE's workspaces learn their sizes over the first two cycles (the
-            # second ResNet step took twice the steady one, and flagged every run's spread)
-            lenet_t = measure.compare(fns, repeats=3 if quick else 11, number=3 if quick else 10, sync=sync, warmup=3)
-            resnet_t = measure.compare(res_fns, repeats=2 if quick else 9, number=1, sync=sync, warmup=3)
+            lenet_t = measure.compare(
+                fns, repeats=3 if quick else 11, number=3 if quick else 10, sync=sync, warmup=STEP_WARMUP
+            )
+            resnet_t = measure.compare(res_fns, repeats=2 if quick else 9, number=1, sync=sync, warmup=STEP_WARMUP)
     finally:
         if torch_steps is not None:
             torch.set_num_threads(torch_threads)

@@ -41,7 +41,7 @@ import numpy as np
 
 from kit import backend
 from kit.checks import all_finite, check_finite
-from kit.creation import aligned_zeros, asarray, zeros
+from kit.creation import aligned_zeros, asarray
 from kit.devices import as_device
 from kit.labels import probability_rows
 from kit.ndarray import NDArray
@@ -167,7 +167,8 @@ class Network(Training, Inference, State):
         self._specs = [(layer, spec) for layer in self.layers for spec in layer.param_specs()]
         n = sum(math.prod(spec.shape) for _, spec in self._specs)
         # on the heap, each starting on a cache line (kit.memory.allocate_aligned): BLAS reads and writes
-        # every layer's weights and gradients in them
+        # every layer's weights and gradients in them (the first layer's start on the line; a later
+        # layer's where the parameters before it end: on a line when they fill whole lines)
         self.flat_params = aligned_zeros((n,), self.dtype, self.device)
         self.flat_grads = aligned_zeros((n,), self.dtype, self.device)
         # the weights the updater changes: float32 master weights of a float16 network, else flat_params
@@ -225,8 +226,8 @@ class Network(Training, Inference, State):
             return
         with self.lock:
             n = self.flat_params.shape[0]
-            with scope_out_of_workspaces():
-                fresh = {k: zeros((n,), state_dtype(self.master_dtype), self.device) for k in value.state_names}
+            state = state_dtype(self.master_dtype)  # on the heap and on a cache line, as _allocate_buffers makes it
+            fresh = {k: aligned_zeros((n,), state, self.device) for k in value.state_names}
             self._updater, self.updater_state = value, fresh
 
     def _initialise(self) -> None:
