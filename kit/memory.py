@@ -47,12 +47,14 @@ __all__ = [
     "ALIGNMENT",
     "CachingAllocator",
     "Lease",
+    "aligned_bytes",
     "allocate",
     "allocate_aligned",
     "allocate_heap",
     "cache_stats",
     "count",
     "counters",
+    "data_address",
     "gc_stats",
     "heap_allocations",
     "heap_bytes",
@@ -174,12 +176,27 @@ def allocate_aligned(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice)
     if device.kind != "cpu" or (cache.on and cache.enabled_for(device, nbytes)):
         return allocate_heap(shape, dtype, device)
     count(device, nbytes + ALIGNMENT)
-    raw = np.empty(nbytes + ALIGNMENT, _BYTE)
-    start = -raw.__array_interface__["data"][0] % ALIGNMENT
-    out = raw[start : start + nbytes].view(dtype).reshape(shape)
+    raw, block = aligned_bytes(np, nbytes)
+    out = block.view(dtype).reshape(shape)
     if STATE.recorder is not None:  # the block that owns the memory: its release is the buffer's
         STATE.recorder.heap((raw, None), device, nbytes + ALIGNMENT)
     return out, None
+
+
+def aligned_bytes(xp: Any, nbytes: int) -> tuple[Any, Any]:
+    """(raw, block): `nbytes` bytes starting on an ALIGNMENT boundary, a view into `raw` (NumPy's or
+    CuPy's `xp`), which owns them and holds ALIGNMENT bytes more, so the start can move to a line.
+    What a workspace's arena and `allocate_aligned` are made of; the caller counts it."""
+    raw = xp.empty(nbytes + ALIGNMENT, dtype=_BYTE)
+    start = -data_address(raw) % ALIGNMENT
+    return raw, raw[start : start + nbytes]
+
+
+def data_address(data: Any) -> int:
+    """The address of a NumPy or CuPy array's first byte."""
+    if isinstance(data, np.ndarray):
+        return int(data.__array_interface__["data"][0])
+    return int(data.data.ptr)
 
 
 def counters() -> dict[str, tuple[int, int]]:

@@ -45,6 +45,7 @@ import numpy as np
 from kit import memory
 from kit.context import current_workspace, scope_out_of_workspaces
 from kit.devices import AnyDevice, as_device
+from kit.memory import data_address
 from kit.state import STATE
 from kit.workspace_config import (
     AllocationPolicy,
@@ -57,7 +58,7 @@ from kit.workspace_config import (
     set_debug_mode,
     track_allocation_sites,
 )
-from kit.workspace_cycles import Cycles, Generation, data_address
+from kit.workspace_cycles import Cycles, Generation
 from kit.workspace_errors import (
     ArrayFromClosedScopeError,
     ArrayFromDestroyedWorkspaceError,
@@ -172,9 +173,7 @@ class Workspace(Cycles):
     def _allocate_arena(self, nbytes: int) -> None:
         nbytes = -(-int(nbytes) // ALIGNMENT) * ALIGNMENT
         with self.physical.activate():
-            arena = self.physical.xp.empty(nbytes + ALIGNMENT, dtype=np.uint8)
-        pad = (-data_address(arena)) % ALIGNMENT  # start the arena on an aligned address
-        self._arena = arena[pad : pad + nbytes]
+            arena, self._arena = memory.aligned_bytes(self.physical.xp, nbytes)  # on an aligned address
         self._views = {}
         self._base = data_address(self._arena)
         self.capacity = nbytes

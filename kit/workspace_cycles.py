@@ -27,9 +27,8 @@ import threading
 from threading import get_ident as _get_ident
 from typing import Any
 
-import numpy as np
-
 from kit.context import set_current_workspace, suspended_between
+from kit.memory import data_address
 from kit.state import STATE
 from kit.workspace_config import DebugMode
 from kit.workspace_errors import (
@@ -53,12 +52,6 @@ class Generation:
         self.ended: str | None = None  # how it ended, for the error message
         self.kind: type[StaleArrayError] | None = None
         self.sites: list[tuple[int, int, str]] | None = None  # (start, end, "file:line") in debug
-
-
-def data_address(data: Any) -> int:
-    if isinstance(data, np.ndarray):
-        return int(data.__array_interface__["data"][0])
-    return int(data.data.ptr)
 
 
 def _caller_site() -> str:
