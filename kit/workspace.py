@@ -155,6 +155,7 @@ class Workspace(Cycles):
         self.cycle_spilled_bytes = 0
         self.arena_allocations = 0
         self.resets = 0
+        self.lent_tally: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)  # the tally when lend() opened a cycle
         self._initialized = False
         self._learned_cycle_bytes = 0
         self._ring_block = 0
@@ -326,6 +327,26 @@ class Workspace(Cycles):
         self.capacity = 0
         self.destroyed = True
         get_manager().forget(self)
+
+    # ---- a cycle outside the thread's chain of scopes ------------------------------
+    def lend(self) -> None:
+        """Open a cycle without making this workspace current: for a workspace lent to one array
+        whose lifetime does not nest with the scopes around it (kit.nn's activation-gradient
+        slots). Only `alloc` carves here; ordinary kit ops keep allocating where they did.
+        `take_back()` ends the cycle: its arrays become invalid, as at a scope's exit."""
+        self._check_thread("lend")
+        if self._open or self._circular or self.destroyed:
+            raise WorkspaceScopeError(
+                f"workspace {self.name!r}: lend() opens a cycle of a closed, non-circular workspace that is not "
+                f"destroyed; this one is {'open' if self._open else 'circular' if self._circular else 'destroyed'}"
+            )
+        self._open_cycle()
+        self.lent_tally = self.tally()  # what a planned training step counts this cycle from
+
+    def take_back(self) -> None:
+        """End the cycle `lend()` opened (nothing when it is closed already)."""
+        if self._open:
+            self._close_cycle()
 
     # ---- a planned cycle (kit.nn.train_plan) ---------------------------------------
     def tally(self) -> tuple[int, int, int, int, int]:

@@ -7,6 +7,7 @@
     python -m kit bench spark        # what a Spark round costs, beside Network.fit
     python -m kit bench d2l          # d2l's ResNet-18 on Fashion-MNIST, 10 epochs, kit beside PyTorch
     python -m kit bench precision    # float32, float16 and mixed precision: bytes, step time, accuracy
+    python -m kit bench memory       # a training step's peak memory by kind, kit beside PyTorch
 
 `BENCHMARKS` names each with its one-line description (what `bench -h` lists). Timings are never
 asserted in tests (shared, noisy machines); each benchmark interleaves the variants in every
@@ -27,6 +28,7 @@ from kit import measure, tables
 from kit.bench.arrays import bench_arrays
 from kit.bench.common import run_metadata
 from kit.bench.d2l import bench_d2l
+from kit.bench.memory import bench_memory
 from kit.bench.parallel import bench_parallel
 from kit.bench.precision import bench_precision
 from kit.bench.spark import bench_spark
@@ -57,6 +59,7 @@ BENCHMARKS: dict[str, tuple[Callable[[bool], dict[str, Any]], str]] = {
     "spark": (bench_spark, "bytes and time a Spark round costs, beside Network.fit (needs PySpark, Java)"),
     "d2l": (bench_d2l, "d2l's ResNet-18 on Fashion-MNIST, 10 epochs, kit beside PyTorch (meant for a GPU)"),
     "precision": (bench_precision, "float32, float16 and mixed precision: bytes per cycle, step time, accuracy"),
+    "memory": (bench_memory, "a training step's peak memory (MLP, LeNet, ResNet-18) by kind, kit beside PyTorch"),
 }
 
 

@@ -36,11 +36,16 @@ __all__ = ["ReLU", "Sigmoid", "Softmax", "Tanh", "relu_grad_into"]
 
 
 class ReLU(Layer):
+    """max(x, 0); backward reads the output (where it is positive). It runs in place, over its
+    input, where the layer before it does not read its own output in backward (`in_place`, set
+    when its container is built: kit.nn.layers.mark_in_place), as PyTorch's ReLU(inplace=True)."""
+
     forward_working_memory = False
+    runs_in_place = True
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         raw, dev = x.data, x._device
-        y = mgr.create(ACT, raw.shape, raw.dtype, dev)
+        y = x if self.in_place else mgr.create(ACT, raw.shape, raw.dtype, dev)
         relu_into(dev.xp, raw, y._data)
         self._y = y if mgr.backward_follows else None
         return y

@@ -62,7 +62,12 @@ def channel_sums(a: Any, out: Any, mgr: LayerWorkspaceMgr, kind: Any, device: An
 
 class BatchNorm(Layer):
     """Batch normalisation over the batch (and spatial) axes; DL4J's defaults decay 0.9, eps 1e-5.
-    Training uses batch statistics and updates the running ones; evaluation uses the running ones."""
+    Training uses batch statistics and updates the running ones; evaluation uses the running ones.
+    For backward it keeps its input and the per-channel [mean, 1/std]; the normalised input is
+    made again in backward's working memory (one more pass over the input, and one array fewer
+    kept per layer)."""
+
+    output_read_by_backward = False
 
     def __init__(self, decay: float = 0.9, eps: float = 1e-5) -> None:
         super().__init__()
@@ -104,7 +109,7 @@ class BatchNorm(Layer):
         kept = ACT if mgr.backward_follows else FF  # what only a backward reads: working memory in inference
         stat = mgr.create(kept, (2, c), acc, dev).data  # [mean, 1/std] kept for backward
         mean, inv_std = stat[0], stat[1]
-        xhat = mgr.create(kept, d.shape, d.dtype, dev).data
+        xhat = mgr.create(FF, d.shape, d.dtype, dev).data  # backward makes it again from x and the statistics
         if training:
             channel_sums(d, mean, mgr, FF, dev)
             mean *= 1.0 / n
@@ -119,6 +124,8 @@ class BatchNorm(Layer):
             var *= 1.0 / n  # biased batch variance, no hidden temporaries
             tmp = mgr.create(FF, (c,), acc, dev).data
             for running, batch in ((self.params["mean"].data, mean), (self.params["var"].data, var)):
+                if mgr.recomputing:  # a recomputed block's second pass: moved once already
+                    break
                 running *= self.decay
                 xp.multiply(batch, 1 - self.decay, out=tmp)
                 running += tmp
@@ -130,7 +137,9 @@ class BatchNorm(Layer):
         xp.sqrt(inv_std, out=inv_std)
         xp.divide(1, inv_std, out=inv_std)
         xhat *= inv_std.reshape(view)
-        self._xhat, self._stat = (xhat, stat) if mgr.backward_follows else (None, None)
+        # backward keeps the input (the previous layer's output, alive anyway) and the statistics,
+        # not the normalised input nor the output: a ReLU after it may then run in place
+        self._x, self._stat = (x, stat) if mgr.backward_follows else (None, None)
         y = mgr.create(ACT, d.shape, d.dtype, dev)
         xp.multiply(xhat, self.params["gamma"].data.reshape(view), out=y.data)
         y.data += self.params["beta"].data.reshape(view)
@@ -139,8 +148,12 @@ class BatchNorm(Layer):
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
         xp, dev, e = eps.device.xp, eps.device, eps.data
         _axes, view = self._axes_and_view(e.ndim)
-        xhat, inv_std = self._xhat, self._stat[1]
-        self._xhat = self._stat = None  # used up
+        stat = self._stat
+        mean, inv_std = stat[0], stat[1]
+        xhat = mgr.create(BP, e.shape, e.dtype, dev).data  # made again: (x - mean) / std
+        xp.subtract(self._x.data, mean.reshape(view), out=xhat)
+        xhat *= inv_std.reshape(view)
+        self._x = self._stat = None  # used up
         t = mgr.create(BP, e.shape, e.dtype, dev).data
         xp.multiply(e, xhat, out=t)
         d_gamma, d_beta = self.grads["gamma"].data, self.grads["beta"].data

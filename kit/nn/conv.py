@@ -4,15 +4,18 @@
     MaxPool2D(2), AvgPool2D(2)    (B, C, H, W) -> (B, C, H/2, W/2)
     GlobalAvgPool()               (B, C, H, W) -> (B, C)
 
-BatchNorm is in kit/nn/batchnorm.py (with the per-channel sums Conv2D's bias gradient shares),
-d2l's residual block in kit/nn/residual.py.
+BatchNorm is in kit/nn/batchnorm.py (with the per-channel sums Conv2D shares), d2l's residual
+block in kit/nn/residual.py.
 
 Conv2D: one strided copy turns every k x k window of the padded input into the columns of a
-(C*k*k, B*OH*OW) matrix (kit/nn/im2col.py says why this layout); the convolution is then one
-matrix product for the batch, or one per example for small filter banks. In training the
-matrix is made as ACTIVATIONS and kept for backward (Conv2D.keep_columns; its bytes are
-`kept_bytes`), so backward does not build it again. The input gradient of a stride-1 'same'
-convolution is itself a convolution (of eps with the turned filters); other strides and
+(C*k*k, B*OH*OW) matrix (kit/nn/im2col.py says why this layout); the convolution is then a
+matrix product, or one per example for small filter banks. The columns are k*k times the input,
+so Conv2D builds them a chunk of examples at a time, in working memory of about
+`Conv2D.column_bytes`, and builds them again in backward (DL4J's ConvolutionLayer does the same):
+what the layer keeps for backward is its input, which is the previous layer's output anyway.
+`Conv2D.keep_columns = True` keeps the whole batch's columns for backward instead (their bytes
+are `kept_bytes`), trading memory for the time of one im2col. The input gradient of a stride-1
+'same' convolution is itself a convolution (of eps with the turned filters); other strides and
 paddings add each window's column back (col2im).
 
 The pooling layers live in kit/nn/pooling.py and are re-exported here.
@@ -20,6 +23,7 @@ The pooling layers live in kit/nn/pooling.py and are re-exported here.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from kit.ndarray import NDArray
@@ -34,17 +38,36 @@ __all__ = ["AvgPool2D", "Conv2D", "GlobalAvgPool", "MaxPool2D"]
 PER_EXAMPLE_MAX_WEIGHTS = 4096  # filter banks up to this many weights multiply per example
 
 
+class Scratch:
+    """The working arrays of one layer call, made once (for the first, largest chunk) and viewed
+    for each later chunk: a chunk loop inside one working-memory scope carves each array once,
+    not once per chunk."""
+
+    def __init__(self, mgr: LayerWorkspaceMgr, kind: Any, dtype: Any, device: Any) -> None:
+        self.mgr, self.kind, self.dtype, self.device = mgr, kind, dtype, device
+        self.flat: dict[str, Any] = {}
+
+    def get(self, name: str, shape: tuple[int, ...]) -> Any:
+        size = math.prod(shape)
+        flat = self.flat.get(name)
+        if flat is None or flat.size < size:
+            flat = self.flat[name] = self.mgr.create(self.kind, (size,), self.dtype, self.device).data
+        return flat[:size].reshape(shape)
+
+
 class Conv2D(Layer):
     """Cross-correlation of (B, C, H, W) with OC filters of C x k x k, plus a bias per filter.
 
-    keep_columns (class-wide, default True): in training, the im2col matrix built in forward is
-    made as ACTIVATIONS and kept for backward instead of being rebuilt there. It then survives
-    SEPARATE's per-layer reset of working memory, at the cost of its bytes (`kept_bytes`) for
-    the rest of the iteration. Columns larger than keep_columns_max_bytes (a layer) are rebuilt
-    in backward instead, as they all are with keep_columns = False."""
+    column_bytes (class-wide): the working memory one chunk's columns may take; a chunk is as many
+    examples as fit (at least one). keep_columns (class-wide, default False): in training, make
+    the whole batch's columns as ACTIVATIONS and keep them for backward instead of building them
+    again there, at the cost of their bytes (`kept_bytes`) for the rest of the iteration. Columns
+    larger than keep_columns_max_bytes (a layer) are rebuilt in any case."""
 
-    keep_columns: ClassVar[bool] = True
+    output_read_by_backward = False  # backward reads x, W and eps
+    keep_columns: ClassVar[bool] = False
     keep_columns_max_bytes: ClassVar[int] = 128 << 20
+    column_bytes: ClassVar[int] = 8 << 20
 
     def __init__(self, out_channels: int, kernel: int, stride: int = 1, padding: int = 0, weight_init: str = "he"):
         super().__init__()
@@ -85,23 +108,31 @@ class Conv2D(Layer):
             ParamSpec("b", (oc,), "zeros"),
         ]
 
-    def _columns(self, x: Any, xp: Any, mgr: LayerWorkspaceMgr, kind: Any, device: Any) -> NDArray:
-        """The (C*k*k, B*OH*OW) im2col matrix of x (B, C, H, W), made as `kind`."""
-        b = x.shape[0]
+    def chunk(self, batch: int, itemsize: int) -> int:
+        """Examples per chunk: as many as keep the largest columns (the input's, or in backward
+        eps's for the input gradient) within `column_bytes`, at least one."""
+        c, h, w = self.input_shape  # type: ignore[misc]
+        oc, oh, ow = self.output_shape  # type: ignore[misc]
+        k = self.kernel
+        per_example = max(c * oh * ow, oc * h * w) * k * k * itemsize
+        return max(1, min(batch, self.column_bytes // per_example))
+
+    def _columns(self, x: Any, xp: Any, scratch: Scratch, cols: Any = None) -> Any:
+        """The (C*k*k, n*OH*OW) im2col matrix of x (n, C, H, W), in `cols` or scratch."""
+        n = x.shape[0]
         c, h, w = self.input_shape  # type: ignore[misc]
         _, oh, ow = self.output_shape  # type: ignore[misc]
         k, p = self.kernel, self.padding
-        xpad = pad_into(x, p, 0.0, mgr.create(FF, (b, c, h + 2 * p, w + 2 * p), x.dtype, device).data) if p else x
-        cols = mgr.create(kind, (c, k, k, b, oh, ow), x.dtype, device)
-        im2col_into(xp, xpad, k, self.stride, oh, ow, cols.data)
-        return cols.reshape(c * k * k, b * oh * ow)
+        xpad = pad_into(x, p, 0.0, scratch.get("xpad", (n, c, h + 2 * p, w + 2 * p))) if p else x
+        out = cols if cols is not None else scratch.get("cols", (c, k, k, n, oh, ow))
+        return im2col_into(xp, xpad, k, self.stride, oh, ow, out)
 
     @property
     def per_example(self) -> bool:
         """Small filter banks (LeNet's, ResNet's stem) multiply per example: OpenBLAS runs one
         (OC x C*k*k) @ (C*k*k x B*OH*OW) product with a tiny OC and C*k*k several times slower
         than B products of OH*OW columns each, and per example the results land in NCHW order
-        with no transposing copies. Large banks use one product for the batch."""
+        with no transposing copies. Large banks use one product per chunk."""
         c = self.input_shape[0]  # type: ignore[index]
         return self.out_channels * c * self.kernel * self.kernel <= PER_EXAMPLE_MAX_WEIGHTS
 
@@ -109,110 +140,135 @@ class Conv2D(Layer):
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
-        xp, dev = x.device.xp, x.device
+        xp, dev, raw = x.device.xp, x.device, x.data
         self._x = x if mgr.backward_follows else None  # inference keeps nothing of the batch
         b = x.shape[0]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
         c, k = self.input_shape[0], self.kernel  # type: ignore[index]
         size = c * k * k * b * oh * ow * x.dtype.itemsize
         keep = training and mgr.backward_follows and self.keep_columns and size <= self.keep_columns_max_bytes
-        cols = self._columns(x.data, xp, mgr, ACT if keep else FF, dev)  # (C*k*k, B*OH*OW)
-        self._cols, self.kept_bytes = (cols, cols.data.nbytes) if keep else (None, 0)
+        scratch = Scratch(mgr, FF, x.dtype, dev)
+        kept_arr = mgr.create(ACT, (c, k, k, b, oh, ow), x.dtype, dev) if keep else None
+        kept = None if kept_arr is None else kept_arr.data
         w2 = self.params["W"].data.reshape(oc, -1)  # (OC, C*k*k)
         bias = self.params["b"].data.reshape(1, oc, 1, 1)
         y = mgr.create(ACT, (b, oc, oh, ow), x.dtype, dev)
-        if self.per_example:  # (OC, Ckk) @ (Ckk, OH*OW) for each example, straight into y
-            xp.matmul(w2, cols.data.reshape(-1, b, oh * ow).transpose(1, 0, 2), out=y.data.reshape(b, oc, -1))
-            y.data += bias
-            return y
-        yt = mgr.create(FF, (oc, b * oh * ow), x.dtype, dev).data
-        xp.matmul(w2, cols.data, out=yt)  # one product for the batch
-        xp.add(yt.reshape(oc, b, oh, ow).transpose(1, 0, 2, 3), bias, out=y.data)  # back to NCHW, + bias
+        step = b if keep else self.chunk(b, x.dtype.itemsize)
+        for s0 in range(0, b, step):
+            n = min(step, b - s0)
+            cols = self._columns(raw[s0 : s0 + n], xp, scratch, kept)  # (C*k*k, n*OH*OW)
+            out = y.data[s0 : s0 + n]
+            if self.per_example:  # (OC, Ckk) @ (Ckk, OH*OW) for each example, straight into y
+                xp.matmul(w2, cols.reshape(-1, n, oh * ow).transpose(1, 0, 2), out=out.reshape(n, oc, -1))
+                out += bias
+            else:
+                yt = scratch.get("yt", (oc, n * oh * ow))
+                xp.matmul(w2, cols, out=yt)  # one product for the chunk
+                xp.add(yt.reshape(oc, n, oh, ow).transpose(1, 0, 2, 3), bias, out=out)  # back to NCHW, + bias
+        self._cols = kept_arr.reshape(c * k * k, -1) if kept_arr is not None else None
+        self.kept_bytes = kept.nbytes if keep else 0
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray | None:
         xp, dev, dt = eps.device.xp, eps.device, eps.dtype
         x = self._x.data
         self._x = None  # used up: nothing of the batch stays with the layer after its backward
+        kept = self._cols.data if self._cols is not None else None  # (C*k*k, B*OH*OW)
+        self._cols = None
         b = x.shape[0]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
-        cols = (self._cols if self._cols is not None else self._columns(x, xp, mgr, BP, dev)).data
-        self._cols = None
+        scratch = Scratch(mgr, BP, dt, dev)
+        e_all = eps.data
+        channel_sums(e_all, self.grads["b"].data, mgr, BP, dev)  # the bias gradient: eps summed per channel
         gw = self.grads["W"].data.reshape(oc, -1)
-        if self.per_example:  # eps stays NCHW: (B, OC, OH*OW)
-            e = eps.data.reshape(b, oc, oh * ow)
-            per = mgr.create(BP, (b, *gw.shape), dt, dev).data  # each example's weight gradient
-            xp.matmul(e, cols.reshape(-1, b, oh * ow).transpose(1, 2, 0), out=per)
-            xp.sum(per, axis=0, out=gw)
-            channel_sums(eps.data, self.grads["b"].data, mgr, BP, dev)
-        else:  # eps channel-major like the columns: (OC, B*OH*OW)
-            e = mgr.create(BP, (oc, b, oh, ow), dt, dev).data
-            xp.copyto(e, eps.data.transpose(1, 0, 2, 3))
-            e = e.reshape(oc, -1)
-            xp.sum(e, axis=1, out=self.grads["b"].data)
-            xp.matmul(e, cols.T, out=gw)
-        if self.skip_input_grad:
-            return None
-        dx = mgr.create(GRAD, x.shape, dt, dev)
+        dx = None if self.skip_input_grad else mgr.create(GRAD, x.shape, dt, dev)
         _c, h, w = self.input_shape  # type: ignore[misc]
-        if self.stride == 1 and (h, w) == (oh, ow):
-            self._input_grad_by_convolution(e, dx.data, mgr, dev)
-        else:
-            self._input_grad_by_col2im(e, dx.data, mgr, dev)
+        by_convolution = self.stride == 1 and (h, w) == (oh, ow)
+        flipped = self._turned_filters(xp, mgr, dev, dt) if dx is not None and by_convolution else None
+        step = b if kept is not None else self.chunk(b, dt.itemsize)
+        for s0 in range(0, b, step):
+            n = min(step, b - s0)
+            if kept is not None:
+                cols = kept
+            else:
+                cols = self._columns(x[s0 : s0 + n], xp, scratch)
+            into = gw if s0 == 0 else scratch.get("gw", gw.shape)  # later chunks add their share
+            if self.per_example:  # eps stays NCHW: (n, OC, OH*OW)
+                e = e_all[s0 : s0 + n].reshape(n, oc, oh * ow)
+                per = scratch.get("per", (n, *gw.shape))  # each example's weight gradient
+                xp.matmul(e, cols.reshape(-1, n, oh * ow).transpose(1, 2, 0), out=per)
+                xp.sum(per, axis=0, out=into)
+            else:  # eps channel-major like the columns: (OC, n*OH*OW)
+                e = scratch.get("e", (oc, n, oh, ow))
+                xp.copyto(e, e_all[s0 : s0 + n].transpose(1, 0, 2, 3))
+                e = e.reshape(oc, -1)
+                xp.matmul(e, cols.T, out=into)
+            if s0:
+                gw += into
+            if dx is not None:
+                if by_convolution:
+                    self._input_grad_by_convolution(e, dx.data[s0 : s0 + n], flipped, scratch, dev)
+                else:
+                    self._input_grad_by_col2im(e, dx.data[s0 : s0 + n], scratch, dev)
         return dx
 
-    def _input_grad_by_convolution(self, e: Any, dx: Any, mgr: LayerWorkspaceMgr, dev: Any) -> None:
+    def _turned_filters(self, xp: Any, mgr: LayerWorkspaceMgr, dev: Any, dt: Any) -> Any:
+        """The filters turned 180 degrees with in/out channels swapped, (C, OC*k*k): the input
+        gradient of a stride-1 'same' convolution is eps convolved with them."""
+        c, oc, k = self.input_shape[0], self.out_channels, self.kernel  # type: ignore[index]
+        flipped = mgr.create(BP, (c, oc, k, k), dt, dev).data
+        xp.copyto(flipped, self.params["W"].data.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        return flipped.reshape(c, -1)
+
+    def _input_grad_by_convolution(self, e: Any, dx: Any, flipped: Any, scratch: Scratch, dev: Any) -> None:
         """Stride 1, 'same' size: dx is eps (padded by k-1-p) convolved with the filters turned
         180 degrees and with in/out channels swapped -- one more im2col and one product, with no
-        k*k read-modify-write passes over dx. e: (B, OC, OH*OW) per example, else (OC, B*OH*OW)."""
-        xp, dt = dev.xp, e.dtype
+        k*k read-modify-write passes over dx. e: (n, OC, OH*OW) per example, else (OC, n*OH*OW)."""
+        xp = dev.xp
         b = dx.shape[0]
         c, h, w = self.input_shape  # type: ignore[misc]
         oc = self.out_channels
         k, q = self.kernel, self.kernel - 1 - self.padding
         per_example = self.per_example
-        flipped = mgr.create(BP, (c, oc, k, k), dt, dev).data
-        xp.copyto(flipped, self.params["W"].data.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
-        flipped = flipped.reshape(c, -1)
         if k == 1:  # a 1x1 convolution's columns of eps are eps itself
             ecols = e if per_example else e.reshape(oc, -1)
         else:
             # eps as 4-D images, (B, OC, H, W) per example or (OC, B, H, W), padded by q
             img = e.reshape(b, oc, h, w) if per_example else e.reshape(oc, b, h, w)
             frame = (img.shape[0], img.shape[1], h + 2 * q, w + 2 * q)
-            epad = pad_into(img, q, 0.0, mgr.create(BP, frame, dt, dev).data) if q else img
-            buf = mgr.create(BP, (oc, k, k, b, h, w), dt, dev).data
+            epad = pad_into(img, q, 0.0, scratch.get("epad", frame)) if q else img
+            buf = scratch.get("ecols", (oc, k, k, b, h, w))
             ecols = im2col_into(xp, epad, k, 1, h, w, buf, batch_axis=0 if per_example else 1)  # (OC*k*k, B*H*W)
             if per_example:
                 ecols = ecols.reshape(-1, b, h * w).transpose(1, 0, 2)  # (B, OC*k*k, H*W)
         if per_example:
             xp.matmul(flipped, ecols, out=dx.reshape(b, c, -1))
             return
-        dxt = mgr.create(BP, (c, b * h * w), dt, dev).data
+        dxt = scratch.get("dxt", (c, b * h * w))
         xp.matmul(flipped, ecols, out=dxt)
         xp.copyto(dx, dxt.reshape(c, b, h, w).transpose(1, 0, 2, 3))
 
-    def _input_grad_by_col2im(self, e: Any, dx: Any, mgr: LayerWorkspaceMgr, dev: Any) -> None:
+    def _input_grad_by_col2im(self, e: Any, dx: Any, scratch: Scratch, dev: Any) -> None:
         """dcols = W^T eps, then each window's column added back to its pixels (col2im)."""
-        xp, dt = dev.xp, e.dtype
+        xp = dev.xp
         b = dx.shape[0]
         c, h, w = self.input_shape  # type: ignore[misc]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
         k, s, p = self.kernel, self.stride, self.padding
         w2t = self.params["W"].data.reshape(oc, -1).T
         if self.per_example:  # (B, C, k, k, OH, OW) columns, added into (B, C, Hp, Wp)
-            dcols = mgr.create(BP, (b, c, k, k, oh, ow), dt, dev).data
+            dcols = scratch.get("dcols", (b, c, k, k, oh, ow))
             xp.matmul(w2t, e, out=dcols.reshape(b, c * k * k, -1))
             dcols = dcols.transpose(1, 2, 3, 0, 4, 5)
-            target = mgr.create(BP, (b, c, h + 2 * p, w + 2 * p), dt, dev).data if p else dx
+            target = scratch.get("target", (b, c, h + 2 * p, w + 2 * p)) if p else dx
             target.fill(0)
             col2im_add(dcols, s, target.transpose(1, 0, 2, 3))
             if p:
                 xp.copyto(dx, target[:, :, p : p + h, p : p + w])
             return
-        dcols = mgr.create(BP, (c, k, k, b, oh, ow), dt, dev).data  # channel-major
+        dcols = scratch.get("dcols", (c, k, k, b, oh, ow))  # channel-major
         xp.matmul(w2t, e, out=dcols.reshape(c * k * k, -1))
-        target = mgr.create(BP, (c, b, h + 2 * p, w + 2 * p), dt, dev).data
+        target = scratch.get("target", (c, b, h + 2 * p, w + 2 * p))
         target.fill(0)
         col2im_add(dcols, s, target)
         xp.copyto(dx, target[:, :, p : p + h, p : p + w].transpose(1, 0, 2, 3))

@@ -26,6 +26,7 @@ Shapes are written per example in `build` (no batch axis) and with the batch in 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from kit.nn.kernels import (
 )
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
-__all__ = ["Dense", "Dropout", "Flatten", "Layer", "ParamSpec", "Sequential", "layer_from_config"]
+__all__ = ["Dense", "Dropout", "Flatten", "Layer", "ParamSpec", "Sequential", "layer_from_config", "mark_in_place"]
 
 ACT, GRAD, FF, BP = ArrayType.ACTIVATIONS, ArrayType.ACTIVATION_GRAD, ArrayType.FF_WORKING_MEM, ArrayType.BP_WORKING_MEM
 
@@ -81,6 +82,12 @@ class Layer:
     # Planned inference: True when forward takes every array it returns or writes from `mgr`
     # (the contract above), so a plan may run it again on the arrays recorded once
     plan_replay = False
+    runs_in_place = False  # ReLU: may write its output over its input (mark_in_place decides)
+    # Memory: whether backward reads this layer's output (an activation's y). A layer that does
+    # not (Dense, Conv2D, BatchNorm, pooling, Dropout) lets the ReLU after it run in place, over
+    # that output (`in_place`, set by the container that holds them: mark_in_place)
+    output_read_by_backward = True
+    in_place = False
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -103,6 +110,12 @@ class Layer:
                 cls.plan_train_forward = Layer.plan_train_forward  # type: ignore[method-assign]
         if "backward" in cls.__dict__ and "plan_backward" not in cls.__dict__:
             cls.plan_backward = Layer.plan_backward  # type: ignore[method-assign]
+        # a subclass's own forward or backward may not honour in_place (or may read its input)
+        if ("forward" in cls.__dict__ or "backward" in cls.__dict__) and "runs_in_place" not in cls.__dict__:
+            cls.runs_in_place = False
+        # and a subclass's own backward may read its output, unless it says it does not
+        if "backward" in cls.__dict__ and "output_read_by_backward" not in cls.__dict__:
+            cls.output_read_by_backward = True
 
     def __init__(self) -> None:
         self.params: dict[str, NDArray] = {}
@@ -194,6 +207,7 @@ class Dense(Layer):
     """y = x @ W + b.   x: (B, n_in) -> y: (B, n_out)."""
 
     forward_working_memory = backward_working_memory = False
+    output_read_by_backward = False  # backward reads x, W and eps
 
     def __init__(self, n_out: int, weight_init: str = "xavier") -> None:
         super().__init__()
@@ -257,6 +271,8 @@ class Dense(Layer):
 
 class Dropout(Layer):
     """Inverted dropout. `retain` is DL4J's `dropOut(p)`: the probability of *keeping* a unit."""
+
+    output_read_by_backward = False  # backward reads the mask
 
     def __init__(self, retain: float = 0.5) -> None:
         super().__init__()
@@ -331,7 +347,12 @@ class Sequential(Layer):
         for layer in self.layers:
             shape = layer.build(shape)
         self.output_shape = shape
+        mark_in_place(self.layers)
         return shape
+
+    @property  # type: ignore[override]
+    def output_read_by_backward(self) -> bool:  # its output is its last layer's
+        return self.layers[-1].output_read_by_backward
 
     def sublayers(self) -> list[Layer]:
         return self.layers
@@ -351,16 +372,31 @@ class Sequential(Layer):
         return x
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        """Each layer's backward, last first; each gradient, the one given in too, is handed back
+        (mgr.release) once the layer below it has read it (a caller that reads it again pins it)."""
         separate = mgr.separate
         for layer in reversed(self.layers):
             if separate and layer.backward_working_memory and not layer.is_composite:
                 with mgr.layer_call():
-                    eps = layer.backward(eps, mgr)
+                    dx = layer.backward(eps, mgr)
             else:
-                eps = layer.backward(eps, mgr)
+                dx = layer.backward(eps, mgr)
+            if separate:
+                mgr.release(eps, keep=dx)
+            eps = dx
         return eps
 
     plan_replay = True  # replayed when each of its layers can be (kit.nn.plan checks them)
+
+
+def mark_in_place(layers: list[Layer]) -> None:
+    """Let each layer that can run in place (ReLU) do so where the layer before it in `layers`
+    does not read its own output in backward: its output then serves as both. Never the first
+    layer, whose input comes from outside the list (the caller's data, or a block's input that
+    another path reads too)."""
+    for before, layer in itertools.pairwise(layers):
+        if type(layer).runs_in_place:
+            layer.in_place = not before.output_read_by_backward
 
 
 def call_forward(layer: Layer, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:

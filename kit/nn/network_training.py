@@ -73,10 +73,12 @@ class Training:
                 with np.errstate(over="ignore"):
                     scale_seed(eps, scaler.scale)
         if scaler is None:
-            body.backward(eps, mgr)
+            dx = body.backward(eps, mgr)
         else:  # an overflow here is expected now and then: precision_step finds it and skips the step
             with np.errstate(over="ignore", invalid="ignore"):
-                body.backward(eps, mgr)
+                dx = body.backward(eps, mgr)
+        mgr.release(eps, keep=dx)  # the gradient slots (SEPARATE) are free for the next iteration
+        mgr.release(dx)
         if self.l2:
             if self.precision_managed:  # added to the unscaled master gradient in precision_step
                 score += self._l2_penalty()

@@ -78,10 +78,13 @@ class MaxPool2D(_Pool2D):
     pixel argmax picks), whose offset a training forward keeps as one byte per output."""
 
     plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
+    output_read_by_backward = False  # backward reads the winners' offsets
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
-        self._x = x if mgr.backward_follows else None  # inference keeps nothing of the batch
+        # training keeps the winners' offsets (a byte per output) for backward; a backward after an
+        # inference forward (a gradient check) finds them from the input; inference keeps nothing
+        self._x = x if mgr.backward_follows and not training else None
         y = mgr.create(ACT, (x.shape[0], *self.output_shape), x.dtype, x.device)  # type: ignore[misc]
         self._idx = self._winners(x, y.data, mgr, ACT, FF) if training else None  # kept for backward
         if not training:
@@ -119,6 +122,7 @@ class AvgPool2D(_Pool2D):
     """Average over each window, padding counted as zeros (count_include_pad)."""
 
     plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
+    output_read_by_backward = False  # backward reads nothing of the forward
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
@@ -140,6 +144,8 @@ class AvgPool2D(_Pool2D):
 
 class GlobalAvgPool(Layer):
     """(B, C, H, W) -> (B, C): the mean of each channel."""
+
+    output_read_by_backward = False
 
     def _output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
         if len(input_shape) != 3:

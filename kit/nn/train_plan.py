@@ -123,7 +123,9 @@ class TrainingPlan:
                 made = self._made(rec, start)
                 raw_dx = None if dx is None else dx.data
                 self._note(rec, CALL, layer.plan_backward(xp, inp.data, out.data, eps.data, raw_dx, made))
+                rec.release(eps, keep=dx)  # as Sequential.backward hands each gradient back
                 eps = dx
+            rec.release(eps)
             if net.l2:
                 with rec.updater():
                     start = len(rec.made)

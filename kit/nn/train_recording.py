@@ -10,7 +10,7 @@ from typing import Any
 from kit.ndarray import NDArray, wrap
 from kit.nn.layers import Layer, Sequential
 from kit.nn.losses import Loss
-from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
+from kit.nn.workspace_mgr import WS_ACTIVATION_GRAD, LayerWorkspaceMgr, WorkspaceMode
 from kit.state import STATE
 from kit.workspace import DebugMode, Workspace
 
@@ -82,14 +82,28 @@ class Recorder(LayerWorkspaceMgr):
         self.made: list[Any] = []  # the raw array of each array made
         self.reentered = False  # a scope was entered while open already (the plan is not kept)
         self.events: list[tuple[int, Any, Any]] = []  # the steps and the scopes, in order
+        self._lent: dict[int, tuple[int, ...]] = {}  # gradient slots lent in this iteration: their tally at opening
 
     def create(self, array_type: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
         arr = self.real.create(array_type, shape, dtype, device)
         self.made.append(arr.data)
+        slot = arr.workspace
+        if slot is not None and slot.name.startswith(self.real.prefix + WS_ACTIVATION_GRAD):  # a slot lent now
+            self._lent[id(slot)] = slot.lent_tally
         return arr
 
     def _scope(self, cm: Any) -> Any:
         return _RecordedScope(self, cm) if isinstance(cm, Workspace) else cm
+
+    def release(self, grad: Any, keep: Any = None) -> None:
+        """The real manager hands the gradient's slot back; the slot's cycle is noted as a scope's
+        (a replay counts it whole, as it counts the scopes)."""
+        slot = None if grad is None else grad.workspace
+        before = self._lent.get(id(slot)) if slot is not None else None
+        self.real.release(grad, keep)
+        if before is not None and not slot.is_scope_active:
+            self.events.append((EXIT, (slot, before, slot.tally()), None))
+            del self._lent[id(slot)]
 
     def iteration(self) -> Any:
         return self._scope(self.real.iteration())

@@ -2,9 +2,12 @@
 
     WorkspaceMode.NONE      everything on the heap
     WorkspaceMode.SINGLE    one workspace per iteration holds every array of the iteration
-    WorkspaceMode.SEPARATE  activations (and their gradients) in one workspace per iteration;
-                            each layer's working memory in another that is reset after every
-                            layer call, so its peak is the largest layer's, not the sum
+    WorkspaceMode.SEPARATE  activations in one workspace per iteration; each layer's working
+                            memory in another that is reset after every layer call, so its peak
+                            is the largest layer's, not the sum; each activation gradient in a
+                            slot of its own, handed back as soon as the layer below has read it
+                            (DL4J alternates two ACTIVATION_GRAD workspaces; a residual block
+                            holds a third gradient while its two paths run)
 
 DL4J 1.0 made SINGLE and SEPARATE aliases of ENABLED; here they differ, and chapter 3 and the
 tests measure the difference.
@@ -82,11 +85,22 @@ def _working_config(layer_calls: int) -> WorkspaceConfig:
     )
 
 
+def _grad_slot_config() -> WorkspaceConfig:
+    """A slot holds one gradient at a time: learned from its first cycle, grown (REALLOCATE) when a
+    larger gradient comes, never over-allocated."""
+    return WorkspaceConfig(
+        policy_learning=LearningPolicy.FIRST_LOOP,
+        policy_spill=SpillPolicy.REALLOCATE,
+        policy_allocation=AllocationPolicy.STRICT,
+    )
+
+
 WS_SINGLE = "WS_SINGLE"
 WS_ALL_LAYERS_ACT = "WS_ALL_LAYERS_ACT"
 WS_LAYER_WORKING_MEM = "WS_LAYER_WORKING_MEM"
 WS_UPDATER_WORKING_MEM = "WS_UPDATER_WORKING_MEM"
 WS_OUTPUT_MEM = "WS_OUTPUT_MEM"
+WS_ACTIVATION_GRAD = "WS_ACTIVATION_GRAD"  # SEPARATE's gradient slots: WS_ACTIVATION_GRAD_0, _1, ...
 
 
 _NO_SCOPE = contextlib.nullcontext()
@@ -98,6 +112,8 @@ class _ThreadWorkspaces(threading.local):
 
     by_name: dict[str, Workspace] | None = None
     by_type: dict[ArrayType, Workspace] | None = None
+    grad_slots: list[Workspace] | None = None  # SEPARATE: one activation gradient each
+    pinned: frozenset[Workspace] = frozenset()  # slots whose gradient a block still reads (LayerWorkspaceMgr.pin)
 
 
 class LayerWorkspaceMgr:
@@ -113,6 +129,8 @@ class LayerWorkspaceMgr:
     input or output, and what only a backward reads (BatchNorm's normalised input) is working
     memory. So an inference pass on the heap holds what the next layer still reads, not every
     array of the pass, and nothing of the batch once it has answered."""
+
+    recomputing = False  # a recomputed block's second forward (kit.nn.recompute): statistics are not moved again
 
     def __init__(
         self,
@@ -133,7 +151,7 @@ class LayerWorkspaceMgr:
             self._names: dict[ArrayType, str] = {}
         elif self.mode is WorkspaceMode.SINGLE:
             self._names = dict.fromkeys(ArrayType, WS_SINGLE)
-        else:
+        else:  # SEPARATE: ACTIVATION_GRAD in slots (grad_slot), the others by name
             self._names = {
                 t: WS_LAYER_WORKING_MEM
                 if t in _WORKING
@@ -141,6 +159,7 @@ class LayerWorkspaceMgr:
                 if t is ArrayType.UPDATER_WORKING_MEM
                 else WS_ALL_LAYERS_ACT
                 for t in ArrayType
+                if t is not ArrayType.ACTIVATION_GRAD
             }
         self._iteration_name = WS_SINGLE if self.mode is WorkspaceMode.SINGLE else WS_ALL_LAYERS_ACT
 
@@ -184,6 +203,10 @@ class LayerWorkspaceMgr:
                 if ws.destroyed:
                     self._local.by_type = None
                     break
+        slots = self._local.grad_slots
+        if slots:  # a gradient nobody handed back (a backward run by hand) ends with its iteration
+            for slot in slots:
+                slot.take_back()
         return self.workspace(self._iteration_name)
 
     def layer_call(self) -> contextlib.AbstractContextManager[Any]:
@@ -207,6 +230,12 @@ class LayerWorkspaceMgr:
         by_type = self._local.by_type
         ws = (by_type if by_type is not None else self._by_type()).get(array_type)
         dt = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+        if (
+            array_type is ArrayType.ACTIVATION_GRAD
+            and self.separate
+            and STATE.debug_mode is not DebugMode.BYPASS_EVERYTHING
+        ):
+            ws = self._grad_slot()
         if ws is None or STATE.debug_mode is DebugMode.BYPASS_EVERYTHING:  # bypass: the heap
             if STATE.cache.on or device.kind != "cpu":
                 data, owner = allocate_heap(shape, dt, device)
@@ -219,6 +248,67 @@ class LayerWorkspaceMgr:
             )
         data, owner = ws.alloc(shape, dt)
         return wrap(data, device, owner)
+
+    # ---- activation gradients (SEPARATE) ----------------------------------------------
+    def _grad_slot(self) -> Workspace:
+        """The first free gradient slot of this thread, lent for one array (a new slot when all
+        are holding one). Only inside an iteration, as the activations workspace is."""
+        act = self._by_type()[ArrayType.ACTIVATIONS]
+        if not act.is_scope_active:
+            raise WorkspaceScopeError(
+                f"workspace {act.name!r} for array type ACTIVATION_GRAD is not open: activation gradients are "
+                "made inside an iteration (mgr.iteration())"
+            )
+        slots = self._local.grad_slots
+        if slots is None:
+            slots = self._local.grad_slots = []
+        for i, slot in enumerate(slots):
+            if slot.destroyed:  # destroyed with the thread's workspaces: made anew
+                slot = slots[i] = self._new_grad_slot(i)
+            if not slot.is_scope_active:
+                break
+        else:
+            slot = self._new_grad_slot(len(slots))
+            slots.append(slot)
+        slot.lend()
+        return slot
+
+    def _new_grad_slot(self, i: int) -> Workspace:
+        name = f"{WS_ACTIVATION_GRAD}_{i}"
+        slot = get_workspace_for_current_thread(_grad_slot_config(), self.prefix + name, self.device)
+        self._ws[name] = slot
+        return slot
+
+    def release(self, grad: NDArray | None, keep: NDArray | None = None) -> None:
+        """Hand back the slot of an activation gradient once it has been read (SEPARATE; elsewhere
+        nothing to do: on the heap it goes with its last reference). A container releases each
+        gradient after the layer below has read it; `keep` is what that layer returned, which may
+        be a view of it (Flatten's reshape) and then keeps the slot. Nothing happens to a gradient
+        released already, or pinned (`pin`) by a block that reads it again."""
+        if grad is None or not self.separate:
+            return
+        slot = grad.workspace
+        if slot is None or not slot.is_scope_active or slot.thread_id != threading.get_ident() or not grad.is_valid:
+            return
+        if (keep is not None and keep.workspace is slot) or slot in self._local.pinned:
+            return
+        slots = self._local.grad_slots
+        if slots is not None and slot in slots:
+            self.handed_back(slot)
+            slot.take_back()
+
+    def pin(self, grad: NDArray) -> None:
+        """Keep `grad`'s slot through releases until `unpin`: a residual block's gradient, which its
+        main path reads first and its shortcut after."""
+        slot = grad.workspace
+        if self.separate and slot is not None:
+            self._local.pinned = self._local.pinned | {slot}
+
+    def unpin(self, grad: NDArray) -> None:
+        self._local.pinned = self._local.pinned - {grad.workspace}
+
+    def handed_back(self, slot: Workspace) -> None:
+        """A slot's cycle is about to end (a planned training step's recorder notes it)."""
 
     def zeros(self, array_type: ArrayType, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
         out = self.create(array_type, shape, dtype, device)
@@ -233,8 +323,11 @@ class LayerWorkspaceMgr:
         return sum(s["peak_used"] for s in self.stats().values())
 
     def destroy(self) -> None:
+        for slot in self._local.grad_slots or ():
+            slot.take_back()
         for ws in self._ws.values():
             if not ws.destroyed and not ws.is_scope_active:
                 ws.destroy()
         self._ws.clear()
         self._local.by_type = None
+        self._local.grad_slots = None

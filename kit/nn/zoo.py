@@ -70,19 +70,26 @@ def lenet(num_classes: int = 10, in_channels: int = 1, size: int = 28, **network
 
 
 def resnet18(
-    num_classes: int = 10, in_channels: int = 1, size: int = 28, weight_init: str = "he", **network_kw: Any
+    num_classes: int = 10,
+    in_channels: int = 1,
+    size: int = 28,
+    weight_init: str = "he",
+    recompute: bool = False,
+    **network_kw: Any,
 ) -> Network:
     """d2l's ResNet-18 for small inputs: a 3x3 stem with no max-pool, four stages of two
     residual blocks (64, 128, 256, 512 channels), global average pooling, one dense layer.
     `weight_init` is every convolution's and the dense layer's ('he' by default, the dense layer
-    then 'xavier'); d2l's recipe draws them all from N(0, 0.01): weight_init='normal:0.01'."""
+    then 'xavier'); d2l's recipe draws them all from N(0, 0.01): weight_init='normal:0.01'.
+    `recompute=True`: every residual block keeps only its input and output for backward and runs
+    its forward again there (kit.nn.recompute)."""
     dense_init = "xavier" if weight_init == "he" else weight_init
     layers: list[Layer] = [Conv2D(64, 3, padding=1, weight_init=weight_init), BatchNorm(), ReLU()]
     for i, channels in enumerate((64, 128, 256, 512)):
         first = i == 0
         layers += [
-            Residual(channels, use_1x1conv=not first, stride=1 if first else 2, weight_init=weight_init),
-            Residual(channels, weight_init=weight_init),
+            Residual(channels, not first, 1 if first else 2, weight_init, recompute),
+            Residual(channels, weight_init=weight_init, recompute=recompute),
         ]
     layers += [GlobalAvgPool(), Dense(num_classes, weight_init=dense_init)]
     return Network(layers, input_shape=(in_channels, size, size), **network_kw)

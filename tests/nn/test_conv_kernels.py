@@ -143,7 +143,8 @@ CONV_CASES = [  # (in C, H, W), out channels, kernel, stride, padding
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[0]}-oc{c[1]}-k{c[2]}-s{c[3]}-p{c[4]}")
 @pytest.mark.parametrize("keep", [True, False], ids=["kept-columns", "recomputed-columns"])
 @pytest.mark.parametrize("per_example_max", [4096, 0], ids=["per-example-products", "one-product"])
-def test_conv_matches_the_old_kernels(case, mode, keep, per_example_max, monkeypatch):
+@pytest.mark.parametrize("chunk", [3, 2, 1], ids=["whole-batch", "chunks-of-2", "one-example-chunks"])
+def test_conv_matches_the_old_kernels(case, mode, keep, per_example_max, chunk, monkeypatch):
     (c, h, w), oc, k, s, p = case
     monkeypatch.setattr(Conv2D, "keep_columns", keep)
     monkeypatch.setattr(kit.nn.conv, "PER_EXAMPLE_MAX_WEIGHTS", per_example_max)
@@ -153,6 +154,9 @@ def test_conv_matches_the_old_kernels(case, mode, keep, per_example_max, monkeyp
     weights = rng.standard_normal(oc * c * k * k + oc).astype(np.float32)
     probe = Conv2D(oc, k, stride=s, padding=p)
     out_shape = probe.build((c, h, w))
+    # the columns' working memory that makes chunks of `chunk` examples (the last one shorter: 3 = 2 + 1)
+    monkeypatch.setattr(Conv2D, "column_bytes", chunk * max(c * out_shape[1] * out_shape[2], oc * h * w) * k * k * 4)
+    assert probe.chunk(3, 4) == chunk
     eps = rng.standard_normal((3, *out_shape)).astype(np.float32)
     y, grads, dx = run_layer(layer, x, eps, mode, params=weights)
     assert layer.per_example == (per_example_max > 0)
@@ -241,6 +245,7 @@ def test_kept_columns_live_in_the_activations_workspace_and_are_counted(monkeypa
             training_workspace_mode="SEPARATE",
         )
 
+    monkeypatch.setattr(Conv2D, "keep_columns", True)  # an option now (default False: rebuilt in backward)
     kept_net = build()
     act_kept = _act_bytes(kept_net, ds)
     kept = [layer.kept_bytes for layer in kept_net.layers if isinstance(layer, Conv2D)]

@@ -11,6 +11,7 @@ import kit
 from kit.devices import as_device
 from kit.nn import mlp
 from kit.nn.workspace_mgr import (
+    WS_ACTIVATION_GRAD,
     WS_ALL_LAYERS_ACT,
     WS_LAYER_WORKING_MEM,
     WS_SINGLE,
@@ -24,12 +25,12 @@ from kit.workspace import ArrayFromClosedScopeError, WorkspaceScopeError
 DEV = as_device(None)
 F32 = np.dtype(np.float32)
 
-# where SEPARATE puts each type: activations and their gradients live the whole iteration,
-# working memory one layer call, the updater's its own step
+# where SEPARATE puts each type: activations live the whole iteration, each activation gradient
+# in a slot until it is read, working memory one layer call, the updater's its own step
 SEPARATE_HOME = {
     ArrayType.INPUT: WS_ALL_LAYERS_ACT,
     ArrayType.ACTIVATIONS: WS_ALL_LAYERS_ACT,
-    ArrayType.ACTIVATION_GRAD: WS_ALL_LAYERS_ACT,
+    ArrayType.ACTIVATION_GRAD: WS_ACTIVATION_GRAD + "_0",
     ArrayType.FF_WORKING_MEM: WS_LAYER_WORKING_MEM,
     ArrayType.BP_WORKING_MEM: WS_LAYER_WORKING_MEM,
     ArrayType.UPDATER_WORKING_MEM: WS_UPDATER_WORKING_MEM,
