@@ -80,6 +80,20 @@ class Evaluation:
         np.add.at(self.confusion, (y, p.argmax(axis=1)), 1)
 
     def merge(self, other: Evaluation) -> None:
+        """Add `other`'s counts to this one's (DL4J's merge): both must count the same classes under
+        the same names; otherwise nothing changes and the error names both."""
+        if not isinstance(other, Evaluation):
+            raise TypeError(f"Evaluation.merge: got {type(other).__name__}; merge another Evaluation")
+        if other.num_classes != self.num_classes:
+            raise ValueError(
+                f"Evaluation.merge: this evaluation counts {self.num_classes} classes, the other "
+                f"{other.num_classes}; merge evaluations of the same network (Evaluation({self.num_classes}))"
+            )
+        if other.label_names != self.label_names:
+            raise ValueError(
+                f"Evaluation.merge: label names {self.label_names} here, {other.label_names} in the other; "
+                "merge evaluations made with the same labels"
+            )
         self.confusion += other.confusion
 
     def reset(self) -> None:
@@ -224,9 +238,28 @@ class ROC:
         return list(self._labels), list(self._scores)
 
     def merge_partial(self, labels: list[np.ndarray], scores: list[np.ndarray]) -> None:
-        """Take in another ROC's `partial()`: its rows come after this one's."""
+        """Take in another ROC's `partial()`: its rows come after this one's. Every part must have
+        this ROC's number of columns (classes), its labels the shape of its scores; otherwise
+        nothing is taken in and the error says which."""
+        widths = {s.shape[1] for s in scores if s.ndim == 2}
+        if self._scores:
+            widths.add(self._scores[0].shape[1])
+        bad = [i for i, (y, s) in enumerate(zip(labels, scores)) if s.ndim != 2 or y.shape != s.shape]
+        if len(labels) != len(scores) or bad or len(widths) > 1:
+            here = f"{self._scores[0].shape[1]} columns" if self._scores else "no data yet"
+            raise ValueError(
+                f"ROC.merge: this ROC has {here}; the parts merged have scores of shapes "
+                f"{[s.shape for s in scores]} and labels of shapes {[y.shape for y in labels]}: a ROC takes rows of "
+                "one width (its classes), labels as one-hot rows of the scores' shape; use a new ROC() per network"
+            )
         self._labels.extend(labels)
         self._scores.extend(scores)
+
+    def merge(self, other: ROC) -> None:
+        """Take in another ROC's rows (DL4J's merge), after this one's; the same checks as merge_partial."""
+        if not isinstance(other, ROC):
+            raise TypeError(f"ROC.merge: got {type(other).__name__}; merge another ROC")
+        self.merge_partial(*other.partial())
 
     @property
     def num_classes(self) -> int:

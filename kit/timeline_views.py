@@ -6,13 +6,13 @@ ui.perfetto.dev). A mixin of kit.timeline.MemoryTimeline, which records the even
 
 from __future__ import annotations
 
-import contextlib
 import html
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from kit.files import atomic_write
 
 __all__ = ["FIELDS", "TimelineError", "TimelineViews"]
 
@@ -211,18 +211,10 @@ class TimelineViews:
     def save_trace(self, path: str | os.PathLike) -> Path:
         """Write Chrome's trace event format ({"traceEvents": [...]}) to `path`, atomically (a
         temporary file beside it, then os.replace). Open it in ui.perfetto.dev or chrome://tracing."""
-        target = Path(path)
         doc = {"traceEvents": self.trace_events(), "displayTimeUnit": "ms"}
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(doc, f)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        return target
+        with atomic_write(path, what="save_trace") as f:  # kit.files: through a link, the old file whole on failure
+            json.dump(doc, f)
+        return Path(path)
 
 
 def _key(row: dict[str, Any]) -> tuple:

@@ -11,7 +11,7 @@ checkout. What it does, each part recorded with its outcome and timings:
 2. the GPU tests (`pytest -m gpu`, with KIT_BACKEND=cupy), and optionally the whole unit suite
    on the CuPy backend (`--full-suite`), as pass/fail counts and the failures' first lines;
 3. the chapters' code cells (chapters 1-5, quick mode, KIT_BACKEND=cupy), cell by cell;
-4. the benchmarks (`kit bench arrays | workspaces | train | parallel`) on the GPU;
+4. the benchmarks (`kit bench arrays | workspaces | train | parallel | memory`) on the GPU;
 5. the physical limits: device-to-device copy bandwidth and matmul TFLOP/s (raw CuPy and kit)
    beside the datasheet;
 6. with Fashion-MNIST files (`--fashion DIR` or KIT_DATA): ResNet-18 (kit's zoo form), batch
@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         "--skip", default="", help="comma-separated parts to skip: tests,chapters,bench,resnet,limits,d2l"
     )
     parser.add_argument("--d2l-epochs", type=int, default=10, help="epochs of the d2l table (kit beside PyTorch)")
-    parser.add_argument("--benches", default="arrays,workspaces,train,parallel", help="benchmarks to run")
+    parser.add_argument("--benches", default="arrays,workspaces,train,parallel,memory", help="benchmarks to run")
     parser.add_argument("--fashion", default=None, help="directory with the four Fashion-MNIST IDX files")
     parser.add_argument("--chapters", default="0[1-6]", help="glob of the chapter numbers to run (default 0[1-6])")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per subprocess")

@@ -59,7 +59,16 @@ def test_bench_help_lists_every_benchmark_with_one_line(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "-h"])
     out = capsys.readouterr().out
-    assert list(benchmarks.BENCHMARKS) == ["arrays", "workspaces", "train", "parallel", "spark", "d2l", "precision"]
+    assert list(benchmarks.BENCHMARKS) == [
+        "arrays",
+        "workspaces",
+        "train",
+        "parallel",
+        "spark",
+        "d2l",
+        "precision",
+        "memory",
+    ]
     for name, (_, description) in benchmarks.BENCHMARKS.items():
         assert "\n" not in description and len(description) < 100
         assert any(line.split() == [name, *description.split()] for line in out.splitlines()), name

@@ -173,3 +173,52 @@ def test_an_empty_evaluation_raises_for_every_metric_and_stats_says_so():
     assert roc.stats() == "ROC: No data available (no data has been performed)"
     with pytest.raises(ValueError, match="no data has been evaluated"):
         roc.calculate_auc()
+
+
+@pytest.mark.parametrize(
+    ("other", "said"),
+    [
+        (lambda: Evaluation(4), "this evaluation counts 3 classes, the other 4"),
+        (lambda: Evaluation(3, labels=["cat", "dog", "bird"]), r"label names \['0', '1', '2'\] here"),
+        (lambda: "3 classes", "got str; merge another Evaluation"),
+    ],
+    ids=["class-count", "label-names", "not-an-evaluation"],
+)
+def test_merging_evaluations_of_other_classes_is_refused_and_changes_nothing(other, said):
+    """DL4J's merge checks both; kit merged different names silently and failed on different
+    counts with NumPy's broadcast message."""
+    ev = Evaluation(3)
+    ev.eval(np.array([0, 1, 2]), np.eye(3))
+    before = ev.confusion.copy()
+    theirs = other()
+    if isinstance(theirs, Evaluation):
+        theirs.eval(np.array([0]), np.eye(theirs.num_classes)[:1])
+    with pytest.raises((ValueError, TypeError), match=said):
+        ev.merge(theirs)
+    np.testing.assert_array_equal(ev.confusion, before)
+    same = Evaluation(3)
+    same.eval(np.array([1]), np.eye(3)[1:2])
+    ev.merge(same)
+    assert ev.n == 4
+
+
+@pytest.mark.parametrize(
+    ("parts", "said"),
+    [
+        (lambda: ([np.eye(4)[:2]], [np.full((2, 4), 0.25)]), "this ROC has 3 columns"),  # another width
+        (lambda: ([np.eye(3)[:2]], [np.full((3, 3), 0.3)]), "labels as one-hot rows of the scores' shape"),
+        (lambda: ([np.eye(3)[:1], np.eye(2)[:1]], [np.full((1, 3), 0.3), np.full((1, 2), 0.5)]), "rows of one width"),
+    ],
+    ids=["width", "labels-vs-scores", "mixed-parts"],
+)
+def test_a_roc_takes_in_rows_of_its_own_width_only_and_stays_readable(parts, said):
+    roc = ROC()
+    roc.eval(np.array([0, 1, 2]), np.eye(3) * 0.8 + 0.05)
+    auc = roc.calculate_average_auc()
+    with pytest.raises(ValueError, match=said):
+        roc.merge_partial(*parts())
+    assert roc.calculate_average_auc() == auc  # still readable, unchanged
+    other = ROC()
+    other.eval(np.array([2, 0]), np.eye(3)[[2, 0]] * 0.8 + 0.05)
+    roc.merge(other)
+    assert roc.num_classes == 3 and len(np.concatenate(roc.partial()[0])) == 5

@@ -54,6 +54,8 @@ def test_cycle_bytes_and_peak_agree_with_each_workspace(trained):
         "WS_ALL_LAYERS_ACT",
         "WS_LAYER_WORKING_MEM",
         "WS_UPDATER_WORKING_MEM",
+        "WS_ACTIVATION_GRAD_0",  # the gradients' two slots, lent in turn
+        "WS_ACTIVATION_GRAD_1",
     }
     for name, ws in workspaces.items():
         mine = [e for e in tl.events if e["workspace"] == name]

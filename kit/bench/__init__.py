@@ -34,6 +34,7 @@ from kit.bench.precision import bench_precision
 from kit.bench.spark import bench_spark
 from kit.bench.train import bench_train
 from kit.bench.workspaces import bench_workspaces, mlp_cycle
+from kit.files import atomic_write
 
 __all__ = [
     "BENCHMARKS",
@@ -156,8 +157,6 @@ def check_json_path(path: str | os.PathLike[str]) -> Path:
 def write_json(result: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """The result and the run's environment (versions, UTC time, git commit) under "run".
     Atomic write: a temporary file renamed over the target."""
-    target = check_json_path(path)
-    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
+    check_json_path(path)
+    with atomic_write(path, what="--json") as f:  # kit.files: through a link, the old file whole on failure
         json.dump({**result, "run": run_metadata()}, f, indent=2)
-    os.replace(tmp, target)

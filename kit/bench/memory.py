@@ -4,6 +4,9 @@ For each network (the MLP 784-512-256-10, LeNet, d2l's ResNet-18 for 28 x 28 inp
 each side trains three SGD steps in a fresh process, and the process's peak resident memory
 over what it held once the model and the batch were built is read from the kernel: the peak
 counter (VmHWM) is reset just before the steps (`/proc/self/clear_refs`) and read after them.
+On a GPU the same steps run there, and what is compared is the device memory each allocator
+reserved (CuPy's pool, which holds kit's arenas and the blocks it caches; PyTorch's
+`max_memory_reserved`); no GPU run has checked this yet.
 The sides take turns (kit, PyTorch, kit, ...) and the median of the repeats is reported, with
 kit / PyTorch per row.
 
@@ -26,10 +29,31 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+import kit
 from kit import measure, settings
 from kit.bench.common import device_label
+from kit.bench.d2l import torch_resnet18
+from kit.data import DataSet
+from kit.nn import Sgd, WorkspaceMode, lenet, mlp, resnet18
+from kit.nn.recompute import WS_RECOMPUTE
+from kit.nn.workspace_mgr import WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_SINGLE
+from kit.timeline import memory_timeline
 
-__all__ = ["COLUMNS", "MEMORY_GOAL", "bench_memory", "heap_during_step", "kit_breakdown", "step_memory"]
+__all__ = [
+    "COLUMNS",
+    "MEMORY_GOAL",
+    "batch_for",
+    "bench_memory",
+    "heap_during_step",
+    "kit_breakdown",
+    "kit_network",
+    "step_memory",
+    "torch_network",
+    "torch_training_step",
+]
 
 MEMORY_GOAL = 1.0  # kit / PyTorch, peak resident growth of three training steps
 MIB = 2**20
@@ -57,18 +81,17 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def _data(net: str, batch: int, seed: int = 0) -> tuple[Any, Any]:
-    import numpy as np
+def batch_for(net: str, batch: int, seed: int = 0) -> tuple[Any, Any]:
+    """A batch of random float32 features (images for the conv nets) and class labels."""
 
     rng = np.random.default_rng(seed)
     shape = (batch, 784) if net == "mlp" else (batch, 1, 28, 28)
     return rng.random(shape, dtype=np.float32), rng.integers(0, 10, batch)
 
 
-def _kit_net(net: str, mode: str) -> Any:
+def kit_network(net: str, mode: str) -> Any:
     """kit's `net` in workspace `mode` ("SEPARATE", "NONE", ...; "SEPARATE recompute": ResNet-18's
     blocks recomputed in backward, kit.nn.recompute)."""
-    from kit.nn import Sgd, WorkspaceMode, lenet, mlp, resnet18
 
     mode, _, recompute = mode.partition(" ")
     kw: dict[str, Any] = {"updater": Sgd(0.1), "training_workspace_mode": WorkspaceMode(mode)}
@@ -79,10 +102,9 @@ def _kit_net(net: str, mode: str) -> Any:
     return resnet18(recompute=recompute == "recompute", **kw)
 
 
-def _torch_net(net: str) -> Any:
+def torch_network(net: str) -> Any:
+    """PyTorch's form of kit's `net`: the same layers, PyTorch's default initialisation."""
     from torch import nn
-
-    from kit.bench.d2l import torch_resnet18
 
     if net == "mlp":
         return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
@@ -97,45 +119,90 @@ def _torch_net(net: str) -> Any:
 
 def step_memory(side: str, net: str, batch: int, mode: str = "SEPARATE") -> dict[str, Any]:
     """In this process: build `net`, make the batch, reset the peak counter, train STEPS steps;
-    the peak resident growth in bytes (and, for kit, its bytes by kind)."""
-    from threadpoolctl import threadpool_limits
+    the peak growth in bytes (and, for kit, its bytes by kind). On the CPU the growth of the
+    process's peak resident memory; on a GPU (kit's default device, and CUDA for PyTorch) the
+    device memory each side's allocator reserved: CuPy's pool, which holds kit's arenas and every
+    block it caches, against `torch.cuda.max_memory_reserved`."""
 
-    x, y = _data(net, batch)
+    x, y = batch_for(net, batch)
+    gpu = kit.current_device().kind != "cpu"
     with threadpool_limits(limits=1, user_api="blas"):
         if side == "kit":
-            from kit.data import DataSet
-
-            model = _kit_net(net, mode)
-            ds = DataSet(x, y, num_classes=10)
+            model = kit_network(net, mode)
+            ds = DataSet(kit.asarray(x), kit.asarray(y), num_classes=10)
             step = lambda: model.fit_batch(ds)  # noqa: E731
         else:
             import torch
 
             torch.set_num_threads(1)
             torch.manual_seed(0)
-            model = _torch_net(net)
+            where = "cuda" if gpu else "cpu"
+            model = torch_network(net).to(where)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             loss_fn = torch.nn.CrossEntropyLoss()
-            tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+            tx, ty = torch.from_numpy(x).to(where), torch.from_numpy(y).to(where)
 
             def step() -> None:
                 opt.zero_grad(set_to_none=False)
                 loss_fn(model(tx), ty).backward()
                 opt.step()
 
-        if not _peak_reset():
-            raise RuntimeError("bench memory reads Linux's peak resident counter (/proc/self/clear_refs)")
-        base = _status_kib("VmRSS")
-        for _ in range(STEPS):
-            step()
-        peak = _status_kib("VmHWM")
-        out: dict[str, Any] = {"peak_growth": (peak - base) * 1024}
+        out: dict[str, Any] = {"peak_growth": _device_growth(side, step) if gpu else _resident_growth(step)}
         if side == "kit":
             out["kinds"] = kit_breakdown(model, ds)
         else:
             out["saved_for_backward"] = _torch_saved(model, loss_fn, tx, ty)
             out["params_and_grads"] = 2 * sum(p.numel() * p.element_size() for p in model.parameters())
     return out
+
+
+def torch_training_step(net: str, x: Any, y: Any, lr: float = 0.1) -> Any:
+    """A call that trains PyTorch's `net` one SGD step on (x, y), one intra-op thread, on the CPU."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch_network(net)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=False)
+        loss_fn(model(tx), ty).backward()
+        opt.step()
+
+    return step
+
+
+def _resident_growth(step: Any) -> int:
+    """Bytes the process's peak resident memory grew by over STEPS calls of `step`."""
+    if not _peak_reset():
+        raise RuntimeError("bench memory reads Linux's peak resident counter (/proc/self/clear_refs)")
+    base = _status_kib("VmRSS")
+    for _ in range(STEPS):
+        step()
+    return (_status_kib("VmHWM") - base) * 1024
+
+
+def _device_growth(side: str, step: Any) -> int:
+    """Bytes of device memory the side's allocator reserved beyond what it held before the steps."""
+    if side == "kit":
+        pool = kit.backend.cupy().get_default_memory_pool()
+        base = pool.total_bytes()
+        for _ in range(STEPS):
+            step()
+        kit.backend.sync()
+        return pool.total_bytes() - base  # a pool only grows between free_all_blocks calls
+    import torch
+
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_reserved()
+    torch.cuda.reset_peak_memory_stats()
+    for _ in range(STEPS):
+        step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_reserved() - base
 
 
 def _torch_saved(model: Any, loss_fn: Any, tx: Any, ty: Any) -> int:
@@ -160,7 +227,6 @@ def heap_during_step(net: Any, ds: Any) -> dict[str, int]:
     alive (allocated during the step and not yet released) at the end of the forward pass, their
     peak during backward, and what is left when backward has run. Each layer drops what it kept
     as its backward passes it, so the live bytes fall while backward runs."""
-    from kit.timeline import memory_timeline
 
     mgr = net.train_mgr
     x, y = net.checked_batch(ds)
@@ -186,8 +252,6 @@ def heap_during_step(net: Any, ds: Any) -> dict[str, int]:
 
 def kit_breakdown(net: Any, ds: Any) -> dict[str, int]:
     """kit's bytes of one training step by kind (after the steps that sized its workspaces)."""
-    from kit.nn.recompute import WS_RECOMPUTE
-    from kit.nn.workspace_mgr import WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_SINGLE
 
     mgr = net.train_mgr
     kinds = {
@@ -227,7 +291,7 @@ def _in_fresh_process(side: str, net: str, batch: int, mode: str) -> dict[str, A
         "import json, sys; from kit.bench.memory import step_memory; "
         f"print('RESULT' + json.dumps(step_memory({side!r}, {net!r}, {batch}, {mode!r})))"
     )
-    env = {**os.environ, "KIT_HOST_DEVICES": "1"}
+    env = dict(os.environ)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"bench memory: the {side} {net} b{batch} process failed:\n{done.stderr[-2000:]}")
@@ -267,23 +331,28 @@ COLUMN_NOTES = {
 }
 
 
-def bench_memory(quick: bool = False, cases: tuple[tuple[str, int], ...] | None = None) -> dict[str, Any]:
+def bench_memory(
+    quick: bool = False, cases: tuple[tuple[str, int], ...] | None = None, progress: Any = None
+) -> dict[str, Any]:
     """Peak resident growth of STEPS training steps, kit (SEPARATE, its default, NONE, and for
     ResNet-18 SEPARATE with its blocks recomputed) beside PyTorch, each run in a fresh process,
-    the sides in turn."""
+    the sides in turn. `progress(done, total)` is called after each process (a kit.widgets.Progress)."""
     cases = cases or (QUICK_CASES if quick else CASES)
     repeats = 1 if quick else 3
     has_torch = _torch_available()
+    plan = [(net, batch, _modes(net)) for net, batch in cases]
+    total, done = repeats * sum(len(modes) + has_torch for _, _, modes in plan), 0
     rows: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"steps": f"{STEPS} SGD steps (lr 0.1), 1x28x28 inputs (784 for the MLP), float32"}
-    for net, batch in cases:
+    for net, batch, modes in plan:
         runs: dict[str, list[dict[str, Any]]] = {}
-        modes = ("SEPARATE", "NONE", "SEPARATE recompute") if net == "resnet18" else ("SEPARATE", "NONE")
         for _ in range(repeats):  # the sides take turns
-            for mode in modes:
-                runs.setdefault(f"kit {mode}", []).append(_in_fresh_process("kit", net, batch, mode))
-            if has_torch:
-                runs.setdefault("PyTorch", []).append(_in_fresh_process("torch", net, batch, "NONE"))
+            for side, mode in [("kit", m) for m in modes] + [("torch", "NONE")] * has_torch:
+                name = f"kit {mode}" if side == "kit" else "PyTorch"
+                runs.setdefault(name, []).append(_in_fresh_process(side, net, batch, mode))
+                done += 1
+                if progress is not None:
+                    progress(done, total)
         rows += _case_rows(net, batch, runs, summary)
     if not has_torch:
         summary["note"] = f"PyTorch is not installed, so no ratios: {settings.install_hint('bench')}"
@@ -296,6 +365,11 @@ def bench_memory(quick: bool = False, cases: tuple[tuple[str, int], ...] | None 
         "rows": rows,
         "summary": summary,
     }
+
+
+def _modes(net: str) -> tuple[str, ...]:
+    """kit's settings measured for `net`: its default, the heap, and for ResNet-18 recomputation."""
+    return ("SEPARATE", "NONE", "SEPARATE recompute") if net == "resnet18" else ("SEPARATE", "NONE")
 
 
 def _case_rows(

@@ -12,6 +12,7 @@ BatchNorm()                   (B, F) or (B, C, H, W), batch statistics in traini
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -91,6 +92,19 @@ class BatchNorm(Layer):
             ParamSpec("mean", (c,), "zeros", trainable=False),
             ParamSpec("var", (c,), "ones", trainable=False),
         ]
+
+    def check_training_batch(self, batch: int, index: int) -> None:
+        """Batch statistics need more than one value per channel (PyTorch: "Expected more than 1
+        value per channel when training"): with one, the variance is 0, every gradient below is 0
+        and the running variance decays towards 0."""
+        per_channel = batch * math.prod(self.input_shape[1:])  # type: ignore[index]
+        if per_channel < 2:
+            raise ValueError(
+                f"BatchNorm (layer {index}) trains on batch statistics, and a batch of {batch} example(s) gives it "
+                f"{per_channel} value per channel (per-example shape {self.input_shape}): its variance would be 0 and "
+                "every gradient below it 0. Train with batches of 2 or more examples; "
+                "ArrayIterator(data, batch_size, drop_last=True) leaves out a last batch of one"
+            )
 
     def _axes_and_view(self, ndim: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         c = self.input_shape[0]  # type: ignore[index]

@@ -11,8 +11,9 @@ Conv2D: one strided copy turns every k x k window of the padded input into the c
 (C*k*k, B*OH*OW) matrix (kit/nn/im2col.py says why this layout); the convolution is then a
 matrix product, or one per example for small filter banks. The columns are k*k times the input,
 so Conv2D builds them a chunk of examples at a time, in working memory of about
-`Conv2D.column_bytes`, and builds them again in backward (DL4J's ConvolutionLayer does the same):
-what the layer keeps for backward is its input, which is the previous layer's output anyway.
+`Conv2D.column_bytes` (more on a GPU, where each chunk costs kernel launches), and builds them
+again in backward (DL4J's ConvolutionLayer does the same): what the layer keeps for backward is
+its input, which is the previous layer's output anyway.
 `Conv2D.keep_columns = True` keeps the whole batch's columns for backward instead (their bytes
 are `kept_bytes`), trading memory for the time of one im2col. The input gradient of a stride-1
 'same' convolution is itself a convolution (of eps with the turned filters); other strides and
@@ -68,6 +69,8 @@ class Conv2D(Layer):
     keep_columns: ClassVar[bool] = False
     keep_columns_max_bytes: ClassVar[int] = 128 << 20
     column_bytes: ClassVar[int] = 8 << 20
+    # on a GPU, where each chunk costs kernel launches, the batch of the d2l job (256) in one chunk
+    column_bytes_gpu: ClassVar[int] = 512 << 20
 
     def __init__(self, out_channels: int, kernel: int, stride: int = 1, padding: int = 0, weight_init: str = "he"):
         super().__init__()
@@ -108,14 +111,16 @@ class Conv2D(Layer):
             ParamSpec("b", (oc,), "zeros"),
         ]
 
-    def chunk(self, batch: int, itemsize: int) -> int:
+    def chunk(self, batch: int, itemsize: int, gpu: bool = False) -> int:
         """Examples per chunk: as many as keep the largest columns (the input's, or in backward
-        eps's for the input gradient) within `column_bytes`, at least one."""
+        eps's for the input gradient) within `column_bytes` (`column_bytes_gpu` on a GPU), at
+        least one."""
         c, h, w = self.input_shape  # type: ignore[misc]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
         k = self.kernel
         per_example = max(c * oh * ow, oc * h * w) * k * k * itemsize
-        return max(1, min(batch, self.column_bytes // per_example))
+        budget = self.column_bytes_gpu if gpu else self.column_bytes
+        return max(1, min(batch, budget // per_example))
 
     def _columns(self, x: Any, xp: Any, scratch: Scratch, cols: Any = None) -> Any:
         """The (C*k*k, n*OH*OW) im2col matrix of x (n, C, H, W), in `cols` or scratch."""
@@ -153,7 +158,7 @@ class Conv2D(Layer):
         w2 = self.params["W"].data.reshape(oc, -1)  # (OC, C*k*k)
         bias = self.params["b"].data.reshape(1, oc, 1, 1)
         y = mgr.create(ACT, (b, oc, oh, ow), x.dtype, dev)
-        step = b if keep else self.chunk(b, x.dtype.itemsize)
+        step = b if keep else self.chunk(b, x.dtype.itemsize, dev.kind != "cpu")
         for s0 in range(0, b, step):
             n = min(step, b - s0)
             cols = self._columns(raw[s0 : s0 + n], xp, scratch, kept)  # (C*k*k, n*OH*OW)
@@ -185,7 +190,7 @@ class Conv2D(Layer):
         _c, h, w = self.input_shape  # type: ignore[misc]
         by_convolution = self.stride == 1 and (h, w) == (oh, ow)
         flipped = self._turned_filters(xp, mgr, dev, dt) if dx is not None and by_convolution else None
-        step = b if kept is not None else self.chunk(b, dt.itemsize)
+        step = b if kept is not None else self.chunk(b, dt.itemsize, dev.kind != "cpu")
         for s0 in range(0, b, step):
             n = min(step, b - s0)
             if kept is not None:

@@ -179,6 +179,10 @@ class Layer:
         `buffers`: the raw arrays backward asked `mgr` for, in order. None: trained unplanned."""
         return None
 
+    def check_training_batch(self, batch: int, index: int) -> None:
+        """Refuse, in words, a training batch of `batch` examples this layer cannot learn from
+        (`index`: its place in the network, for the message). Nothing to refuse by default."""
+
     def _check_input(self, x: NDArray) -> None:
         if x.shape[1:] != self.input_shape:
             raise ValueError(

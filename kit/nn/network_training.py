@@ -60,6 +60,9 @@ class Training:
         x = self._features(ds.features)
         y = self._labels(ds.labels, x.shape[0])
         self._check_finite(x, "features")
+        if x.shape[0] == 1:  # before any layer runs: a refused batch moves no statistic
+            for i, layer in enumerate(self.layers):
+                layer.check_training_batch(x.shape[0], i)
         return x, y
 
     def _forward_backward(self, x: NDArray, y: NDArray, mgr: LayerWorkspaceMgr) -> float:

@@ -13,9 +13,11 @@ The header holds the configuration, the counters and a SHA-256 per array, and on
 over all of that (`integrity`): editing the configuration inside a file (an activation, `l2`, the
 updater, the dtype) is detected like a flipped bit in the parameters. It is an integrity check,
 not a signature: someone who edits a file on purpose can recompute the sums, so load files you
-trust (they hold no code: NumPy arrays without pickle and JSON). A write goes to a
-temporary file in the same directory, is fsync'ed, then renamed over the target, so an
-interrupted save leaves the previous file whole. `Network.save` / `Network.load` use this module.
+trust (they hold no code: NumPy arrays without pickle and JSON). Each array's checksum covers its
+dtype and shape as well as its bytes (format 2): the same bytes re-typed (float32 read as int32)
+do not pass. A write goes to a temporary file in the same directory, is fsync'ed, then renamed
+over the target (through a symbolic link), so an interrupted save leaves the previous file whole
+(kit.files). `Network.save` / `Network.load` use this module.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 from typing import Any
 
 import numpy as np
+
+from kit.files import atomic_write
 
 __all__ = ["ModelFileError", "read_model", "write_model"]
 
@@ -35,8 +38,17 @@ class ModelFileError(ValueError):
     """A saved model file that is corrupted, tampered with, or does not match."""
 
 
-def _digest(array: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+FORMAT = 2  # 2: each array's checksum covers its dtype and shape too (1: its bytes only)
+
+
+def _digest(array: np.ndarray, fmt: int = FORMAT) -> str:
+    """The SHA-256 of everything that decides an array's values: its bytes, and (format 2) its
+    dtype and shape, so the same bytes read as another type or shape do not pass."""
+    h = hashlib.sha256()
+    if fmt >= 2:
+        h.update(f"{array.dtype.str}{tuple(array.shape)}|".encode())
+    h.update(np.ascontiguousarray(array).tobytes())
+    return h.hexdigest()
 
 
 def _integrity(config: Any, counters: dict[str, Any], digests: dict[str, str]) -> str:
@@ -45,18 +57,11 @@ def _integrity(config: Any, counters: dict[str, Any], digests: dict[str, str]) -
 
 
 def write_model(path: str | os.PathLike, config: dict[str, Any], arrays: dict[str, np.ndarray], counters: dict) -> None:
-    """Write arrays + header atomically. `arrays` must be consistent already (a snapshot)."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"save({path!r}): the directory {folder!r} does not exist; create it first")
-    if os.path.isdir(path):  # before anything is written: the error names the target, not a temporary file
-        raise IsADirectoryError(
-            f"save({path!r}): that path is a directory; give a file name inside it, e.g. "
-            f"{os.path.join(path, 'model.npz')!r}"
-        )
+    """Write arrays + header atomically (kit.files.atomic_write: through a symbolic link, the previous
+    file whole if the write fails). `arrays` must be consistent already (a snapshot)."""
     digests = {k: _digest(v) for k, v in arrays.items()}
     meta = {
+        "format": FORMAT,
         "config": config,
         "iteration": counters["iteration"],
         "epoch": counters["epoch"],
@@ -65,16 +70,8 @@ def write_model(path: str | os.PathLike, config: dict[str, Any], arrays: dict[st
     }
     payload = dict(arrays)
     payload["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_write(path, "wb", what="save") as f:  # the errors name the target, never the temporary file
+        np.savez(f, **payload)
 
 
 def read_model(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, int]]:
@@ -108,9 +105,15 @@ def read_model(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.nd
         )
     if sorted(digests) != sorted(arrays):
         raise ModelFileError(f"{path}: arrays {sorted(arrays)} but checksums for {sorted(digests)}")
+    fmt = meta.get("format", 1)  # files written before format 2 checked each array's bytes only
+    if fmt not in (1, FORMAT):
+        raise ModelFileError(f"{path}: model file format {fmt!r}; this kit reads formats 1 and {FORMAT}")
     for key, value in arrays.items():
-        if digests[key] != _digest(value):
-            raise ModelFileError(f"{path}: array {key!r} does not match its SHA-256: the file was modified or damaged")
+        if digests[key] != _digest(value, fmt):
+            raise ModelFileError(
+                f"{path}: array {key!r} ({value.dtype}, shape {value.shape}) does not match its SHA-256: its "
+                "values, type or shape were modified or damaged"
+            )
     return config, arrays, counters
 
 

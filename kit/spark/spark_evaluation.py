@@ -25,7 +25,7 @@ from kit.spark.aggregation import tree_aggregate
 from kit.spark.executor_eval import eval_task
 from kit.spark.rdd_data import as_rdd
 
-__all__ = ["DEFAULT_EVAL_BATCH_SIZE", "Evaluating", "merge_evaluations"]
+__all__ = ["DEFAULT_EVAL_BATCH_SIZE", "Evaluating", "check_batch_size", "merge_evaluations"]
 
 DEFAULT_EVAL_BATCH_SIZE = 64  # DL4J's DEFAULT_EVAL_SCORE_BATCH_SIZE
 
@@ -39,6 +39,15 @@ def merge_evaluations(target: Any, raw: Any) -> None:
         target.merge_partial(labels, scores)
     else:
         raise TypeError(f"do_evaluation: kit.spark merges Evaluation and ROC, got {type(target).__name__}")
+
+
+def check_batch_size(batch_size: Any, call: str) -> None:
+    """At the call, on the driver: an evaluation batch is a whole number of examples >= 1."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
+        raise ValueError(
+            f"SparkNetwork.{call}(batch_size={batch_size!r}): the examples evaluated at a time on an executor, a "
+            f"whole number >= 1 (default {DEFAULT_EVAL_BATCH_SIZE})"
+        )
 
 
 def _combine(a: tuple[Any, ...] | None, b: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
@@ -82,6 +91,8 @@ class Evaluating:
         objects: the same numbers as a local `network.do_evaluation` on the same data."""
         if not evaluations:
             raise ValueError("do_evaluation needs at least one evaluation object (Evaluation, ROC)")
+        check_batch_size(batch_size, "do_evaluation")
+        width = self.network.output_shape[0]
         kinds = []
         for ev in evaluations:
             if isinstance(ev, Evaluation):
@@ -91,6 +102,12 @@ class Evaluating:
                     )
                 kinds.append("evaluation")
             elif isinstance(ev, ROC):
+                columns = 2 if width == 1 else width  # one sigmoid output scores two classes
+                if ev.partial()[1] and ev.num_classes != columns:  # before the job: the ROC would be left unreadable
+                    raise ValueError(
+                        f"do_evaluation: this ROC already holds rows of {ev.num_classes} columns, and the network "
+                        f"scores {columns}; pass a new ROC() for this network"
+                    )
                 kinds.append("roc")
             else:
                 raise TypeError(f"do_evaluation: kit.spark merges Evaluation and ROC, got {type(ev).__name__}")
@@ -100,10 +117,12 @@ class Evaluating:
         return evaluations
 
     def evaluate(self, data: Any, batch_size: int = DEFAULT_EVAL_BATCH_SIZE) -> Evaluation:
+        check_batch_size(batch_size, "evaluate")
         return self.do_evaluation(data, Evaluation(self.network.output_shape[0]), batch_size=batch_size)[0]
 
     def score(self, data: Any, batch_size: int = DEFAULT_EVAL_BATCH_SIZE) -> float:
         """Mean loss over the RDD (DL4J's calculateScore(rdd, average=true))."""
+        check_batch_size(batch_size, "score")
         ((total, count),) = self._aggregate(data, ("score",), batch_size)
         if count == 0:
             raise ValueError("SparkNetwork.score: no examples")

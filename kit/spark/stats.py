@@ -58,6 +58,8 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from kit.files import atomic_write
+
 __all__ = ["DRIVER_BYTES", "DRIVER_PHASES", "PHASE_COLORS", "WORKER_PHASES", "SparkTrainingStats", "export_stats_html"]
 
 DRIVER_PHASES = ("broadcast_ms", "job_ms", "aggregate_ms")
@@ -93,7 +95,7 @@ class SparkTrainingStats:
         return json.dumps(self.to_dict(), indent=1, default=float)
 
     def save_json(self, path: str | os.PathLike) -> None:
-        with open(path, "w") as f:
+        with atomic_write(path, what="save_json") as f:  # through a link, the old file whole on failure
             f.write(self.to_json())
 
     @classmethod
@@ -149,6 +151,12 @@ class SparkTrainingStats:
 
 def export_stats_html(stats: SparkTrainingStats, path: str | os.PathLike) -> None:
     """A self-contained HTML page: timeline (inline SVG), phase medians, per-round table."""
+    if not isinstance(stats, SparkTrainingStats):
+        got = "None (the last fit collected no statistics)" if stats is None else type(stats).__name__
+        raise TypeError(
+            f"export_stats_html: got {got}, not a SparkTrainingStats; create the training master with "
+            "collect_training_stats=True, fit again, then export spark_net.get_training_stats()"
+        )
     svg = _timeline_svg(stats.timeline())
     legend = " ".join(
         f'<span style="background:{c};padding:0 8px;margin-right:4px"></span>{k}' for k, c in PHASE_COLORS.items()
@@ -171,10 +179,8 @@ text-align:right}}</style></head><body>
 <h2>Executors</h2><table><tr>{"".join(f"<th>{c}</th>" for c in wcols)}</tr>{wtable}</table>
 </body></html>
 """
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
+    with atomic_write(path, what="export_stats_html") as f:
         f.write(page)
-    os.replace(tmp, path)
 
 
 def _timeline_svg(bars: list[tuple[str, str, float, float]]) -> list[str]:

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from _layers import bind_random, forward_backward
 
-from kit.nn import BatchNorm
+from kit.data import ArrayIterator, DataSet
+from kit.nn import BatchNorm, Conv2D, Dense, Flatten, Network, ReLU, Sequential, Sgd
 
 RNG = np.random.default_rng(7)
 
@@ -75,3 +76,37 @@ def test_batchnorm_statistics_of_float16_images_do_not_overflow():
     )
     gamma, beta = layer.params["gamma"].numpy(), layer.params["beta"].numpy()
     np.testing.assert_allclose(y, xhat * gamma.reshape(1, 2, 1, 1) + beta.reshape(1, 2, 1, 1), atol=0.02)
+
+
+@pytest.mark.parametrize(
+    ("layers", "shape", "refused"),
+    [
+        (lambda: [Dense(4), BatchNorm(), Dense(3)], (5,), True),  # (1, F): one value per feature
+        (lambda: [Conv2D(2, 3), BatchNorm(), Flatten(), Dense(3)], (1, 3, 3), True),  # a 1x1 image: one value
+        (lambda: [Conv2D(2, 3, padding=1), BatchNorm(), Flatten(), Dense(3)], (1, 2, 2), False),  # 4 values
+        (lambda: [Dense(4), bn_in_a_sequential(), Dense(3)], (5,), True),  # nested in a Sequential
+    ],
+    ids=["dense", "conv-1x1", "conv-2x2", "nested"],
+)
+def test_a_training_batch_of_one_value_per_channel_is_refused_at_the_call(layers, shape, refused):
+    """PyTorch: "Expected more than 1 value per channel when training". kit says so before any layer
+    runs, so nothing moves (parameters, running statistics, counters), and its remedy runs."""
+    rng = np.random.default_rng(0)
+    net = Network(layers(), shape, updater=Sgd(0.1), seed=1)
+    before, iteration = net.params().numpy().copy(), net.iteration
+    one = DataSet(rng.random((1, *shape)), np.array([1]), num_classes=3)
+    if not refused:
+        net.fit_batch(one)
+        return
+    with pytest.raises(ValueError, match=r"a batch of 1 example\(s\) gives it 1 value per channel") as info:
+        net.fit_batch(one)
+    np.testing.assert_array_equal(net.params().numpy(), before)
+    assert net.iteration == iteration
+    assert "drop_last=True" in str(info.value)
+    data = DataSet(rng.random((9, *shape)), np.arange(9) % 3, num_classes=3)  # 9 = 4 + 4 + 1
+    net.fit(ArrayIterator(data, 4, drop_last=True), epochs=1)  # the remedy, as printed
+    assert net.iteration == iteration + 2
+
+
+def bn_in_a_sequential():
+    return Sequential([BatchNorm(), ReLU()])

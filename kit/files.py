@@ -1,0 +1,78 @@
+"""Every file kit writes (model files, Spark checkpoints and stats, benchmark JSON, memory traces)
+goes through `atomic_write`: written to a temporary file beside its target, flushed to disk,
+then renamed over it, so a failed or interrupted write leaves the previous file whole.
+
+    >>> import os, tempfile
+    >>> from kit.files import atomic_write
+    >>> folder = tempfile.mkdtemp()
+    >>> with atomic_write(os.path.join(folder, "notes.txt")) as f:
+    ...     _ = f.write("kept")
+    >>> open(os.path.join(folder, "notes.txt")).read()
+    'kept'
+
+A path that is a symbolic link is written through: the file it points to gets the new contents and
+the link stays a link (a plain rename would replace the link with a file and leave the old contents
+where the link pointed). The new file's permissions come from the umask, as `open` would give
+them. A target that is a directory, or in a directory that does not exist, is refused before
+anything is written, in words that name the path and the remedy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["atomic_write", "write_target"]
+
+
+def write_target(path: str | os.PathLike[str], what: str = "write") -> Path:
+    """The file a write to `path` must replace: the path itself, or where its symbolic link points;
+    checked to be a file name in a directory that exists. `what` names the call in errors."""
+    given = Path(path)
+    target = Path(os.path.realpath(given)) if given.is_symlink() else given
+    if target.is_dir():
+        raise IsADirectoryError(
+            f"{what}({os.fspath(path)!r}): that path is a directory; give a file name inside it, e.g. "
+            f"{os.path.join(os.fspath(path), 'model.npz')!r}"
+        )
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"{what}({os.fspath(path)!r}): the directory {str(folder)!r} does not exist; create it first "
+            f"(mkdir -p {folder}) or write the file somewhere that exists"
+        )
+    return target
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (os.umask sets it to read it)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str], mode: str = "w", what: str = "write", **open_kw: Any) -> Iterator[IO]:
+    """A file object to write `path`'s new contents to; they replace the old ones only when the
+    block ends without an exception (then flushed, fsync'ed and renamed into place)."""
+    target = write_target(path, what)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a file kit writes gets what open() would give
+        with os.fdopen(fd, mode, **open_kw) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
