@@ -32,7 +32,7 @@ import numpy as np
 
 from kit.shapes import accumulator
 
-__all__ = ["all_finite", "check_finite"]
+__all__ = ["all_finite", "check_cast", "check_finite"]
 
 
 def _host(raw: Any) -> np.ndarray:
@@ -86,3 +86,20 @@ def check_finite(raw: Any, what: str, where: str = "", then: str = "", per_row: 
         first = np.argwhere(bad)[0] if host.ndim else ()
         found = f"{int(bad.sum())} values; first at index [{', '.join(str(int(i)) for i in first)}]"
     raise ValueError(f"{prefix}{what} contain NaN or infinity ({found}){then}")
+
+
+def check_cast(source: Any, cast: Any, what: str, remedy: str = "") -> None:
+    """After casting `source` to `cast`'s narrower float dtype: raise ValueError when finite values
+    became infinite because the dtype cannot hold them ("`what`: n finite values exceed float16's
+    range ..."), so the error names the cause, not "NaN or infinity" the data never held."""
+    if all_finite(cast) or not all_finite(source):
+        return
+    host, out = _host(source), _host(cast)
+    bad = np.isinf(out) & np.isfinite(host)
+    first = np.argwhere(bad)[0] if host.ndim else ()
+    value = host[tuple(first)] if host.ndim else host
+    limit = np.finfo(out.dtype).max
+    raise ValueError(
+        f"{what}: {int(bad.sum())} finite values exceed {out.dtype}'s range (largest {float(limit):g}); first at index "
+        f"[{', '.join(str(int(i)) for i in first)}], {float(value):g}{remedy}"
+    )

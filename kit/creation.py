@@ -31,6 +31,7 @@ from kit import backend
 from kit.devices import AnyDevice, as_device, host_source, transfer
 from kit.memory import allocate, allocate_aligned
 from kit.ndarray import NDArray, ShapeError, wrap
+from kit.shapes import as_shape
 
 __all__ = [
     "aligned_zeros",
@@ -53,17 +54,7 @@ Shape = int | tuple[int, ...] | list[int]
 
 
 def _shape(shape: Shape, op: str) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
-        shape = (int(shape),)
-    if isinstance(shape, (str, bytes, bool, float)):  # '12' would iterate as (1, 2)
-        raise ShapeError(f"{op}: a shape is an int or a tuple of ints, got {shape!r}")
-    try:
-        out = tuple(int(n) for n in shape)
-    except (TypeError, ValueError):
-        raise ShapeError(f"{op}: a shape is an int or a tuple of ints, got {shape!r}") from None
-    if any(n < 0 for n in out):
-        raise ShapeError(f"{op}: negative dimensions are not allowed, got shape {out}")
-    return out
+    return as_shape(shape, op)  # whole numbers only: (2.5, 3) and ("3",) are refused, never truncated
 
 
 def empty(shape: Shape, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:

@@ -37,6 +37,7 @@ One module for every timing in kit (benchmarks, `compare_devices`, the chapters)
 from __future__ import annotations
 
 import enum
+import math
 import operator
 import statistics
 import textwrap
@@ -220,8 +221,13 @@ def compare(
     calibration and timed run, between timed regions: it never runs inside one."""
     if not fns:
         raise ValueError("compare(fns={}): give at least one variant, e.g. {'kit': f, 'raw': g}")
-    if not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"compare(repeats={repeats!r}): must be a positive integer (5 or more for a spread)")
+    for k, fn in fns.items():
+        if not callable(fn):
+            raise TypeError(f"compare(fns): variant {k!r} is a {type(fn).__name__}, not a callable; pass f, not f()")
+    repeats = _whole("repeats", repeats, 1, "a positive integer (5 or more for a spread)")
+    if isinstance(min_time, bool) or not isinstance(min_time, int | float) or not 0 < min_time < math.inf:
+        raise ValueError(f"compare(min_time={min_time!r}): seconds a timed region lasts at least, a number > 0")
+    numbers_given = _numbers(number, fns)
     try:  # True: one call, False: none (a bool is an int), NumPy integers too
         warmups = operator.index(warmup)
     except TypeError:
@@ -241,10 +247,8 @@ def compare(
             for k, fn in fns.items():
                 _run(fn, 1, sync)
                 step(f"warm-up: {k}")
-        if isinstance(number, dict):
-            numbers = {k: int(number[k]) for k in fns}
-        elif number is not None:
-            numbers = dict.fromkeys(fns, int(number))
+        if numbers_given is not None:
+            numbers = numbers_given
         else:
             numbers = {}
             for k, fn in fns.items():
@@ -261,6 +265,35 @@ def compare(
     for t in out.values():
         t.load = load.others
     return out
+
+
+def _whole(name: str, value: Any, low: int, what: str) -> int:
+    """`value` as a whole number >= `low` (NumPy's integers too), or a ValueError naming it: a float
+    (2.7) is refused, never truncated; a bool is no count."""
+    try:
+        n = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        n = None
+    if n is None or n < low:
+        raise ValueError(f"compare({name}={value!r}): must be {what}")
+    return n
+
+
+def _numbers(number: Any, fns: dict[str, Any]) -> dict[str, int] | None:
+    """Calls per repeat for each variant, from `number` (None: autorange finds them)."""
+    what = "a whole number of calls per repeat >= 1, a dict of them per variant, or None (autorange)"
+    if number is None:
+        return None
+    if isinstance(number, dict):
+        missing, extra = [k for k in fns if k not in number], [k for k in number if k not in fns]
+        if missing or extra:
+            said = (f"; missing {missing}" if missing else "") + (f"; unknown {extra}" if extra else "")
+            raise ValueError(
+                f"compare(number=...): the dict gives calls for {sorted(map(str, number))} but the variants are "
+                f"{sorted(map(str, fns))}{said}"
+            )
+        return {k: _whole(f"number[{k!r}]", number[k], 1, what) for k in fns}
+    return dict.fromkeys(fns, _whole("number", number, 1, what))
 
 
 def measure(fn: Callable[[], Any], name: str = "", **kw: Any) -> Timing:

@@ -41,6 +41,7 @@ import numpy as np
 from kit.context import resolve
 from kit.devices import AnyDevice, Device, gpu_count
 from kit.gc_window import gc_stats, maybe_gc, reset_gc_stats, set_auto_gc_window, toggle_periodic_gc
+from kit.shapes import as_shape
 from kit.state import STATE
 
 __all__ = [
@@ -171,6 +172,7 @@ def allocate_aligned(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice)
     carved from the buffer further on (a later layer's weights) is wherever it falls. Counted as
     allocated: the buffer and the room to move its start. With the cache on for this size, or on a
     GPU (CuPy's pool aligns to 256 bytes), it is `allocate_heap`."""
+    shape = as_shape(shape, "allocate_aligned")  # (-4,) or (2.5,) refused, not an empty or truncated buffer
     nbytes = math.prod(shape) * dtype.itemsize
     cache = STATE.cache
     if device.kind != "cpu" or (cache.on and cache.enabled_for(device, nbytes)):

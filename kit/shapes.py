@@ -9,11 +9,36 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ShapeError", "accumulator"]
+__all__ = ["ShapeError", "accumulator", "as_shape"]
 
 
 class ShapeError(ValueError):
     """Shapes that do not fit together; the message names both."""
+
+
+def as_shape(shape: Any, op: str) -> tuple[int, ...]:
+    """A shape as a tuple of whole numbers >= 0: an int, or a sequence of ints (NumPy's integers
+    too). A float (2.5, even 2.0), a string ("3") or a bool is refused naming it, never truncated
+    or read character by character."""
+    if isinstance(shape, str | bytes | bool | float | np.floating):
+        raise ShapeError(f"{op}: a shape is an int or a tuple of ints, got {shape!r}")
+    if isinstance(shape, int | np.integer):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise ShapeError(f"{op}: a shape is an int or a tuple of ints, got {shape!r}") from None
+    out = []
+    for n in dims:
+        if isinstance(n, bool) or not isinstance(n, int | np.integer):
+            raise ShapeError(
+                f"{op}: a shape is an int or a tuple of ints, got {shape!r} (the dimension {n!r} is a "
+                f"{type(n).__name__}); give whole numbers"
+            )
+        out.append(int(n))
+    if any(n < 0 for n in out):
+        raise ShapeError(f"{op}: negative dimensions are not allowed, got shape {tuple(out)}")
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------

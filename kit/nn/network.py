@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from kit import backend
-from kit.checks import all_finite, check_finite
+from kit.checks import all_finite, check_cast, check_finite
 from kit.creation import aligned_zeros, asarray
 from kit.devices import as_device
 from kit.labels import probability_rows
@@ -267,7 +267,11 @@ class Network(Training, Inference, State):
             arr = np.asarray(x)
             if arr.dtype.kind not in "fiu":
                 raise TypeError(f"features must be numbers, got dtype {arr.dtype}")
-            x = asarray(arr.astype(self.dtype, copy=False), device=self.device)
+            with np.errstate(over="ignore"):  # an overflow is found and named just below
+                cast = arr.astype(self.dtype, copy=False)
+            if cast is not arr and arr.dtype.kind == "f":
+                check_cast(arr, cast, "features", _NARROW)
+            x = asarray(cast, device=self.device)
         if x.device is not self.device and x.device.physical is not self.device.physical:
             raise ValueError(
                 f"features are on {x.device} but the network is on {self.device}; use .to({self.device.name!r})"
@@ -280,7 +284,9 @@ class Network(Training, Inference, State):
                 )
             # data keeps the dtype it was given and is cast where it meets the network, to the
             # network's dtype (DL4J does the same), never to a process-wide default
-            x = x.astype(self.dtype)
+            with np.errstate(over="ignore"):  # an overflow is found and named just below
+                source, x = x, x.astype(self.dtype)
+            check_cast(source.data, x.data, "features", _NARROW)
         if x.shape[1:] != self.input_shape:
             raise ValueError(
                 f"features of shape {x.shape} do not fit the first layer, which expects "
@@ -339,6 +345,9 @@ class Network(Training, Inference, State):
 
     def workspace_stats(self) -> dict[str, dict[str, Any]]:
         return {"training": self.train_mgr.stats(), "inference": self.infer_mgr.stats()}
+
+
+_NARROW = "; scale the features (divide by their largest value) or train a network of a wider dtype (float32)"
 
 
 @functools.lru_cache(maxsize=64)

@@ -78,6 +78,7 @@ class Inference:
                     continue
                 x = self._features(ds.features)
                 y = self._labels(ds.labels, x.shape[0])
+                self._check_finite(x, "score: features")  # one NaN made the score NaN (as evaluate refuses it)
                 with mgr.iteration():
                     out = self._forward(x, mgr, training=False)
                     with mgr.layer_call():

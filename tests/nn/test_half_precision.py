@@ -8,7 +8,7 @@ import pytest
 
 import kit
 from kit.data import ArrayIterator, DataSet
-from kit.nn import MSE, BatchNorm, Dense, Network, SoftmaxCrossEntropy
+from kit.nn import MSE, BatchNorm, Dense, Network, Sgd, SoftmaxCrossEntropy, mlp
 
 DTYPES = ["float16", "float32", "float64"]
 
@@ -97,3 +97,33 @@ def test_batchnorm_statistics_add_in_float32_at_least(dtype, shape):
     want = (ref - mean.reshape(shape_c)) / np.sqrt(var.reshape(shape_c) + 1e-5)
     np.testing.assert_allclose(y, want, atol=2e-2 if dtype == "float16" else 1e-5)
     assert np.std(y) > 0.5  # not the constant output of an infinite variance
+
+
+@pytest.mark.parametrize("given", ["numpy", "NDArray"])
+def test_finite_features_too_large_for_float16_are_named_as_such_and_the_remedy_runs(given):
+    """They were reported as "features contain NaN or infinity", which the data never held."""
+    net = mlp(4, hidden=(3,), n_out=2, dtype="float16", updater=Sgd(0.1), seed=0)
+    x = np.ones((2, 4), np.float32)
+    x[1, 2] = 1e5
+    data = x if given == "numpy" else kit.asarray(x)
+    before = net.params().numpy().copy()
+    with pytest.raises(
+        ValueError,
+        match=r"features: 1 finite values exceed float16's range \(largest 65504\); first at index \[1, 2\], 100000",
+    ):
+        net.fit_batch(DataSet(data, np.array([0, 1]), num_classes=2))
+    np.testing.assert_array_equal(net.params().numpy(), before)
+    net.fit_batch(DataSet(x / x.max(), np.array([0, 1]), num_classes=2))  # the remedy, as printed
+    with pytest.raises(ValueError, match="contain NaN or infinity"):  # a real NaN is still called one
+        x[0, 0] = np.nan
+        net.fit_batch(DataSet(x, np.array([0, 1]), num_classes=2))
+
+
+def test_score_refuses_features_with_nan_as_evaluate_does():
+    net = mlp(4, hidden=(3,), n_out=2, seed=0)
+    x = np.ones((3, 4), np.float32)
+    x[2, 1] = np.nan
+    with pytest.raises(
+        ValueError, match=r"score: features contain NaN or infinity \(1 values; first at index \[2, 1\]\)"
+    ):
+        net.score(DataSet(x, np.array([0, 1, 1]), num_classes=2))
