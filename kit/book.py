@@ -28,6 +28,7 @@ also in `dev`); `python -m kit book` names that extra in one line when MODULES a
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -173,7 +174,7 @@ def build_book(
     if repository:
         _github(repository)  # a bad address fails before the build
     out = Path(out)
-    _clear_earlier_book(out)
+    _check_out(out)  # before the build; the earlier book stays until the new one is whole
     with tempfile.TemporaryDirectory(prefix="kit-book-") as tmp:
         src = Path(tmp) / "src"
         _write_sources(src, chapters, repository, branch)
@@ -183,18 +184,33 @@ def build_book(
         for path in chapters:  # the "Run it" note links each page's notebook, stored beside it
             shutil.copy(path, html / path.name)
         out.parent.mkdir(parents=True, exist_ok=True)
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        shutil.move(html, out)
+        _replace(out, html)
     return out / "index.html"
 
 
-def _clear_earlier_book(out: Path) -> None:
-    """Remove an earlier book from `out`; refuse a non-empty folder that holds none."""
-    if out.exists() and any(out.iterdir()):
-        if not (out / ".buildinfo").is_file():
-            raise FileExistsError(f"{out} is not empty and holds no earlier book: choose another --out")
-        shutil.rmtree(out)
+def _check_out(out: Path) -> None:
+    """`out` may hold an earlier book (replaced once the new one is built) or nothing; a non-empty
+    folder that holds no book is refused before anything is built."""
+    if out.exists() and any(out.iterdir()) and not (out / ".buildinfo").is_file():
+        raise FileExistsError(f"{out} is not empty and holds no earlier book: choose another --out")
+
+
+def _replace(out: Path, built: Path) -> None:
+    """Put the finished book at `out`: the earlier one is moved aside first and removed only once
+    the new one is in place (put back if the move fails)."""
+    if not out.exists():
+        shutil.move(built, out)
+        return
+    aside = out.with_name(f".{out.name}.old-{os.getpid()}")
+    out.rename(aside)
+    try:
+        shutil.move(built, out)
+    except BaseException:
+        if out.exists():
+            shutil.rmtree(out, ignore_errors=True)
+        aside.rename(out)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _write_sources(src: Path, chapters: list[Path], repository: str | None, branch: str) -> None:
@@ -205,7 +221,13 @@ def _write_sources(src: Path, chapters: list[Path], repository: str | None, bran
     (src / "_static" / "kit-book.css").write_text(_CSS, encoding="utf-8")
     entries = []
     for path in chapters:
-        nb = nbformat.read(path, as_version=4)
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except Exception as exc:  # the file, and what is wrong with it, before Sphinx runs
+            raise ValueError(
+                f"the book: chapter {str(path)!r} is not a readable notebook ({type(exc).__name__}: {exc}); "
+                "restore it (git checkout -- <file>) or move it out of the notebooks folder; the earlier book is kept"
+            ) from None
         nbformat.write(prepare_chapter(nb, path.stem, repository, branch), src / path.name)
         entries.append((path.stem, chapter_title(nb), _summary(nb)))
     items = "\n".join(f"1. [{title}]({stem}.ipynb)  \n   {summary}" for stem, title, summary in entries)

@@ -16,7 +16,8 @@
     >>> path = tl.save_trace("fit.json")                   # open in chrome://tracing or ui.perfetto.dev
 
 Each event is a dict: `time` (seconds since the timeline started, perf_counter), `thread` (its
-name), `device`, `workspace` (None: the heap), `cycle` (the workspace's cycle number; None on the
+name; a later thread of a name seen already is "name #2", "name #3", ...: threads are told apart
+by identity, never merged by name), `device`, `workspace` (None: the heap), `cycle` (the workspace's cycle number; None on the
 heap), `offset` (bytes from the arena start; None on the heap and for a spill), `nbytes`,
 `array_type` (ND4J's ArrayType name -- INPUT, ACTIVATIONS, ACTIVATION_GRAD, FF_WORKING_MEM,
 BP_WORKING_MEM, UPDATER_WORKING_MEM -- for an array a layer asked its LayerWorkspaceMgr for; None
@@ -87,6 +88,10 @@ class MemoryTimeline(TimelineViews):
         self._live: dict[int, tuple] = {}  # id(weakref) -> (weakref, device, workspace, cycle, nbytes, type)
         self._lock = threading.RLock()  # re-entrant: a release can be recorded inside a record (GC)
         self._typing = _Typing()
+        # each thread's label: its name, or "name #2", "name #3" ... for later threads of the same
+        # name, so two threads called "worker" are two rows, never merged (keyed by the thread object)
+        self._labels: weakref.WeakKeyDictionary[threading.Thread, str] = weakref.WeakKeyDictionary()
+        self._names_seen: dict[str, int] = {}
         self._t0 = 0.0
         self.recording = False
         self._used = False
@@ -134,11 +139,20 @@ class MemoryTimeline(TimelineViews):
         kind: str,
         array_type: str | None,
     ) -> None:
-        thread = threading.current_thread().name
         with self._lock:
             if self.recording:
+                thread = self._thread_label()
                 row = (perf_counter() - self._t0, thread, device, workspace, cycle, offset, nbytes, array_type, kind)
                 self._rows.append(row)
+
+    def _thread_label(self) -> str:
+        """This thread's label in the timeline (called under the lock)."""
+        t = threading.current_thread()
+        label = self._labels.get(t)
+        if label is None:
+            n = self._names_seen[t.name] = self._names_seen.get(t.name, 0) + 1
+            label = self._labels[t] = t.name if n == 1 else f"{t.name} #{n}"
+        return label
 
     def _watch(
         self, data: Any, device: str, workspace: str | None, cycle: int | None, nbytes: int, array_type: str | None
@@ -188,9 +202,11 @@ class MemoryTimeline(TimelineViews):
         start = self._starts.pop((id(ws), ws.current_cycle), None)
         if not ws.config.circular:
             self.reset(ws)
+        with self._lock:
+            thread = self._thread_label()
         cycle = {
             "workspace": ws.name,
-            "thread": threading.current_thread().name,
+            "thread": thread,
             "device": ws.device.name,
             "cycle": ws.current_cycle,
             "start": start,  # None: the cycle began before the timeline did

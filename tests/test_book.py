@@ -202,3 +202,27 @@ def test_no_markdown_table_is_wider_than_the_column():
                 if sum(tokens) > ROW_TOKENS:
                     wide.append(f"{path.name} cell {i}: {sum(tokens)}: {line[:80]}")
     assert not wide, "break these rows' code spans (a code block beside the table):\n" + "\n".join(wide)
+
+
+def test_an_unreadable_chapter_is_named_and_the_earlier_book_is_kept(tmp_path):
+    """The book was deleted before building: one unreadable chapter then left no book, and the error
+    did not name the file."""
+    pytest.importorskip("nbformat")
+    from kit.book import build_book
+
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    (notebooks / "01_good.ipynb").write_text(
+        '{"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# One"}], "metadata": {}, '
+        '"nbformat": 4, "nbformat_minor": 5}'
+    )
+    (notebooks / "02_bad.ipynb").write_text('{"cells": [')  # cut off mid-write
+    out = tmp_path / "book"
+    out.mkdir()
+    (out / ".buildinfo").write_text("earlier")
+    (out / "index.html").write_text("<p>the earlier book</p>")
+    with pytest.raises(ValueError, match=r"chapter '.*02_bad\.ipynb' is not a readable notebook") as info:
+        build_book(notebooks, out)
+    assert "the earlier book is kept" in str(info.value)
+    assert (out / "index.html").read_text() == "<p>the earlier book</p>"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["book", "notebooks"]

@@ -328,3 +328,27 @@ def test_an_aligned_heap_buffer_is_released_when_its_last_view_goes():
         gc.collect()
     released = [e for e in tl.events if e["kind"] == "release"]
     assert released_early == [] and [e["nbytes"] for e in released] == [4000 + memory.ALIGNMENT]
+
+
+def test_two_threads_of_one_name_are_two_rows_never_merged():
+    """The timeline keyed threads by name: two threads called "worker" became one row, and plot()
+    laid one's allocations over the other's cycle."""
+    import numpy as np
+
+    net = mlp(8, hidden=(4,), n_out=2, seed=0)  # one network, trained from two threads in turn
+    rng = np.random.default_rng(0)
+    ds = DataSet(rng.random((6, 8)).astype(np.float32), rng.integers(0, 2, 6), num_classes=2)
+    with kit.memory_timeline() as tl:
+        for _ in range(2):  # each thread named "worker": each gets its own workspaces of the same names
+            t = threading.Thread(target=lambda: [net.fit_batch(ds) for _ in range(3)], name="worker")
+            t.start()
+            t.join(timeout=60)
+    labels = {e["thread"] for e in tl.events}
+    assert {"worker", "worker #2"} <= labels
+    acts = [r for r in tl.summary() if (r["workspace"] or "").endswith("WS_ALL_LAYERS_ACT")]
+    assert len({r["workspace"] for r in acts}) == 1  # the same name on both threads
+    assert sorted(r["thread"] for r in acts) == ["worker", "worker #2"]
+    assert all(r["cycles"] == 3 for r in acts)  # each thread's own three iterations
+    for label in ("worker", "worker #2"):
+        c, _allocs = tl.cycle_events(workspace=acts[0]["workspace"], thread=label)
+        assert c["thread"] == label
