@@ -147,8 +147,10 @@ class Device(_DeviceBase):
 
     @property
     def simulated(self) -> bool:
-        """True for a CPU device while the host is split into several simulated devices."""
-        return self.kind == "cpu" and STATE.host_devices > 1
+        """True for a CPU device while the host is split into several simulated devices, and always
+        for cpu:1 and up, which exist only as simulated devices (also after the count went down:
+        their arrays stay where they were made, and never pass for a second physical CPU)."""
+        return self.kind == "cpu" and (STATE.host_devices > 1 or self.index > 0)
 
     @property
     def blas_threads(self) -> int:
@@ -172,6 +174,11 @@ class Device(_DeviceBase):
             return f"{self.name}: {gpu_name}, {props['totalGlobalMem'] / 2**30:.1f} GiB (physical)"
         cpu = platform.processor() or platform.machine()
         cores = os.cpu_count() or 1
+        if self.simulated and self.index >= STATE.host_devices:
+            return (
+                f"{self.name}: simulated on the host ({cpu}); no longer listed (now {_host_devices_now()}): "
+                "its arrays stay on the host, in a separate placement domain"
+            )
         if self.simulated:
             return (
                 f"{self.name}: simulated on the host ({cpu}, {cores} core(s) shared by {STATE.host_devices} "

@@ -242,3 +242,22 @@ def test_averaging_costs_exactly_the_copies_it_needs(three_hosts):
     # mean goes back to cpu:1 (Sgd keeps no updater state to average)
     assert stats[("cpu:1", "cpu:0")] == (rounds, rounds * params)
     assert stats[("cpu:0", "cpu:1")] == (3 * rounds, rounds * (params + batch))
+
+
+@pytest.mark.parametrize(("made_with", "now"), [(2, 1), (3, 1), (3, 2), (4, 2)])
+def test_an_array_on_a_simulated_device_never_prints_as_a_physical_cpu_after_the_count_goes_down(made_with, now):
+    """After set_host_device_count(1) an array made on cpu:1 printed as a physical second CPU."""
+    before = kit.devices.host_device_count()
+    try:
+        kit.devices.set_host_device_count(made_with)
+        arrays = [kit.zeros((2,), device=f"cpu:{i}") for i in range(made_with)]
+        kit.devices.set_host_device_count(now)
+        for i, a in enumerate(arrays):
+            simulated = i > 0 or now > 1
+            assert a.device.simulated is simulated
+            assert ("simulated on the host" in repr(a)) is simulated
+            assert ("(physical)" in a.device.describe()) is not simulated
+            if i >= now:
+                assert "no longer listed" in a.device.describe()
+    finally:
+        kit.devices.set_host_device_count(before)
