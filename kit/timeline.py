@@ -17,8 +17,9 @@
 
 Each event is a dict: `time` (seconds since the timeline started, perf_counter), `thread` (its
 name; a later thread of a name seen already is "name #2", "name #3", ...: threads are told apart
-by identity, never merged by name), `device`, `workspace` (None: the heap), `cycle` (the workspace's cycle number; None on the
-heap), `offset` (bytes from the arena start; None on the heap and for a spill), `nbytes`,
+by identity, never merged by name), `device`, `workspace` (None: the heap), `cycle` (the
+workspace's cycle number; None on the heap), `offset` (bytes from the arena start; None on the
+heap and for a spill), `nbytes`,
 `array_type` (ND4J's ArrayType name -- INPUT, ACTIVATIONS, ACTIVATION_GRAD, FF_WORKING_MEM,
 BP_WORKING_MEM, UPDATER_WORKING_MEM -- for an array a layer asked its LayerWorkspaceMgr for; None
 for temporaries made by ordinary kit ops and outside layers), and `kind`:

@@ -75,6 +75,7 @@ class StepResult:
     batch_size: int
     model: Any = None  # the model listeners see for this result (a replica, in a wrapper)
     worker: int | None = None
+    skipped: bool = False  # the loss scaler skipped this step (no update): a non-finite score is expected
 
 
 Step = Callable[[Sequence[Any]], Sequence[StepResult]]
@@ -243,13 +244,16 @@ class TrainingLoop:
                     self.stopped_by = condition
                     self._stop = True
                     return
-        for r in results:  # nothing stopped it: training on from here would train on garbage
-            if not math.isfinite(r.score):
+        for i, r in enumerate(results):  # nothing stopped it: training on from here would train on garbage
+            if not math.isfinite(r.score) and not r.skipped:  # a skipped step changed nothing: not an error
                 who = f", worker {r.worker}" if r.worker is not None else ""
+                target = r.model if r.model is not None else model
+                explain = getattr(target, "non_finite_cause", None)
+                cause = explain(group[i]) if explain is not None and i < len(group) else None
+                cause = cause or "the parameters may no longer be finite. Lower the learning rate or scale the features"
                 raise NonFiniteScoreError(
-                    f"iteration {iteration} (epoch {epoch}{who}): the loss is {r.score}; the parameters may no longer "
-                    "be finite. Lower the learning rate or scale the features; to stop cleanly instead, train with "
-                    "early stopping and InvalidScoreIterationTerminationCondition"
+                    f"iteration {iteration} (epoch {epoch}{who}): the loss is {r.score}; {cause}; to stop cleanly "
+                    "instead, train with early stopping and InvalidScoreIterationTerminationCondition"
                 )
 
 

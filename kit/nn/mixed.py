@@ -175,17 +175,18 @@ class LossScaler:
                 self.scale *= self.growth_factor
                 self.clean_steps = 0
             return True
+        if self.dynamic and self.scale * self.backoff_factor < self.min_scale:  # nothing changes: the error says why
+            raise LossScaleError(
+                f"dynamic loss scaling gave up: the scale would fall to {self.scale * self.backoff_factor:g}, below "
+                f"min_scale {self.min_scale:g}, after {self.skipped_steps + 1} skipped steps (inf/NaN gradients). At "
+                "such a scale float16 is not what overflows in backward: the training itself diverges. Lower the "
+                "learning rate, check the data for extreme values, or train in float32 (dtype='float32') to see "
+                "where it blows up"
+            )
         self.skipped_steps += 1
         self.clean_steps = 0
         if self.dynamic:
             self.scale *= self.backoff_factor
-            if self.scale < self.min_scale:
-                raise LossScaleError(
-                    f"dynamic loss scaling gave up: the scale fell to {self.scale:g}, below min_scale "
-                    f"{self.min_scale:g}, after {self.skipped_steps} skipped steps (inf/NaN gradients). At such a "
-                    "scale float16 is not what overflows: the training itself diverges. Lower the learning rate, check "
-                    "the data for extreme values, or train in float32 (dtype='float32') to see where it blows up"
-                )
         return False
 
     def __repr__(self) -> str:

@@ -16,17 +16,20 @@ mixin of kit.nn.network.Network, which holds the state these methods use.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
 from kit import memory
+from kit.checks import all_finite
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
+from kit.nn.layers import call_forward
 from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
-from kit.nn.mixed import precision_step, scale_seed
-from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
+from kit.nn.mixed import LossScaleError, precision_step, scale_seed
+from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
 
 if TYPE_CHECKING:
     from kit.ndarray import NDArray
@@ -36,6 +39,8 @@ __all__ = ["Training"]
 
 class Training:
     """The training half of Network: gradients, the update, the loop."""
+
+    last_step_skipped = False  # the loss scaler skipped the last step (kit.nn.mixed): no update
 
     def compute_gradient_and_score(self, ds: DataSet) -> float:
         """Forward, loss and backward on one batch: gradients land in `flat_grads`; no update.
@@ -95,9 +100,10 @@ class Training:
         return sum(0.5 * self.l2 * float(xp.dot(master[sl], master[sl])) for sl in self.l2_slices)
 
     def _update(self, mgr: LayerWorkspaceMgr) -> None:
-        """The updater's step (inside mgr.updater()): plain, or through kit.nn.mixed."""
+        """The updater's step (inside mgr.updater()): plain, or through kit.nn.mixed (which may
+        skip it: `last_step_skipped`)."""
         if self.precision_managed:
-            precision_step(self, mgr)
+            self.last_step_skipped = not precision_step(self, mgr)
         else:
             updater = self.updater  # Sgd, Nesterovs: the update is written over the gradient (Updater.exact_in_place)
             updater.apply(
@@ -147,10 +153,20 @@ class Training:
             score = self.train_plans.step(ds)
             if score is None:
                 mgr = self.train_mgr
+                self.last_step_skipped = False
                 with mgr.iteration():  # a cast of the inputs is carved here too
                     score = self._gradient_step(ds, mgr)
                     with mgr.updater():
-                        self._update(mgr)
+                        try:
+                            # a non-finite loss moves nothing (the loop then says why); with a loss
+                            # scaler, the scaler decides (it skips the step and backs off)
+                            if self.precision_managed or math.isfinite(score):
+                                self._update(mgr)
+                        except LossScaleError as exc:  # nothing moved; say what overflowed, if the forward did
+                            cause = self.non_finite_cause(ds) if not math.isfinite(score) else None
+                            if cause is None:
+                                raise
+                            raise LossScaleError(f"{exc}. Here the loss itself is {score}: {cause}") from None
             self.last_score = score
             if advance:
                 self.iteration += 1
@@ -160,7 +176,36 @@ class Training:
     def train_step(self, batches: Sequence[DataSet]) -> list[StepResult]:
         """The step of this network's TrainingLoop: one mini-batch, one iteration."""
         (ds,) = batches
-        return [StepResult(self._train_one(ds, advance=True), ds.num_examples)]  # the loop sees the count moved
+        score = self._train_one(ds, advance=True)  # the loop sees the count moved
+        return [StepResult(score, ds.num_examples, skipped=self.last_step_skipped)]
+
+    def non_finite_cause(self, ds: DataSet) -> str | None:
+        """Why a step on `ds` gave a non-finite loss, in words (the loop's NonFiniteScoreError and
+        the loss scaler's error say it): the parameters, or the first layer whose activations
+        overflow this network's dtype with finite parameters and features. Found on a clone (this
+        network's running statistics do not move). None when the features themselves are not finite."""
+        xp = self.device.xp
+        if not all_finite(self.flat_params.data):
+            return "the parameters are no longer finite. Lower the learning rate or scale the features"
+        twin = self.clone()
+        mgr = LayerWorkspaceMgr(WorkspaceMode.NONE, device=self.device, backward_follows=False)
+        with np.errstate(over="ignore", invalid="ignore"):
+            try:
+                h = twin._features(ds.features)
+            except ValueError:
+                return None
+            if not all_finite(h.data):
+                return None
+            for i, layer in enumerate(twin.body.layers):
+                h = call_forward(layer, h, mgr, True)
+                if not all_finite(h.data):
+                    limit = float(xp.finfo(self.dtype).max)
+                    return (
+                        f"the activations of layer {i} ({type(layer).__name__}) exceed {self.dtype}'s range (largest "
+                        f"{limit:g}) while the parameters and the features are finite. Scale the features down, or "
+                        "train in float32 (or with master_dtype='float32' and a loss scale)"
+                    )
+        return "the loss overflowed while the parameters, the features and every layer's output are finite"
 
     def fit(
         self, data: DataSet | Iterable[DataSet], epochs: int = 1, listeners: Iterable[Any] = (), prefetch: int = 0

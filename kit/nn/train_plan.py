@@ -48,6 +48,7 @@ False` trains unplanned; `declined` says why a network is not planned.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import OrderedDict
 from functools import partial
@@ -219,6 +220,8 @@ class TrainingPlan:
                 elif kind == SCORE:
                     score += a()
                 else:  # LIVE: the updater or L2, with the arrays recorded for it
+                    if a is _update and not math.isfinite(score):  # a non-finite loss moves nothing, as unplanned
+                        continue
                     value, asked_all = b.run(a, net, slots)
                     score += value
                     if not asked_all:  # it asked for fewer arrays than recorded (this iteration

@@ -301,7 +301,11 @@ class ParallelWrapper(ShutsDownOnExit):
         self.round_seconds.append(time.perf_counter() - t0)
         for w in self._zoo:  # idle workers of a short last round keep the same step count
             w.replica.iteration = iteration
-        return [StepResult(score, ds.num_examples, w.replica, w.index) for w, ds, score in zip(zoo, batches, scores)]
+        skipped = [self.training_mode is TrainingMode.AVERAGING and w.replica.last_step_skipped for w in zoo]
+        return [
+            StepResult(score, ds.num_examples, w.replica, w.index, skip)
+            for w, ds, score, skip in zip(zoo, batches, scores, skipped)
+        ]
 
     def _collect(self, zoo: list[Worker]) -> list[Any]:
         # the first failure stops everything; the others finish their task first

@@ -23,6 +23,7 @@ from kit.earlystopping import (
 from kit.listeners import ScoreIterationListener
 from kit.nn import MSE, Adam, BatchNorm, Dense, ModelFileError, Network, ReLU, Sgd, Tanh, mlp
 from kit.nn.config import NetworkConfig, NetworkConfigError
+from kit.nn.loop import NonFiniteScoreError
 from kit.nn.mixed import LossScaleError, LossScaler
 from kit.parallel import ParallelInference, ParallelWrapper
 
@@ -124,7 +125,9 @@ def test_a_scale_below_the_floor_raises_naming_scale_skips_and_remedy(digits):
     net = _digits_net(dtype="float16", master_dtype="float32", loss_scale=LossScaler(2.0**40, min_scale=2.0**37))
     for _ in range(3):
         net.fit_batch(ds)
-    with pytest.raises(LossScaleError, match=r"fell to 6\.87195e\+10, below min_scale 1\.37439e\+11, after 4 skipped "):
+    with pytest.raises(
+        LossScaleError, match=r"would fall to 6\.87195e\+10, below min_scale 1\.37439e\+11, after 4 skipped"
+    ):
         net.fit_batch(ds)
     with pytest.raises(LossScaleError, match="Lower the learning rate"):
         net.fit_batch(ds)
@@ -499,3 +502,65 @@ def test_an_updater_subclass_with_its_own_apply_keeps_its_gradient_unless_it_say
         declared.fit_batch(ds)
         assert plain.updater.same and not declared.updater.same  # lent the gradient only where declared
     np.testing.assert_array_equal(plain.flat_params.numpy(), declared.flat_params.numpy())  # same steps
+
+
+def _overflowing(digits, size=64):
+    """A batch whose float16 forward pass overflows in the first Dense layer: finite features of
+    60,000 (float16 holds up to 65,504), times 64 inputs' worth of weights."""
+    x = np.full((size, 64), 60_000.0, dtype=np.float32)
+    return DataSet(x, digits[0].labels.numpy()[:size])
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["fit", "ParallelWrapper"])
+def test_a_skipped_step_is_not_an_error_and_fit_trains_on(digits, wrapped):
+    """The dynamic scaler skipped the overflowing batch, and fit() then stopped anyway with
+    NonFiniteScoreError blaming the parameters."""
+    good = _batches(digits, 2)
+    net = _digits_net(**MIXED)
+    data = [good[0], _overflowing(digits), good[1]]
+    if wrapped:
+        with ParallelWrapper(net, workers=1, prefetch_buffer=0) as pw:
+            pw.fit(data)
+        scaler = pw.replicas[0].loss_scaler if hasattr(pw, "replicas") else net.loss_scaler
+    else:
+        net.fit(data)
+        scaler = net.loss_scaler
+    assert scaler.skipped_steps == 1 and scaler.scale == 2.0**15
+    assert np.all(np.isfinite(net.params().numpy()))
+
+
+def test_a_forward_overflow_at_every_scale_names_the_layer_and_changes_nothing(digits):
+    """Item 10's error where an error is right: never "the parameters may no longer be finite"."""
+    net = _digits_net(dtype="float16", master_dtype="float32", loss_scale=LossScaler(2.0**2, min_scale=1.0))
+    bad = _overflowing(digits)
+    net.fit_batch(bad)
+    net.fit_batch(bad)  # 4 -> 2 -> 1: two skips
+    before = (net.loss_scaler.state().tolist(), net.iteration, net.flat_master.numpy().copy())
+    with pytest.raises(LossScaleError, match=r"the activations of layer 0 \(Dense\) exceed float16's range"):
+        net.fit_batch(bad)
+    after = (net.loss_scaler.state().tolist(), net.iteration, net.flat_master.numpy())
+    assert before[0] == after[0] and before[1] == after[1]  # nothing moved: scale, counts, iteration
+    np.testing.assert_array_equal(before[2], after[2])
+    plain = _digits_net(dtype="float16")  # no scaler: the loop's error names the layer too
+    with pytest.raises(NonFiniteScoreError, match=r"the activations of layer 0 \(Dense\) exceed float16's range"):
+        plain.fit([bad])
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["on-the-first-step", "later"])
+def test_after_a_loss_scale_error_the_state_is_that_of_a_run_without_the_bad_step(digits, first):
+    """After a LossScaleError the step counted as skipped but not as an iteration: Adam's step
+    count ran one behind, and after a failing first step the next clean one divided by zero."""
+    good = _batches(digits, 3)
+    kw = {"dtype": "float16", "master_dtype": "float32", "loss_scale": LossScaler(1.0, min_scale=1.0)}
+    net, twin = _digits_net(**kw), _digits_net(**kw)
+    if not first:
+        net.fit_batch(good[0])
+        twin.fit_batch(good[0])
+    with pytest.raises(LossScaleError):
+        net.fit_batch(_overflowing(digits))
+    for ds in good[1:]:
+        net.fit_batch(ds)  # no ZeroDivisionError in Adam
+        twin.fit_batch(ds)
+    np.testing.assert_array_equal(net.flat_master.numpy(), twin.flat_master.numpy())
+    assert net.loss_scaler.state().tolist() == twin.loss_scaler.state().tolist()
+    assert net.iteration == twin.iteration
