@@ -137,6 +137,7 @@ class SparkNetwork(Evaluating):
         self.loop: TrainingLoop | None = None
         self._stats: SparkTrainingStats | None = None
         self._run: _FitRun | None = None  # the session's rounds, while one is open
+        self._session_claim = threading.Lock()  # held for a whole session: a second fit is refused at once
 
     @property
     def config_json(self) -> str:
@@ -216,9 +217,21 @@ class SparkNetwork(Evaluating):
         with `resume=True`): yields the rounds to run a loop over, `epochs_left` epochs of them. On
         leaving, the final checkpoint is written (after a run that did not fail), the prepared data
         are released and the network holds the counters with its state."""
+        if not self._session_claim.acquire(blocking=False):  # atomic: two threads' fits cannot both pass
+            raise RuntimeError(
+                "SparkNetwork: a session is open already (another fit, on this thread or another, is running); "
+                "let it end before starting another, or give each thread its own SparkNetwork"
+            )
+        try:
+            with self._claimed_session(data, epochs, resume) as rounds:
+                yield rounds
+        finally:
+            self._session_claim.release()
+
+    @contextlib.contextmanager
+    def _claimed_session(self, data: Any, epochs: int, resume: bool) -> Iterator[_Rounds]:
+        """`session` once this SparkNetwork is claimed for it."""
         master = self.training_master
-        if self._run is not None:
-            raise RuntimeError("SparkNetwork: a session is open already; run its rounds, then leave it, before another")
         _check_fit_args(epochs, resume)
         store = master.checkpoint_store()
         saved = self._checkpoint_to_resume(store) if resume else self._fresh_start(store)

@@ -362,3 +362,36 @@ def test_a_listener_s_model_stop_fit_stops_a_spark_fit_and_a_second_session_is_r
             with spark.session(rdd):
                 pass
         assert spark.make_loop().run(rounds, 1) == 1
+
+
+def test_two_threads_fitting_one_spark_network_one_is_refused_at_once(sc, digits):
+    """Both fits ran (the "a session is open already" check raced with the seconds of data
+    preparation before the session was marked open), and the counters ended inconsistent."""
+    import threading
+
+    spark = SparkNetwork(
+        sc, mlp(64, hidden=(8,), n_out=10, seed=0), ParameterAveragingTrainingMaster(20, 1, num_workers=2)
+    )
+    rdd = to_rdd(sc, digits)
+    start = threading.Barrier(2, timeout=60)
+    outcomes = []
+
+    def fit():
+        start.wait()
+        try:
+            spark.fit(rdd, epochs=1)
+            outcomes.append("trained")
+        except RuntimeError as exc:
+            outcomes.append(str(exc))
+
+    threads = [threading.Thread(target=fit) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads)
+    assert sorted(outcomes)[1] == "trained" and "a session is open already" in sorted(outcomes)[0], outcomes
+    rounds_per_epoch = spark.iteration  # one fit's rounds, counted once, on both sides
+    assert rounds_per_epoch > 0 and spark.network.iteration == spark.iteration and spark.epoch == 1
+    spark.fit(rdd, epochs=1)  # the refused thread's remedy: once the other has ended
+    assert spark.iteration == 2 * rounds_per_epoch and spark.epoch == 2
