@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kit import tables
+from kit.checks import real, whole
 from kit.data.dataset import DataSet
 from kit.evaluation import ROC, Evaluation
 from kit.nn.network import Network
@@ -69,9 +70,7 @@ class MaxEpochsTerminationCondition(EpochTerminationCondition):
     """Stop once `max_epochs` epochs have run (epoch + 1 >= max_epochs)."""
 
     def __init__(self, max_epochs: int) -> None:
-        if not isinstance(max_epochs, int) or max_epochs <= 0:
-            raise ValueError(f"MaxEpochsTerminationCondition({max_epochs!r}): needs a positive number of epochs")
-        self.max_epochs = max_epochs
+        self.max_epochs = whole("MaxEpochsTerminationCondition", "max_epochs", max_epochs, 1)
 
     def terminate(self, epoch: int, score: float, minimize: bool) -> bool:
         return epoch + 1 >= self.max_epochs
@@ -85,17 +84,11 @@ class ScoreImprovementEpochTerminationCondition(EpochTerminationCondition):
     `min_improvement` over this condition's own best score."""
 
     def __init__(self, max_epochs_with_no_improvement: int, min_improvement: float = 0.0) -> None:
-        if not isinstance(max_epochs_with_no_improvement, int) or max_epochs_with_no_improvement < 0:
-            raise ValueError(
-                f"ScoreImprovementEpochTerminationCondition({max_epochs_with_no_improvement!r}): "
-                "needs a whole number >= 0"
-            )
-        if min_improvement < 0:
-            raise ValueError(
-                f"ScoreImprovementEpochTerminationCondition: min_improvement={min_improvement} must be >= 0"
-            )
-        self.max_epochs_with_no_improvement = max_epochs_with_no_improvement
-        self.min_improvement = float(min_improvement)
+        where = "ScoreImprovementEpochTerminationCondition"
+        self.max_epochs_with_no_improvement = whole(
+            where, "max_epochs_with_no_improvement", max_epochs_with_no_improvement, 0
+        )
+        self.min_improvement = real(where, "min_improvement", min_improvement, low=0)
         self.initialize()
 
     def initialize(self) -> None:
@@ -125,7 +118,9 @@ class BestScoreEpochTerminationCondition(EpochTerminationCondition):
     """Stop once the score is better than `best_expected_score`."""
 
     def __init__(self, best_expected_score: float) -> None:
-        self.best_expected_score = float(best_expected_score)
+        self.best_expected_score = real(
+            "BestScoreEpochTerminationCondition", "best_expected_score", best_expected_score
+        )
 
     def terminate(self, epoch: int, score: float, minimize: bool) -> bool:
         return score < self.best_expected_score if minimize else score > self.best_expected_score
@@ -138,9 +133,8 @@ class MaxTimeIterationTerminationCondition(IterationTerminationCondition):
     """Stop once `seconds` have passed since training started (`clock` is injectable)."""
 
     def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
-        if not isinstance(seconds, (int, float)) or not seconds > 0:
-            raise ValueError(f"MaxTimeIterationTerminationCondition({seconds!r}): needs a time > 0 seconds")
-        self.seconds, self.clock = float(seconds), clock
+        self.seconds = real("MaxTimeIterationTerminationCondition", "seconds", seconds, low=0, low_open=True)
+        self.clock = clock
         self.start: float | None = None
 
     def initialize(self) -> None:
@@ -159,7 +153,7 @@ class MaxScoreIterationTerminationCondition(IterationTerminationCondition):
     """Stop when a minibatch score exceeds `max_score` (or is NaN): divergence."""
 
     def __init__(self, max_score: float) -> None:
-        self.max_score = float(max_score)
+        self.max_score = real("MaxScoreIterationTerminationCondition", "max_score", max_score)
 
     def terminate(self, last_score: float) -> bool:
         return math.isnan(last_score) or last_score > self.max_score

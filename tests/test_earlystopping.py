@@ -46,7 +46,7 @@ def first_stop(cond, scores, minimize=True):
 
 def test_max_epochs():
     assert first_stop(MaxEpochsTerminationCondition(3), [5, 4, 3, 2, 1]) == 2
-    with pytest.raises(ValueError, match="positive number of epochs"):
+    with pytest.raises(ValueError, match=r"max_epochs=0\): must be a whole number >= 1"):
         MaxEpochsTerminationCondition(0)
 
 

@@ -36,6 +36,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from kit.checks import whole
 from kit.data.dataset import DataSet, DataSetIterator, dataset_of
 from kit.devices import as_device, attach_thread_to_device
 from kit.lifecycle import ShutsDownOnExit
@@ -74,8 +75,7 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
         min_size: int = 10 << 20,
         device: Any = None,
     ) -> None:
-        if not isinstance(prefetch, int) or prefetch < 1:
-            raise ValueError(f"AsyncPrefetchIterator(prefetch={prefetch!r}): must be a positive integer")
+        prefetch = whole("AsyncPrefetchIterator", "prefetch", prefetch, 1)
         self.base = base
         self.prefetch = max(2, prefetch)  # ND4J: a queue smaller than 2 becomes 2
         self.batch_size = getattr(base, "batch_size", 0)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from kit import backend
-from kit.checks import check_finite
+from kit.checks import check_finite, whole
 from kit.context import scope_out_of_workspaces
 from kit.creation import asarray
 from kit.devices import as_device
@@ -169,8 +169,7 @@ class ArrayIterator(DataSetIterator):
         drop_last: bool = False,
     ) -> None:
         self.data = data if isinstance(data, DataSet) else DataSet(*data)
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"ArrayIterator(batch_size={batch_size!r}): must be a positive integer")
+        batch_size = whole("ArrayIterator", "batch_size", batch_size, 1)
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
         self.epoch = 0
         self._order: DataSet | None = None

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.checks import real
 from kit.ndarray import NDArray
 from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ParamSpec
 from kit.nn.workspace_mgr import LayerWorkspaceMgr
@@ -72,9 +73,8 @@ class BatchNorm(Layer):
 
     def __init__(self, decay: float = 0.9, eps: float = 1e-5) -> None:
         super().__init__()
-        if not 0.0 <= decay < 1.0 or eps <= 0:
-            raise ValueError(f"BatchNorm(decay={decay!r}, eps={eps!r}): decay in [0, 1), eps > 0")
-        self.decay, self.eps = decay, eps
+        self.decay = real("BatchNorm", "decay", decay, 0, 1, high_open=True)
+        self.eps = real("BatchNorm", "eps", eps, low=0, low_open=True)
 
     def config(self) -> dict[str, Any]:
         return {"type": "BatchNorm", "decay": self.decay, "eps": self.eps}

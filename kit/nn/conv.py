@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+from kit.checks import whole
 from kit.ndarray import NDArray
 from kit.nn.batchnorm import channel_sums
 from kit.nn.im2col import col2im_add, im2col_into, out_size, pad_into
@@ -74,12 +75,10 @@ class Conv2D(Layer):
 
     def __init__(self, out_channels: int, kernel: int, stride: int = 1, padding: int = 0, weight_init: str = "he"):
         super().__init__()
-        for name, v, low in (("out_channels", out_channels, 1), ("kernel", kernel, 1), ("stride", stride, 1)):
-            if not isinstance(v, int) or v < low:
-                raise ValueError(f"Conv2D({name}={v!r}): must be an integer >= {low}")
-        if not isinstance(padding, int) or padding < 0:
-            raise ValueError(f"Conv2D(padding={padding!r}): must be an integer >= 0")
-        self.out_channels, self.kernel, self.stride, self.padding = out_channels, kernel, stride, padding
+        self.out_channels = whole("Conv2D", "out_channels", out_channels, 1)
+        self.kernel = whole("Conv2D", "kernel", kernel, 1)
+        self.stride = whole("Conv2D", "stride", stride, 1)
+        self.padding = whole("Conv2D", "padding", padding, 0)
         self.weight_init = weight_init
         self.kept_bytes = 0  # bytes of columns kept from the last training forward
         self._cols: NDArray | None = None

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from kit.checks import real, whole
 from kit.ndarray import NDArray
 from kit.nn.kernels import (
     copy_into,
@@ -215,9 +216,7 @@ class Dense(Layer):
 
     def __init__(self, n_out: int, weight_init: str = "xavier") -> None:
         super().__init__()
-        if not isinstance(n_out, int) or n_out < 1:
-            raise ValueError(f"Dense(n_out={n_out!r}): n_out must be a positive integer")
-        self.n_out, self.weight_init = n_out, weight_init
+        self.n_out, self.weight_init = whole("Dense", "n_out", n_out, 1), weight_init
 
     def _output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
         if len(input_shape) != 1:
@@ -280,9 +279,9 @@ class Dropout(Layer):
 
     def __init__(self, retain: float = 0.5) -> None:
         super().__init__()
-        if not 0.0 < retain <= 1.0:
-            raise ValueError(f"Dropout(retain={retain!r}): the retain probability must be in (0, 1]")
-        self.retain = retain
+        self.retain = real(
+            "Dropout", "retain", retain, 0, 1, low_open=True, what=" (the probability of keeping a unit)"
+        )
 
     def config(self) -> dict[str, Any]:
         return {"type": "Dropout", "retain": self.retain}

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from kit import backend
-from kit.checks import all_finite, check_cast, check_finite
+from kit.checks import all_finite, check_cast, check_finite, real, whole
 from kit.creation import aligned_zeros, asarray
 from kit.devices import as_device
 from kit.labels import probability_rows
@@ -130,9 +130,7 @@ class Network(Training, Inference, State):
         self.input_shape = tuple(int(n) for n in shape)
         self.loss = loss or SoftmaxCrossEntropy()
         self.updater = updater or Adam()
-        if not isinstance(l2, (int, float)) or not math.isfinite(l2) or l2 < 0:
-            raise ValueError(f"Network(l2={l2!r}): must be a finite number >= 0")
-        self.l2, self.seed = float(l2), int(seed)
+        self.l2, self.seed = real("Network", "l2", l2, low=0), whole("Network", "seed", seed, 0)
         self.dtype = backend.resolve_dtype(dtype, floating_only=True)
         # mixed precision (kit.nn.mixed): the updater's master copy and the loss scale
         self.master_dtype = master_dtype_for(self.dtype, master_dtype, backend.resolve_dtype)

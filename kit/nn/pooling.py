@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.checks import whole
 from kit.ndarray import NDArray
 from kit.nn.im2col import out_size, pad_into, pool_max_into, pool_scatter, pool_sum_into, tiles_exactly
 from kit.nn.layers import ACT, BP, FF, GRAD, Layer
@@ -28,11 +29,10 @@ __all__ = ["AvgPool2D", "GlobalAvgPool", "MaxPool2D"]
 class _Pool2D(Layer):
     def __init__(self, kernel: int = 2, stride: int | None = None, padding: int = 0) -> None:
         super().__init__()
-        stride = kernel if stride is None else stride
-        if not isinstance(kernel, int) or kernel < 1 or not isinstance(stride, int) or stride < 1:
-            raise ValueError(f"{type(self).__name__}(kernel={kernel!r}, stride={stride!r}): positive integers")
-        if not isinstance(padding, int) or padding < 0 or padding * 2 > kernel:
-            raise ValueError(f"{type(self).__name__}(padding={padding!r}): an integer from 0 to kernel // 2")
+        name = type(self).__name__
+        kernel = whole(name, "kernel", kernel, 1)
+        stride = kernel if stride is None else whole(name, "stride", stride, 1)
+        padding = whole(name, "padding", padding, 0, kernel // 2, " (up to kernel // 2)")
         self.kernel, self.stride, self.padding = kernel, stride, padding
 
     def config(self) -> dict[str, Any]:

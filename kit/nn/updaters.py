@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from kit.checks import real
 from kit.ndarray import NDArray
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
@@ -44,9 +45,7 @@ class Updater:
             cls.exact_in_place = False  # its apply may read the gradient after super().apply()
 
     def __init__(self, lr: float) -> None:
-        if not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
-            raise ValueError(f"{type(self).__name__}(lr={lr!r}): the learning rate must be a finite number > 0")
-        self.lr = float(lr)
+        self.lr = real(type(self).__name__, "lr", lr, low=0, low_open=True, what=" (the learning rate)")
 
     def config(self) -> dict[str, Any]:
         return {"type": type(self).__name__, "lr": self.lr}
@@ -97,9 +96,7 @@ class Nesterovs(Updater):
 
     def __init__(self, lr: float = 0.1, momentum: float = 0.9) -> None:
         super().__init__(lr)
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"Nesterovs(momentum={momentum!r}): must be in [0, 1)")
-        self.momentum = float(momentum)
+        self.momentum = real("Nesterovs", "momentum", momentum, 0, 1, high_open=True)
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "momentum": self.momentum}
@@ -127,9 +124,9 @@ class Adam(Updater):
 
     def __init__(self, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8) -> None:
         super().__init__(lr)
-        if not (0 <= beta1 < 1 and 0 <= beta2 < 1 and epsilon > 0):
-            raise ValueError(f"Adam(beta1={beta1}, beta2={beta2}, epsilon={epsilon}): betas in [0, 1), epsilon > 0")
-        self.beta1, self.beta2, self.epsilon = float(beta1), float(beta2), float(epsilon)
+        self.beta1 = real("Adam", "beta1", beta1, 0, 1, high_open=True)
+        self.beta2 = real("Adam", "beta2", beta2, 0, 1, high_open=True)
+        self.epsilon = real("Adam", "epsilon", epsilon, low=0, low_open=True)
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "beta1": self.beta1, "beta2": self.beta2, "epsilon": self.epsilon}

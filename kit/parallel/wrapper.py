@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.checks import whole
 from kit.context import scope_out_of_workspaces
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
@@ -141,13 +142,9 @@ class ParallelWrapper(ShutsDownOnExit):
                 raise ValueError("ParallelWrapper(devices=[]): give at least one device")
         if workers is None:
             workers = len(devices) if devices else max(gpu_count(), 2)
-        if not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"ParallelWrapper(workers={workers!r}): needs at least 1 worker")
-        for name, value in (("prefetch_buffer", prefetch_buffer), ("averaging_frequency", averaging_frequency)):
-            if not isinstance(value, int) or value < 0 or (name == "averaging_frequency" and value < 1):
-                raise ValueError(
-                    f"ParallelWrapper({name}={value!r}): must be an integer >= {int(name != 'prefetch_buffer')}"
-                )
+        workers = whole("ParallelWrapper", "workers", workers, 1, what=" (at least 1 worker)")
+        prefetch_buffer = whole("ParallelWrapper", "prefetch_buffer", prefetch_buffer, 0)
+        averaging_frequency = whole("ParallelWrapper", "averaging_frequency", averaging_frequency, 1)
         self.model = model
         self.workers = workers
         self.devices = [devices[i % len(devices)] for i in range(workers)] if devices else default_devices(workers)

@@ -110,7 +110,7 @@ def test_array_iterator_takes_a_tuple_and_refuses_a_bad_batch_size():
     assert len(it) == 2 and [b.num_examples for b in it] == [2, 2]
     assert len(ArrayIterator(numbered(5), 2)) == 3
     for bad in (0, -1, 2.5):
-        with pytest.raises(ValueError, match=rf"ArrayIterator\(batch_size={bad!r}\): must be a positive integer"):
+        with pytest.raises(ValueError, match=rf"ArrayIterator\(batch_size={bad!r}\): must be a whole number >= 1"):
             ArrayIterator(numbered(5), bad)
 
 

@@ -14,9 +14,16 @@ RNG = np.random.default_rng(7)
 # ---- BatchNorm -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("decay", "eps"), [(1.0, 1e-5), (-0.1, 1e-5), (0.9, 0.0)])
-def test_batchnorm_refuses_a_bad_setting_naming_it(decay, eps):
-    with pytest.raises(ValueError, match=rf"BatchNorm\(decay={decay!r}, eps={eps!r}\): decay in \[0, 1\), eps > 0"):
+@pytest.mark.parametrize(
+    ("decay", "eps", "said"),
+    [
+        (1.0, 1e-5, r"BatchNorm\(decay=1\.0\): must be a finite number in \[0, 1\)"),
+        (-0.1, 1e-5, r"BatchNorm\(decay=-0\.1\): must be a finite number in \[0, 1\)"),
+        (0.9, 0.0, r"BatchNorm\(eps=0\.0\): must be a finite number > 0"),
+    ],
+)
+def test_batchnorm_refuses_a_bad_setting_naming_it(decay, eps, said):
+    with pytest.raises(ValueError, match=said):
         BatchNorm(decay, eps)
 
 

@@ -20,11 +20,11 @@ RNG = np.random.default_rng(7)
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"out_channels": 0, "kernel": 3}, r"Conv2D\(out_channels=0\): must be an integer >= 1"),
-        ({"out_channels": 4, "kernel": 0}, r"Conv2D\(kernel=0\): must be an integer >= 1"),
-        ({"out_channels": 4, "kernel": 2.0}, r"Conv2D\(kernel=2\.0\): must be an integer >= 1"),
-        ({"out_channels": 4, "kernel": 3, "stride": 0}, r"Conv2D\(stride=0\): must be an integer >= 1"),
-        ({"out_channels": 4, "kernel": 3, "padding": -1}, r"Conv2D\(padding=-1\): must be an integer >= 0"),
+        ({"out_channels": 0, "kernel": 3}, r"Conv2D\(out_channels=0\): must be a whole number >= 1"),
+        ({"out_channels": 4, "kernel": 0}, r"Conv2D\(kernel=0\): must be a whole number >= 1"),
+        ({"out_channels": 4, "kernel": 2.0}, r"Conv2D\(kernel=2\.0\): must be a whole number >= 1"),
+        ({"out_channels": 4, "kernel": 3, "stride": 0}, r"Conv2D\(stride=0\): must be a whole number >= 1"),
+        ({"out_channels": 4, "kernel": 3, "padding": -1}, r"Conv2D\(padding=-1\): must be a whole number >= 0"),
     ],
 )
 def test_conv2d_refuses_a_bad_setting_naming_it(kwargs, message):

@@ -58,10 +58,10 @@ def test_dense_parameters_are_w_then_b_and_describe_counts_them():
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: Dense(0), r"Dense\(n_out=0\): n_out must be a positive integer"),
-        (lambda: Dense(2.5), r"Dense\(n_out=2\.5\): n_out must be a positive integer"),
-        (lambda: Dense("3"), r"Dense\(n_out='3'\): n_out must be a positive integer"),
-        (lambda: Dropout(0.0), r"Dropout\(retain=0\.0\): the retain probability must be in \(0, 1\]"),
+        (lambda: Dense(0), r"Dense\(n_out=0\): must be a whole number >= 1"),
+        (lambda: Dense(2.5), r"Dense\(n_out=2\.5\): must be a whole number >= 1"),
+        (lambda: Dense("3"), r"Dense\(n_out='3'\): must be a whole number >= 1"),
+        (lambda: Dropout(0.0), r"Dropout\(retain=0\.0\): must be a finite number in \(0, 1\]"),
         (lambda: Dropout(1.5), r"Dropout\(retain=1\.5\)"),
         (lambda: Sequential([]), "Sequential needs at least one layer"),
         (lambda: Dense(3).build((2, 2)), r"Dense needs flat inputs .* got per-example shape \(2, 2\); add Flatten\(\)"),

@@ -189,7 +189,7 @@ def test_bad_input_gets_clear_errors(digits):
         net.fit(DataSet(np.zeros((2, 64)), [0, 2], num_classes=3))
     with pytest.raises(ValueError, match="Dense needs flat inputs"):
         Network([Dense(3)], (2, 2))
-    with pytest.raises(ValueError, match="learning rate must be a finite number > 0"):
+    with pytest.raises(ValueError, match=r"must be a finite number > 0 \(the learning rate\)"):
         Adam(-1)
     with pytest.raises(ValueError, match="does not fit an input of size 3"):
         Network([Conv2D(2, 5)], (1, 3, 3))

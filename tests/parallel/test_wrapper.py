@@ -181,9 +181,9 @@ def test_listeners_hear_from_every_worker(digits):
 
 def test_invalid_settings_are_clear():
     net = mlp(4, hidden=(2,), n_out=2)
-    with pytest.raises(ValueError, match=r"workers=0\): needs at least 1"):
+    with pytest.raises(ValueError, match=r"workers=0\): must be a whole number >= 1"):
         ParallelWrapper(net, workers=0)
-    with pytest.raises(ValueError, match=r"averaging_frequency=0\): must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"averaging_frequency=0\): must be a whole number >= 1"):
         ParallelWrapper(net, workers=2, averaging_frequency=0)
     with pytest.raises(ValueError, match="'BOTH' is not a valid TrainingMode"):
         ParallelWrapper(net, workers=2, training_mode="BOTH")

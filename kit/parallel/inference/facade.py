@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.checks import whole
 from kit.creation import asarray
 from kit.devices import AnyDevice, BlasThreadShare, as_device, current_device
 from kit.lifecycle import ShutsDownOnExit
@@ -343,8 +344,7 @@ def _worker_devices(workers: int | None, devices: Any, batch_limit: int, queue_l
         devices = [devices]
     workers = workers if workers is not None else (len(devices) if devices else 2)
     for name, value in (("workers", workers), ("batch_limit", batch_limit), ("queue_limit", queue_limit)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"ParallelInference({name}={value!r}): must be a positive integer")
+        whole("ParallelInference", name, value, 1)
     placed: list[AnyDevice] = [as_device(d) for d in devices] if devices else default_devices(workers)
     return [placed[i % len(placed)] for i in range(workers)]
 
