@@ -255,3 +255,29 @@ def test_a_resnet_step_in_tf32_stays_close_to_float32():
     assert out["high"][0] == pytest.approx(out["highest"][0], rel=1e-2)
     moved_32, moved_tf = out["highest"][1], out["high"][1]
     assert np.linalg.norm(moved_tf - moved_32) < 0.05 * np.linalg.norm(moved_32)
+
+
+def test_a_learned_arena_takes_the_memory_cupy_cached_for_its_learning_cycle():
+    """Issue 40: the d2l run's pool held 37.7 GB. When a workspace's arena is allocated on a GPU,
+    CuPy's cached free blocks (the learning cycle's spills, an outgrown arena) go back first."""
+    import cupy
+
+    pool = cupy.get_default_memory_pool()
+    ws = kit.get_workspace_for_current_thread(kit.WorkspaceConfig(), "POOLED", "gpu:0")
+    with ws:  # the learning cycle spills
+        for _ in range(4):
+            kit.zeros((1 << 20,), device="gpu:0")
+    assert ws.capacity > 0
+    assert pool.free_bytes() == 0  # nothing cached beside the arena that replaced the spills
+    ws.destroy()
+
+
+def test_a_resnet18_step_on_the_gpu_reserves_no_more_than_pytorch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch without CUDA")
+    from kit.bench.memory import step_memory
+
+    kit_side = step_memory("kit", "resnet18", 64)
+    torch_side = step_memory("torch", "resnet18", 64)
+    assert kit_side["peak_growth"] <= torch_side["peak_growth"], (kit_side, torch_side)

@@ -366,3 +366,26 @@ def test_recompute_is_saved_in_the_configuration_and_checked():
     assert "recompute" not in Residual(4).config()  # files written before it existed read the same
     with pytest.raises(TypeError, match=r"Residual\(recompute='yes'\): True or False"):
         Residual(4, recompute="yes")
+
+
+@pytest.mark.parametrize("mode", ["SINGLE", "SEPARATE"])
+def test_every_learned_arena_is_its_largest_cycle_plus_the_stated_over_allocation(mode):
+    """No arena of a trained network holds more than its largest cycle, over-allocated by its
+    configuration's limit (and rounded up to whole 64-byte blocks)."""
+    from kit.workspace import AllocationPolicy
+
+    rng = np.random.default_rng(5)
+    net = Network(
+        [Conv2D(4, 3, padding=1), BatchNorm(), ReLU(), Residual(4), GlobalAvgPool(), Dense(3)],
+        IMG,
+        updater=Sgd(0.1),
+        training_workspace_mode=mode,
+    )
+    for n in (4, 4, 6, 4, 6):  # two batch sizes: a larger cycle regrows an arena once
+        net.fit_batch(DataSet(rng.random((n, *IMG)).astype(np.float32), rng.integers(0, 3, n), num_classes=3))
+    for name, stats in net.workspace_stats()["training"].items():
+        ws = kit.get_workspace_for_current_thread(name=stats["name"])
+        cfg = ws.config
+        over = cfg.overallocation_limit if cfg.policy_allocation is AllocationPolicy.OVERALLOCATE else 0.0
+        bound = carved(int(stats["max_cycle_bytes"] * (1 + over)))
+        assert stats["capacity"] <= max(bound, cfg.min_size), (name, stats["capacity"], stats["max_cycle_bytes"], over)
