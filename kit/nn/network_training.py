@@ -185,6 +185,8 @@ class Training:
         overflow this network's dtype with finite parameters and features. Found on a clone (this
         network's running statistics do not move). None when the features themselves are not finite."""
         xp = self.device.xp
+        if not isinstance(ds, DataSet):  # a Spark round, or another trainer's unit: nothing to run again here
+            return None
         if not all_finite(self.flat_params.data):
             return "the parameters are no longer finite. Lower the learning rate or scale the features"
         twin = self.clone()
@@ -210,12 +212,16 @@ class Training:
     def fit(
         self, data: DataSet | Iterable[DataSet], epochs: int = 1, listeners: Iterable[Any] = (), prefetch: int = 0
     ) -> Self:
-        """Train on a DataSet (one iteration, as DL4J's fit(DataSet)) or an iterator (epochs).
+        """Train on a DataSet (one iteration, as DL4J's fit(DataSet); with `epochs=N`, N epochs of
+        that one batch) or an iterator (epochs).
         `prefetch=N` wraps an iterator that allows it in an AsyncPrefetchIterator with a queue
         of N (DL4J always wraps, with a queue of 2; kit asks you to choose)."""
         loop = self.make_loop(listeners=listeners)
-        if isinstance(data, DataSet):  # one iteration, no epoch (DL4J's fit(DataSet))
-            loop.run_step([data])
+        if isinstance(data, DataSet):
+            if epochs == 1:  # one iteration, no epoch (DL4J's fit(DataSet))
+                loop.run_step([data])
+                return self
+            loop.run([data], epochs)  # as many epochs of this one batch (checked: a whole number >= 1)
             return self
         if isinstance(data, tuple):
             raise TypeError(

@@ -350,3 +350,17 @@ def test_a_classification_loss_on_outputs_that_are_not_rows_is_refused_in_words_
     assert flat.output(x).shape == (2, 5) and np.isfinite(flat.fit_batch(DataSet(x.numpy(), [0, 4], num_classes=5)))
     regression = Network([ReLU()], input_shape=(3, 4), loss=MSE())
     assert regression.output(x).shape == (2, 3, 4)
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_fit_of_one_dataset_honours_epochs(epochs):
+    """fit(dataset, epochs=N) did one iteration and ignored N (a newcomer's first script reached 14 %)."""
+    from kit.data import load_digits
+    from kit.nn import mlp
+
+    train, _ = load_digits()
+    net = mlp(64, hidden=(16,), n_out=10, seed=0)
+    net.fit(train, epochs=epochs)
+    assert net.iteration == epochs and net.epoch == (0 if epochs == 1 else epochs)
+    with pytest.raises(ValueError, match=r"fit\(epochs=0\): must be a positive integer"):
+        net.fit(train, epochs=0)
