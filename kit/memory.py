@@ -29,6 +29,8 @@ time it took (kit.gc_window, re-exported here).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
 import math
 import threading
@@ -38,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from kit import backend
 from kit.context import resolve
 from kit.devices import AnyDevice, Device, gpu_count
 from kit.gc_window import gc_stats, maybe_gc, reset_gc_stats, set_auto_gc_window, toggle_periodic_gc
@@ -192,6 +195,29 @@ def aligned_bytes(xp: Any, nbytes: int) -> tuple[Any, Any]:
     raw = xp.empty(nbytes + ALIGNMENT, dtype=_BYTE)
     start = -data_address(raw) % ALIGNMENT
     return raw, raw[start : start + nbytes]
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's malloc_trim, or None where the C library has none (macOS, musl, Windows)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def give_back_freed(device: AnyDevice) -> None:
+    """Return memory freed earlier to the device before a large allocation that replaces it (a
+    workspace's arena after its learning cycle's spills): CuPy's cached blocks go back to the GPU
+    (free_all_blocks), the C heap's free pages back to the operating system (glibc's malloc_trim),
+    so the process does not hold the spills and the arena at once."""
+    if device.kind == "gpu":
+        backend.cupy().get_default_memory_pool().free_all_blocks()
+        return
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def data_address(data: Any) -> int:

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from kit import backend, memory
+from kit import memory
 from kit.context import current_workspace, scope_out_of_workspaces
 from kit.devices import AnyDevice, as_device
 from kit.memory import data_address
@@ -173,10 +173,9 @@ class Workspace(Cycles):
     # ---- the arena -----------------------------------------------------------------
     def _allocate_arena(self, nbytes: int) -> None:
         nbytes = -(-int(nbytes) // ALIGNMENT) * ALIGNMENT
-        if self.physical.kind == "gpu":
-            # CuPy's pool caches every block freed since (the old arena, the learning cycle's spills):
-            # the arena now owns this memory, so hand the unused blocks back to the device first
-            backend.cupy().get_default_memory_pool().free_all_blocks()
+        # the blocks freed since (an outgrown arena, the learning cycle's spills) are cached by CuPy's
+        # pool or kept by the C heap: the arena now owns this memory, so hand them back first
+        memory.give_back_freed(self.physical)
         with self.physical.activate():
             arena, self._arena = memory.aligned_bytes(self.physical.xp, nbytes)  # on an aligned address
         self._views = {}

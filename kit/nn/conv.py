@@ -13,9 +13,11 @@ matrix product, or one per example for small filter banks. The columns are k*k t
 so Conv2D builds them a chunk of examples at a time, in working memory of about
 `Conv2D.column_bytes` (more on a GPU, where each chunk costs kernel launches), and builds them
 again in backward (DL4J's ConvolutionLayer does the same): what the layer keeps for backward is
-its input, which is the previous layer's output anyway.
-`Conv2D.keep_columns = True` keeps the whole batch's columns for backward instead (their bytes
-are `kept_bytes`), trading memory for the time of one im2col. The input gradient of a stride-1
+its input, which is the previous layer's output anyway. Columns that fit one chunk whole (a small
+layer's: LeNet's, ResNet's stem) are kept for backward instead, as ACTIVATIONS (their bytes are
+`kept_bytes`): building them again cost LeNet's step 12 % of its time for a few MiB.
+`Conv2D.keep_columns` chooses: None (that rule, the default), False (always rebuilt, as DL4J),
+True (always kept, up to `keep_columns_max_bytes`). The input gradient of a stride-1
 'same' convolution is itself a convolution (of eps with the turned filters); other strides and
 paddings add each window's column back (col2im).
 
@@ -61,13 +63,13 @@ class Conv2D(Layer):
     """Cross-correlation of (B, C, H, W) with OC filters of C x k x k, plus a bias per filter.
 
     column_bytes (class-wide): the working memory one chunk's columns may take; a chunk is as many
-    examples as fit (at least one). keep_columns (class-wide, default False): in training, make
-    the whole batch's columns as ACTIVATIONS and keep them for backward instead of building them
-    again there, at the cost of their bytes (`kept_bytes`) for the rest of the iteration. Columns
-    larger than keep_columns_max_bytes (a layer) are rebuilt in any case."""
+    examples as fit (at least one). keep_columns (class-wide): in training, make the whole batch's
+    columns as ACTIVATIONS and keep them for backward instead of building them again there, at the
+    cost of their bytes (`kept_bytes`) for the rest of the iteration: None (the default) where they
+    fit `column_bytes`, True up to keep_columns_max_bytes, False never."""
 
     output_read_by_backward = False  # backward reads x, W and eps
-    keep_columns: ClassVar[bool] = False
+    keep_columns: ClassVar[bool | None] = None
     keep_columns_max_bytes: ClassVar[int] = 128 << 20
     column_bytes: ClassVar[int] = 8 << 20
     # on a GPU, where each chunk costs kernel launches, the batch of the d2l job (256) in one chunk
@@ -150,7 +152,8 @@ class Conv2D(Layer):
         oc, oh, ow = self.output_shape  # type: ignore[misc]
         c, k = self.input_shape[0], self.kernel  # type: ignore[index]
         size = c * k * k * b * oh * ow * x.dtype.itemsize
-        keep = training and mgr.backward_follows and self.keep_columns and size <= self.keep_columns_max_bytes
+        limit = self.column_bytes if self.keep_columns is None else self.keep_columns_max_bytes
+        keep = training and mgr.backward_follows and self.keep_columns is not False and size <= limit
         scratch = Scratch(mgr, FF, x.dtype, dev)
         kept_arr = mgr.create(ACT, (c, k, k, b, oh, ow), x.dtype, dev) if keep else None
         kept = None if kept_arr is None else kept_arr.data

@@ -245,7 +245,7 @@ def test_kept_columns_live_in_the_activations_workspace_and_are_counted(monkeypa
             training_workspace_mode="SEPARATE",
         )
 
-    monkeypatch.setattr(Conv2D, "keep_columns", True)  # an option now (default False: rebuilt in backward)
+    monkeypatch.setattr(Conv2D, "keep_columns", True)  # always (the default keeps those that fit column_bytes)
     kept_net = build()
     act_kept = _act_bytes(kept_net, ds)
     kept = [layer.kept_bytes for layer in kept_net.layers if isinstance(layer, Conv2D)]

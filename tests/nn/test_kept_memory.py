@@ -120,10 +120,20 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_each_layer_keeps_its_output_and_only_what_its_backward_reads(case):
+def test_each_layer_keeps_its_output_and_only_what_its_backward_reads(case, monkeypatch):
+    monkeypatch.setattr(Conv2D, "keep_columns", False)  # DL4J's rule: columns built again in backward
     layers, input_shape, expected = CASES[case]
     added, _outs, _net = kept_per_layer(layers, input_shape)
     assert added == expected
+
+
+def test_by_default_columns_that_fit_one_chunk_are_kept_and_larger_ones_built_again(monkeypatch):
+    first, second = 4 * 3 * 9 * B * 64, 4 * 4 * 9 * B * 36  # each layer's whole-batch columns, float32
+    assert Conv2D.keep_columns is None  # the default: keep what fits column_bytes
+    monkeypatch.setattr(Conv2D, "column_bytes", (first + second) // 2)  # the second fits, the first does not
+    added, _outs, net = kept_per_layer([Conv2D(4, 3, padding=1), Conv2D(2, 3)], IMG)
+    assert [layer.kept_bytes for layer in net.body.layers] == [0, second]
+    assert added == [f32(B, 4, 8, 8), f32(B, 2, 6, 6) + f32(4 * 9, B * 6 * 6)]
 
 
 def test_keeping_the_columns_is_an_option_that_costs_their_bytes(monkeypatch):
@@ -330,7 +340,8 @@ def test_on_the_heap_the_live_bytes_fall_as_backward_passes_each_layer():
 
 
 @pytest.mark.parametrize("mode", list(WorkspaceMode), ids=lambda m: m.value)
-def test_a_recomputed_block_gives_the_same_step_and_keeps_its_input_and_output_only(mode):
+def test_a_recomputed_block_gives_the_same_step_and_keeps_its_input_and_output_only(mode, monkeypatch):
+    monkeypatch.setattr(Conv2D, "keep_columns", False)  # the blocks' own arrays only, to count them
     rng = np.random.default_rng(8)
     x, y = rng.standard_normal((3, 2, 6, 6)), rng.integers(0, 3, 3)
 
