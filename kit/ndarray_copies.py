@@ -23,6 +23,7 @@ from typing import Any, Self
 import numpy as np
 
 from kit import backend
+from kit.checks import check_cast
 from kit.context import current_workspace, scope_out_of_workspaces
 from kit.device_objects import DeviceMismatchError
 from kit.devices import as_device, host_source, transfer
@@ -77,7 +78,11 @@ class Copies:
         if tuple(src.shape) != a.shape:
             raise ShapeError(f"assign: a source of shape {tuple(src.shape)} does not fit this array of shape {a.shape}")
         if src.dtype != a.dtype:
-            src = src.astype(a.dtype)
+            with np.errstate(over="ignore"):  # an overflow is named just below, never stored as inf
+                cast = src.astype(a.dtype)
+            if cast.dtype.kind == "f" and src.dtype.kind in "fiu":
+                check_cast(src, cast, "assign", f": this array is {a.dtype}; scale the values, or use a wider dtype")
+            src = cast
         transfer(a, self._device, src, src_dev)
         return self
 

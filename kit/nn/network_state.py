@@ -15,6 +15,9 @@ from __future__ import annotations
 import os
 from typing import Any, Self
 
+import numpy as np
+
+from kit.checks import check_cast
 from kit.ndarray import NDArray
 from kit.nn.config import NetworkConfig
 from kit.nn.layers import layer_from_config
@@ -96,6 +99,11 @@ class State:
                 f"{type(self.updater).__name__} needs {sorted(ours)}; use the same updater, or set_params() "
                 "to copy parameters only"
             )
+        for key, dst in ours.items():  # every value fits before any is copied: a refused copy changes nothing
+            if dst.dtype != source[key].dtype:
+                values = source[key].numpy()
+                with np.errstate(over="ignore"):
+                    check_cast(values, values.astype(dst.dtype), f"copy_state_from: {key}", f" (into {dst.dtype})")
         first, second = sorted((self, other), key=id)  # one order for every pair: two copies the other way round
         with first.lock, second.lock:  # cannot deadlock; save() on either side sees one whole state
             for key, dst in ours.items():

@@ -364,3 +364,25 @@ def test_fit_of_one_dataset_honours_epochs(epochs):
     assert net.iteration == epochs and net.epoch == (0 if epochs == 1 else epochs)
     with pytest.raises(ValueError, match=r"fit\(epochs=0\): must be a positive integer"):
         net.fit(train, epochs=0)
+
+
+@pytest.mark.parametrize("path", ["set_params", "copy_state_from", "assign"])
+def test_a_value_the_networks_dtype_cannot_hold_is_refused_never_stored_as_inf(path):
+    """Issue 43's sweep of the paths that write values into a network: copy_state_from stored 1e6
+    into a float16 network as inf."""
+    from kit.nn import mlp
+
+    src = mlp(4, hidden=(3,), n_out=2, seed=0)
+    dst = mlp(4, hidden=(3,), n_out=2, dtype="float16", seed=1)
+    values = src.params().numpy().copy()
+    values[0] = 1e6
+    src.set_params(values)
+    before = dst.params().numpy().copy()
+    write = {
+        "set_params": lambda: dst.set_params(values),
+        "copy_state_from": lambda: dst.copy_state_from(src),
+        "assign": lambda: dst.flat_params.assign(values),
+    }[path]
+    with pytest.raises(ValueError, match=r"1e\+06|does not fit this network's float16"):
+        write()
+    np.testing.assert_array_equal(dst.params().numpy(), before)
