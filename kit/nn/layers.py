@@ -89,6 +89,11 @@ class Layer:
     # that output (`in_place`, set by the container that holds them: mark_in_place)
     output_read_by_backward = True
     in_place = False
+    # Memory (SEPARATE's gradient slots): whether this composite may hand back the gradient it is
+    # given once its first layer has read it. Only a container that never reads that gradient again
+    # says so, for the composites it holds (Sequential, the Network's body); a composite inside
+    # anything else (a user's layer that sends one gradient down two paths) keeps it for its caller
+    releases_given_gradient = False
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -349,6 +354,8 @@ class Sequential(Layer):
         shape = self.input_shape
         for layer in self.layers:
             shape = layer.build(shape)
+            if layer.is_composite:  # this loop reads no gradient twice: its composites may hand theirs back
+                layer.releases_given_gradient = True
         self.output_shape = shape
         mark_in_place(self.layers)
         return shape
@@ -375,16 +382,18 @@ class Sequential(Layer):
         return x
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-        """Each layer's backward, last first; each gradient, the one given in too, is handed back
-        (mgr.release) once the layer below it has read it (a caller that reads it again pins it)."""
+        """Each layer's backward, last first; each gradient it made is handed back (mgr.release)
+        once the layer below it has read it, and the one given in too where the caller allows it
+        (`releases_given_gradient`: a Sequential or the Network holding this one)."""
         separate = mgr.separate
+        given, free_given = eps, self.releases_given_gradient
         for layer in reversed(self.layers):
             if separate and layer.backward_working_memory and not layer.is_composite:
                 with mgr.layer_call():
                     dx = layer.backward(eps, mgr)
             else:
                 dx = layer.backward(eps, mgr)
-            if separate:
+            if separate and (free_given or eps is not given):
                 mgr.release(eps, keep=dx)
             eps = dx
         return eps

@@ -139,6 +139,7 @@ class Network(Training, Inference, State):
         self.training_workspace_mode = WorkspaceMode(training_workspace_mode)
         self.inference_workspace_mode = WorkspaceMode(inference_workspace_mode)
         self.output_shape = self.body.build(self.input_shape)
+        self.body.releases_given_gradient = True  # the loss's gradient is read by the body alone
         # the first layer's input gradient is unused unless asked for (gradient checks, saliency)
         self.input_gradient = bool(input_gradient)
         self.body.layers[0].skip_input_grad = not self.input_gradient

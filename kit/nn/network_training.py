@@ -158,9 +158,9 @@ class Training:
                     score = self._gradient_step(ds, mgr)
                     with mgr.updater():
                         try:
-                            # a non-finite loss moves nothing (the loop then says why); with a loss
-                            # scaler, the scaler decides (it skips the step and backs off)
-                            if self.precision_managed or math.isfinite(score):
+                            # a non-finite loss moves nothing (the loop then says why), master weights
+                            # or not; with a loss scaler, the scaler decides (it skips and backs off)
+                            if self.loss_scaler is not None or math.isfinite(score):
                                 self._update(mgr)
                         except LossScaleError as exc:  # nothing moved; say what overflowed, if the forward did
                             cause = self.non_finite_cause(ds) if not math.isfinite(score) else None

@@ -122,7 +122,8 @@ class Residual(Layer):
         with mgr.layer_call():  # a composite's own working memory gets its own scope
             relu_grad_into(eps, self._y, g, mgr)
         self._y = None  # used up
-        mgr.release(eps)
+        if self.releases_given_gradient:  # its caller will not read eps again (kit.nn.layers.Sequential)
+            mgr.release(eps)
         mgr.pin(g)  # the main path must not hand it back: the shortcut reads it after
         try:
             d = g

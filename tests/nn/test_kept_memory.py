@@ -400,3 +400,49 @@ def test_every_learned_arena_is_its_largest_cycle_plus_the_stated_over_allocatio
         over = cfg.overallocation_limit if cfg.policy_allocation is AllocationPolicy.OVERALLOCATE else 0.0
         bound = carved(int(stats["max_cycle_bytes"] * (1 + over)))
         assert stats["capacity"] <= max(bound, cfg.min_size), (name, stats["capacity"], stats["max_cycle_bytes"], over)
+
+
+class _TwoPath(Layer):
+    """A user's composite: y = a(x) + b(x), one gradient sent down two paths, knowing nothing of pin."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.a, self.b = Sequential([Dense(n), ReLU()]), Sequential([Dense(n)])
+
+    def sublayers(self):
+        return [self.a, self.b]
+
+    def build(self, shape):
+        self.input_shape = tuple(shape)
+        self.a.build(shape)
+        self.output_shape = self.b.build(shape)
+        return self.output_shape
+
+    def forward(self, x, mgr, training):
+        ya, yb = self.a.forward(x, mgr, training), self.b.forward(x, mgr, training)
+        y = mgr.create(ArrayType.ACTIVATIONS, ya.shape, ya.dtype, ya.device)
+        np.add(ya.data, yb.data, out=y.data)
+        return y
+
+    def backward(self, eps, mgr):
+        da = self.a.backward(eps, mgr)
+        db = self.b.backward(eps, mgr)  # reads eps again: nothing below may have handed it back
+        dx = mgr.create(ArrayType.ACTIVATION_GRAD, da.shape, da.dtype, da.device)
+        np.add(da.data, db.data, out=dx.data)
+        return dx
+
+
+@pytest.mark.parametrize("mode", list(WorkspaceMode), ids=lambda m: m.value)
+def test_a_users_composite_that_reads_its_gradient_twice_keeps_it(mode):
+    """Review finding: a nested Sequential handed back the gradient it was given, under a composite
+    that reads it again (ArrayFromOldCycleError in SEPARATE; NONE and the old code were right)."""
+    rng = np.random.default_rng(11)
+    ds = DataSet(rng.standard_normal((5, 3)), rng.integers(0, 3, 5), num_classes=3)
+
+    def grads(m):
+        net = Network([Dense(4), _TwoPath(4), Dense(3)], input_shape=(3,), dtype="float64", seed=2,
+                      training_workspace_mode=m)  # fmt: skip
+        net.compute_gradient_and_score(ds)
+        return net.flat_grads.numpy().copy()
+
+    np.testing.assert_allclose(grads(mode), grads(WorkspaceMode.NONE), rtol=1e-12, atol=1e-14)

@@ -564,3 +564,13 @@ def test_after_a_loss_scale_error_the_state_is_that_of_a_run_without_the_bad_ste
     np.testing.assert_array_equal(net.flat_master.numpy(), twin.flat_master.numpy())
     assert net.loss_scaler.state().tolist() == twin.loss_scaler.state().tolist()
     assert net.iteration == twin.iteration
+
+
+def test_master_weights_without_a_loss_scale_do_not_move_on_a_non_finite_loss(digits):
+    """Review finding: with master_dtype and no loss scale a NaN/inf loss still moved the master
+    weights, and the loop then blamed the parameters instead of the overflowing layer."""
+    net = _digits_net(dtype="float16", master_dtype="float32")
+    before = net.flat_master.numpy().copy()
+    with pytest.raises(NonFiniteScoreError, match=r"the activations of layer 0 \(Dense\) exceed float16's range"):
+        net.fit([_overflowing(digits)])
+    np.testing.assert_array_equal(net.flat_master.numpy(), before)
