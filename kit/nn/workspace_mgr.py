@@ -294,7 +294,6 @@ class LayerWorkspaceMgr:
             return
         slots = self._local.grad_slots
         if slots is not None and slot in slots:
-            self.handed_back(slot)
             slot.take_back()
 
     def pin(self, grad: NDArray) -> None:
@@ -306,9 +305,6 @@ class LayerWorkspaceMgr:
 
     def unpin(self, grad: NDArray) -> None:
         self._local.pinned = self._local.pinned - {grad.workspace}
-
-    def handed_back(self, slot: Workspace) -> None:
-        """A slot's cycle is about to end (a planned training step's recorder notes it)."""
 
     def zeros(self, array_type: ArrayType, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
         out = self.create(array_type, shape, dtype, device)
