@@ -5,6 +5,16 @@ benchmark and chapter reaches them.
 
     >>> goal("added time per small op", 1.3, "<=", 2.0, "µs")
     'added time per small op: 1.3 µs -> met (goal <= 2 µs)'
+
+One rule for a figure computed from a measurement kit.measure flagged (a busy machine, a spread too
+wide): it carries the flag wherever it is printed (`flagged_figure`: "2.5 µs (flagged)"), and no
+goal gives it a verdict (`goal(reliable=False)`, `goal_verdict(reliable=False)`: "no verdict"):
+
+    >>> print(goal("added time per small op", 2.5, "<=", 1.5, "µs", reliable=False))
+    added time per small op: 2.5 µs (flagged) -> no verdict: kit.measure flagged the measurement (goal <= 1.5 µs)
+    [unreliable measurement: see the warnings]
+    >>> flagged_figure("2.5 µs", True), flagged_figure("1.1 µs", False)
+    ('2.5 µs (flagged)', '1.1 µs')
 """
 
 from __future__ import annotations
@@ -14,7 +24,19 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["goal", "goal_verdict", "median_interval"]
+__all__ = ["FLAGGED", "NO_VERDICT", "UNRELIABLE_NOTE", "flagged_figure", "goal", "goal_verdict", "median_interval"]
+
+FLAGGED = " (flagged)"  # the mark a figure from a flagged measurement carries (kit.reference's cells too)
+NO_VERDICT = "no verdict: kit.measure flagged the measurement"  # what a flagged goal says instead of met/NOT met
+UNRELIABLE_NOTE = " [unreliable measurement: see the warnings]"  # a flagged goal line's end (kit.reference reads it)
+
+
+def flagged_figure(text: str, flagged: Any) -> str:
+    """A printed figure (`text`, number and unit) as it must read when the measurement it was
+    computed from is flagged: with the mark `FLAGGED` when `flagged` is true (a bool, or the list of
+    warnings, non-empty when flagged), as it is otherwise. The one rule every printed figure from a
+    timing follows, wherever it is printed: a table's cell, a summary line, a goal line."""
+    return f"{text}{FLAGGED}" if flagged else text
 
 
 def _distinct(value: float, limit: float) -> tuple[str, str]:
@@ -65,19 +87,26 @@ def _goal_op(op: str) -> Callable[[float, float], bool]:
     return _GOAL_OPS[op]
 
 
-def goal_verdict(value: float, op: str, limit: float, interval: tuple[float, float] | None = None) -> str:
+def goal_verdict(
+    value: float, op: str, limit: float, interval: tuple[float, float] | None = None, reliable: bool = True
+) -> str:
     """ "met" or "NOT met" for `value` against `limit` (`op`: "<=", "<", ">=", ">"), or, where
     `interval` (where the figure lies, from its repeats) is on both sides of the limit, "within the
     spread: not shown either way". An interval that does not hold `value` is widened to it: a figure
-    on one side and all its repeats on the other show nothing either way. The one rule every goal
-    line and goal column of kit uses.
+    on one side and all its repeats on the other show nothing either way. `reliable=False` (the
+    figure comes from a measurement kit.measure flagged): `NO_VERDICT`, whatever the figure. The one
+    rule every goal line and goal column of kit uses.
 
         >>> goal_verdict(1.02, "<=", 1.03), goal_verdict(1.02, "<=", 1.03, (1.0, 1.06))
         ('met', 'within the spread: not shown either way')
         >>> goal_verdict(3.0, "<=", 2, (1.0, 1.0))       # the figure NOT met, every repeat met
         'within the spread: not shown either way'
+        >>> goal_verdict(3.0, "<=", 2, reliable=False)   # from a flagged measurement
+        'no verdict: kit.measure flagged the measurement'
     """
     holds = _goal_op(op)
+    if not reliable:
+        return NO_VERDICT
     if interval is not None:
         lo, hi = min(interval[0], value), max(interval[1], value)
         if holds(lo, limit) != holds(hi, limit):
@@ -96,7 +125,9 @@ def goal(
     repeats: Any = None,
 ) -> str:
     """A printed goal that says met, NOT met or not shown either way (`goal_verdict`), with the
-    figure: `goal("added per op", 1.3, "<=", 2, "µs")`.
+    figure: `goal("added per op", 1.3, "<=", 2, "µs")`. `reliable=False` (the figure comes from a
+    measurement kit.measure flagged): the figure carries the flag (`flagged_figure`), the line gives
+    no verdict (`NO_VERDICT`) and ends with `UNRELIABLE_NOTE`.
 
     `per_repeat`: the range (lowest, highest) of the figure over the repeats it is the median of (a
     ratio taken within each repeat). The line then prints that range, and where the range lies on
@@ -123,6 +154,6 @@ def goal(
         lo, hi, coverage = median_interval(repeats)
         interval = (lo, hi)
         spread = f" (its median within {lo:.3g}-{hi:.3g}{u}, {coverage:.0%})"
-    verdict = goal_verdict(value, op, limit, interval)
-    text = f"{what}: {shown}{u}{spread} -> {verdict} (goal {op} {bound}{u})"
-    return text if reliable else text + " [unreliable measurement: see the warnings]"
+    verdict = goal_verdict(value, op, limit, interval, reliable)
+    text = f"{what}: {flagged_figure(f'{shown}{u}', not reliable)}{spread} -> {verdict} (goal {op} {bound}{u})"
+    return text if reliable else text + UNRELIABLE_NOTE

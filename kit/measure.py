@@ -32,6 +32,8 @@ One module for every timing in kit (benchmarks, `compare_devices`, the chapters)
   typically by contention for shared cores). Tables and plots show the flag and its reason.
 - **Goals that say what the run shows.** `goal` and `goal_verdict` (kit.goals, re-exported here)
   say met, NOT met, or not shown either way where the repeats lie on both sides of the target.
+- **A flagged figure carries its flag.** A figure computed from a flagged measurement reads
+  "(flagged)" wherever it is printed (`flagged_figure`), and its goal line gives no verdict.
 """
 
 from __future__ import annotations
@@ -46,25 +48,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kit import tables
-from kit.goals import goal, goal_verdict, median_interval
+from kit.goals import FLAGGED, NO_VERDICT, flagged_figure, goal, goal_verdict, median_interval
 from kit.load import LOAD_LIMIT, LoadMeter, LoadReading, format_load, machine_load, unchecked_note
 
 __all__ = [
+    "FLAGGED",
     "FLAGGED_TITLE",
     "LOAD_LIMIT",
     "MIN_TIME",
+    "NO_VERDICT",
     "SPREAD_LIMIT",
     "LoadMeter",
     "LoadReading",
     "Timing",
     "autorange",
     "compare",
+    "flagged_figure",
     "format_load",
     "format_seconds",
     "format_spread",
     "goal",
     "goal_verdict",
+    "histogram_bins",
     "join_labels",
     "label",
     "machine_load",
@@ -322,6 +330,51 @@ def speedup_warnings(speedup: float, devices: int, shared: bool = False, cores: 
     elif shared and cores is not None and speedup > max(1, min(devices, cores)) * (1 + SPEEDUP_TOLERANCE):
         out.append(f"speedup {speedup:.2f}x on {cores} shared core(s) exceeds what the cores allow")
     return out
+
+
+MAX_BIN_SHARE = 0.25  # the most of the values one bin of `histogram_bins` may hold
+MAX_BINS = 240
+
+
+def histogram_bins(values: Any, max_share: float = MAX_BIN_SHARE, max_bins: int = MAX_BINS) -> np.ndarray:
+    """Bin edges for a histogram of times (or any positive figures) that shows their distribution:
+    log-spaced from the smallest value to the largest, so a few slow outliers neither drop out nor
+    squeeze the body into one bin, and as many as it takes for no bin to hold more than `max_share`
+    of the values (from the Freedman-Diaconis width of the logarithms, doubled until it holds; at most
+    `max_bins`, where values that are equal may still share one). Plot with a log x axis.
+
+        >>> rng = np.random.default_rng(0)
+        >>> ms = np.concatenate([rng.normal(0.45, 0.02, 410), rng.uniform(1, 6, 40)])  # a body and spikes
+        >>> counts, _ = np.histogram(ms, histogram_bins(ms))
+        >>> bool(counts.max() <= 0.25 * len(ms)), int(counts.sum()) == len(ms)
+        (True, True)
+        >>> histogram_bins([2.0, 2.0])          # one value: one bin around it
+        array([1.98, 2.02])
+    """
+    x = np.asarray(values, dtype=float).ravel()
+    if x.size == 0 or not np.isfinite(x).all() or (x <= 0).any():
+        raise ValueError(
+            f"histogram_bins: give one or more finite values > 0 (times), got {x.size} values"
+            + (f", the smallest {x.min():g}" if x.size and np.isfinite(x).all() else "")
+            + (", some NaN or infinite" if x.size and not np.isfinite(x).all() else "")
+        )
+    if not 0 < max_share <= 1:
+        raise ValueError(f"histogram_bins(max_share={max_share!r}): a share of the values in (0, 1]")
+    lo, hi = float(x.min()), float(x.max())
+    if lo == hi:
+        return np.array([lo * 0.99, hi * 1.01])
+    logs = np.log(x)
+    span = math.log(hi) - math.log(lo)
+    q75, q25 = np.percentile(logs, [75, 25])
+    width = 2 * (q75 - q25) / x.size ** (1 / 3)  # Freedman-Diaconis, on the logarithms
+    n = min(max_bins, max(10, math.ceil(span / width) if width > 0 else 10))
+    while True:
+        edges = np.geomspace(lo, hi, n + 1)
+        edges[0], edges[-1] = lo, hi  # exactly the extremes: np.histogram counts both
+        counts, _ = np.histogram(x, edges)
+        if counts.max() <= max_share * x.size or n >= max_bins:
+            return edges
+        n = min(max_bins, 2 * n)
 
 
 FLAGGED_TITLE = "flagged by kit.measure: no time can be read from this panel"

@@ -2,16 +2,16 @@
 
     >>> import kit
     >>> x = kit.randn((4, 3))          # (4, 3) float32 on the current device
-    >>> y = (x @ x.T).sum(axis=1)      # every result comes from kit.memory.allocate(...)
+    >>> y = (x @ x.T).sum(axis=1)      # every result is counted by kit.memory.count
     >>> y
     NDArray(shape=(4,), dtype=float32, device=..., heap)
       [...]
     >>> y.numpy()                      # a plain NumPy array (host copy on a GPU)
     array([...], dtype=float32)
 
-Why a wrapper: every result is allocated through `kit.memory.allocate` and computed into it
-with `out=`, so an open workspace (kit.workspace) receives *every* array an op makes, and
-the array remembers its workspace and generation. Each op checks that generation first:
+Why a wrapper: inside an open workspace (kit.workspace), every result is allocated through
+`kit.memory.allocate` and computed into it with `out=`, so the workspace receives *every* array
+an op makes, and the array remembers its workspace and generation. Each op checks that generation first:
 an array whose workspace moved on raises a WorkspaceError instead of returning stale data.
 On the plain host heap (no workspace open, no cache, a CPU device) there is nothing to carve
 or check: NumPy allocates the result inside the ufunc, as the raw op does, and kit counts it

@@ -99,9 +99,13 @@ def _summary(result: dict[str, Any], words: bool = False) -> list[str]:
     def name(k: str) -> str:
         return SUMMARY_WORDS.get(k) or tables.header(k) if words else k
 
+    flagged = set(result.get("summary_flagged", ()))  # figures read from a flagged row carry the flag
     return [
         f"{name(k)}: "
-        f"{measure.format_load(v) if k.startswith('machine_load') and isinstance(v, float) else tables.number(v)}"
+        + measure.flagged_figure(
+            measure.format_load(v) if k.startswith("machine_load") and isinstance(v, float) else tables.number(v),
+            k in flagged,
+        )
         for k, v in result["summary"].items()
     ]
 

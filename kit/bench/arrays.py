@@ -15,7 +15,7 @@ import kit
 from kit import measure
 from kit.bench.common import device_label
 
-__all__ = ["bench_arrays"]
+__all__ = ["bench_arrays", "flagged_figures"]
 
 
 def _array_rows(dev: Any, size: int, min_time: float, repeats: int, stages: _Stages) -> list[dict[str, Any]]:
@@ -102,6 +102,7 @@ def bench_arrays(quick: bool = False, progress: Callable[[int, int, str], Any] |
         rows = []
         for size in (100, 1_000_000):
             rows += _array_rows(dev, size, min_time, repeats, stages)
+    summary = _arrays_summary(rows, load.others)
     return {
         "benchmark": "arrays",
         "device": device_label(),
@@ -110,8 +111,31 @@ def bench_arrays(quick: bool = False, progress: Callable[[int, int, str], Any] |
         "columns": list(_ARRAY_COLUMNS),
         "column_notes": dict(_ARRAY_NOTES),
         "rows": rows,
-        "summary": _arrays_summary(rows, load.others),
+        "summary": summary,
+        # the summary's figures computed from a row kit.measure flagged: printed "(flagged)" (kit.goals)
+        "summary_flagged": flagged_figures(rows),
     }
+
+
+def flagged_figures(rows: list[dict[str, Any]]) -> list[str]:
+    """The summary's figures that read a flagged row: the small-op figures when a row on 100
+    elements is flagged, the large-op overhead when one of the large rows it reads is (the rule of
+    the goal lines, `_arrays_summary`)."""
+    small_rows, large_rows = _small_and_large(rows)
+    out = []
+    if not all(r["reliable"] == "yes" for r in small_rows):
+        out += ["small_added_us_median", "small_added_us_max"]
+    if not all(r["reliable"] == "yes" for r in large_rows):
+        out.append("large_overhead_pct_median")
+    return out
+
+
+def _small_and_large(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows on 100 elements, and the large rows an overhead is read from (a view costs the same
+    at any size, so it has no place in a large-array overhead figure)."""
+    small = [r for r in rows if r["elements"] == 100]
+    large = [r for r in rows if r["elements"] != 100 and r["op"] != "slice view"]
+    return small, large
 
 
 def _arrays_summary(rows: list[dict[str, Any]], others: float) -> dict[str, Any]:
@@ -119,9 +143,7 @@ def _arrays_summary(rows: list[dict[str, Any]], others: float) -> dict[str, Any]
     goals. Each goal's figure is a median over ops of each op's median over repeats; beside it, the
     range over repeats of the same median over ops taken repeat by repeat (`per_repeat`), so a
     verdict the noise could turn is printed as such."""
-    small_rows = [r for r in rows if r["elements"] == 100]
-    # a view costs the same at any size, so it has no place in a large-array overhead figure
-    large_rows = [r for r in rows if r["elements"] != 100 and r["op"] != "slice view"]
+    small_rows, large_rows = _small_and_large(rows)
     small = statistics.median(r["added_us"] for r in small_rows)
     large_pct = (statistics.median(r["ratio"] for r in large_rows) - 1) * 100
     small_each = _per_repeat([r["added_us_per_repeat"] for r in small_rows])

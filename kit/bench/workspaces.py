@@ -76,11 +76,17 @@ _WORKSPACE_COLUMNS = [
     "held_kib",
     "peak_with_held_kib",
 ]
+_TRACED_ITERATIONS = 5  # iterations traced per regime: the memory columns are their medians
 _WORKSPACE_NOTES = {
     "ms_per_iter": "milliseconds per training iteration (median of the repeats)",
     "spread": "half the range of the repeats over their median",
     "ratio_to_plain": "this regime's time / plain's within each repeat, then the median over repeats "
     "(not the ratio of the two medians, which mixes repeats)",
+    "peak_traced_kib_per_iter": "traced: the most memory allocated at once within one iteration, above what "
+    "was allocated before it, as Python's tracemalloc records NumPy's and Python's allocations (median of "
+    f"{_TRACED_ITERATIONS} iterations)",
+    "held_kib": "memory the regime keeps between iterations, allocated before the iteration and so not in its "
+    "traced peak: the caching allocator's cached blocks, the workspace's arena",
     "peak_with_held_kib": "peak traced KiB within one iteration plus the KiB held between iterations",
 }
 _BLOCK = 10  # steps per timed call: the regime is switched once per block, outside the steps' cost
@@ -133,7 +139,7 @@ def _time_regimes(
     )
 
 
-def _traced_peaks(fn: Callable[[], float], iterations: int = 5) -> list[int]:
+def _traced_peaks(fn: Callable[[], float], iterations: int = _TRACED_ITERATIONS) -> list[int]:
     """The peak traced bytes within each of a few iterations (all domains: NumPy + Python)."""
     peaks = []
     tracemalloc.start()
@@ -172,8 +178,8 @@ def _regime_row(
         "ratio_to_plain": statistics.median(t / p for t, p in zip(times[name], times["plain"])),
         # the lowest and highest of those per-repeat ratios: the goal line and chapter 2 read them
         "ratio_to_plain_range": _ratio_range(times[name], times["plain"]),
-        "kit_heap_allocs_per_iter": (kit.memory.heap_allocations(this_thread=True) - before_allocs) / 5,
-        "cache_hits_per_iter": (kit.memory.cache_stats()["hits"] - hits0) / 5,
+        "kit_heap_allocs_per_iter": (kit.memory.heap_allocations(this_thread=True) - before_allocs) / len(peaks),
+        "cache_hits_per_iter": (kit.memory.cache_stats()["hits"] - hits0) / len(peaks),
         "peak_traced_kib_per_iter": statistics.median(peaks) / 1024,
         "held_kib": held / 1024,
         "peak_with_held_kib": (statistics.median(peaks) + held) / 1024,
