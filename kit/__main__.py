@@ -5,6 +5,7 @@ python -m kit bench -h             # the benchmarks, one line each
 python -m kit bench arrays         # wrapper overhead per op vs raw NumPy
 python -m kit bench workspaces     # plain vs caching allocator vs workspace
 python -m kit bench arrays --quick # fewer repeats (CI, smoke runs; KIT_QUICK=1 does the same)
+python -m kit chapters DIR         # copy the chapter notebooks into DIR (a wheel ships them)
 python -m kit lab                  # JupyterLab on the chapters (adds --allow-root when run as root)
 python -m kit book                 # the chapters as a static HTML book (Sphinx), from their stored outputs
 python -m kit --version            # the installed version of gpu-workspaces-kit (pip's name for kit)
@@ -12,7 +13,12 @@ python -m kit --version            # the installed version of gpu-workspaces-kit
 The console script `kit` is the same command. A bad setting in the environment (kit.settings)
 is one line on stderr and exit status 2, as a bad argument is; so is a command whose extra is not
 installed (`lab` needs the `lab` extra, `book` the `book` extra, `bench spark` the `spark` extra:
-the line names the pip command) and `lab` or `book` where there are no chapters (a wheel has none).
+the line names the pip command that installs it), a `lab --dir` that does not exist, and a
+`chapters DIR` that already holds a chapter (kit never overwrites one you may have edited).
+
+Where the chapters come from: the checkout kit runs from (its notebooks/), else the copy every
+wheel carries (kit/chapters/, from setup.py's build step). `lab` outside a checkout opens
+./notebooks, copying the wheel's chapters there first when it does not exist.
 """
 
 from __future__ import annotations
@@ -21,7 +27,12 @@ import argparse
 import importlib.util
 import os
 import platform
+import re
+import shlex
+import shutil
 import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -79,8 +90,16 @@ def blas_lines() -> list[str]:
 
 
 class ChaptersNotFoundError(FileNotFoundError):
-    """No chapter notebooks where `lab` and `book` look: a wheel install ships none."""
+    """No chapter notebooks where `lab`, `book` and `chapters` look (a kit copied without its build)."""
 
+
+class ChaptersExistError(FileExistsError):
+    """`python -m kit chapters DIR` where DIR already holds a chapter: kit overwrites none."""
+
+
+CHAPTER_GLOB = "[0-9][0-9]_*.ipynb"  # the chapters' file names (setup.py copies the same into a wheel)
+ROOT = Path(__file__).resolve().parents[1]  # the checkout, when kit runs from one
+PACKAGED = Path(__file__).resolve().parent / "chapters"  # where a wheel carries them
 
 # what each command imports beyond kit's own dependencies: (the extra that installs it, import names)
 NEEDS = {
@@ -89,6 +108,41 @@ NEEDS = {
     "bench spark": ("spark", ("pyspark",)),
     "bench d2l": ("bench", ("torch",)),  # the d2l table is kit beside PyTorch
 }
+
+
+def is_checkout(root: Path = ROOT) -> bool:
+    """kit runs from a checkout of its source (pyproject.toml names it), not from an installed wheel."""
+    try:
+        return tomllib.loads((root / "pyproject.toml").read_text())["project"]["name"] == settings.DISTRIBUTION
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return False
+
+
+def extra_requirements(extra: str) -> list[str] | None:
+    """The requirements of one of kit's extras: from the checkout's pyproject.toml, else from the
+    installed distribution's metadata; None where neither says (a copied kit)."""
+    if is_checkout():
+        extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
+        return list(extras[extra]) if extra in extras else None
+    try:
+        requires = metadata.requires(settings.DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:
+        return None
+    marker = re.compile(rf"""extra\s*==\s*["']{re.escape(extra)}["']""")
+    found = [r.split(";")[0].strip() for r in requires if ";" in r and marker.search(r.split(";", 1)[1])]
+    return found or None
+
+
+def install_extra(extra: str) -> str:
+    """A pip command that installs `extra` and works today (kit is not on PyPI yet): the extra of
+    this checkout (`pip install -e`), else the extra's own requirements, which PyPI has."""
+    if is_checkout():
+        return f'pip install -e "{ROOT}[{extra}]"'
+    requirements = extra_requirements(extra)
+    if requirements is None:
+        return settings.install_hint(extra)
+    quoted = " ".join(f'"{r}"' for r in requirements)
+    return f"pip install {quoted} (the {extra} extra of {settings.DISTRIBUTION})"
 
 
 def missing_extra(command: str) -> str | None:
@@ -104,23 +158,80 @@ def missing_extra(command: str) -> str | None:
             absent.append(module)
     if not absent:
         return None
-    return f"`{command}` needs {', '.join(absent)}, not installed here: {settings.install_hint(extra)}"
+    hint = install_extra(extra) if extra else settings.install_hint()
+    return f"`{command}` needs {', '.join(absent)}, not installed here: {hint}"
+
+
+def _chapters_in(folder: Path) -> list[Path]:
+    return sorted(folder.glob(CHAPTER_GLOB)) if folder.is_dir() else []
+
+
+def chapters_source() -> Path:
+    """Where this kit's chapters are: the checkout's notebooks/, else the wheel's kit/chapters/.
+
+    Raises ChaptersNotFoundError, naming both places and what to do, when neither holds any."""
+    for candidate in (ROOT / "notebooks", PACKAGED):
+        if _chapters_in(candidate) and (candidate == PACKAGED or is_checkout()):
+            return candidate
+    raise ChaptersNotFoundError(
+        f"no chapters here: this kit ({Path(__file__).resolve().parent}) is neither in a checkout of kit "
+        f"(no {ROOT / 'notebooks'}) nor an installed wheel of {settings.DISTRIBUTION} (no {PACKAGED}): "
+        "install kit from a wheel (built in a checkout with `python -m build`), whose "
+        "`python -m kit chapters DIR` copies them out, or pass --dir DIR (lab) / --notebooks DIR (book) "
+        "to a folder of chapter notebooks"
+    )
 
 
 def notebooks_dir() -> Path:
-    """The chapters: `notebooks/` of the checkout this kit comes from, else the current directory's.
+    """The folder `lab` and `book` open: the checkout's notebooks/, else ./notebooks when it exists,
+    else the chapters this kit carries (a wheel's kit/chapters/, read-only: `lab` copies them first)."""
+    if is_checkout() and _chapters_in(ROOT / "notebooks"):
+        return ROOT / "notebooks"
+    if (Path.cwd() / "notebooks").is_dir():
+        return Path.cwd() / "notebooks"
+    return chapters_source()
 
-    Raises ChaptersNotFoundError, saying where the chapters come from, when neither exists (a wheel
-    install run outside a checkout)."""
-    for candidate in (Path(__file__).resolve().parents[1] / "notebooks", Path.cwd() / "notebooks"):
-        if candidate.is_dir():
-            return candidate
-    raise ChaptersNotFoundError(
-        f"no chapters here: neither {Path(__file__).resolve().parents[1] / 'notebooks'} nor "
-        f"{Path.cwd() / 'notebooks'} exists (a pip/wheel install of {settings.DISTRIBUTION} has no notebooks): "
-        "the chapters are the notebooks/ folder of kit's source repository; run from the folder that holds "
-        "notebooks/, or pass --dir DIR (lab) / --notebooks DIR (book)"
-    )
+
+def copy_chapters(target: Path) -> list[Path]:
+    """Copy this kit's chapters into `target` (created with its parents); returns the copies.
+
+    A chapter already in `target` is never overwritten: ChaptersExistError names them, before
+    anything is copied."""
+    source = chapters_source()
+    chapters = _chapters_in(source)
+    target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise ChaptersExistError(f"{target} is a file, not a folder: give a folder for the chapters")
+    there = [p.name for p in chapters if (target / p.name).exists()]
+    if there:
+        raise ChaptersExistError(
+            f"{target} already holds {', '.join(there)}: kit overwrites no chapter (you may have edited it); "
+            "choose another folder, or move those files away first"
+        )
+    target.mkdir(parents=True, exist_ok=True)
+    copies = []
+    for path in chapters:
+        shutil.copyfile(path, target / path.name)
+        copies.append(target / path.name)
+    return copies
+
+
+def lab_directory(given: str | None) -> tuple[Path, Path | None]:
+    """The folder `lab` opens, and where the wheel's chapters must be copied first (None: nothing
+    to copy). --dir must exist; without it: notebooks_dir(), the wheel's chapters going to ./notebooks."""
+    if given is not None:
+        folder = Path(given)
+        if not folder.is_dir():
+            what = "is a file, not a folder" if folder.exists() else "does not exist"
+            raise ChaptersNotFoundError(
+                f"--dir {given!r} {what}: give an existing folder, or copy the chapters there first "
+                f"(python -m kit chapters {shlex.quote(given)})"
+            )
+        return folder.resolve(), None
+    folder = notebooks_dir()
+    if folder == PACKAGED:  # inside site-packages: open a copy the reader owns
+        return Path.cwd() / "notebooks", folder
+    return folder, None
 
 
 def lab_command(directory: Path, extra: list[str] | None = None, euid: int | None = None) -> list[str]:
@@ -163,8 +274,16 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     bench.add_argument("name", choices=list(benchmarks.BENCHMARKS), help="which benchmark (listed below)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats (smoke runs); KIT_QUICK=1 does the same")
     bench.add_argument("--json", metavar="FILE", help="also write the results as JSON (its directory must exist)")
+    chapters = sub.add_parser(
+        "chapters",
+        help="copy the chapter notebooks into a folder (a wheel carries them)",
+        description="Copy the chapter notebooks (NN_name.ipynb) into DIR; a chapter already there is kept.",
+    )
+    chapters.add_argument("dir", nargs="?", default="notebooks", help="where to copy them (default ./notebooks)")
     lab = sub.add_parser("lab", help="JupyterLab on the chapters (works as root)")
-    lab.add_argument("--dir", default=None, help="directory to open (default: the chapters)")
+    lab.add_argument(
+        "--dir", default=None, help="directory to open (default: the chapters; outside a checkout ./notebooks)"
+    )
     lab.add_argument("--print", action="store_true", help="print the command instead of running it")
     book = sub.add_parser("book", help="build the chapters into a static HTML book (offline, the book extra)")
     book.add_argument("--out", default="build/book", help="output directory (default build/book)")
@@ -201,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         return _error(prog, str(exc))
     except benchmarks.OutputPathError as exc:
         return _error(f"{prog} bench", str(exc))
-    except ChaptersNotFoundError as exc:
+    except (ChaptersNotFoundError, ChaptersExistError) as exc:
         return _error(f"{prog} {args.command}", str(exc))
 
 
@@ -220,11 +339,22 @@ def _run(args: argparse.Namespace, rest: list[str], found: settings.Settings, pr
     if args.command == "info":
         print("\n".join(info_lines()))
         return 0
+    if args.command == "chapters":
+        copies = copy_chapters(Path(args.dir))
+        opener = f"{prog} lab --dir {shlex.quote(args.dir)}"
+        print(f"{len(copies)} chapters copied to {Path(args.dir)}: open them with `{opener}`")
+        return 0
     if args.command == "lab":
-        cmd = lab_command(Path(args.dir) if args.dir else notebooks_dir(), rest)
+        folder, copy_from = lab_directory(args.dir)
+        cmd = lab_command(folder, rest)
         if args.print:
+            if copy_from is not None:
+                print(f"(not copied yet: `{prog} lab` first copies the chapters to {folder})", file=sys.stderr)
             print(" ".join(cmd))
             return 0
+        if copy_from is not None:
+            copies = copy_chapters(folder)
+            print(f"{len(copies)} chapters copied to {folder} (from {copy_from}); opening them", file=sys.stderr)
         # become JupyterLab (no child process): stopping `python -m kit lab` stops the server
         os.execv(cmd[0], cmd)
     if args.command == "book":

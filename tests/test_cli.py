@@ -5,6 +5,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,10 @@ from kit.__main__ import info_lines, main, version
 from kit.bench.parallel import CLIENT_KINDS
 from kit.nn import mlp
 from kit.parallel import ParallelInference
+
+REPO = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+CHAPTERS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
 def test_info_names_backend_devices_blas_and_memory():
@@ -167,14 +172,16 @@ def _kit_without(modules, *args, cwd=None, env=None):
     ids=["book", "lab", "bench-spark", "bench-d2l"],
 )
 def test_a_command_without_its_extra_names_the_extra_in_one_line(tmp_path, modules, args, extra):
+    """The pip command works today (kit is not on PyPI yet): in a checkout, the checkout's extra."""
     out = _kit_without(modules, *[a.format(tmp=tmp_path) for a in args])
     assert out.returncode == 2, out.stdout + out.stderr
     (line,) = out.stderr.splitlines()  # one line, no traceback
     command = " ".join(args[:2]) if args[0] == "bench" else args[0]
     assert line == (
         f"python -m kit: error: `{command}` needs {', '.join(modules)}, not installed here: "
-        f"{settings.install_hint(extra)}"
+        f'pip install -e "{REPO}[{extra}]"'
     )
+    assert extra in PYPROJECT["project"]["optional-dependencies"]
     assert not (tmp_path / "book").exists()
 
 
@@ -196,17 +203,20 @@ def installed_kit(tmp_path):
 
 
 def test_lab_and_book_outside_a_checkout_say_where_the_chapters_are(installed_kit):
+    """A kit that is neither a checkout nor a built wheel (a copied package) has no chapters: the line
+    says so and names the remedies, and --dir DIR and ./notebooks both work."""
     work, env = installed_kit
     probe = subprocess.run(  # the copy is the kit that runs
         [sys.executable, "-c", "import kit; print(kit.__file__)"], capture_output=True, text=True, cwd=work, env=env
     )
     assert probe.stdout.startswith(env["PYTHONPATH"]), probe.stdout + probe.stderr
-    for args in (["lab", "--print"], ["book", "--out", str(work / "book")]):
+    for args in (["lab", "--print"], ["book", "--out", str(work / "book")], ["chapters", str(work / "mine")]):
         out = _kit_without([], *args, cwd=work, env=env)
         assert out.returncode == 2, out.stdout + out.stderr
         (line,) = out.stderr.splitlines()
-        assert line.startswith(f"python -m kit {args[0]}: error: no chapters here: neither ")
-        assert f"{work / 'notebooks'} exists" in line and "notebooks/ folder of kit's source repository" in line
+        assert line.startswith(f"python -m kit {args[0]}: error: no chapters here: this kit ("), line
+        assert "neither in a checkout of kit" in line and "`python -m kit chapters DIR` copies them out" in line
+        assert "the repository" not in line  # kit has no public address to send anyone to
     elsewhere = work / "my-chapters"
     elsewhere.mkdir()  # the message's remedy for lab: --dir DIR
     out = _kit_without([], "lab", "--print", "--dir", str(elsewhere), cwd=work, env=env)
@@ -214,6 +224,86 @@ def test_lab_and_book_outside_a_checkout_say_where_the_chapters_are(installed_ki
     (work / "notebooks").mkdir()  # the chapters fetched beside it: lab opens them
     out = _kit_without([], "lab", "--print", cwd=work, env=env)
     assert out.returncode == 0 and f"--ServerApp.root_dir={work / 'notebooks'}" in out.stdout, out.stderr
+
+
+@pytest.fixture
+def wheel_layout(installed_kit):
+    """kit as its wheel installs it: the package with its chapters in kit/chapters/ (setup.py's
+    build step), no checkout beside it."""
+    work, env = installed_kit
+    packaged = Path(env["PYTHONPATH"]) / "kit" / "chapters"
+    packaged.mkdir()
+    for path in CHAPTERS:
+        shutil.copyfile(path, packaged / path.name)
+    return work, env, packaged
+
+
+def test_chapters_copies_the_wheels_chapters_out_and_lab_and_book_read_them(wheel_layout):
+    work, env, packaged = wheel_layout
+    out = _kit_without([], "chapters", "mine", cwd=work, env=env)
+    assert out.returncode == 0, out.stderr
+    assert (
+        out.stdout.strip() == f"{len(CHAPTERS)} chapters copied to mine: open them with `python -m kit lab --dir mine`"
+    )
+    assert sorted(p.name for p in (work / "mine").iterdir()) == [p.name for p in CHAPTERS]
+    for path in CHAPTERS:
+        assert (work / "mine" / path.name).read_bytes() == path.read_bytes(), path.name
+    out = _kit_without([], "lab", "--print", "--dir", "mine", cwd=work, env=env)  # the printed remedy runs
+    assert out.returncode == 0 and f"--ServerApp.root_dir={work / 'mine'}" in out.stdout, out.stderr
+    # lab with no ./notebooks: it will open a copy there (site-packages is not the reader's to edit)
+    out = _kit_without([], "lab", "--print", cwd=work, env=env)
+    assert out.returncode == 0 and f"--ServerApp.root_dir={work / 'notebooks'}" in out.stdout, out.stderr
+    assert f"first copies the chapters to {work / 'notebooks'}" in out.stderr
+    assert not (work / "notebooks").exists()  # --print copies nothing
+    # the book reads the wheel's chapters where they are (`book` builds from notebooks_dir())
+    probe = "from kit.__main__ import notebooks_dir; print(notebooks_dir())"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=work, env=env)
+    assert out.stdout.strip() == str(packaged), out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("where", ["checkout", "wheel"])
+def test_chapters_never_overwrites_a_chapter(tmp_path, wheel_layout, where):
+    """From a checkout or a wheel: a folder that already holds one chapter is refused whole, before
+    anything is copied, naming the file; the remedy (another folder) works."""
+    work, env, _ = wheel_layout
+    env = env if where == "wheel" else None
+    target = work / "mine"
+    target.mkdir()
+    (target / CHAPTERS[2].name).write_text("my edits")
+    out = _kit_without([], "chapters", str(target), cwd=work, env=env)
+    assert out.returncode == 2, out.stdout + out.stderr
+    (line,) = out.stderr.splitlines()
+    assert line == (
+        f"python -m kit chapters: error: {target} already holds {CHAPTERS[2].name}: kit overwrites no chapter "
+        "(you may have edited it); choose another folder, or move those files away first"
+    )
+    assert (target / CHAPTERS[2].name).read_text() == "my edits" and len(list(target.iterdir())) == 1
+    out = _kit_without([], "chapters", str(work / "other"), cwd=work, env=env)
+    assert out.returncode == 0 and len(list((work / "other").glob("*.ipynb"))) == len(CHAPTERS), out.stderr
+    (work / "a-file").write_text("")
+    out = _kit_without([], "chapters", str(work / "a-file"), cwd=work, env=env)
+    assert out.returncode == 2 and "is a file, not a folder" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_lab_dir_that_is_not_a_folder_is_kits_one_line(tmp_path, kind):
+    """Jupyter's own error came out before (a traceback from the server); kit's line names the remedy."""
+    given = tmp_path / "no-such"
+    if kind == "file":
+        given.write_text("")
+    for args in (["lab", "--dir", str(given)], ["lab", "--print", "--dir", str(given)]):
+        out = _kit_without([], *args)
+        assert out.returncode == 2, out.stdout + out.stderr
+        (line,) = out.stderr.splitlines()
+        what = "does not exist" if kind == "missing" else "is a file, not a folder"
+        assert line == (
+            f"python -m kit lab: error: --dir {str(given)!r} {what}: give an existing folder, or copy the "
+            f"chapters there first (python -m kit chapters {given})"
+        )
+    if kind == "missing":  # the remedy, as printed, then lab opens the folder
+        assert _kit_without([], "chapters", str(given)).returncode == 0
+        out = _kit_without([], "lab", "--print", "--dir", str(given))
+        assert out.returncode == 0 and f"--ServerApp.root_dir={given}" in out.stdout, out.stderr
 
 
 def test_book_refuses_to_overwrite_a_folder_that_is_not_a_book(tmp_path, capsys):

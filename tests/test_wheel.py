@@ -1,11 +1,13 @@
-"""kit as Colab gets it: a wheel, installed with a normal pip install into a fresh venv outside
-the repository, then a chapter run from there in quick mode (its first cell installs kit from
+"""kit as Colab gets it: a wheel (built as the README says, `python -m build`), installed with a normal
+pip install into a fresh venv outside the repository; its chapters copied out of it with
+`python -m kit chapters DIR`, then one run from there in quick mode (its first cell installs kit from
 KIT_PIP_SPEC, as it does on Colab, and the chapter loads the digits shipped as package data).
 
 Dependencies come from pip's configured index/cache (PyPI or a mirror); skipped when pip cannot
 reach one."""
 
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -16,6 +18,8 @@ import nbformat
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+CHAPTERS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 CHAPTER = "06_early_stopping.ipynb"
 DISTRIBUTION = "gpu-workspaces-kit"  # pip's name for kit (the `kit` on PyPI is someone else's)
 
@@ -31,19 +35,29 @@ def _run(cmd, env=None, **kw):
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
+    """`python -m build` as the README says, without build isolation (offline: the dev extra has
+    setuptools and trove-classifiers)."""
+    pytest.importorskip("build", reason="the dev extra has build")
     out = tmp_path_factory.mktemp("wheel")
-    r = _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)]
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", str(out), str(REPO)])
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     (path,) = out.glob("gpu_workspaces_kit-*.whl")
     return path
 
 
-def test_wheel_ships_the_data_as_package_data(wheel):
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "kit/data/digits.csv.gz" in names and "kit/data/README.md" in names
+def test_the_wheel_is_the_one_the_readme_names(wheel):
+    assert f"`dist/{wheel.name}`" in (REPO / "README.md").read_text()
+
+
+def test_wheel_ships_the_data_the_chapters_and_py_typed_as_package_data(wheel):
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
+    assert "kit/data/digits.csv.gz" in names and "kit/data/README.md" in names and "kit/py.typed" in names
     assert not any(n.startswith(("tests/", "notebooks/", "data/")) for n in names)
+    # every chapter, as stored: a wheel alone is enough to learn from (setup.py's build step)
+    assert sorted(n for n in names if n.startswith("kit/chapters/")) == [f"kit/chapters/{p.name}" for p in CHAPTERS]
+    for path in CHAPTERS:
+        assert archive.read(f"kit/chapters/{path.name}") == path.read_bytes(), path.name
 
 
 def test_wheel_metadata_names_the_distribution_and_its_licence(wheel):
@@ -52,6 +66,12 @@ def test_wheel_metadata_names_the_distribution_and_its_licence(wheel):
     text = archive.read(metadata).decode()
     assert f"Name: {DISTRIBUTION}\n" in text
     assert "License-Expression: Apache-2.0\n" in text and "License-File: LICENSE\n" in text  # PEP 639
+    assert (
+        f"Author: {PROJECT['authors'][0]['name']}\n" in text and f"Keywords: {','.join(PROJECT['keywords'])}\n" in text
+    )
+    assert [line[len("Classifier: ") :] for line in text.splitlines() if line.startswith("Classifier: ")] == (
+        PROJECT["classifiers"]
+    )
     licence = archive.read(metadata.replace("METADATA", "licenses/LICENSE")).decode()
     assert "Apache License" in licence and "Version 2.0, January 2004" in licence and "END OF TERMS" in licence
     (entry_points,) = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
@@ -72,12 +92,28 @@ def test_chapter_runs_from_a_fresh_venv_outside_the_repo(wheel, tmp_path):
     r = _run([str(venv / "bin" / "kit"), "--version"])
     assert r.returncode == 0 and r.stdout.strip() == f"{DISTRIBUTION} {version}", r.stdout + r.stderr
     assert _run([str(venv / "bin" / "kit"), "-h"]).stdout.startswith("usage: kit ")
-    # ... then kit itself is removed, so the chapter's first cell must install it (the Colab path)
-    assert _run([str(py), "-m", "pip", "uninstall", "-y", "-q", DISTRIBUTION]).returncode == 0
+    # the chapters come out of the wheel, in a folder of the reader's, outside any checkout
     work = tmp_path / "reader"
     work.mkdir()
-    nb_path = work / CHAPTER
-    nb_path.write_text((REPO / "notebooks" / CHAPTER).read_text())
+    r = _run([str(venv / "bin" / "kit"), "chapters", "chapters"], cwd=work)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == f"{len(CHAPTERS)} chapters copied to chapters: open them with `kit lab --dir chapters`"
+    archive = zipfile.ZipFile(wheel)
+    for path in CHAPTERS:  # what the wheel carries, byte for byte
+        assert (work / "chapters" / path.name).read_bytes() == archive.read(f"kit/chapters/{path.name}"), path.name
+    # `lab` without JupyterLab: one line whose pip command installs what the lab extra holds (from PyPI:
+    # kit itself is not there yet), read from the installed wheel's metadata
+    r = _run([str(venv / "bin" / "kit"), "lab"], cwd=work)
+    assert r.returncode == 2, r.stdout + r.stderr
+    (line,) = r.stderr.splitlines()
+    lab = PROJECT["optional-dependencies"]["lab"]
+    assert line.endswith(
+        "pip install " + " ".join(f'"{req}"' for req in lab) + f" (the lab extra of {DISTRIBUTION})"
+    ), line
+    assert re.search(r"needs jupyterlab\b", line) and not (work / "notebooks").exists()
+    # ... then kit itself is removed, so the chapter's first cell must install it (the Colab path)
+    assert _run([str(py), "-m", "pip", "uninstall", "-y", "-q", DISTRIBUTION]).returncode == 0
+    nb_path = work / "chapters" / CHAPTER
     runner = (
         "import sys, nbformat\n"
         "from nbclient import NotebookClient\n"
@@ -89,7 +125,7 @@ def test_chapter_runs_from_a_fresh_venv_outside_the_repo(wheel, tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(KIT_QUICK="1", KIT_PIP_SPEC=str(wheel), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
-    r = _run([str(py), "-c", runner, str(nb_path), str(work)], cwd=work, env=env)
+    r = _run([str(py), "-c", runner, str(nb_path), str(nb_path.parent)], cwd=work, env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     nb = nbformat.read(nb_path, as_version=4)  # stream text joined into one string per output
     first = "".join(o.get("text", "") for o in nb.cells[1].outputs)
