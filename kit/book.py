@@ -18,7 +18,8 @@ offline from their stored outputs: nothing is executed and nothing is fetched, t
 
 What a page has: the sidebar with every chapter, the page's own table of contents, full-text
 search (Sphinx's index, loaded by a script tag, so it works from file://), math typeset by the
-MathJax 3 copy that ships in the `sphinx-mathjax-offline` package (copied beside the pages), the
+MathJax 3 copy that ships in the `sphinx-mathjax-offline` package (of its 24 MB, only what the pages
+load is copied beside them: MATHJAX_FILES, the CommonHTML bundle, its fonts and TeX extensions), the
 figures as PNG files in `_images/`, the stored live panels as their static HTML, no `In [1]:`
 prompts, and a "Run it" note. The build works on copies of the notebooks: the setup cell (the
 first code cell) gets the `remove-input` tag, and saved widget state is dropped so no page asks
@@ -28,6 +29,7 @@ also in `dev`); `python -m kit book` names that extra in one line when MODULES a
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -48,6 +50,14 @@ MODULES = {
     "sphinx-mathjax-offline": "sphinx-mathjax-offline",  # MathJax 3, for math with no network
 }
 TITLE = "kit: the chapters"
+# what the pages load of sphinx-mathjax-offline's MathJax (its other bundles, SVG output, MathML input and
+# speech rules are never requested): tests/test_book_build.py fails on any file request the book cannot answer
+MATHJAX_BUNDLE = "tex-chtml.js"
+MATHJAX_FILES = (MATHJAX_BUNDLE, "output/chtml/fonts/woff-v2", "input/tex/extensions")
+# what a reader installs to run a chapter (kit is not on PyPI yet): the `lab` extra brings JupyterLab
+# and PySpark; Spark also needs Java, which pip cannot install
+LAB_EXTRA = "lab"
+JAVA = "Java 17 (Debian/Ubuntu: `apt-get install -y openjdk-17-jre-headless`)"
 
 _CSS = """
 /* wide tables and outputs scroll inside their own box instead of widening the page */
@@ -93,22 +103,36 @@ def _github(repository: str) -> str:
     return f"{m.group(1)}/{m.group(2)}"
 
 
-def _run_note(stem: str, repository: str | None, branch: str) -> str:
+def uses_spark(nb: Any) -> bool:
+    """The chapter runs Spark (imports kit.spark or pyspark): its readers need PySpark and Java."""
+    return any(
+        re.search(r"^\s*(from|import)\s+(kit\.spark|pyspark)\b", c.source, re.M)
+        for c in nb.cells
+        if c.cell_type == "code"
+    )
+
+
+def _run_note(stem: str, repository: str | None, branch: str, spark: bool = False) -> str:
     if repository:
         repo = _github(repository)
         colab = f"https://colab.research.google.com/github/{repo}/blob/{branch}/notebooks/{stem}.ipynb"
         binder = f"https://mybinder.org/v2/gh/{repo}/{branch}?urlpath=lab/tree/notebooks/{stem}.ipynb"
-        where = f"[Open in Colab]({colab}) · [Launch on Binder]({binder}) (no GPU)."
-    else:  # no published address to link to: say how, invent none
+        where = f" [Open in Colab]({colab}) · [Launch on Binder]({binder}) (no GPU)."
+    else:  # no published address to link to: say what works, invent none
         where = (
-            "On Colab, upload it (File > Upload notebook); on Binder, give mybinder.org the repository's "
-            f"address and `notebooks/{stem}.ipynb` as the path."
+            " On Colab, upload the notebook (File > Upload notebook) and the wheel, and set `KIT_PIP_SPEC` to the "
+            "wheel's path (`%env KIT_PIP_SPEC=/content/<wheel file>`) before the first cell."
         )
+    java = f" This chapter runs Spark: it also needs {JAVA}." if spark else ""
     return (
         "```{admonition} Run it\n:class: tip\n"
-        "This page shows the outputs stored when the chapter was last run. To measure your own machine, "
-        f'install kit (`pip install "gpu-workspaces-kit[lab]"`) and open <a href="{stem}.ipynb" download>'
-        f"{stem}.ipynb</a> in JupyterLab; the first cell installs kit where it is missing. {where}\n```"
+        "This page shows the outputs stored when the chapter was last run. To measure your own machine, open "
+        f'<a href="{stem}.ipynb" download>{stem}.ipynb</a> in JupyterLab with kit and its `{LAB_EXTRA}` extra '
+        "(JupyterLab, and PySpark for the Spark chapter) installed: in a checkout of kit, "
+        f'`pip install -e ".[{LAB_EXTRA}]"`; from a wheel (`python -m build` in a checkout makes one; kit is not '
+        f'on PyPI yet), `pip install "<wheel file>[{LAB_EXTRA}]"`, and `python -m kit chapters DIR` copies every '
+        "chapter out of it. The first cell installs kit where it is missing, from `KIT_PIP_SPEC` (a wheel file or "
+        f"a git URL).{java}{where}\n```"
     )
 
 
@@ -124,7 +148,8 @@ def prepare_chapter(nb: Any, stem: str, repository: str | None = None, branch: s
         if "remove-input" not in tags:
             tags.append("remove-input")
     first_md = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
-    nb.cells.insert(first_md + 1, nbformat.v4.new_markdown_cell(_run_note(stem, repository, branch)))
+    note = _run_note(stem, repository, branch, spark=uses_spark(nb))
+    nb.cells.insert(first_md + 1, nbformat.v4.new_markdown_cell(note))
     return nb
 
 
@@ -133,7 +158,8 @@ def _conf(title: str) -> dict[str, Any]:
     return {
         "project": title,
         "html_title": title,
-        "extensions": ["myst_nb", "sphinx_book_theme", "sphinx-mathjax-offline"],
+        "extensions": ["myst_nb", "sphinx_book_theme"],
+        "mathjax_path": f"mathjax/{MATHJAX_BUNDLE}",  # in _static/, copied by _copy_mathjax (no CDN)
         "exclude_patterns": ["_build"],
         "nb_execution_mode": "off",  # the stored outputs, never re-run
         "nb_ipywidgets_js": {},  # no require.js or widget manager from a CDN
@@ -181,11 +207,33 @@ def build_book(
         # built in the temporary folder, then moved (MyST-NB writes beside its output folder)
         html = Path(tmp) / "html"
         _sphinx(src, html, Path(tmp) / "doctrees", quiet)
+        _copy_mathjax(html / "_static" / "mathjax")
         for path in chapters:  # the "Run it" note links each page's notebook, stored beside it
             shutil.copy(path, html / path.name)
         out.parent.mkdir(parents=True, exist_ok=True)
         _replace(out, html)
     return out / "index.html"
+
+
+def mathjax_source() -> Path:
+    """The MathJax 3 folder the `sphinx-mathjax-offline` package ships (the book extra)."""
+    spec = importlib.util.find_spec("sphinx-mathjax-offline")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            'the book needs MathJax from sphinx-mathjax-offline: pip install "sphinx-mathjax-offline"'
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "static" / "mathjax"
+
+
+def _copy_mathjax(target: Path) -> None:
+    """Only MATHJAX_FILES of the package's MathJax: what the pages load."""
+    source = mathjax_source()
+    for name in MATHJAX_FILES:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, target / name)
+        else:
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / name, target / name)
 
 
 def _check_out(out: Path) -> None:

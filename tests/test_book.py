@@ -67,6 +67,60 @@ def test_book_has_every_chapter_and_every_figure(tmp_path, capsys):
         assert len(files) == stored, f"{page.name}: {len(files)} figures on the page, {stored} stored"
         text = page.read_text(encoding="utf-8")
         assert "VBox(children=" not in text and "HTML(value=" not in text, f"raw widget repr in {page.name}"
+    _only_the_mathjax_the_pages_load(out)
+
+
+def _only_the_mathjax_the_pages_load(out: Path) -> None:
+    """The book copied all 24 MB of sphinx-mathjax-offline's MathJax (every bundle, SVG output, speech
+    rules); the pages load one bundle, its fonts and, on demand, TeX extensions: only those are copied
+    (tests/test_book_build.py checks in Chromium that every file the pages request is there)."""
+    from kit.book import MATHJAX_BUNDLE, MATHJAX_FILES, mathjax_source
+
+    copied = out / "_static" / "mathjax"
+    source = mathjax_source()
+    files = sorted(p.relative_to(copied).as_posix() for p in copied.rglob("*") if p.is_file())
+    wanted = sorted(
+        p.relative_to(source).as_posix()
+        for name in MATHJAX_FILES
+        for p in ([source / name] if (source / name).is_file() else (source / name).rglob("*"))
+        if p.is_file()
+    )
+    assert files == wanted
+    for name in files:
+        assert (copied / name).read_bytes() == (source / name).read_bytes(), name
+    assert f'src="_static/mathjax/{MATHJAX_BUNDLE}' in (out / "04_multi_device_training.html").read_text()
+    size = sum((copied / name).stat().st_size for name in files)
+    whole = sum(p.stat().st_size for p in source.rglob("*") if p.is_file())
+    assert size < whole / 5, f"{size} of MathJax's {whole} bytes copied"
+
+
+def _requirements(extra: str) -> set[str]:
+    import re
+    import tomllib
+
+    project = tomllib.loads((NOTEBOOKS.parent / "pyproject.toml").read_text())["project"]
+    return {re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0] for r in project["optional-dependencies"][extra]}
+
+
+@pytest.mark.parametrize("nb_path", sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem[:2])
+def test_the_run_it_note_gives_an_install_that_works_today_and_runs_the_chapter(nb_path):
+    """The note said `pip install "gpu-workspaces-kit[lab]"` (not on PyPI; and the lab extra had no
+    PySpark, which chapter 7 imports) and sent readers to "the repository's address" (kit has none)."""
+    import nbformat
+
+    from kit.book import LAB_EXTRA, prepare_chapter, uses_spark
+
+    nb = prepare_chapter(nbformat.read(nb_path, as_version=4), nb_path.stem)
+    (note,) = [c.source for c in nb.cells if "Run it" in c.source]
+    flat = " ".join(note.split())
+    assert f'`pip install -e ".[{LAB_EXTRA}]"`' in flat and f'`pip install "<wheel file>[{LAB_EXTRA}]"`' in flat
+    assert "`python -m build`" in flat and "`python -m kit chapters DIR`" in flat and "KIT_PIP_SPEC" in flat
+    assert 'pip install "gpu-workspaces-kit' not in flat and "the repository" not in flat
+    spark = uses_spark(nb)
+    assert spark == (nb_path.stem == "07_training_on_spark"), nb_path.name  # the chapter that imports kit.spark
+    needs = {"jupyterlab", "ipykernel"} | ({"pyspark", "fsspec"} if spark else set())
+    assert needs <= _requirements(LAB_EXTRA), f"the {LAB_EXTRA} extra lacks {needs - _requirements(LAB_EXTRA)}"
+    assert ("Java 17" in flat) == spark
 
 
 def test_stored_chapters_show_no_raw_widget_reprs():

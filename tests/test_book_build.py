@@ -69,6 +69,8 @@ def offline(browser):
     page = context.new_page()
     page.on("request", lambda r: None if r.url.startswith(LOCAL) else left.append(r.url))
     page.on("pageerror", lambda e: errors.append(str(e)))
+    # a file the book does not hold (MathJax loads its parts on demand): an error, like a JS error
+    page.on("requestfailed", lambda r: errors.append(f"{r.url}: {r.failure}") if r.url.startswith("file:") else None)
     yield page, left, errors
     context.close()
 
@@ -115,6 +117,8 @@ def test_book_pages_work_offline(book, offline):
 
 def test_math_is_typeset_from_the_local_mathjax(book, offline):
     page, left, errors = offline
+    loaded = []
+    page.on("requestfinished", lambda r: loaded.append(r.url) if "/_static/mathjax/" in r.url else None)
     _open(page, book / f"{MATH}.html")
     page.wait_for_selector("mjx-container", timeout=20_000)
     page.wait_for_function("() => !document.querySelector('.math:not(:has(mjx-container))')", timeout=20_000)
@@ -127,6 +131,14 @@ def test_math_is_typeset_from_the_local_mathjax(book, offline):
     page.screenshot(path=str(SHOTS / f"{MATH}_math.png"))
     assert not left, f"requests left the machine: {left}"
     assert not errors, f"JavaScript errors: {errors}"
+    # what the page loaded of MathJax is what the book copied (kit.book.MATHJAX_FILES), every file there
+    from kit.book import MATHJAX_BUNDLE, MATHJAX_FILES
+
+    names = sorted({url.split("/_static/mathjax/", 1)[1] for url in loaded})
+    assert MATHJAX_BUNDLE in names and any(n.endswith(".woff") for n in names), names
+    outside = [n for n in names if not any(n == f or n.startswith(f"{f}/") for f in MATHJAX_FILES)]
+    assert not outside, f"the page loaded MathJax files the book does not copy: {outside}"
+    assert all((book / "_static" / "mathjax" / n).is_file() for n in names), names
 
 
 def test_search_finds_a_chapter_from_file_urls(book, offline):
