@@ -3,9 +3,15 @@
     python scripts/gpu_check.py --out report.json            # on a GPU machine, from the repo root
     python scripts/gpu_check.py --allow-cpu --quick --out r.json   # a dry run on the CPU (CI does this)
 
-Needs only what a bare GPU machine has: Python with NumPy and CuPy (pytest for the test part,
-matplotlib for the chapters' plots). Nothing is installed or downloaded; kit is imported from this
-checkout. What it does, each part recorded with its outcome and timings:
+Needs a Python with kit's dependencies (pyproject.toml's) and CuPy (pytest for the test part). A
+bare GPU machine's Python has CuPy but not all of kit's dependencies: gpu-check then says which are
+missing and exits 2, and a venv that sees the machine's CuPy has them all:
+
+    python3 -m venv --system-site-packages .venv-gpu && .venv-gpu/bin/pip install -e .
+    PYTHON=.venv-gpu/bin/python scripts/gpu-check --out report.json
+
+Nothing is installed or downloaded by the check itself; kit is imported from this checkout. What it
+does, each part recorded with its outcome and timings:
 
 1. the machine: GPU name, memory, driver and CUDA runtime versions, CuPy/NumPy versions, commit;
 2. the GPU tests (`pytest -m gpu`, with KIT_BACKEND=cupy), and optionally the whole unit suite
@@ -43,6 +49,26 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+def missing_dependencies() -> list[str]:
+    """kit's dependencies (pyproject.toml's [project].dependencies, by pip name) this Python cannot import."""
+    import importlib.util
+    import tomllib
+
+    requirements = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = [re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0] for r in requirements]
+    return [name for name in names if importlib.util.find_spec(name.replace("-", "_")) is None]
+
+
+def missing_message(missing: list[str]) -> str:
+    """One paragraph: what this Python lacks, and the commands that give the check a Python that has it."""
+    return (
+        f"gpu-check: {sys.executable} cannot import kit's dependencies {', '.join(missing)} (pyproject.toml); "
+        "run the check with a Python that has them, e.g. a venv of this checkout that also sees the machine's "
+        "CuPy: python3 -m venv --system-site-packages .venv-gpu && .venv-gpu/bin/pip install -e . && "
+        "PYTHON=.venv-gpu/bin/python scripts/gpu-check --out report.json"
+    )
 
 
 def _run(cmd: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
@@ -357,6 +383,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chapters", default="0[1-6]", help="glob of the chapter numbers to run (default 0[1-6])")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per subprocess")
     args = parser.parse_args(argv)
+    missing = missing_dependencies()
+    if missing:  # before `import kit`, which would die in a ModuleNotFoundError
+        print(missing_message(missing), file=sys.stderr)
+        return 2
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if args.fashion:
@@ -377,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps(report, indent=1, default=str))
         tmp.replace(out)
 
+    save()  # the machine, before any part: every run leaves a report, whatever it skips
     if "tests" not in skip:
         report["parts"]["gpu_tests"] = pytest_part(env, False, args.timeout)
         save()
