@@ -273,6 +273,7 @@ class Progress(Panel):
         if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total < 0):
             raise ValueError(f"Progress(total={total!r}): a whole number of steps >= 0, or None while unknown")
         self.what, self.total, self.done, self.note = what, total, 0, ""
+        self.stopped = ""  # what stopped the work (the exception's name) where a `with` block raised
         self.use_widgets = in_notebook() if widgets is None else widgets
         self._throttle = Throttle(interval if self.use_widgets else text_interval)
         self._start = time.perf_counter()
@@ -316,6 +317,9 @@ class Progress(Panel):
 
     def _numbers(self) -> str:
         spent = self.elapsed
+        if self._ended is not None and self.stopped:
+            of = f"/{self.total}" if self.total is not None else ""
+            return f"stopped after {self.done}{of} steps, {_duration(spent)}: {self.stopped}"
         if self._ended is not None:
             of = f"/{self.total}" if self.total is not None else ""
             pct = f" ({self.done / self.total:.0%})" if self.total else ""
@@ -341,7 +345,8 @@ class Progress(Panel):
 
     def static(self) -> StaticPanel:
         frac = self.done / self.total if self.total else 1.0
-        row = [f"<b>{html.escape(self.what)}</b>", bar_html(frac), html.escape(self._numbers())]
+        bar = '<span style="color:#c00">stopped</span>' if self.stopped else bar_html(frac)
+        row = [f"<b>{html.escape(self.what)}</b>", bar, html.escape(self._numbers())]
         return StaticPanel(table_html("", [], [row]), self.last_text)
 
     def close(self) -> None:
@@ -349,6 +354,22 @@ class Progress(Panel):
             self._ended = time.perf_counter()
         self._redraw(force=True)
         self._finish()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        """The end of a `with` block closes the line; where the block raised, the line says that it
+        stopped, after how many steps and what stopped it, instead of a bar left where the work
+        broke off as if the rest were still to come.
+
+            >>> with Progress("starting", total=1, widgets=False, text_interval=3600) as bar:
+            ...     raise RuntimeError("no Java")
+            Traceback (most recent call last):
+            RuntimeError: no Java
+            >>> bar.last_text.startswith("starting: stopped after 0/1 steps"), bar.stopped
+            (True, 'RuntimeError')
+        """
+        if exc_type is not None and self._ended is None:
+            self.stopped = exc_type.__name__
+        self.close()
 
 
 def _duration(seconds: float) -> str:

@@ -39,6 +39,7 @@ from kit.spark.network import (
     spark_missing,
     to_rdd,
 )
+from kit.spark.spark_context import require_spark
 from kit.spark.stats import SparkTrainingStats, export_stats_html
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "export_stats_html",
     "local_spark_context",
     "merge_evaluations",
+    "require_spark",
     "spark_missing",
     "to_rdd",
 ]

@@ -13,18 +13,34 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 from kit.settings import install_hint
+from kit.tables import wrap
 
-__all__ = ["SparkUnavailableError", "local_spark_context", "spark_missing"]
+__all__ = ["SparkUnavailableError", "local_spark_context", "require_spark", "spark_missing"]
 
 
 class SparkUnavailableError(RuntimeError):
-    """Spark cannot start here: the message names what is missing (PySpark, Java) and the fix."""
+    """Spark cannot start here: the message names what is missing (PySpark, Java) and the fix.
+
+    In IPython or Jupyter it shows as its message alone, wrapped at words, without a traceback:
+    the message says what is missing and what to run, and the frames of kit and PySpark under it
+    would bury that in a notebook (`_render_traceback_`, IPython's hook for an exception that
+    renders itself; a script still prints the whole traceback).
+
+        >>> SparkUnavailableError("Spark needs Java 17")._render_traceback_()
+        ['SparkUnavailableError: Spark needs Java 17']
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        # a `command` stays on one line, so that it can be copied whole
+        text = re.sub(r"`[^`]*`", lambda m: m.group(0).replace(" ", "\0"), f"SparkUnavailableError: {self}")
+        return [line.replace("\0", " ") for line in wrap(text).splitlines()]
 
 
 def spark_missing() -> str | None:
@@ -42,6 +58,25 @@ def spark_missing() -> str | None:
             "`apt-get install -y openjdk-17-jre-headless`, elsewhere install a JRE 17 and set JAVA_HOME"
         )
     return None
+
+
+def require_spark(what: str = "this chapter") -> str:
+    """Say, before anything needs it, whether Spark can start here: one line when it can, and
+    otherwise raise SparkUnavailableError naming what is missing and what supplies it, which a
+    notebook shows as that message alone, so that running on stops at it.
+
+        >>> from kit.spark import spark_missing
+        >>> spark_missing() is not None or require_spark().startswith("Spark can start here")
+        True
+    """
+    why = spark_missing()
+    if why:
+        raise SparkUnavailableError(
+            f"{what} runs on Spark, which cannot start here. {why}. Then run {what} again from the top."
+        )
+    import pyspark
+
+    return f"Spark can start here: PySpark {pyspark.__version__} and a Java runtime are installed."
 
 
 @contextlib.contextmanager
