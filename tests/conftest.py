@@ -12,6 +12,7 @@ from kit.devices import set_host_device_count
 
 
 def pytest_collection_modifyitems(config, items):
+    _leave_slow_to_ci(config, items)
     ok, why = backend.gpu_status()
     if ok:
         return
@@ -19,6 +20,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _leave_slow_to_ci(config, items):
+    """The README's plain `pytest` is the fast default: tests marked `slow` (real browsers, clusters,
+    fresh venvs, whole benchmarks) are left out, and CI runs them after with `pytest -m slow`.
+    Naming files or nodes, or giving any `-m`, runs what was asked for, slow or not."""
+    if config.option.markexpr or config.args_source != pytest.Config.ArgsSource.TESTPATHS:
+        return
+    slow = [item for item in items if "slow" in item.keywords]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if "slow" not in item.keywords]
 
 
 @pytest.fixture(autouse=True)

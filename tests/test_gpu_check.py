@@ -13,7 +13,7 @@ def test_gpu_check_dry_run_writes_a_complete_report(tmp_path):
     out = tmp_path / "report.json"
     cmd = [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--allow-cpu", "--quick"]
     cmd += ["--chapters", "01", "--skip", "bench,resnet,d2l", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=540, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     machine = report["machine"]

@@ -49,6 +49,7 @@ PROGRAM = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_local_cluster_training_equals_parallel_wrapper(tmp_path):
     why = spark_missing()
     if why:

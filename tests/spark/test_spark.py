@@ -46,6 +46,7 @@ class Recorder:
         self.calls.append(("end", epoch))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("approach", ["DIRECT", "EXPORT"])
 def test_one_worker_frequency_1_equals_network_fit(sc, digits, approach):
     data, _ = digits

@@ -118,6 +118,7 @@ def _run_and_kill(mode: str, directory: Path, tmp_path: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("mode", ["averaging", "shared"])
 def test_a_driver_killed_mid_fit_resumes_bit_for_bit(sc, tmp_path, mode):

@@ -294,6 +294,7 @@ def test_export_keeps_mini_batches_in_spark_or_in_the_directory_given(sc, digits
         assert not glob.glob(str(tmp_path / "kit-spark-export-*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("quiet", [False, True])
 def test_a_quiet_context_starts_spark_with_nothing_on_stderr(quiet):
     """quiet=True: the JVM's start-up warnings and log4j lines go nowhere (a chapter's stored output

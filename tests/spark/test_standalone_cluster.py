@@ -17,6 +17,8 @@ import pytest
 
 from kit.spark import spark_missing
 
+pytestmark = pytest.mark.slow  # a cluster of its own: the default run leaves it to CI (`pytest -m slow`)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 DRIVER = textwrap.dedent(
