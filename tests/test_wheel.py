@@ -30,7 +30,7 @@ def _run(cmd, env=None, **kw):
     """A subprocess that sees no PYTHONPATH: a checkout on it (and the egg-info a build leaves there)
     would make a fresh venv's pip find kit "already installed" and import it from the checkout."""
     env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTHONPATH"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, **kw)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=500, env=env, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def test_chapter_runs_from_a_fresh_venv_outside_the_repo(wheel, tmp_path):
         "from nbclient import NotebookClient\n"
         "nb = nbformat.read(sys.argv[1], as_version=4)\n"
         "nb.cells.append(nbformat.v4.new_code_cell('import kit; print(kit.__file__)'))\n"
-        "client = NotebookClient(nb, timeout=600, kernel_name='python3')\n"
+        "client = NotebookClient(nb, timeout=300, kernel_name='python3')\n"
         "client.execute(cwd=sys.argv[2])\n"
         "nbformat.write(nb, sys.argv[1])\n"
     )
