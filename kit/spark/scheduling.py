@@ -31,12 +31,25 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from typing import Any
 
 from kit import backend
 from kit.devices import Device, gpu_count
 
-__all__ = ["check_cluster", "check_gpus", "cluster_slots", "round_job", "task_device", "this_task_device"]
+__all__ = [
+    "MoreWorkersThanSlotsWarning",
+    "check_cluster",
+    "check_gpus",
+    "cluster_slots",
+    "round_job",
+    "task_device",
+    "this_task_device",
+]
+
+
+class MoreWorkersThanSlotsWarning(UserWarning):
+    """A fit's workers outnumber the cluster's task slots: each round runs in waves (said with both numbers)."""
 
 
 def check_gpus(owner: str, value: Any) -> float | None:
@@ -86,7 +99,9 @@ def round_job(master: Any, sc: Any, rounds_rdd: Any, data: Any, fn: Any) -> Any:
 
 def check_cluster(master: Any, sc: Any, rdd: Any) -> None:
     """What the cluster must offer, checked when fit() is called: room for every worker's
-    task at once (barrier), GPUs Spark can schedule (gpus_per_task)."""
+    task at once (barrier: refused; otherwise MoreWorkersThanSlotsWarning, naming both numbers,
+    since the round then runs in waves), GPUs Spark can schedule (gpus_per_task). The workers
+    are the master's `workers_for(sc)` (num_workers, or defaultParallelism fixed at the first fit)."""
     name = type(master).__name__
     if master.gpus_per_task:
         spark_master = sc.master or ""
@@ -110,20 +125,28 @@ def check_cluster(master: Any, sc: Any, rdd: Any) -> None:
                 f"{name}(gpus_per_task={master.gpus_per_task!r}): each executor declares "
                 f"spark.executor.resource.gpu.amount={declared}, fewer than one task asks for"
             )
-    if master.barrier:
-        workers = master.num_workers or sc.defaultParallelism
-        partitions = rdd.getNumPartitions()
-        if master.repartition.value == "NEVER" or (
-            master.repartition.value == "NUM_PARTITIONS_WORKERS_DIFFERS" and partitions == workers
-        ):
-            workers = partitions
-        slots = cluster_slots(sc)
-        if workers > slots:
-            raise ValueError(
-                f"{name}(barrier=True): {workers} workers need {workers} tasks running at once, but the cluster "
-                f"({sc.master}) has {slots} task slot(s); give num_workers <= {slots} (repartition NEVER: fewer "
-                "partitions), add executors or cores, or train with barrier=False"
-            )
+    workers = master.workers_for(sc)
+    source = master.workers_source()
+    partitions = rdd.getNumPartitions()
+    if master.repartition.value == "NEVER" or (
+        master.repartition.value == "NUM_PARTITIONS_WORKERS_DIFFERS" and partitions == workers
+    ):
+        workers, source = partitions, f"repartition={master.repartition.value!r}: one a partition of the RDD"
+    slots = cluster_slots(sc)
+    if workers > slots and master.barrier:
+        raise ValueError(
+            f"{name}(barrier=True): {workers} workers need {workers} tasks running at once, but the cluster "
+            f"({sc.master}) has {slots} task slot(s); give num_workers <= {slots} (repartition NEVER: fewer "
+            "partitions), add executors or cores, or train with barrier=False"
+        )
+    if workers > slots:
+        warnings.warn(
+            f"{name}: {workers} workers ({source}) but the cluster ({sc.master}) has {slots} task slot(s): "
+            f"each round runs its {workers} tasks in waves of at most {slots}, and the workers of a later wave "
+            f"wait for a free slot. Give num_workers <= {slots} for one wave a round, or add executors or cores",
+            MoreWorkersThanSlotsWarning,
+            stacklevel=4,
+        )
 
 
 # ---- on the executor: the GPU Spark gave a task ------------------------------------------

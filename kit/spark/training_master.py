@@ -113,6 +113,9 @@ class TrainingMaster:
         if num_workers is not None:
             check_int(name, "num_workers", num_workers, 1)
         self.num_workers = num_workers
+        # the workers every fit of this master uses: num_workers, or the context's
+        # defaultParallelism read once, at the first fit (`workers_for`), and kept after it
+        self.resolved_num_workers: int | None = num_workers
         self.rdd_data_set_num_examples = check_int(name, "rdd_data_set_num_examples", rdd_data_set_num_examples, 1)
         self.worker_prefetch_num_batches = check_int(
             name, "worker_prefetch_num_batches", worker_prefetch_num_batches, 0
@@ -131,6 +134,20 @@ class TrainingMaster:
         self.worker_periodic_gc = check_bool(name, "worker_periodic_gc", worker_periodic_gc)
         self.worker_gc_window_ms = check_int(name, "worker_gc_window_ms", worker_gc_window_ms, 0)
 
+    def workers_for(self, sc: Any) -> int:
+        """The workers this master trains with: `num_workers`, else the context's
+        defaultParallelism as it was at the master's first fit (read once and kept, so that
+        executors joining or leaving later do not change the number between fits)."""
+        if self.resolved_num_workers is None:
+            self.resolved_num_workers = int(sc.defaultParallelism)
+        return self.resolved_num_workers
+
+    def workers_source(self) -> str:
+        """Where the number of workers came from, in words (for the stats and the warnings)."""
+        if self.num_workers is not None:
+            return f"num_workers={self.num_workers}"
+        return f"num_workers=None: the context's defaultParallelism ({self.resolved_num_workers}) at the first fit"
+
     # ---- preparation -------------------------------------------------------------------
     def prepare(self, sc: Any, rdd: Any, runner: Any, num_classes: int) -> Prepared:
         """Tag each element with where it began, repartition (one partition per worker), cache
@@ -141,6 +158,8 @@ class TrainingMaster:
         workers, prepared, shuffle = self._partitioned(sc, rdd)
         setup: dict[str, Any] = {
             "workers": workers,
+            "num_workers_from": self.workers_source(),
+            "task_slots": scheduling.cluster_slots(sc),
             "repartitioned": shuffle,
             "approach": self.rdd_training_approach.value,
         }
@@ -169,7 +188,7 @@ class TrainingMaster:
 
     def _partitioned(self, sc: Any, rdd: Any) -> tuple[int, Any, bool]:
         """The workers, the elements one example each, and whether they were shuffled to one partition per worker."""
-        workers = self.num_workers or sc.defaultParallelism
+        workers = self.workers_for(sc)
         per_batch = self.batch_size_per_worker
         partitions = rdd.getNumPartitions()
         # errors name the user's partition and element; then one example per element, so that a
