@@ -7,6 +7,11 @@ throttled plain-text lines (`emit`). When it closes it replaces itself with `sta
 `TimingPanel` times iterations, `Progress` says how far a long cell has got; the memory and
 training panels built on the same base are in kit.widgets, which re-exports these.
 
+While it is live, a widget panel says at its head whether the cell that shows it still runs
+(kit.panel_live: JupyterLab's status bar can read "Idle" meanwhile). Every panel's text keeps a
+number and its unit on one line (`keep_units`: "18 s" with a no-break space), so a narrow output
+never wraps a lone "s" onto a line of its own.
+
     >>> from kit.panels import TimingPanel
     >>> timer = TimingPanel(total=3, label="loop", interval=3600, text_interval=3600)
     >>> for _ in range(3):
@@ -19,12 +24,14 @@ training panels built on the same base are in kit.widgets, which re-exports thes
 from __future__ import annotations
 
 import html
+import re
 import statistics
 import sys
 import time
 from collections import deque
 from typing import Any
 
+from kit import panel_live
 from kit.measure import LoadMeter, unchecked_note
 
 __all__ = [
@@ -38,7 +45,9 @@ __all__ = [
     "emit",
     "format_bytes",
     "in_notebook",
+    "keep_units",
     "note_html",
+    "panel_html",
     "table_html",
 ]
 
@@ -61,6 +70,30 @@ def in_notebook() -> bool:
         return False
     shell = ipython.get_ipython()
     return shell is not None and hasattr(shell, "kernel")
+
+
+# a number, the spaces after it, and a unit a panel prints: the spaces become one no-break space
+UNITS = ("ns", "µs", "μs", "ms", "s", "min", "B", "KiB", "MiB", "GiB")
+_NUMBER_UNIT = re.compile(r"(\d)[ \t]+(?=(?:" + "|".join(UNITS) + r")(?![\w/]))")
+
+
+def keep_units(text: str) -> str:
+    """`text` with a no-break space between every number and its unit, so a browser never breaks
+    the line between them ("in 18" on one line, "s" on the next); words and counts wrap as before.
+
+        >>> keep_units("1350 of 1350 iterations in 2.1 s; mean step 1.57 ms, RSS 70.0 MiB") == (
+        ...     "1350 of 1350 iterations in 2.1\u00a0s; mean step 1.57\u00a0ms, RSS 70.0\u00a0MiB")
+        True
+        >>> keep_units("3 steps, 2 spills, 5 s/step")  # 's' of 'steps', 'spills' and a rate: no unit
+        '3 steps, 2 spills, 5 s/step'
+    """
+    return _NUMBER_UNIT.sub("\\1\u00a0", text)
+
+
+def panel_html(text: str) -> str:
+    """A panel's line of plain text as the HTML a widget or a final table shows: escaped, each
+    number kept beside its unit (`keep_units`)."""
+    return keep_units(html.escape(text))
 
 
 def format_bytes(n: float) -> str:
@@ -103,7 +136,7 @@ def _cell(content: str) -> str:
 def note_html(note: str) -> str:
     """A line under a panel's table: grey, red where it says the panel's times are flagged."""
     color = "#c00" if "flagged" in note else "#666"
-    return f'<span style="font-size:11px;color:{color}">{html.escape(note)}</span>'
+    return f'<span style="font-size:11px;color:{color}">{panel_html(note)}</span>'
 
 
 def table_html(title: str, header: list[str], rows: list[list[str]], footer: str = "") -> str:
@@ -142,11 +175,25 @@ class Panel:
     def _show(self, display: bool) -> None:
         self._handle = None
         self._closed = False
+        self.badge: Any = None  # the head's "running" badge (kit.panel_live), where it is displayed
         self.load = LoadMeter()  # other processes' CPU use while the panel ran: said under its times
         if display and self.use_widgets:
             from IPython.display import display as show
 
+            self._badge_state, self.badge = panel_live.RUNNING, panel_live.add_badge(self.widget)
             self._handle = show(self.widget, display_id=True)
+            panel_live.track(self)
+
+    def _live_badge(self) -> None:
+        """At a redraw: the badge says whether a cell is running now (kit.panel_live.state_now)."""
+        if self.badge is not None and not self._closed:
+            self.set_live_state(panel_live.state_now())
+
+    def set_live_state(self, state: str) -> None:
+        """Show `state` (kit.panel_live: RUNNING, ENDED, BACKGROUND) in the badge, if it changed."""
+        if self.badge is not None and state != self._badge_state:
+            self._badge_state = state
+            self.badge.value = panel_live.badge_html(state)
 
     def static(self) -> StaticPanel:
         raise NotImplementedError
@@ -156,6 +203,7 @@ class Panel:
         if self._closed:
             return
         self._closed = True
+        panel_live.untrack(self)
         if self._handle is not None:
             self._handle.update(self.static())
             self.widget.close()
@@ -192,7 +240,7 @@ class TimingPanel(Panel):
 
             self._bar = w.FloatProgress(value=0.0, min=0.0, max=float(total or 1), layout=w.Layout(width="160px"))
             self._info = w.HTML(value="")
-            self.widget = w.HBox([w.HTML(value=f"<b>{html.escape(label)}</b>&nbsp;"), self._bar, self._info])
+            self.widget = w.HBox([w.HTML(value=f"<b>{panel_html(label)}</b>&nbsp;"), self._bar, self._info])
         self._show(display)
 
     def tick(self, n: int = 1) -> None:
@@ -208,7 +256,8 @@ class TimingPanel(Panel):
         self.last_text = f"{self.label}: {self._numbers()}"
         if self.use_widgets:
             self._bar.value = float(min(self.count, self.total) if self.total else 1)
-            self._info.value = "&nbsp;" + self._numbers()  # the label is already beside the bar
+            self._info.value = "&nbsp;" + panel_html(self._numbers())  # the label is already beside the bar
+            self._live_badge()
         else:
             emit(self.last_text)
 
@@ -232,7 +281,7 @@ class TimingPanel(Panel):
 
     def static(self) -> StaticPanel:
         frac = self.count / self.total if self.total else 1.0
-        row = [f"<b>{html.escape(self.label)}</b>", bar_html(frac), html.escape(self._numbers())]
+        row = [f"<b>{panel_html(self.label)}</b>", bar_html(frac), panel_html(self._numbers())]
         note = unchecked_note(self.load.read())
         return StaticPanel(table_html("", [], [row], note_html(note)), f"{self.last_text}\n  {note}")
 
@@ -283,7 +332,7 @@ class Progress(Panel):
 
             self._bar = w.FloatProgress(value=0.0, min=0.0, max=float(total or 1), layout=w.Layout(width="160px"))
             self._info = w.HTML(value="")
-            self.widget = w.HBox([w.HTML(value=f"<b>{html.escape(what)}</b>&nbsp;"), self._bar, self._info])
+            self.widget = w.HBox([w.HTML(value=f"<b>{panel_html(what)}</b>&nbsp;"), self._bar, self._info])
         self._show(display)
 
     def __call__(self, done: int, total: int | None = None, note: str = "") -> None:
@@ -339,14 +388,15 @@ class Progress(Panel):
         if self.use_widgets:
             self._bar.max = float(self.total or 1)
             self._bar.value = float(min(self.done, self.total) if self.total else 0)
-            self._info.value = "&nbsp;" + html.escape(self._numbers())
+            self._info.value = "&nbsp;" + panel_html(self._numbers())
+            self._live_badge()
         else:
             emit(self.last_text)
 
     def static(self) -> StaticPanel:
         frac = self.done / self.total if self.total else 1.0
         bar = '<span style="color:#c00">stopped</span>' if self.stopped else bar_html(frac)
-        row = [f"<b>{html.escape(self.what)}</b>", bar, html.escape(self._numbers())]
+        row = [f"<b>{panel_html(self.what)}</b>", bar, panel_html(self._numbers())]
         return StaticPanel(table_html("", [], [row]), self.last_text)
 
     def close(self) -> None:

@@ -44,7 +44,9 @@ Training panels are listeners:
     23 of 23 iterations in ... s; worker 0: ... iterations, ...; worker 1: ... iterations, ...
 
 In a kernel they are core ipywidgets (FloatProgress, HTML, HBox, VBox) displayed once and then
-updated through `.value` (ipywidgets 7.7 on Colab and 8 in JupyterLab 4). When a panel closes it
+updated through `.value` (ipywidgets 7.7 on Colab and 8 in JupyterLab 4). While live, each says at
+its head whether the cell that shows it still runs (kit.panel_live), and keeps every number beside
+its unit (kit.panels.keep_units). When a panel closes it
 **replaces itself with a static HTML rendering of its final state** (the same output, updated
 through its display id), so a saved notebook, GitHub, nbviewer and an HTML export show the
 final numbers instead of a widget's raw `VBox(children=...)` text. Outside a kernel the panels
@@ -71,6 +73,7 @@ from kit.panels import (
     format_bytes,
     in_notebook,
     note_html,
+    panel_html,
     table_html,
 )
 
@@ -114,7 +117,7 @@ class MemoryPanel(Panel):
             self._w = w
             self._rows_box = w.VBox([])
             self._footer = w.HTML(value="")
-            self.widget = w.VBox([w.HTML(value=f"<b>{html.escape(title)}</b>"), self._rows_box, self._footer])
+            self.widget = w.VBox([w.HTML(value=f"<b>{panel_html(title)}</b>"), self._rows_box, self._footer])
         self._show(display)
         self.update(force=True)
 
@@ -182,8 +185,9 @@ class MemoryPanel(Panel):
             _, bar, info = self._rows[key]
             bar.max = float(max(ws["capacity"], ws["peak_used"], 1))
             bar.value = float(ws["peak_used"] if not ws["open"] else ws["used"])
-            info.value = "&nbsp;" + self._info(ws)
-        self._footer.value = self._footer_text(s)
+            info.value = "&nbsp;" + panel_html(self._info(ws))
+        self._footer.value = panel_html(self._footer_text(s))
+        self._live_badge()
 
     def static(self) -> StaticPanel:
         s = self._last or self.snapshot()
@@ -191,12 +195,12 @@ class MemoryPanel(Panel):
             [
                 f"<code>{html.escape(ws['name'])}</code>",
                 bar_html(ws["peak_used"] / max(ws["capacity"], ws["peak_used"], 1)),
-                self._info(ws),
+                panel_html(self._info(ws)),
             ]
             for ws in s["workspaces"]
         ]
-        title = f"{html.escape(self.title)} (final)"
-        return StaticPanel(table_html(title, [], rows, self._footer_text(s)), self.last_text)
+        title = f"{panel_html(self.title)} (final)"
+        return StaticPanel(table_html(title, [], rows, panel_html(self._footer_text(s))), self.last_text)
 
     def close(self) -> None:
         """Always show the final state (and leave it on the page as static HTML)."""
@@ -255,14 +259,15 @@ class TrainingPanel(Panel):
         if self.memory is not None:
             self.memory.update()
         if self._throttle.ready(force=False) and self.use_widgets:
-            self._loss.value = html.escape(self._loss_text())
+            self._loss.value = panel_html(self._loss_text())
+            self._live_badge()
 
     @property
     def last_text(self) -> str:  # type: ignore[override]
         return self.timing.last_text + " | " + self._loss_text()
 
     def static(self) -> StaticPanel:
-        parts = [self.timing.static().html, f"<div>{html.escape(self._loss_text())}</div>"]
+        parts = [self.timing.static().html, f"<div>{panel_html(self._loss_text())}</div>"]
         text = [self.timing.last_text, self._loss_text()]
         if self.memory is not None:
             parts.append(self.memory.static().html)
@@ -274,7 +279,7 @@ class TrainingPanel(Panel):
         if self.memory is not None:
             self.memory.update(force=True)
         if self.use_widgets:
-            self._loss.value = html.escape(self._loss_text())
+            self._loss.value = panel_html(self._loss_text())
         elif self.scores:
             emit(self._loss_text())
         self._finish()
@@ -313,7 +318,7 @@ class WorkerPanel(Panel):
             self._bar.layout.width = "160px"
             self._head = w.HTML(value="")
             self._rows = [w.HTML(value=f"worker {i}: waiting") for i in range(workers)]
-            head = w.HTML(value=f"<b>{html.escape(title)}</b>&nbsp;")
+            head = w.HTML(value=f"<b>{panel_html(title)}</b>&nbsp;")
             self.widget = w.VBox([w.HBox([head, self._bar, self._head]), *self._rows])
         self._show(display)
 
@@ -365,21 +370,22 @@ class WorkerPanel(Panel):
         self.last_text = "; ".join([self._head_text()] + [self._row_text(i) for i in range(self.workers)])
         if self.use_widgets:
             self._bar.value = float(min(self.total_count, self.total) if self.total else 1)
-            self._head.value = "&nbsp;" + self._head_text()
+            self._head.value = "&nbsp;" + panel_html(self._head_text())
             for i, row in enumerate(self._rows):
-                row.value = html.escape(self._row_text(i))
+                row.value = panel_html(self._row_text(i))
+            self._live_badge()
         else:
             emit(self.last_text)
 
     def static(self) -> StaticPanel:
         frac = self.total_count / self.total if self.total else 1.0
-        rows = [["<b>all</b>", bar_html(frac), html.escape(self._head_text())]]
+        rows = [["<b>all</b>", bar_html(frac), panel_html(self._head_text())]]
         for i in range(self.workers):
             share = self.counts[i] / max(1, self.total_count)
             numbers = self._row_text(i).split(": ", 1)[1]  # the label is the first column already
-            rows.append([f"worker {i}", bar_html(share), html.escape(numbers)])
+            rows.append([f"worker {i}", bar_html(share), panel_html(numbers)])
         note = unchecked_note(self.load.read())
-        html_text = table_html(f"{self.title} (final)", [], rows, note_html(note))
+        html_text = table_html(f"{panel_html(self.title)} (final)", [], rows, note_html(note))
         return StaticPanel(html_text, f"{self.last_text}\n  {note}")
 
     def close(self) -> None:

@@ -2,16 +2,22 @@
 (kit.bench.d2l) measured it: each side's median epoch, test accuracy and device memory, and the
 sentences that read them, every number taken from the report (`d2l_table` as text,
 `d2l_result_table` as a `kit.tables.Table`).
+
+Beside d2l's rounded figure, kit's accuracy is set against PyTorch's in the same run (`same_run_gap`),
+with what differed between the two sides as `kit bench d2l`'s code has them (initial weights, batch
+order, BatchNorm's running variance, how the convolutions sum) and what the run cannot say: one run
+a side, nothing varied alone, so no cause of the gap is known from it.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kit import measure, tables
 from kit.reference_runs import run_label
 
-__all__ = ["ACCURACY_GOAL", "D2L_ROUNDING", "EPOCH_RATIO_GOAL", "d2l_result_table", "d2l_table"]
+__all__ = ["ACCURACY_GOAL", "D2L_ROUNDING", "EPOCH_RATIO_GOAL", "d2l_result_table", "d2l_table", "same_run_gap"]
 
 EPOCH_RATIO_GOAL = 1.5  # the issue's goal: kit's epoch time at most 1.5 x PyTorch's on the same device
 ACCURACY_GOAL = 0.91  # d2l reports about 0.91-0.92 after 10 epochs
@@ -67,7 +73,7 @@ def _d2l_parts(report: dict[str, Any]) -> tuple[list[str], tuple[str, ...], list
     head = ("", "epoch, median s", "test accuracy", "GPU memory")
     cells = [(n, f"{s['median_epoch_seconds']:.2f}", f"{s['test_accuracy']:.4f}", m) for n, s, m in _d2l_rows(d)]
     title = [f"{d['setup']}", f"on {run_label(report)}"]
-    text = _kit_sentences(d) + _torch_sentences(d) + _several_device_rows(report)
+    text = _kit_sentences(d) + same_run_gap(d) + _torch_sentences(d) + _several_device_rows(report)
     return title, head, cells, text
 
 
@@ -106,6 +112,94 @@ def _kit_sentences(d: dict[str, Any]) -> list[str]:
                 f"kit's test accuracy with {label} after the last epoch, {acc:.4f}, {reach} d2l's {ACCURACY_GOAL}"
                 f"{rounding}{_accuracy_range(d[key])}."
             )
+    return text
+
+
+_TORCH_ROWS = {"pytorch": "TF32 convolutions", "pytorch_fp32": "float32 convolutions"}
+# each library's own initial weights, as kit's zoo.resnet18 (weight_init='he') and PyTorch's
+# Conv2d/Linear.reset_parameters draw them
+_OWN_INIT = (
+    "kit He-normal convolutions, N(0, 2/fan-in), a Xavier-normal dense layer and zero biases, PyTorch "
+    "U(±1/√fan-in) weights and biases (Kaiming-uniform with a = √5)"
+)
+
+
+def _init_words(d: dict[str, Any]) -> str:
+    """The initial weights both sides started from, as the report records them (`init`), or, for a
+    report from before `kit bench d2l` recorded it, as the code of that time drew them."""
+    init = d.get("init")
+    if init == "d2l":
+        return (
+            "both drew every convolution and dense weight from d2l's N(0, 0.01), each from its own generator, the "
+            "same distribution but not the same numbers; the biases, which d2l's recipe leaves alone, start at zero "
+            "in kit and at PyTorch's U(±1/√fan-in)"
+        )
+    if init == "default":
+        return f"each library kept its own, {_OWN_INIT}"
+    return (
+        "this report names none, as it predates `kit bench d2l`'s init setting, and each library then kept its "
+        f"own, {_OWN_INIT}, rather than d2l's N(0, 0.01)"
+    )
+
+
+def _recipe(d: dict[str, Any]) -> str:
+    """'SGD with lr 0.1 on batches of 256', from the report's setup line ('SGD' where it says neither)."""
+    found = re.search(r"batch (\d+), SGD lr ([\d.e-]+)", d.get("setup", ""))
+    return f"SGD with lr {found.group(2)} on batches of {found.group(1)}" if found else "SGD"
+
+
+def same_run_gap(d: dict[str, Any]) -> list[str]:
+    """kit's test accuracy against PyTorch's in the same run (each PyTorch row against the kit row it
+    is timed against), in accuracy and in test examples; what differed between the two sides, as
+    `kit bench d2l`'s code has them; and what this one run cannot tell. Empty where the run has no
+    PyTorch row."""
+    paired: dict[str, list[str]] = {}  # kit side -> the PyTorch rows set against it
+    for key in _TORCH_ROWS:
+        if key in d:
+            side = d[key].get("kit_side", "kit")
+            paired.setdefault(side if side in d else "kit", []).append(key)
+    if not paired:
+        return []
+    found = re.search(r"(\d+) test", d.get("setup", ""))
+    n_test = int(found.group(1)) if found else 0
+    clauses = []
+    for side, keys in paired.items():
+        acc = d[side]["test_accuracy"]
+        against = []
+        for key in keys:
+            gap = d[key]["test_accuracy"] - acc
+            words = "level with" if not gap else f"{abs(gap):.4f} {'below' if gap > 0 else 'above'}"
+            examples = f" ({round(abs(gap) * n_test):,} of the {n_test:,} test examples)" if n_test and gap else ""
+            against.append(f"{words} PyTorch's {d[key]['test_accuracy']:.4f} with {_TORCH_ROWS[key]}{examples}")
+        clauses.append(f"kit's {acc:.4f} with {_KIT_ROWS[side]} is " + " and ".join(against))
+    text = ["In the same run, " + "; ".join(clauses) + "."]
+    if "pytorch" in d and "pytorch_fp32" in d and "pytorch_fp32" in paired.get("kit", []):
+        fp32_gap = d["pytorch_fp32"]["test_accuracy"] - d["kit"]["test_accuracy"]
+        step = abs(d["pytorch"]["test_accuracy"] - d["pytorch_fp32"]["test_accuracy"])
+        if fp32_gap > step:
+            text.append(
+                f"With float32 arithmetic on both sides the gap is {fp32_gap:.4f}, and PyTorch's own TF32 and "
+                f"float32 rows are {step:.4f} apart: the gap is there without TF32."
+            )
+    text += [
+        "What differed between the two sides, as `kit bench d2l`'s code has them. The initial weights: "
+        + _init_words(d)
+        + ". The batches: each library shuffled the same examples with its own generator. The running variance "
+        "BatchNorm keeps for testing: the batch variance in kit, the unbiased one in PyTorch, n/(n-1) times it for a "
+        "channel's n values in a batch (momentum 0.1, kit's decay 0.9, and eps 1e-5 on both). The order a "
+        "convolution sums in: im2col and CuPy's matrix products in kit, cuDNN's own algorithms in PyTorch.",
+        f"The same on both sides: the network layer for layer, {_recipe(d)} and neither momentum nor weight decay, "
+        "the mean cross-entropy, the same arrays scaled to [0, 1] with no augmentation, and testing with the "
+        "running statistics.",
+    ]
+    unknown = (
+        "Not known from this run: which of these differences, if any, makes the gap (none was varied on its own), "
+        "nor how far another seed or batch order would move either accuracy (one run a side); the report keeps "
+        "no per-example results, so the two models cannot be compared example by example (McNemar)"
+    )
+    if any("test_accuracy_per_epoch" not in d[side] for side in paired):
+        unknown += ", nor kit's accuracy after each epoch"
+    text.append(unknown + ".")
     return text
 
 
