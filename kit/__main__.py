@@ -27,12 +27,9 @@ import argparse
 import importlib.util
 import os
 import platform
-import re
 import shlex
 import shutil
 import sys
-import tomllib
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +95,7 @@ class ChaptersExistError(FileExistsError):
 
 
 CHAPTER_GLOB = "[0-9][0-9]_*.ipynb"  # the chapters' file names (setup.py copies the same into a wheel)
-ROOT = Path(__file__).resolve().parents[1]  # the checkout, when kit runs from one
+ROOT = settings.ROOT  # the checkout, when kit runs from one
 PACKAGED = Path(__file__).resolve().parent / "chapters"  # where a wheel carries them
 
 # what each command imports beyond kit's own dependencies: (the extra that installs it, import names)
@@ -108,41 +105,6 @@ NEEDS = {
     "bench spark": ("spark", ("pyspark",)),
     "bench d2l": ("bench", ("torch",)),  # the d2l table is kit beside PyTorch
 }
-
-
-def is_checkout(root: Path = ROOT) -> bool:
-    """kit runs from a checkout of its source (pyproject.toml names it), not from an installed wheel."""
-    try:
-        return tomllib.loads((root / "pyproject.toml").read_text())["project"]["name"] == settings.DISTRIBUTION
-    except (OSError, KeyError, tomllib.TOMLDecodeError):
-        return False
-
-
-def extra_requirements(extra: str) -> list[str] | None:
-    """The requirements of one of kit's extras: from the checkout's pyproject.toml, else from the
-    installed distribution's metadata; None where neither says (a copied kit)."""
-    if is_checkout():
-        extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
-        return list(extras[extra]) if extra in extras else None
-    try:
-        requires = metadata.requires(settings.DISTRIBUTION) or []
-    except metadata.PackageNotFoundError:
-        return None
-    marker = re.compile(rf"""extra\s*==\s*["']{re.escape(extra)}["']""")
-    found = [r.split(";")[0].strip() for r in requires if ";" in r and marker.search(r.split(";", 1)[1])]
-    return found or None
-
-
-def install_extra(extra: str) -> str:
-    """A pip command that installs `extra` and works today (kit is not on PyPI yet): the extra of
-    this checkout (`pip install -e`), else the extra's own requirements, which PyPI has."""
-    if is_checkout():
-        return f'pip install -e "{ROOT}[{extra}]"'
-    requirements = extra_requirements(extra)
-    if requirements is None:
-        return settings.install_hint(extra)
-    quoted = " ".join(f'"{r}"' for r in requirements)
-    return f"pip install {quoted} (the {extra} extra of {settings.DISTRIBUTION})"
 
 
 def missing_extra(command: str) -> str | None:
@@ -158,7 +120,7 @@ def missing_extra(command: str) -> str | None:
             absent.append(module)
     if not absent:
         return None
-    hint = install_extra(extra) if extra else settings.install_hint()
+    hint = settings.install_hint(extra)
     return f"`{command}` needs {', '.join(absent)}, not installed here: {hint}"
 
 
@@ -171,7 +133,7 @@ def chapters_source() -> Path:
 
     Raises ChaptersNotFoundError, naming both places and what to do, when neither holds any."""
     for candidate in (ROOT / "notebooks", PACKAGED):
-        if _chapters_in(candidate) and (candidate == PACKAGED or is_checkout()):
+        if _chapters_in(candidate) and (candidate == PACKAGED or settings.is_checkout()):
             return candidate
     raise ChaptersNotFoundError(
         f"no chapters here: this kit ({Path(__file__).resolve().parent}) is neither in a checkout of kit "
@@ -185,7 +147,7 @@ def chapters_source() -> Path:
 def notebooks_dir() -> Path:
     """The folder `lab` and `book` open: the checkout's notebooks/, else ./notebooks when it exists,
     else the chapters this kit carries (a wheel's kit/chapters/, read-only: `lab` copies them first)."""
-    if is_checkout() and _chapters_in(ROOT / "notebooks"):
+    if settings.is_checkout() and _chapters_in(ROOT / "notebooks"):
         return ROOT / "notebooks"
     if (Path.cwd() / "notebooks").is_dir():
         return Path.cwd() / "notebooks"

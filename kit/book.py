@@ -23,7 +23,7 @@ load is copied beside them: MATHJAX_FILES, the CommonHTML bundle, its fonts and 
 figures as PNG files in `_images/`, the stored live panels as their static HTML, no `In [1]:`
 prompts, and a "Run it" note. The build works on copies of the notebooks: the setup cell (the
 first code cell) gets the `remove-input` tag, and saved widget state is dropped so no page asks
-for a widget manager from a CDN. Needs the `book` extra (`pip install "gpu-workspaces-kit[book]"`,
+for a widget manager from a CDN. Needs the `book` extra (`pip install -e ".[book]"` in a checkout,
 also in `dev`); `python -m kit book` names that extra in one line when MODULES are absent.
 """
 

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -54,8 +56,10 @@ __all__ = [
     "default_dtype",
     "default_dtype_names",
     "distribution_version",
+    "extra_requirements",
     "host_devices",
     "install_hint",
+    "is_checkout",
     "load",
     "matmul_precision",
     "quick",
@@ -99,9 +103,44 @@ class SettingError(ValueError):
         super().__init__(f"{variable}={value!r} {problem}; {remedy}")
 
 
+ROOT = Path(__file__).resolve().parents[1]  # the checkout, when kit runs from one
+
+
+def is_checkout(root: Path = ROOT) -> bool:
+    """kit runs from a checkout of its source (pyproject.toml names it), not from an installed wheel."""
+    try:
+        return tomllib.loads((root / "pyproject.toml").read_text())["project"]["name"] == DISTRIBUTION
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return False
+
+
+def extra_requirements(extra: str) -> list[str] | None:
+    """The requirements of one of kit's extras: from the checkout's pyproject.toml, else from the
+    installed distribution's metadata; None where neither says (a copied kit)."""
+    if is_checkout():
+        extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("optional-dependencies", {})
+        return list(extras[extra]) if extra in extras else None
+    try:
+        requires = metadata.requires(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:
+        return None
+    marker = re.compile(rf"""extra\s*==\s*["']{re.escape(extra)}["']""")
+    found = [r.split(";")[0].strip() for r in requires if ";" in r and marker.search(r.split(";", 1)[1])]
+    return found or None
+
+
 def install_hint(extra: str | None = None) -> str:
-    """The pip command that installs kit (with `extra`), as kit's messages print it."""
-    return f'pip install "{DISTRIBUTION}[{extra}]"' if extra else f"pip install {DISTRIBUTION}"
+    """A pip command that installs kit (with `extra`) and works today, as kit's messages print it
+    (kit is not on PyPI yet): this checkout's (`pip install -e`), else the extra's own requirements,
+    which PyPI has, read from the installed wheel's metadata."""
+    if is_checkout():
+        return f'pip install -e "{ROOT}[{extra}]"' if extra else f'pip install -e "{ROOT}"'
+    requirements = extra_requirements(extra) if extra else None
+    if requirements:
+        quoted = " ".join(f'"{r}"' for r in requirements)
+        return f"pip install {quoted} (the {extra} extra of {DISTRIBUTION})"
+    wanted = f"{DISTRIBUTION}[{extra}]" if extra else DISTRIBUTION
+    return f'pip install "{wanted}" from a wheel built in kit\'s checkout with `python -m build` (not on PyPI yet)'
 
 
 def distribution_version() -> str | None:

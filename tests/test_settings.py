@@ -186,7 +186,7 @@ def test_command_name_knows_kits_own_command_only(monkeypatch):
 def test_the_distribution_name_is_one_name_everywhere():
     assert PYPROJECT["project"]["name"] == settings.DISTRIBUTION != "kit"
     assert PYPROJECT["project"]["version"] == kit.__version__
-    assert settings.install_hint("spark") == f'pip install "{settings.DISTRIBUTION}[spark]"'
+    assert settings.install_hint("spark") == f'pip install -e "{REPO}[spark]"'  # a checkout: its own extra
     assert PYPROJECT["project"]["license"] == "Apache-2.0" and PYPROJECT["project"]["license-files"] == ["LICENSE"]
     licence = (REPO / "LICENSE").read_text()
     assert licence.lstrip().startswith("Apache License\n") and "END OF TERMS AND CONDITIONS" in licence
@@ -209,3 +209,32 @@ def test_no_install_hint_names_the_strangers_kit_distribution():
     assert not offenders, offenders
     assert stranger.search('pip install "kit[spark]"') and stranger.search("pip install kit[bench]")
     assert not stranger.search(f'pip install "{settings.DISTRIBUTION}[spark]" or {settings.DISTRIBUTION} @ git+')
+
+
+@pytest.mark.parametrize("extra", sorted(PYPROJECT["project"]["optional-dependencies"]))
+def test_every_install_hint_works_today_from_a_checkout_and_from_a_wheel(extra, monkeypatch):
+    """The hints said `pip install "gpu-workspaces-kit[extra]"`, which no index has yet: from a checkout
+    the hint installs its extra, and from a wheel it names the extra's own requirements (PyPI has them)."""
+    assert settings.install_hint(extra) == f'pip install -e "{REPO}[{extra}]"'
+    monkeypatch.setattr(settings, "is_checkout", lambda root=None: False)  # as a wheel install sees itself
+    requires = [f"{r}; extra == '{e}'" for e, rs in PYPROJECT["project"]["optional-dependencies"].items() for r in rs]
+    monkeypatch.setattr(settings.metadata, "requires", lambda name: requires)
+    hint = settings.install_hint(extra)
+    wanted = PYPROJECT["project"]["optional-dependencies"][extra]
+    assert (
+        hint == "pip install " + " ".join(f'"{r}"' for r in wanted) + f" (the {extra} extra of {settings.DISTRIBUTION})"
+    )
+    monkeypatch.setattr(settings.metadata, "requires", lambda name: [])  # a copied kit: no metadata at all
+    assert "python -m build" in settings.install_hint(extra) and "not on PyPI yet" in settings.install_hint(extra)
+
+
+def test_no_message_prints_an_install_command_pypi_cannot_serve():
+    """Every caller goes through settings.install_hint; none spells `pip install "gpu-workspaces-kit` itself."""
+    spelled = re.compile(r"pip install \\?[\"']?" + re.escape(settings.DISTRIBUTION))
+    offenders = [
+        f"{path.relative_to(REPO)}:{n}"
+        for path in sorted((REPO / "kit").rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if spelled.search(line) and path.name != "settings.py"
+    ]
+    assert offenders == []

@@ -24,8 +24,8 @@ shape in the order each worker trains on them) is what fixes the order; resuming
 or another order is refused, saying what differs.
 
 Directories: a plain path or a `file://` URL (created when missing), or any other URL through
-fsspec (`pip install "gpu-workspaces-kit[spark]"`): a checkpoint is written to a local temporary file, put
-next to its final name and moved there (an object store's move is a copy, but the object
+fsspec (the `spark` extra: `pip install -e ".[spark]"` in a checkout): a checkpoint is written to
+a local temporary file, put next to its final name and moved there (an object store's move is a copy, but the object
 appears whole). The two newest checkpoints are kept. The directory and its files are
 kit.spark.checkpoint_store's; what a checkpoint holds and the checks on resuming are here.
 """
