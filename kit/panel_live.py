@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import html
 import threading
-import weakref
 from typing import Any
+
+from kit.state import STATE
 
 __all__ = ["BACKGROUND", "ENDED", "RUNNING", "add_badge", "badge_html", "cell_running", "state_now", "track", "untrack"]
 
@@ -50,11 +51,10 @@ _BADGES = {
     ),
 }
 
-_live: weakref.WeakSet[Any] = weakref.WeakSet()  # panels shown as widgets and not closed yet
 _lock = threading.Lock()
-# what IPython's cell events last said, and of which shell: a panel is made inside a cell, so
-# running is True until the shell watched says otherwise
-_cell: dict[str, Any] = {"running": True, "shell": None}
+# STATE.live_panels: panels shown as widgets and not closed yet; STATE.cell_watch: what IPython's
+# cell events last said, and of which shell (a panel is made inside a cell, so running is True
+# until the shell watched says otherwise)
 
 
 def badge_html(state: str) -> str:
@@ -85,21 +85,21 @@ def add_badge(widget: Any) -> Any:
 def cell_running() -> bool:
     """Whether a cell is running, as IPython's pre/post_run_cell events last said (True before the
     first event, and wherever the shell watched is gone: a panel is made inside the work it shows)."""
-    return _cell["running"] or _shell() is not _cell["shell"]
+    return STATE.cell_watch["running"] or _shell() is not STATE.cell_watch["shell"]
 
 
 def track(panel: Any) -> None:
     """Watch `panel` (a kit.panels.Panel shown as widgets): `panel.set_live_state(ENDED)` when its
     cell ends before it is closed. Registers kit's two IPython cell events once per process."""
     with _lock:
-        _live.add(panel)
+        STATE.live_panels.add(panel)
     _watch_cells()
 
 
 def untrack(panel: Any) -> None:
     """`panel` closed: nothing more to say of it."""
     with _lock:
-        _live.discard(panel)
+        STATE.live_panels.discard(panel)
 
 
 def state_now() -> str:
@@ -118,20 +118,20 @@ def _shell() -> Any:
 
 def _watch_cells() -> None:
     shell = _shell()
-    if shell is None or shell is _cell["shell"]:
+    if shell is None or shell is STATE.cell_watch["shell"]:
         return
     shell.events.register("pre_run_cell", _cell_started)
     shell.events.register("post_run_cell", _cell_ended)
-    _cell.update(running=True, shell=shell)
+    STATE.cell_watch.update(running=True, shell=shell)
 
 
 def _cell_started(*_: Any) -> None:
-    _cell["running"] = True
+    STATE.cell_watch["running"] = True
 
 
 def _cell_ended(*_: Any) -> None:
-    _cell["running"] = False
+    STATE.cell_watch["running"] = False
     with _lock:
-        panels = list(_live)
+        panels = list(STATE.live_panels)
     for panel in panels:
         panel.set_live_state(ENDED)

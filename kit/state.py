@@ -67,6 +67,9 @@ class State:
         self.blas_holders: dict[int, int] = {}  # BLAS-thread share token -> threads it asked for (kit.devices)
         self.blas_original: Any = None  # the first share's limiter: it remembers the limits from before
         self.blas_tokens = itertools.count(1)
+        # the IPython shell whose cell events kit.panel_live watches, and whether a cell runs there:
+        # never reset, since the events stay registered with that shell
+        self.cell_watch: dict[str, Any] = {"running": True, "shell": None}
         self._fresh()
 
     def _fresh(self) -> None:
@@ -92,6 +95,8 @@ class State:
         # (kit.spark.executor): each executor is a Python process of its own, with its own STATE.
         # A reset drops them: their workspaces may be closed and their settings gone
         self.executor_nets: dict[str, Any] = {}
+        # widget panels shown and not closed yet (kit.panel_live): told when their cell ends
+        self.live_panels: weakref.WeakSet = weakref.WeakSet()
 
     def reset(self) -> None:
         """Close this thread's workspaces, empty caches, and put every setting, counter and

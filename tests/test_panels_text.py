@@ -13,8 +13,9 @@ import ipywidgets as w
 import pytest
 
 import kit
-from kit import panel_live, panels, widgets
+from kit import panels, widgets
 from kit.panels import UNITS, Panel, Progress, TimingPanel, keep_units
+from kit.state import STATE
 from kit.widgets import MemoryPanel, TrainingPanel, WorkerPanel
 
 BREAKABLE = re.compile(r"\d[ \t]+(?:" + "|".join(UNITS) + r")(?![\w/])")
@@ -126,7 +127,7 @@ def test_a_panel_says_it_is_running_until_a_real_shell_ends_its_cell():
         ns = shell.user_ns
         assert "running" in ns["badge_then"]
         assert "its cell has ended" in ns["open_panel"].badge.value
-        assert ns["closed"] not in panel_live._live  # closed: the static table replaced it, badge and all
+        assert ns["closed"] not in STATE.live_panels  # closed: the static table replaced it, badge and all
         shell.run_cell("open_panel.iteration_done(None, 1, 0, worker=1); badge_again = open_panel.badge.value")
         assert "running" in ns["badge_again"]  # a later cell that updates it: running again, while it runs
         assert "its cell has ended" in ns["open_panel"].badge.value

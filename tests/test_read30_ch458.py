@@ -113,8 +113,11 @@ def test_the_printed_model_inputs_reproduce_the_predicted_speedup(comparison):
     )
     one = predict_epoch_seconds(batches, 1, number("one training step on one device, every core (s)"), 1, *terms, True)
     two = predict_epoch_seconds(batches, 2, number(per_worker), freq, *terms, split)
-    assert one / two == pytest.approx(row["predicted_speedup"], rel=2e-3)
-    assert f"{one / two:.2f}" == f"{row['predicted_speedup']:.2f}"
+    # the printed inputs are rounded (three or four significant figures), so a reader's recomputation agrees
+    # to within that rounding; two values that close can still round to neighbouring hundredths (1.2149 and
+    # 1.2151), which made an exact two-decimal match fail now and then on a loaded machine's timings
+    assert one / two == pytest.approx(row["predicted_speedup"], rel=5e-3)
+    assert abs(round(one / two, 2) - round(row["predicted_speedup"], 2)) <= 0.01 + 1e-12
 
 
 def test_the_baseline_note_gives_both_baselines_spreads(comparison):
