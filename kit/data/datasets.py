@@ -31,7 +31,6 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-import pooch
 
 from kit.data.dataset import DataSet
 
@@ -158,6 +157,15 @@ def load_fashion_mnist(download: bool = False, limit: int | None = None) -> tupl
 
 
 def _download(target: Path) -> Path:
+    # imported here, not at the top: kit.data is imported wherever a DataSet is (Spark executors
+    # among them), and only downloading needs pooch
+    try:
+        import pooch
+    except ImportError as exc:
+        raise ImportError(
+            f"load_fashion_mnist(download=True) needs pooch, which cannot be imported here ({exc}): "
+            "pip install pooch, or copy the four Fashion-MNIST files into the data directory (KIT_DATA)"
+        ) from exc
     target.mkdir(parents=True, exist_ok=True)
     for name in FASHION_MNIST_FILES:
         try:

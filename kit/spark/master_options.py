@@ -68,7 +68,8 @@ def check_real(owner: str, name: str, value: Any) -> float:
 
 
 def check_export_directory(name: str, export_directory: Any) -> str | None:
-    """None, or a directory on the driver (a path or a file:// URL) that every executor is to see too."""
+    """None, or a directory on the driver (a path or a file:// URL) that every executor is to see too;
+    created on the driver when it does not exist yet."""
     if export_directory is None:
         return None
     if not isinstance(export_directory, (str, os.PathLike)):
@@ -80,11 +81,21 @@ def check_export_directory(name: str, export_directory: Any) -> str | None:
             "file:// URLs (a directory every executor mounts); for other storage leave export_directory=None "
             "and kit keeps the mini-batches in Spark's own storage"
         )
-    if not os.path.isdir(local_path(export_directory)):
+    where = local_path(export_directory)
+    if os.path.exists(where) and not os.path.isdir(where):
         raise ValueError(
-            f"{name}(export_directory={export_directory!r}): not a directory on the driver; give an existing "
-            "directory that every executor sees too, or None to keep the mini-batches in Spark's storage"
+            f"{name}(export_directory={export_directory!r}): {where} is a file, not a directory; give a directory "
+            "that every executor sees too (kit creates it if it does not exist yet), or None to keep the "
+            "mini-batches in Spark's storage"
         )
+    try:  # created on the driver; a cluster's executors must see the same path (a shared mount)
+        os.makedirs(where, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(
+            f"{name}(export_directory={export_directory!r}): cannot create {where} on the driver "
+            f"({type(exc).__name__}: {exc}); give a directory the driver can write and every executor sees, "
+            "or None to keep the mini-batches in Spark's storage"
+        ) from exc
     return export_directory
 
 
