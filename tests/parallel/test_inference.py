@@ -16,6 +16,7 @@ import kit
 from kit.nn import Dense, Layer, Network, mlp
 from kit.parallel import InferenceMode, ParallelInference
 from kit.parallel.inference import delivery, engine
+from kit.parallel.inference.delivery import SHUT_DOWN, SHUT_DOWN_REMEDY
 
 
 def inference_threads():
@@ -295,8 +296,8 @@ def shutdown_with_clients_in_flight(net, mode, clients):
                 pi.output(rng.standard_normal(32).astype(np.float32))
             except RuntimeError as exc:
                 answered[c] += 1
-                if "shut down" not in str(exc):
-                    wrong.append(str(exc))
+                if not str(exc).startswith(SHUT_DOWN) or SHUT_DOWN_REMEDY not in str(exc):
+                    wrong.append(str(exc))  # every refusal, queued or not yet admitted, says what to do
                 return
             answered[c] += 1
 
@@ -327,6 +328,26 @@ def test_shutdown_with_clients_in_flight_answers_everyone_and_leaves_no_thread(m
     net = mlp(32, hidden=(64,), n_out=4, seed=0)
     for _ in range(3):  # several rounds: the race lands at different moments
         shutdown_with_clients_in_flight(net, mode, clients)
+
+
+def test_a_shut_down_server_says_what_to_do_and_the_remedy_serves():
+    """It said "ParallelInference was shut down" and no more (issue 45): the words name the remedy,
+    and the remedy as printed (a new ParallelInference on the same network) answers."""
+    net = mlp(32, hidden=(8,), n_out=4, seed=0)
+    x = np.ones(32, np.float32)
+    for leave in ("shutdown", "with"):
+        if leave == "shutdown":
+            pi = ParallelInference(net, workers=1)
+            pi.shutdown()
+        else:
+            with ParallelInference(net, workers=1) as pi:
+                pass
+        with pytest.raises(RuntimeError) as err:
+            pi.output(x)
+        assert str(err.value) == f"{SHUT_DOWN}; {SHUT_DOWN_REMEDY}"
+        assert "ParallelInference(net, ...)" in str(err.value)
+        with ParallelInference(net, workers=1) as fresh:  # the remedy
+            np.testing.assert_allclose(fresh.output(x).numpy(), net.output(x[None]).numpy()[0], rtol=1e-6)
 
 
 def test_output_timeout_takes_the_request_back():

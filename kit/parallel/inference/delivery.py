@@ -24,9 +24,19 @@ from kit.creation import asarray
 from kit.devices import AnyDevice, current_device, host_source, transfer
 from kit.ndarray import NDArray
 
-__all__ = ["SHUT_DOWN", "Request", "answer_batch", "deliver", "gather", "within"]
+__all__ = ["SHUT_DOWN", "SHUT_DOWN_REMEDY", "Request", "answer_batch", "deliver", "gather", "shut_down_error", "within"]
 
 SHUT_DOWN = "ParallelInference was shut down"  # the error of every request a shutdown refuses
+SHUT_DOWN_REMEDY = (
+    "a server serves no more once shutdown() or the end of its `with` block stopped it: "
+    "make a new one, ParallelInference(net, ...), to serve more requests"
+)
+
+
+def shut_down_error(when: str = "") -> RuntimeError:
+    """The error of a request a shut-down server refuses: what happened (`when`: " before this
+    request ran" for one already queued) and what to do."""
+    return RuntimeError(f"{SHUT_DOWN}{when}; {SHUT_DOWN_REMEDY}")
 
 
 class Request:

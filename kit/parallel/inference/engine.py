@@ -26,7 +26,7 @@ import numpy as np
 from kit.checks import check_finite
 from kit.devices import AnyDevice, attach_thread_to_device, detach_thread
 from kit.nn.network import Network
-from kit.parallel.inference.delivery import SHUT_DOWN, Request, answer_batch, gather
+from kit.parallel.inference.delivery import SHUT_DOWN, Request, answer_batch, gather, shut_down_error
 from kit.parallel.inference.lending import Lending
 from kit.workspace import destroy_all_workspaces_for_current_thread
 
@@ -123,7 +123,7 @@ class Engine(Lending):
         """Refuse a request once shut down, or one checked against a model that update_model
         replaced by one of another input shape while the request was on its way here."""
         if self.closed:
-            raise RuntimeError(SHUT_DOWN)
+            raise shut_down_error()
         if features.shape[1:] != self.input_shape:
             dims = ", ".join(map(str, self.input_shape))
             raise ValueError(
@@ -394,4 +394,4 @@ def _wake(waiter: asyncio.Future) -> None:
 
 def _refuse(requests: list[Request]) -> None:
     for r in requests:
-        r.answer(error=RuntimeError(f"{SHUT_DOWN} before this request ran"))
+        r.answer(error=shut_down_error(" before this request ran"))

@@ -24,8 +24,8 @@ from kit.devices import AnyDevice, BlasThreadShare, as_device, current_device
 from kit.lifecycle import ShutsDownOnExit
 from kit.ndarray import NDArray
 from kit.nn.network import Network
-from kit.parallel.inference.delivery import Request, deliver, within
-from kit.parallel.inference.engine import SHUT_DOWN, Engine
+from kit.parallel.inference.delivery import Request, deliver, shut_down_error, within
+from kit.parallel.inference.engine import Engine
 from kit.parallel.wrapper import default_devices
 
 __all__ = ["InferenceMode", "ParallelInference"]
@@ -253,7 +253,7 @@ class ParallelInference(ShutsDownOnExit):
         the device they came from or None for host data), or (None, the empty answer, None) for a
         batch of no examples."""
         if self._closed:
-            raise RuntimeError(SHUT_DOWN)
+            raise shut_down_error()
         source = x.device if isinstance(x, NDArray) else None
         arr = x.numpy() if source is not None else np.asarray(x)
         if arr.dtype.kind not in "fiu":  # as Network.output: complex, bool, text are refused

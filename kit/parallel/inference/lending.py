@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from kit.devices import AnyDevice
-from kit.parallel.inference.delivery import SHUT_DOWN, gather
+from kit.parallel.inference.delivery import gather, shut_down_error
 
 __all__ = ["Lending"]
 
@@ -38,7 +38,7 @@ class Lending:
                         break
                     self.has_replica.wait_until(deadline, f"no result within {timeout} s (every replica in use)")
                     if self.closed:
-                        raise RuntimeError(f"{SHUT_DOWN} before this request ran")
+                        raise shut_down_error(" before this request ran")
                 if gone is not None and gone.is_set():
                     self.running -= 1
                     return None
