@@ -116,7 +116,23 @@ def _check_fit_args(epochs: Any, resume: Any) -> None:
 class SparkNetwork(Evaluating):
     """A Network trained by a training master on a SparkContext (DL4J's SparkDl4jMultiLayer)."""
 
-    def __init__(self, spark_context: Any, network: Network, training_master: TrainingMaster) -> None:
+    def __init__(
+        self,
+        spark_context: Any,
+        network: Network,
+        training_master: TrainingMaster,
+        features_col: str | None = None,
+        label_col: str | None = None,
+    ) -> None:
+        """`features_col` and `label_col` (MLlib's featuresCol and labelCol): the columns fit() and
+        evaluate() read from a DataFrame; by default "features" and "label" (what
+        `spark.read.format("libsvm")` gives), and the first two columns only where neither name is
+        there (said in a warning). A missing or wrong column is refused at the call, naming the
+        DataFrame's columns."""
+        for param, value in (("features_col", features_col), ("label_col", label_col)):
+            if value is not None and not (isinstance(value, str) and value):
+                raise TypeError(f"SparkNetwork({param}={value!r}): a column name (a str), or None")
+        self.features_col, self.label_col = features_col, label_col
         if not isinstance(network, Network):
             raise TypeError(f"SparkNetwork needs a kit.nn.Network, got {type(network).__name__}")
         if not isinstance(training_master, TrainingMaster):
@@ -235,7 +251,7 @@ class SparkNetwork(Evaluating):
         _check_fit_args(epochs, resume)
         store = master.checkpoint_store()
         saved = self._checkpoint_to_resume(store) if resume else self._fresh_start(store)
-        rdd = as_rdd(data)
+        rdd = as_rdd(data, self.features_col, self.label_col)
         master.check_cluster(self.sc, rdd)
         with self.watched("data preparation"):  # Spark's own actions too (zipWithIndex counts partitions)
             prepared = master.prepare(self.sc, rdd, self.run_job, self.network.output_shape[0])

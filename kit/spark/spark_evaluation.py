@@ -72,7 +72,7 @@ class Evaluating:
     def _aggregate(self, data: Any, kinds: tuple[str, ...], batch_size: int) -> tuple[Any, ...]:
         """Each partition's raw sums, merged up a tree (the master's aggregation_depth) in
         partition order."""
-        rdd = as_rdd(data)
+        rdd = as_rdd(data, self.features_col, self.label_col)
         net = self.network
         bc = self.sc.broadcast(net.params().numpy())
         try:
