@@ -78,42 +78,60 @@ def test_wheel_metadata_names_the_distribution_and_its_licence(wheel):
     assert "kit = kit.__main__:main" in archive.read(entry_points).decode()
 
 
-def test_chapter_runs_from_a_fresh_venv_outside_the_repo(wheel, tmp_path):
-    venv = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def fresh_venv(wheel, tmp_path_factory):
+    """A fresh venv outside the repository with the wheel installed by a normal pip install (kit's own
+    dependencies come with it), plus the kernel and the runner a chapter needs."""
+    venv = tmp_path_factory.mktemp("fresh") / "venv"
     assert _run([sys.executable, "-m", "venv", str(venv)]).returncode == 0
-    py = venv / "bin" / "python"
-    # the kernel and the runner; kit's own dependencies come with the wheel ...
-    r = _run([str(py), "-m", "pip", "install", "-q", str(wheel), "ipykernel", "nbclient"])
+    r = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel), "ipykernel", "nbclient"])
     if r.returncode != 0 and "No matching distribution" in r.stderr:
         pytest.skip(f"pip cannot reach an index here: {r.stderr[-300:]}")
     assert r.returncode == 0, r.stderr[-3000:]
-    # the console script says the installed distribution's version, and its own name in its usage
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    r = _run([str(venv / "bin" / "kit"), "--version"])
-    assert r.returncode == 0 and r.stdout.strip() == f"{DISTRIBUTION} {version}", r.stdout + r.stderr
-    assert _run([str(venv / "bin" / "kit"), "-h"]).stdout.startswith("usage: kit ")
-    # the chapters come out of the wheel, in a folder of the reader's, outside any checkout
-    work = tmp_path / "reader"
-    work.mkdir()
-    r = _run([str(venv / "bin" / "kit"), "chapters", "chapters"], cwd=work)
+    return venv
+
+
+@pytest.fixture(scope="module")
+def reader(fresh_venv, tmp_path_factory):
+    """A reader's folder, outside any checkout, with the chapters copied out of the installed wheel."""
+    work = tmp_path_factory.mktemp("reader")
+    r = _run([str(fresh_venv / "bin" / "kit"), "chapters", "chapters"], cwd=work)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip() == f"{len(CHAPTERS)} chapters copied to chapters: open them with `kit lab --dir chapters`"
+    return work
+
+
+def test_the_console_script_says_the_installed_version(fresh_venv):
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    r = _run([str(fresh_venv / "bin" / "kit"), "--version"])
+    assert r.returncode == 0 and r.stdout.strip() == f"{DISTRIBUTION} {version}", r.stdout + r.stderr
+    assert _run([str(fresh_venv / "bin" / "kit"), "-h"]).stdout.startswith("usage: kit ")
+
+
+def test_the_chapters_come_out_of_the_wheel_byte_for_byte(wheel, reader):
     archive = zipfile.ZipFile(wheel)
     for path in CHAPTERS:  # what the wheel carries, byte for byte
-        assert (work / "chapters" / path.name).read_bytes() == archive.read(f"kit/chapters/{path.name}"), path.name
-    # `lab` without JupyterLab: one line whose pip command installs what the lab extra holds (from PyPI:
-    # kit itself is not there yet), read from the installed wheel's metadata
-    r = _run([str(venv / "bin" / "kit"), "lab"], cwd=work)
+        assert (reader / "chapters" / path.name).read_bytes() == archive.read(f"kit/chapters/{path.name}"), path.name
+
+
+def test_lab_without_jupyterlab_names_what_pypi_can_install(fresh_venv, reader):
+    """One line whose pip command installs what the lab extra holds (from PyPI: kit itself is not
+    there yet), read from the installed wheel's metadata."""
+    r = _run([str(fresh_venv / "bin" / "kit"), "lab"], cwd=reader)
     assert r.returncode == 2, r.stdout + r.stderr
     (line,) = r.stderr.splitlines()
     lab = PROJECT["optional-dependencies"]["lab"]
     assert line.endswith(
         "pip install " + " ".join(f'"{req}"' for req in lab) + f" (the lab extra of {DISTRIBUTION})"
     ), line
-    assert re.search(r"needs jupyterlab\b", line) and not (work / "notebooks").exists()
-    # ... then kit itself is removed, so the chapter's first cell must install it (the Colab path)
+    assert re.search(r"needs jupyterlab\b", line) and not (reader / "notebooks").exists()
+
+
+def test_a_chapter_copied_out_runs_and_its_first_cell_installs_kit(wheel, fresh_venv, reader):
+    """kit itself removed, so the chapter's first cell must install it from KIT_PIP_SPEC (the Colab path)."""
+    py = fresh_venv / "bin" / "python"
     assert _run([str(py), "-m", "pip", "uninstall", "-y", "-q", DISTRIBUTION]).returncode == 0
-    nb_path = work / "chapters" / CHAPTER
+    nb_path = reader / "chapters" / CHAPTER
     runner = (
         "import sys, nbformat\n"
         "from nbclient import NotebookClient\n"
@@ -124,11 +142,11 @@ def test_chapter_runs_from_a_fresh_venv_outside_the_repo(wheel, tmp_path):
         "nbformat.write(nb, sys.argv[1])\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env.update(KIT_QUICK="1", KIT_PIP_SPEC=str(wheel), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
-    r = _run([str(py), "-c", runner, str(nb_path), str(nb_path.parent)], cwd=work, env=env)
+    env.update(KIT_QUICK="1", KIT_PIP_SPEC=str(wheel), PATH=f"{fresh_venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    r = _run([str(py), "-c", runner, str(nb_path), str(nb_path.parent)], cwd=reader, env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     nb = nbformat.read(nb_path, as_version=4)  # stream text joined into one string per output
     first = "".join(o.get("text", "") for o in nb.cells[1].outputs)
     assert f"installing {wheel} ..." in first and "mode: quick" in first
     where = "".join(o.get("text", "") for o in nb.cells[-1].outputs).strip()
-    assert where.startswith(str(venv)), f"kit was imported from {where}, not from the venv"
+    assert where.startswith(str(fresh_venv)), f"kit was imported from {where}, not from the venv"
