@@ -26,6 +26,7 @@ OPTIONAL = {
     "matplotlib",
     "playwright",
     "fsspec",
+    "pooch",  # a dependency, but only the download needs it: a Spark executor imports kit.data without it
 }
 
 

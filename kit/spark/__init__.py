@@ -39,15 +39,18 @@ from kit.spark.network import (
     spark_missing,
     to_rdd,
 )
-from kit.spark.spark_context import require_spark
+from kit.spark.scheduling import MoreWorkersThanSlotsWarning
+from kit.spark.spark_context import SparkMasterWarning, require_spark
 from kit.spark.stats import SparkTrainingStats, export_stats_html
 
 __all__ = [
     "CheckpointError",
+    "MoreWorkersThanSlotsWarning",
     "ParameterAveragingTrainingMaster",
     "RDDTrainingApproach",
     "Repartition",
     "SharedTrainingMaster",
+    "SparkMasterWarning",
     "SparkNetwork",
     "SparkTrainingError",
     "SparkTrainingStats",
