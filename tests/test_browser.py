@@ -10,18 +10,13 @@ notebook they never touched)."""
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from _chromium import ARGS, CHROMIUM, playwright_or_skip, serve_jupyterlab
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-if not os.path.exists(CHROMIUM):
-    pytest.skip("Debian's chromium is not installed", allow_module_level=True)
+playwright = playwright_or_skip()
 
 pytestmark = pytest.mark.slow
 
@@ -37,16 +32,9 @@ CHAPTERS = {
     "05_parallel_inference": False,
     "06_early_stopping": False,
 }
-from _chromium import ARGS  # noqa: E402  (one launch recipe for every browser test)
 
 NB = "window.jupyterapp.shell.currentWidget"
 WIDGET = "application/vnd.jupyter.widget-view+json"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -58,36 +46,7 @@ def lab(tmp_path_factory):
     pristine.mkdir()
     for path in NOTEBOOKS.glob("[0-9]*.ipynb"):
         shutil.copy(path, pristine)
-    # render every cell (no windowing), so a panel that lives only briefly is still drawn
-    settings = tmp_path_factory.mktemp("settings") / "@jupyterlab" / "notebook-extension"
-    settings.mkdir(parents=True)
-    (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
-    port = free_port()
-    env = dict(os.environ, KIT_QUICK="1", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    cmd = [
-        sys.executable,
-        "-m",
-        "jupyterlab",
-        "--no-browser",
-        "--allow-root",
-        "--IdentityProvider.token=",
-        "--LabApp.expose_app_in_browser=True",
-        "--ServerApp.port_retries=0",
-        f"--port={port}",
-        f"--ServerApp.root_dir={root}",
-        f"--LabApp.user_settings_dir={settings.parent.parent}",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.5)
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=30)
+    yield from serve_jupyterlab(root, tmp_path_factory.mktemp("settings"), {"KIT_QUICK": "1"})
 
 
 @pytest.fixture(scope="module")

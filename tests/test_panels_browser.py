@@ -5,24 +5,15 @@ open says that its cell has ended, and the live text keeps every number beside i
 
 Skipped where Debian's chromium or the playwright package is absent, as tests/test_browser.py."""
 
-import os
 import re
-import shutil
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
+from _chromium import ARGS, CHROMIUM, playwright_or_skip, serve_jupyterlab
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-if not os.path.exists(CHROMIUM):
-    pytest.skip("Debian's chromium is not installed", allow_module_level=True)
-
-from _chromium import ARGS  # noqa: E402
+playwright = playwright_or_skip()
 
 from kit.panels import UNITS  # noqa: E402
 
@@ -51,27 +42,7 @@ def lab(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(TRAINING), nbformat.v4.new_code_cell(LEFT_OPEN)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     nbformat.write(nb, tmp_path / "panels.ipynb")
-    settings = tmp_path / "settings" / "@jupyterlab" / "notebook-extension"
-    settings.mkdir(parents=True)
-    (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--IdentityProvider.token="]
-    cmd += ["--LabApp.expose_app_in_browser=True", "--ServerApp.port_retries=0", f"--port={port}"]
-    cmd += [f"--ServerApp.root_dir={tmp_path}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.5)
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=30)
+    yield from serve_jupyterlab(tmp_path, tmp_path / "settings")
 
 
 def _sample(page):
