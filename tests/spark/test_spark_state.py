@@ -148,7 +148,7 @@ _BAD_ARGUMENTS = [
     ("both", "worker_prefetch_num_batches", -1),
     ("both", "repartition", "SOMETIMES"),
     ("both", "rdd_training_approach", "SHARED_DISK"),
-    ("both", "export_directory", "/nonexistent/kit-export"),
+    ("both", "export_directory", "/proc/kit-export"),  # cannot be made, even by root (a missing one is made)
     ("both", "collect_training_stats", "yes"),
     ("both", "worker_workspace_mode", "HALF"),
     ("both", "worker_periodic_gc", 1),
