@@ -16,6 +16,7 @@ def result():
     return bench_memory(quick=True, cases=(("mlp", 8),))
 
 
+@pytest.mark.slow  # the whole benchmark, every side in fresh processes
 def test_each_side_has_a_row_with_every_column(result):
     assert BENCHMARKS["memory"][0] is bench_memory
     cases = [row["case"] for row in result["rows"]]

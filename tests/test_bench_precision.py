@@ -15,6 +15,7 @@ def result():
     return bench_precision(quick=True)
 
 
+@pytest.mark.slow  # the whole benchmark
 def test_every_precision_has_a_row_with_every_column(result):
     assert BENCHMARKS["precision"][0] is bench_precision
     assert [r["precision"] for r in result["rows"]] == list(VARIANTS)
@@ -25,6 +26,7 @@ def test_every_precision_has_a_row_with_every_column(result):
     assert "activations_B" in text and "stall_mixed_drop_fraction_of_float32" in text
 
 
+@pytest.mark.slow  # the whole benchmark (its fixture)
 def test_float16_activations_are_half_of_float32s(result):
     by = {r["precision"]: r for r in result["rows"]}
     half = by["float32"]["activations_B"] / 2
@@ -36,6 +38,7 @@ def test_float16_activations_are_half_of_float32s(result):
     assert by["float16"]["kept_B"] * 4 == by["float32"]["kept_B"] * 3
 
 
+@pytest.mark.slow  # the whole benchmark (its fixture)
 def test_mixed_precision_is_as_accurate_as_float32_and_plain_float16_stalls(result):
     by = {r["precision"]: r for r in result["rows"]}
     assert by["float32"]["digits_acc"] > 0.9

@@ -47,6 +47,7 @@ def _refs(path: Path) -> _Refs:
     return parser
 
 
+@pytest.mark.slow  # a whole Sphinx build of the book
 def test_book_has_every_chapter_and_every_figure(tmp_path, capsys):
     out = tmp_path / "book"
     assert main(["book", "--out", str(out)]) == 0

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # the whole gpu-check script, every part, in a subprocess
 def test_gpu_check_dry_run_writes_a_complete_report(tmp_path):
     out = tmp_path / "report.json"
     cmd = [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--allow-cpu", "--quick"]

@@ -40,6 +40,7 @@ def test_the_test_command_is_what_ci_runs():
     assert test_command[0].strip() in ci.splitlines()
 
 
+@pytest.mark.slow  # each README block as pasted, in a fresh interpreter (Spark's starts a context)
 @pytest.mark.parametrize("index", range(len(_python_blocks())))
 def test_every_python_block_runs_as_pasted(index, tmp_path):
     code = _python_blocks()[index]

@@ -9,6 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SLOW_FILE = "tests/spark/test_standalone_cluster.py"  # marked slow as a whole
 FAST_FILE = "tests/test_suite_selection.py"
+CHAPTER = "notebooks/01_arrays_and_backends.ipynb"
 
 
 def _collected(*args: str) -> set[str]:
@@ -26,22 +27,11 @@ def _collected(*args: str) -> set[str]:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ((), {FAST_FILE}),  # the plain run (testpaths): slow tests left out
-        (("-m", "slow"), {SLOW_FILE}),  # CI's second run
-        (("-m", "not slow or slow"), {SLOW_FILE, FAST_FILE}),  # any -m is obeyed as given
+        ((), {FAST_FILE, CHAPTER}),  # the plain run (testpaths): slow tests left out, the chapters in
+        (("-m", "slow"), {SLOW_FILE}),  # CI's second run: any -m is obeyed as given
+        ((SLOW_FILE,), {SLOW_FILE}),  # naming a file runs what it holds, slow or not
     ],
-    ids=["default", "m-slow", "m-everything"],
+    ids=["default", "m-slow", "named-file"],
 )
-def test_testpaths_runs_leave_slow_tests_to_ci_unless_a_marker_is_given(args, expected):
-    assert _collected("-o", f"testpaths={SLOW_FILE} {FAST_FILE}", *args) == expected
-
-
-def test_naming_a_file_runs_its_slow_tests():
-    assert _collected(SLOW_FILE) == {SLOW_FILE}
-
-
-def test_the_whole_default_run_holds_the_chapters_and_no_slow_test():
-    slow = {"tests/test_browser.py", "tests/test_wheel.py", SLOW_FILE}
-    paths = "tests/test_browser.py tests/test_wheel.py notebooks/01_arrays_and_backends.ipynb"
-    collected = _collected("-o", f"testpaths={paths}")
-    assert collected == {"notebooks/01_arrays_and_backends.ipynb"}, collected - slow
+def test_testpaths_runs_leave_slow_tests_to_ci_unless_asked_for(args, expected):
+    assert _collected("-o", f"testpaths={SLOW_FILE} {FAST_FILE} {CHAPTER}", *args) == expected

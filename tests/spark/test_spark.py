@@ -121,6 +121,7 @@ def test_failing_partition_is_named_and_no_job_left(sc, digits, bad):
     np.testing.assert_array_equal(net.params().numpy(), before)  # no half-averaged round
 
 
+@pytest.mark.slow  # many whole fits
 def test_repeated_fits_do_not_grow_driver_memory(sc, digits):
     data, _ = digits
     net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), seed=0)
