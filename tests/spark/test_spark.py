@@ -175,6 +175,7 @@ def test_shared_training_master_learns_and_reports_encoding(sc, digits):
     assert all(w["state_from"].startswith("driver (round ") for w in workers if w["round"] > 0)
 
 
+@pytest.mark.slow  # whole fits; tests/spark/test_spark_columns.py holds the layouts in the fast run
 def test_dataframe_input(sc, digits):
     from pyspark.sql import SparkSession
 

@@ -95,6 +95,7 @@ def test_bytes_a_round_follow_from_the_parameter_count(sc, digits, workers, dept
     assert summary["worker_sent_bytes"] == itemsize * p
 
 
+@pytest.mark.slow  # four-worker fits at two depths
 def test_depth_2_with_4_workers_sends_the_driver_fewer_bytes_than_depth_1(sc, digits):
     """Fewer bytes where the sums are not wider than the states (float64), fewer partial results
     always; float32 states summed in pairs (float64) weigh what they replace."""
@@ -108,6 +109,7 @@ def test_depth_2_with_4_workers_sends_the_driver_fewer_bytes_than_depth_1(sc, di
     assert received["float32", 2][1] < received["float32", 1][1]
 
 
+@pytest.mark.slow  # a fit at every depth
 @pytest.mark.parametrize("approach", ["DIRECT", "EXPORT"])
 def test_every_depth_gives_the_same_bits_as_the_sequential_sum(sc, digits, approach):
     """Depth 1 is the driver's sum in worker order as before (worker 0's state in float64, plus

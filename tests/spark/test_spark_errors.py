@@ -98,6 +98,7 @@ def test_a_bad_element_is_named_by_where_it_is_in_the_users_rdd(
     np.testing.assert_array_equal(net.params().numpy(), before)
 
 
+@pytest.mark.slow  # waits out a round timeout by design
 def test_a_job_that_makes_no_progress_is_cancelled_after_round_timeout(sc, digits):
     """Issue 22: with every executor gone (here: every task stuck for 20 s), fit waited forever.
     Past round_timeout the job group is cancelled and the error says how many executors are
