@@ -28,17 +28,17 @@ from _datasets import random_dataset
 
 import kit
 from kit import backend, settings
+from kit.core.devices import devices, set_host_device_count
 from kit.data import ArrayIterator, DataSet
-from kit.devices import devices, set_host_device_count
-from kit.earlystopping import (
+from kit.nn import Adam, Dense, Network, Sgd, mlp
+from kit.nn.evaluation import ROC, Evaluation
+from kit.training.earlystopping import (
     ClassificationScoreCalculator,
     EarlyStoppingConfig,
     EarlyStoppingParallelTrainer,
     MaxEpochsTerminationCondition,
 )
-from kit.evaluation import ROC, Evaluation
-from kit.nn import Adam, Dense, Network, Sgd, mlp
-from kit.workspace import WorkspaceConfig
+from kit.workspaces.workspace import WorkspaceConfig
 
 REPO = Path(__file__).resolve().parents[1]
 MODULES = ("kit/devices.py", "kit/device_objects.py", "kit/backend.py", "kit/settings.py")

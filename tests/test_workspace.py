@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kit
-from kit.memory import heap_allocations
-from kit.workspace import (
+from kit.core.memory import heap_allocations
+from kit.workspaces.workspace import (
     AllocationPolicy,
     ArrayFromClosedScopeError,
     ArrayFromDestroyedWorkspaceError,
@@ -542,7 +542,7 @@ def test_an_array_carved_while_closed_never_becomes_valid_again():
 
 
 def _ring_capacities(cycles_of_bytes):
-    from kit.workspace import AllocationPolicy
+    from kit.workspaces.workspace import AllocationPolicy
 
     cfg = WorkspaceConfig(
         policy_reset=ResetPolicy.ENDOFBUFFER_REACHED,
