@@ -118,7 +118,7 @@ def test_destroy_releases_memory_for_real():
     try:
         ws2 = ws_named("BIG2", initial_size=8 << 20, policy_allocation=AllocationPolicy.STRICT)
 
-        def held_by_workspaces():  # only memory allocated in kit/memory.py, where an arena's block is made
+        def held_by_workspaces():  # only memory allocated in kit/core/memory.py, where an arena's block is made
             only = [tracemalloc.Filter(True, kit.memory.__file__)]
             return sum(s.size for s in tracemalloc.take_snapshot().filter_traces(only).statistics("filename"))
 
