@@ -48,7 +48,7 @@ Cost: allocate_heap, Workspace.alloc and its scopes, and LayerWorkspaceMgr.creat
 comparison. kit.ndarray's fast paths, where NumPy allocates a heap result itself, read nothing new:
 while a timeline records they take the path through allocate_heap (the one a caching allocator
 already sends them down), so they are recorded there. (One heap result escapes: the copy an
-InferencePlan hands back, which kit.nn.plan wraps directly.) On, every event takes a lock and
+InferencePlan hands back, which kit.nn.replay wraps directly.) On, every event takes a lock and
 builds a dict (and a weak reference for heap arrays), which is of the order of a small op itself:
 do not time a workload while it records. Events from every thread go into the one timeline under one lock; one timeline
 records at a time.
