@@ -26,6 +26,7 @@ from kit import memory
 from kit.checks import all_finite
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
+from kit.nn import replay
 from kit.nn.kernels import l2_into
 from kit.nn.layers import call_forward
 from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
@@ -149,7 +150,7 @@ class Training:
             lock.let_waiters_in()
         with lock.rlock:  # the RLock itself (C): this thread waits for nobody, see let_waiters_in
             # a batch size trained on before: replayed at the kernel seam (kit.nn.replay); None: as written
-            score = self.train_plans.step(ds)
+            score = self.train_plans.step(ds) if replay.switch.on else None
             if score is None:
                 mgr = self.train_mgr
                 self.last_step_skipped = False

@@ -26,8 +26,10 @@ was given, and each scope it closed counts one whole cycle with its carves
 not replayed (`declined`), and are checked at each use against what a plan fixed (layers, loss,
 updater, buffers, device, dtype, the thread's workspaces), dropping it when any changed.
 
-The switch: `switch.on = False` here (or KIT_REPLAY=no in the environment, kit.settings) and
-every step runs the layers' code, so a breakpoint in `Dense.forward` stops at every iteration.
+The switch: `switch.on = False` here, `with replay_off():`, or KIT_REPLAY=no in the environment
+(kit.settings), and every step runs the layers' code: a breakpoint in `Dense.forward` stops at
+every iteration. `kit.widgets.TrainingPanel` says how many of the steps it saw were replayed; a
+memory timeline holds replay off while it records, so every step it shows ran the layers.
 
 Replayed only where the arithmetic is all kernel calls (`Layer.replayable`, `Loss.replayable`:
 Dense, the activations, Dropout, Flatten, Sequential, the losses); Conv2D, pooling, BatchNorm,

@@ -169,3 +169,16 @@ def test_kit_replay_no_in_the_environment_turns_the_switch_off():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["replay-on", "replay-off"])
+def test_the_training_panel_says_how_many_steps_were_replayed(on, capsys):
+    from kit.widgets import TrainingPanel
+
+    net = mlp(12, hidden=(8,), n_out=5, updater=Sgd(0.1), training_workspace_mode="SINGLE")
+    panel = TrainingPanel(widgets=False, memory=False)
+    with contextlib.nullcontext() if on else replay_off():
+        net.fit(ArrayIterator(_data((12,), n=24), batch_size=8), epochs=2, listeners=[panel])
+    panel.close()
+    assert panel.replayed == net.train_plans.used == (4 if on else 0)  # seen twice, then replayed
+    assert f"steps replayed {panel.replayed} of 6" in capsys.readouterr().out
