@@ -35,7 +35,7 @@ Training panels are listeners:
     >>> training.close()
     training: 46/46 in ...
     memory: ...
-    loss: last ..., mean of last 20 ..., epochs done 2
+    loss: last ..., mean of last 20 ..., epochs done 2, steps replayed 0 of 46
     >>> workers = kit.widgets.WorkerPanel(2, total_iterations=len(it))
     >>> with ParallelWrapper(net, workers=2, listeners=[workers]) as pw:
     ...     _ = pw.fit(it, epochs=1)

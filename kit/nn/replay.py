@@ -326,7 +326,10 @@ class TrainingPlan:
         arenas, and closed."""
         if get_ident() != self.thread or not self.complete:
             return False
-        return all(not ws.destroyed and ws.arena_allocations == n and not ws.is_scope_active for ws, n in self.arenas)
+        for ws, arenas in self.arenas:
+            if ws.destroyed or ws.arena_allocations != arenas or ws.is_scope_active:
+                return False
+        return True
 
     def replay(self, x: Any, y: Any) -> float:
         """One iteration on the raw features `x` and labels `y`; its score."""
@@ -373,10 +376,15 @@ class _Plans:
     def _current(self, net: Any, fixed: tuple[Any, ...], training: bool) -> bool:
         """Forget the plans when what they fixed changed (each item by identity); whether `net` replays."""
         old = self._fixed
-        if old is None or len(old) != len(fixed) or any(a is not b for a, b in zip(old, fixed)):
-            self.clear()
-            self._fixed = fixed
-            self.declined = declined(net, training)
+        if old is not None and len(old) == len(fixed):
+            for a, b in zip(old, fixed):  # a loop, not any(): this runs on every planned answer
+                if a is not b:
+                    break
+            else:
+                return self.declined is None
+        self.clear()
+        self._fixed = fixed
+        self.declined = declined(net, training)
         return self.declined is None
 
     def _keep(self, batch: int, plan: Any) -> None:
@@ -422,7 +430,7 @@ class TrainingPlans(_Plans):
         if tries is None or tries > 4 * (len(net.layers) + 1) or self.limit < 1:
             self._seen[batch] = 0 if tries is None else tries
             return None
-        plan = TrainingPlan(net)
+        plan = TrainingPlan(self.net)  # the proxy: no cycle through the network
         score = plan.record(x, y)
         self.recorded += 1
         if plan.complete:
