@@ -64,7 +64,17 @@ from kit.nn.workspace_mgr import WS_ACTIVATION_GRAD, LayerWorkspaceMgr, Workspac
 from kit.state import STATE
 from kit.workspace import DebugMode, Workspace
 
-__all__ = ["InferencePlan", "OutputPlans", "PlanDeclinedError", "Tape", "TrainingPlans", "declined", "switch"]
+__all__ = [
+    "InferencePlan",
+    "OutputPlans",
+    "PlanDeclinedError",
+    "Tape",
+    "TrainingPlans",
+    "declined",
+    "record",
+    "replay_off",
+    "switch",
+]
 
 T = TypeVar("T")
 
@@ -122,12 +132,14 @@ def watching() -> bool:
 
 
 def record(run: Callable[[], T]) -> tuple[T, list[tuple[Any, tuple[Any, ...], Any]]]:
-    """Run `run()` with kit.nn.kernels noting every kernel called on this thread: its result, the calls."""
-    TAPE.calls = calls = []
+    """Run `run()` with kit.nn.kernels noting every kernel called on this thread: its result, the
+    calls (a recording inside another notes its calls in its own list only)."""
+    before, TAPE.calls = TAPE.calls, []
+    calls = TAPE.calls
     try:
         return run(), calls
     finally:
-        TAPE.calls = None
+        TAPE.calls = before
 
 
 class Tape:
