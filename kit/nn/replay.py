@@ -32,12 +32,10 @@ every iteration. `kit.widgets.TrainingPanel` says how many of the steps it saw w
 memory timeline holds replay off while it records, so every step it shows ran the layers.
 
 Replayed only where the arithmetic is all kernel calls (`Layer.replayable`, `Loss.replayable`:
-Dense, the activations, Dropout, Flatten, Sequential, the losses); Conv2D, pooling, BatchNorm,
-Residual and a subclass with its own forward or backward run as written. Not replayed either:
-mixed precision (the loss scale moves), training on a GPU (unchecked there), a batch that needs
-converting (convert the data once: `DataSet(x.astype(net.dtype), y)`), a view of the batch handed
-to a kernel, and while a tool watches every array (a timeline, allocation sites, debug modes,
-the allocation cache).
+Dense, the activations, Dropout, Flatten, Sequential, the losses; not Conv2D, pooling, BatchNorm,
+Residual, a subclass with its own forward or backward), and not: mixed precision (the loss scale
+moves), training on a GPU (unchecked there), a batch that needs converting (convert the data
+once), a view of the batch handed to a kernel, or while a tool watches every array.
 """
 
 from __future__ import annotations
