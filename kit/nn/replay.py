@@ -29,7 +29,7 @@ updater, buffers, device, dtype, the thread's workspaces), dropping it when any 
 The switch: `switch.on = False` here, `with replay_off():`, or KIT_REPLAY=no in the environment
 (kit.settings), and every step runs the layers' code: a breakpoint in `Dense.forward` stops at
 every iteration. `kit.widgets.TrainingPanel` says how many of the steps it saw were replayed; a
-memory timeline holds replay off while it records, so every step it shows ran the layers.
+memory timeline marks each replayed answer ("replay" events) and holds training replays off.
 
 Replayed only where the arithmetic is all kernel calls (`Layer.replayable`, `Loss.replayable`:
 Dense, the activations, Dropout, Flatten, Sequential, the losses; not Conv2D, pooling, BatchNorm,
@@ -516,6 +516,8 @@ class InferencePlan:
         else:
             self._load(raw)
             self.tape.run([self._input._data])
+        if STATE.recorder is not None:  # a memory timeline: this answer allocated none of the arrays it used
+            STATE.recorder.replay(self.net.device, self.buffer_bytes)
         return self._answer()
 
     def _load(self, raw: Any) -> None:

@@ -182,3 +182,23 @@ def test_the_training_panel_says_how_many_steps_were_replayed(on, capsys):
     panel.close()
     assert panel.replayed == net.train_plans.used == (4 if on else 0)  # seen twice, then replayed
     assert f"steps replayed {panel.replayed} of 6" in capsys.readouterr().out
+
+
+def test_the_memory_timeline_marks_each_replayed_answer_and_sees_every_training_step_run_its_layers():
+    net = mlp(12, hidden=(8,), n_out=5, updater=Sgd(0.1), training_workspace_mode="SINGLE")
+    ds = _data((12,), n=8)
+    for _ in range(3):
+        net.fit_batch(ds)
+    used = net.train_plans.used
+    x = ds.features.numpy()
+    with kit.memory_timeline() as tl:
+        answers = [net.output(x) for _ in range(4)]  # seen once, recorded, then replayed twice
+        net.fit_batch(ds)
+    replays = [e for e in tl.events if e["kind"] == "replay"]
+    assert len(replays) == 2 == net.output_plans.used - 1
+    assert replays[0]["nbytes"] == net.output_plans._plans[8].buffer_bytes
+    assert sum(r["replays"] for r in tl.summary()) == 2
+    assert net.train_plans.used == used  # the step ran its layers: its arrays are in the timeline
+    assert any(e["kind"] == "alloc" and e["array_type"] == "ACTIVATIONS" for e in tl.events)
+    for a in answers[1:]:
+        np.testing.assert_array_equal(a.numpy(), answers[0].numpy())
