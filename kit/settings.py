@@ -5,6 +5,8 @@
                                bfloat16 with the ml_dtypes package; aliases half, fp16, float, ...
     KIT_QUICK=yes|no           quick mode (small workloads) for the chapters and `bench`:
                                1/true/yes or 0/false/no, any case (default no)
+    KIT_REPLAY=yes|no          replay a recorded step at the kernel seam (kit.nn.replay; default
+                               yes); no: every step runs the layers' forward and backward
     KIT_MATMUL_PRECISION=P     float32 matrix products on a GPU: 'highest' (float32) or 'high' (TF32)
     KIT_SEED=N                 the base seed of every device's generator (default 0)
     KIT_BACKEND=numpy|cupy     ask for one backend by name (kit.backend explains the rule)
@@ -63,6 +65,7 @@ __all__ = [
     "load",
     "matmul_precision",
     "quick",
+    "replay",
     "seed",
 ]
 
@@ -223,6 +226,13 @@ def quick(env: Mapping[str, str] | None = None) -> bool:
     return _flag(env, "KIT_QUICK", "quick mode (small workloads)")
 
 
+def replay(env: Mapping[str, str] | None = None) -> bool:
+    """KIT_REPLAY: whether steps are replayed at the kernel seam (kit.nn.replay); True when unset."""
+    if _raw(env, "KIT_REPLAY") is None:
+        return True
+    return _flag(env, "KIT_REPLAY", "the replay of recorded steps (kit.nn.replay)")
+
+
 def matmul_precision(env: Mapping[str, str] | None = None) -> str | None:
     """KIT_MATMUL_PRECISION: 'high' or 'highest'; None when unset (kit.backend then reads CUPY_TF32)."""
     raw = _raw(env, "KIT_MATMUL_PRECISION")
@@ -308,6 +318,7 @@ class Settings:
     backend_strict: bool
     backend_priority_cpu: int
     backend_priority_gpu: int
+    replay: bool = True
 
 
 def load(env: Mapping[str, str] | None = None) -> Settings:
@@ -323,6 +334,7 @@ def load(env: Mapping[str, str] | None = None) -> Settings:
         backend_strict=backend_strict(env),
         backend_priority_cpu=backend_priority("BACKEND_PRIORITY_CPU", 0, env),
         backend_priority_gpu=backend_priority("BACKEND_PRIORITY_GPU", 100, env),
+        replay=replay(env),
     )
 
 

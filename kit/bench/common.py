@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 # untimed training steps before a benchmark times one: a plan is recorded on a batch size's second
-# step (kit.nn.train_plan) and SEPARATE's workspaces learn their sizes over two cycles; with one,
+# step (kit.nn.replay) and SEPARATE's workspaces learn their sizes over two cycles; with one,
 # ResNet-18's first timed step took twice a steady one (1.25-1.3 s against 0.6) and flagged the run
 STEP_WARMUP = 3
 

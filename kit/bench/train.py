@@ -2,8 +2,8 @@
 
 - MLP step at batch 64 and 128: kit Network in each workspace mode vs the same math hand-written in
   NumPy, one BLAS thread each (goal ratio <= MLP_GOAL, 1.03, in every mode; fit_batch replays
-  a planned iteration, kit.nn.train_plan, and a row beside them times the default mode with its
-  plans off), and vs PyTorch on the CPU when it is installed;
+  the kernel calls of a recorded iteration, kit.nn.replay, and a row beside them times the default
+  mode with replay off), and vs PyTorch on the CPU when it is installed;
 - the three workspace modes: time, allocations per iteration, peak workspace bytes;
 - MLP 784-256-10 inference at batch 1 and 256: Network.output (which answers from a plan by itself),
   an explicit planned forward (Network.plan_inference) and NumPy (goals: planned batch 1 <= 1.3 x
@@ -36,6 +36,7 @@ from kit.bench.train_inference import inference_rows
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
 from kit.measurement import measure
 from kit.nn import Network, Sgd, WorkspaceMode, mlp
+from kit.nn.replay import replay_off
 from kit.settings import install_hint
 
 __all__ = ["bench_train", "same_dtype"]
@@ -221,7 +222,7 @@ def _mlp_rows(
     base, in_place = timings[names["numpy"]].seconds, timings[names["in_place"]].seconds
     rows, worst, worst_in_place, reliable, worst_paired = [], 0.0, 0.0, True, []
     notes = {
-        names["unplanned"]: "plans off (net.train_plans.enabled = False): no goal",
+        names["unplanned"]: "replay off (kit.nn.replay.replay_off()): no goal",
         names["in_place"]: "dw *= lr; w -= dw, as kit's Sgd updates: no goal",
     }
     for name, t in timings.items():
@@ -260,21 +261,25 @@ def _mlp_variants(
     fns: dict[str, Callable[[], Any]] = {
         f"kit MLP b{batch} ({m.value})": (lambda n=n: n.fit_batch(data)) for m, n in nets.items()
     }
-    # beside them, the default mode with its plans off: the step before kit.nn.train_plan (no goal)
+    # beside them, the default mode with replay off: the layers' code at every step (no goal)
     unplanned = Network.from_config(net.configuration)  # the SEPARATE net's twin
-    unplanned.train_plans.enabled = False
     names = {
-        "unplanned": f"kit MLP b{batch} ({unplanned.training_workspace_mode.value}, unplanned)",
+        "unplanned": f"kit MLP b{batch} ({unplanned.training_workspace_mode.value}, replay off)",
         "numpy": f"NumPy MLP b{batch} (hand-written)",
         # NumPy writing the update over the gradient as kit's Sgd does (no goal): what of kit's
         # ratio is its update's one temporary fewer, and what is the rest of the step
         "in_place": f"NumPy MLP b{batch} (hand-written, update in place)",
     }
-    fns[names["unplanned"]] = lambda: unplanned.fit_batch(data)
+    fns[names["unplanned"]] = lambda: _replay_off_step(unplanned, data)
     fns[names["numpy"]] = lambda: numpy_mlp_step(xs, ys, weights, lr)
     in_place_weights = [w.copy() for w in weights]
     fns[names["in_place"]] = lambda: numpy_mlp_step(xs, ys, in_place_weights, lr, update_in_place=True)
     return fns, names
+
+
+def _replay_off_step(net: Network, data: DataSet) -> float:
+    with replay_off():
+        return net.fit_batch(data)
 
 
 def _mlp_counts(rows: list[dict[str, Any]], data: DataSet, nets: dict[WorkspaceMode, Network], batch: int) -> None:

@@ -38,6 +38,10 @@ for temporaries made by ordinary kit ops and outside layers), and `kind`:
   share memory without keeping the array that allocated it alive, so its collection proves
   nothing). A release's thread is the one that dropped the last reference. Workspace arrays are
   never released one by one: their cycle's reset frees them all.
+- "replay": an answer replayed at the kernel seam (kit.nn.replay: `Network.output` from a batch
+  size's third call, an InferencePlan at every call) on the arrays kept when it was recorded, so
+  it allocates none of them (nbytes: those arrays). A training step runs through its layers while a
+  timeline records (a replay would hide its arrays): its allocations are all here.
 
 `tl.cycles` holds one dict per workspace cycle that ended while recording (start and end times,
 bytes, spilled bytes, capacity); `summary()` and the notebook table count per workspace and
@@ -48,7 +52,7 @@ Cost: allocate_heap, Workspace.alloc and its scopes, and LayerWorkspaceMgr.creat
 comparison. kit.ndarray's fast paths, where NumPy allocates a heap result itself, read nothing new:
 while a timeline records they take the path through allocate_heap (the one a caching allocator
 already sends them down), so they are recorded there. (One heap result escapes: the copy an
-InferencePlan hands back, which kit.nn.plan wraps directly.) On, every event takes a lock and
+InferencePlan hands back, which kit.nn.replay wraps directly.) On, every event takes a lock and
 builds a dict (and a weak reference for heap arrays), which is of the order of a small op itself:
 do not time a workload while it records. Events from every thread go into the one timeline under one lock; one timeline
 records at a time.
@@ -71,7 +75,7 @@ from kit.state import STATE
 
 __all__ = ["KINDS", "MemoryTimeline", "TimelineError", "memory_timeline"]
 
-KINDS = ("alloc", "release", "spill", "reset")
+KINDS = ("alloc", "release", "spill", "reset", "replay")
 _slot = threading.Lock()  # guards STATE.recorder: one timeline at a time
 
 
@@ -193,6 +197,10 @@ class MemoryTimeline(TimelineViews):
 
     def reset(self, ws: Any) -> None:
         self._add(ws.device.name, ws.name, ws.current_cycle, 0, ws.used, "reset", None)
+
+    def replay(self, device: Any, nbytes: int) -> None:
+        """A step replayed at the kernel seam on `nbytes` of arrays it allocated when recorded."""
+        self._add(device.name, None, None, None, nbytes, "replay", None)
 
     def cycle_start(self, ws: Any) -> None:
         if self.recording:

@@ -46,6 +46,7 @@ class TimelineViews:
                 # the heap has no offsets
                 peak = None if key[0] is None else 0
                 row.update(allocations=0, bytes=0, peak_offset=peak, spills=0, spilled_bytes=0, resets=0, releases=0)
+                row["replays"] = 0
             kind, n = e["kind"], e["nbytes"]
             if kind in ("alloc", "spill"):
                 row["allocations"] += 1
@@ -59,6 +60,8 @@ class TimelineViews:
                 row["resets"] += 1
             elif kind == "release":
                 row["releases"] += 1
+            elif kind == "replay":
+                row["replays"] += 1
         for c in self.cycles:
             key = (c["workspace"], c["thread"], c["device"])
             if key in rows:

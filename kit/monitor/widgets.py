@@ -35,7 +35,7 @@ Training panels are listeners:
     >>> training.close()
     training: 46/46 in ...
     memory: ...
-    loss: last ..., mean of last 20 ..., epochs done 2
+    loss: last ..., mean of last 20 ..., epochs done 2, steps replayed 0 of 46
     >>> workers = kit.widgets.WorkerPanel(2, total_iterations=len(it))
     >>> with ParallelWrapper(net, workers=2, listeners=[workers]) as pw:
     ...     _ = pw.fit(it, epochs=1)
@@ -227,6 +227,9 @@ class TrainingPanel(Panel):
         self._throttle = Throttle(interval if self.use_widgets else 2.0)
         self.scores: list[float] = []
         self.epochs_done = 0
+        # steps replayed at the kernel seam (kit.nn.replay) among those seen: None for a model that never replays
+        self.replayed: int | None = None
+        self._replays_seen = 0
         if self.use_widgets:
             import ipywidgets as w
 
@@ -239,13 +242,16 @@ class TrainingPanel(Panel):
         if not self.scores:
             return "loss: -"
         recent = self.scores[-20:]
+        replayed = "" if self.replayed is None else f", steps replayed {self.replayed} of {len(self.scores)}"
         return (
             f"loss: last {self.scores[-1]:.3g}, mean of last {len(recent)} {sum(recent) / len(recent):.3g}, "
-            f"epochs done {self.epochs_done}"
+            f"epochs done {self.epochs_done}{replayed}"
         )
 
     def on_fit_start(self, model: Any) -> None:
-        pass
+        plans = getattr(model, "train_plans", None)
+        if plans is not None:
+            self._replays_seen = plans.used
 
     def on_epoch_start(self, model: Any, epoch: int | None = None) -> None:
         pass
@@ -255,6 +261,10 @@ class TrainingPanel(Panel):
 
     def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
         self.scores.append(float(info.get("score", float("nan"))))
+        plans = getattr(model, "train_plans", None)
+        if plans is not None:  # did this step replay (kit.nn.replay), or run the layers?
+            self.replayed = (self.replayed or 0) + (plans.used > self._replays_seen)
+            self._replays_seen = plans.used
         self.timing.tick()
         if self.memory is not None:
             self.memory.update()

@@ -6,15 +6,13 @@
     >>> bool(np.allclose(net.output(np.ones((1, 2), np.float32), planned=False).numpy().sum(), 1))
     True
 
-Each is a Layer (kit.nn.layers) with no parameters; its kernels are in kit.nn.kernels, and its
-planned kernels (`plan_step`, `plan_train_forward`, `plan_backward`) sit beside its forward and
-backward, as Dense's do.
+Each is a Layer (kit.nn.layers) with no parameters; its kernels are in kit.nn.kernels, where a
+step kit.nn.replay records is replayed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from kit.arrays.ndarray import NDArray
@@ -42,6 +40,7 @@ class ReLU(Layer):
 
     forward_working_memory = False
     runs_in_place = True
+    replayable = True
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         raw, dev = x.data, x._device
@@ -57,16 +56,6 @@ class ReLU(Layer):
         relu_grad_into(eps, y, dx, mgr)
         return dx
 
-    plan_replay = True
-
-    def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
-        return partial(relu_into, xp, x, y)
-
-    plan_train_forward = plan_step
-
-    def plan_backward(self, xp: Any, x: Any, y: Any, e: Any, dx: Any, buffers: list[Any]) -> partial[Any]:
-        return partial(relu_backward_into, xp, e, y, buffers[1], dx)  # buffers: dx, then the mask
-
 
 def relu_grad_into(eps: NDArray, y: NDArray, out: NDArray, mgr: LayerWorkspaceMgr) -> None:
     """out = eps where the ReLU output y was positive, else 0 (the mask in BP working memory)."""
@@ -79,7 +68,7 @@ class _Elementwise(Layer):
     """An activation y = f(x) whose backward needs y and one array of BP working memory."""
 
     forward_working_memory = False
-    plan_replay = True
+    replayable = True
     kernel: Callable[[Any, Any, Any], None]
     backward_kernel: Callable[[Any, Any, Any, Any, Any], None]
 
@@ -97,14 +86,6 @@ class _Elementwise(Layer):
         self._y = None  # used up
         return dx
 
-    def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
-        return partial(type(self).kernel, xp, x, y)
-
-    plan_train_forward = plan_step
-
-    def plan_backward(self, xp: Any, x: Any, y: Any, e: Any, dx: Any, buffers: list[Any]) -> partial[Any]:
-        return partial(type(self).backward_kernel, xp, e, y, buffers[0], dx)  # buffers: scratch, dx
-
 
 class Tanh(_Elementwise):
     kernel, backward_kernel = staticmethod(tanh_into), staticmethod(tanh_backward_into)
@@ -116,6 +97,8 @@ class Sigmoid(_Elementwise):
 
 class Softmax(Layer):
     """Softmax over the last axis (numerically stable: the row maximum is subtracted)."""
+
+    replayable = True
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         y = mgr.create(ACT, x.shape, x.dtype, x.device)
@@ -131,13 +114,3 @@ class Softmax(Layer):
         softmax_backward_into(dev.xp, e, self._y.data, scratch, row, dx.data)
         self._y = None  # used up
         return dx
-
-    plan_replay = True
-
-    def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
-        return partial(softmax_into, xp, x, y, buffers[-1])  # the (B, 1) working array asked for after y
-
-    plan_train_forward = plan_step
-
-    def plan_backward(self, xp: Any, x: Any, y: Any, e: Any, dx: Any, buffers: list[Any]) -> partial[Any]:
-        return partial(softmax_backward_into, xp, e, y, buffers[0], buffers[1], dx)  # scratch, row, dx

@@ -110,8 +110,6 @@ class BatchNorm(Layer):
         c = self.input_shape[0]  # type: ignore[index]
         return ((0,), (1, c)) if ndim == 2 else ((0, 2, 3), (1, c, 1, 1))
 
-    plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
-
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
         xp, dev, d = x.device.xp, x.device, x.data

@@ -142,8 +142,6 @@ class Conv2D(Layer):
         c = self.input_shape[0]  # type: ignore[index]
         return self.out_channels * c * self.kernel * self.kernel <= PER_EXAMPLE_MAX_WEIGHTS
 
-    plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
-
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
         xp, dev, raw = x.device.xp, x.device, x.data

@@ -14,12 +14,10 @@ gradients into the views `self.grads[name]` and returns the input gradient made 
 no layer allocates around kit. The array code is in kit.nn.kernels, written once against `xp`
 (NumPy or CuPy) on the raw arrays (`.data`, which checks staleness), with `out=` everywhere.
 
-Planned inference (kit.nn.plan) asks each layer, beside its forward, how to replay it:
-`plan_step(xp, x, y, buffers)` returns a call of the layer's kernel on the plan's raw arrays
-(Dense, the activations of kit.nn.activations, Dropout), and `plan_replay = True` says that forward takes every array
-it uses from `mgr`, so running it again on the arrays recorded once gives the right answer. A
-layer with neither (a subclass that writes its own forward and says nothing) is not planned:
-`Network.output` runs it unplanned.
+A layer whose forward and backward write every array through kit.nn.kernels (and make every
+array with `mgr`) says so with `replayable = True`: kit.nn.replay may then record a step where
+those kernels are called and replay it there. A subclass that writes its own forward or backward
+is not replayable unless it says so itself.
 
 Shapes are written per example in `build` (no batch axis) and with the batch in comments.
 """
@@ -28,21 +26,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 
 from kit.arrays.checks import real, whole
 from kit.arrays.ndarray import NDArray
-from kit.nn.kernels import (
-    copy_into,
-    dense_backward_into,
-    dense_into,
-    dropout_into,
-)
+from kit.nn.kernels import copy_into, dense_backward_into, dense_into, dropout_backward_into, dropout_into, uniform_into
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["Dense", "Dropout", "Flatten", "Layer", "ParamSpec", "Sequential", "layer_from_config", "mark_in_place"]
@@ -80,9 +71,9 @@ class Layer:
     # raise (the working-memory workspace is not open).
     forward_working_memory = True
     backward_working_memory = True
-    # Planned inference: True when forward takes every array it returns or writes from `mgr`
-    # (the contract above), so a plan may run it again on the arrays recorded once
-    plan_replay = False
+    # kit.nn.replay: every array forward and backward write goes through a kit.nn.kernels call, so a
+    # step recorded at that seam replays this layer (composites: when their sublayers are)
+    replayable = False
     runs_in_place = False  # ReLU: may write its output over its input (mark_in_place decides)
     # Memory: whether backward reads this layer's output (an activation's y). A layer that does
     # not (Dense, Conv2D, BatchNorm, pooling, Dropout) lets the ReLU after it run in place, over
@@ -105,17 +96,9 @@ class Layer:
             flag = f"{call}_working_memory"
             if call in cls.__dict__ and flag not in cls.__dict__:
                 setattr(cls, flag, True)
-        # likewise a subclass's own forward is not planned by its parent's kernel or promise, nor
-        # its own backward by its parent's (planned training, kit.nn.train_plan)
-        if "forward" in cls.__dict__:
-            if "plan_step" not in cls.__dict__:
-                cls.plan_step = Layer.plan_step  # type: ignore[method-assign]
-            if "plan_replay" not in cls.__dict__:
-                cls.plan_replay = False
-            if "plan_train_forward" not in cls.__dict__:
-                cls.plan_train_forward = Layer.plan_train_forward  # type: ignore[method-assign]
-        if "backward" in cls.__dict__ and "plan_backward" not in cls.__dict__:
-            cls.plan_backward = Layer.plan_backward  # type: ignore[method-assign]
+        # likewise a subclass's own forward or backward is not replayed on its parent's promise
+        if ("forward" in cls.__dict__ or "backward" in cls.__dict__) and "replayable" not in cls.__dict__:
+            cls.replayable = False
         # a subclass's own forward or backward may not honour in_place (or may read its input)
         if ("forward" in cls.__dict__ or "backward" in cls.__dict__) and "runs_in_place" not in cls.__dict__:
             cls.runs_in_place = False
@@ -163,28 +146,6 @@ class Layer:
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
         raise NotImplementedError
 
-    def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any] | None:
-        """Planned inference: a call that writes this layer's inference output for the raw input
-        `x` into the raw `y` (both fixed arrays of a plan; `buffers`: the raw arrays forward asked
-        `mgr` for when the plan was recorded, y among them), or None: the plan replays forward.
-        Built as functools.partial(kernel, xp, x, ...), the step lets a plan on the CPU pass the
-        caller's array as x instead of copying it into its own first."""
-        return None
-
-    def plan_train_forward(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> partial[Any] | None:
-        """Planned training (kit.nn.train_plan): a call that writes this layer's training output for
-        the raw input `x` into the raw `y` (`buffers`: the raw arrays forward asked `mgr` for in
-        training, y among them), or None: a network with this layer trains unplanned. It must be a
-        functools.partial(kernel, xp, ...) over raw arrays: the plan puts each step's batch in it."""
-        return None
-
-    def plan_backward(self, xp: Any, x: Any, y: Any, e: Any, dx: Any, buffers: list[Any]) -> partial[Any] | None:
-        """Planned training: a call that does what backward does, from the raw arrays of the
-        recorded step: the forward's input `x` and output `y`, the gradient `e` = d loss / d y, and
-        `dx`, where d loss / d x goes (None when backward made none: a network's first layer);
-        `buffers`: the raw arrays backward asked `mgr` for, in order. None: trained unplanned."""
-        return None
-
     def check_training_batch(self, batch: int, index: int) -> None:
         """Refuse, in words, a training batch of `batch` examples this layer cannot learn from
         (`index`: its place in the network, for the message). Nothing to refuse by default."""
@@ -218,6 +179,7 @@ class Dense(Layer):
 
     forward_working_memory = backward_working_memory = False
     output_read_by_backward = False  # backward reads x, W and eps
+    replayable = True
 
     def __init__(self, n_out: int, weight_init: str = "xavier") -> None:
         super().__init__()
@@ -264,23 +226,12 @@ class Dense(Layer):
         dense_backward_into(dev.xp, x, e, w, grads["W"]._data, grads["b"]._data, None if dx is None else dx._data)
         return dx
 
-    plan_replay = True
-
-    def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
-        # the parameters are views of the network's flat buffer: read in place at every call
-        return partial(dense_into, xp, x, self.params["W"]._data, self.params["b"]._data, y)
-
-    plan_train_forward = plan_step  # training computes what inference does
-
-    def plan_backward(self, xp: Any, x: Any, y: Any, e: Any, dx: Any, buffers: list[Any]) -> partial[Any]:
-        w, grads = self.params["W"]._data, self.grads
-        return partial(dense_backward_into, xp, x, e, w, grads["W"]._data, grads["b"]._data, dx)
-
 
 class Dropout(Layer):
     """Inverted dropout. `retain` is DL4J's `dropOut(p)`: the probability of *keeping* a unit."""
 
     output_read_by_backward = False  # backward reads the mask
+    replayable = True
 
     def __init__(self, retain: float = 0.5) -> None:
         super().__init__()
@@ -301,7 +252,7 @@ class Dropout(Layer):
         # uniform draws in working memory (the generators fill float32/float64 only), then the
         # scaled keep-mask in ACTIVATIONS: backward needs it later in the same iteration
         draws = mgr.create(FF, x.shape, np.float64 if x.dtype == np.float64 else np.float32, x.device)
-        x.device.rng().random(out=draws.data, dtype=draws.dtype)
+        uniform_into(x.device, draws.data)
         mask = mgr.create(ACT, x.shape, x.dtype, x.device)
         dropout_into(xp, x.data, draws.data, self.retain, mask.data, y.data)
         self._mask = mask if mgr.backward_follows else None
@@ -310,23 +261,16 @@ class Dropout(Layer):
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
         xp = eps.device.xp
         dx = mgr.create(GRAD, eps.shape, eps.dtype, eps.device)
-        if self._mask is None:
-            copy_into(xp, eps.data, dx.data)
-        else:
-            xp.multiply(eps.data, self._mask.data, out=dx.data)
+        dropout_backward_into(xp, eps.data, None if self._mask is None else self._mask.data, dx.data)
         self._mask = None  # used up
         return dx
-
-    plan_replay = True
-
-    def plan_step(self, xp: Any, x: Any, y: Any, buffers: list[Any]) -> Callable[[], Any]:
-        return partial(copy_into, xp, x, y)  # the identity at inference
 
 
 class Flatten(Layer):
     """(B, ...) -> (B, prod(...)): a view, no copy."""
 
     forward_working_memory = backward_working_memory = False
+    replayable = True  # a view: nothing to compute
 
     def _output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
         return (math.prod(input_shape),)
@@ -337,11 +281,11 @@ class Flatten(Layer):
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
         return eps.reshape(eps.shape[0], *self.input_shape)  # type: ignore[misc]
 
-    plan_replay = True  # a view of the input: replayed, it costs nothing
-
 
 class Sequential(Layer):
     """Layers applied in order; itself a layer, so blocks nest."""
+
+    replayable = True  # computes nothing itself: replayed where each of its layers is
 
     def __init__(self, layers: list[Layer]) -> None:
         super().__init__()
@@ -397,8 +341,6 @@ class Sequential(Layer):
                 mgr.release(eps, keep=dx)
             eps = dx
         return eps
-
-    plan_replay = True  # replayed when each of its layers can be (kit.nn.plan checks them)
 
 
 def mark_in_place(layers: list[Layer]) -> None:

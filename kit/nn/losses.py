@@ -5,14 +5,12 @@
     MSE()                   outputs (B, n), targets (B, n) -> mean over all elements of (y - t)^2
 
 `output()` of a network trained with SoftmaxCrossEntropy returns probabilities (`activate`).
-The arithmetic is in kit.nn.kernels (cross_entropy_into, mse_into, softmax_into); `plan_step`
-names the kernel planned inference (kit.nn.plan) calls for `activate`.
+The arithmetic is in kit.nn.kernels (cross_entropy_into, mse_into, softmax_into), the seam
+kit.nn.replay records a step at: each kernel that returns a number returns the loss.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
 from typing import Any, ClassVar
 
 from kit.arrays.ndarray import NDArray
@@ -32,14 +30,16 @@ __all__ = [
 class Loss:
     registry: ClassVar[dict[str, type[Loss]]] = {}
     classification = False
+    # kit.nn.replay: activate and value_and_grad compute through kit.nn.kernels alone, and only the
+    # kernels that compute the loss return a number
+    replayable = True
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         Loss.registry[cls.__name__] = cls
-        if "activate" in cls.__dict__ and "plan_step" not in cls.__dict__:  # not the parent's kernel
-            cls.plan_step = Loss.plan_step  # type: ignore[method-assign]
-        if "value_and_grad" in cls.__dict__ and "plan_value_and_grad" not in cls.__dict__:
-            cls.plan_value_and_grad = Loss.plan_value_and_grad  # type: ignore[method-assign]
+        # a subclass's own activate or value_and_grad is not replayed on its parent's promise
+        if ("activate" in cls.__dict__ or "value_and_grad" in cls.__dict__) and "replayable" not in cls.__dict__:
+            cls.replayable = False
 
     def config(self) -> dict[str, Any]:
         return {"type": type(self).__name__}
@@ -53,21 +53,6 @@ class Loss:
     def activate(self, out: NDArray, result: NDArray, mgr: LayerWorkspaceMgr) -> None:
         """Write the prediction for `out` into `result` (identity unless overridden)."""
         copy_into(out.device.xp, out.data, result.data)
-
-    def plan_step(self, xp: Any, z: Any, result: Any, buffers: list[Any]) -> Callable[[], Any] | None:
-        """Planned inference: a call that writes `activate`'s prediction for the raw `z` into the raw
-        `result` (`buffers`: the raw arrays activate asked `mgr` for when the plan was recorded), or
-        None: the plan runs `activate` again on them."""
-        if type(self).activate is not Loss.activate:
-            return None
-        return partial(copy_into, xp, z, result)
-
-    def plan_value_and_grad(self, xp: Any, z: Any, t: Any, grad: Any, buffers: list[Any]) -> partial[Any] | None:
-        """Planned training (kit.nn.train_plan): a functools.partial(kernel, xp, ...) that does what
-        value_and_grad does on the raw arrays of the recorded step (the output `z`, the labels `t`,
-        `grad` where the gradient goes; `buffers`: the raw arrays it asked `mgr` for, grad first)
-        and returns the loss, or None: a network with this loss trains unplanned."""
-        return None
 
 
 def loss_from_config(cfg: dict[str, Any]) -> Loss:
@@ -89,6 +74,7 @@ def rows_of_scores(shape: tuple[int, ...], loss: str) -> None:
 
 class SoftmaxCrossEntropy(Loss):
     classification = True
+    replayable = True
 
     def value_and_grad(self, out: NDArray, labels: NDArray, mgr: LayerWorkspaceMgr) -> tuple[float, NDArray]:
         dev, z, t = out.device, out.data, labels.data
@@ -100,26 +86,18 @@ class SoftmaxCrossEntropy(Loss):
         logp = mgr.create(ArrayType.BP_WORKING_MEM, z.shape, z.dtype, dev)._data
         return cross_entropy_into(dev.xp, z, t, grad._data, logp, row), grad
 
-    def plan_value_and_grad(self, xp: Any, z: Any, t: Any, grad: Any, buffers: list[Any]) -> partial[Any]:
-        return partial(cross_entropy_into, xp, z, t, grad, buffers[2], buffers[1])  # buffers: grad, row, logp
-
     def activate(self, out: NDArray, result: NDArray, mgr: LayerWorkspaceMgr) -> None:
         if out.ndim != 2:
             rows_of_scores(out.shape, "SoftmaxCrossEntropy")
         row = mgr.create(ArrayType.FF_WORKING_MEM, (out.shape[0], 1), out.dtype, out.device).data
         softmax_into(out.device.xp, out.data, result.data, row)
 
-    def plan_step(self, xp: Any, z: Any, result: Any, buffers: list[Any]) -> Callable[[], Any]:
-        rows_of_scores(z.shape, "SoftmaxCrossEntropy")
-        return partial(softmax_into, xp, z, result, buffers[0])  # the (B, 1) working array activate asked for
-
 
 class MSE(Loss):
+    replayable = True
+
     def value_and_grad(self, out: NDArray, labels: NDArray, mgr: LayerWorkspaceMgr) -> tuple[float, NDArray]:
         dev, y, t = out.device, out.data, labels.data
         g = mgr.create(ArrayType.ACTIVATION_GRAD, y.shape, y.dtype, dev)
         squares = mgr.create(ArrayType.BP_WORKING_MEM, y.shape, accumulator(y.dtype), dev).data
         return mse_into(dev.xp, y, t, g.data, squares), g
-
-    def plan_value_and_grad(self, xp: Any, z: Any, t: Any, grad: Any, buffers: list[Any]) -> partial[Any]:
-        return partial(mse_into, xp, z, t, grad, buffers[1])  # buffers: grad, squares

@@ -53,8 +53,7 @@ from kit.nn.network_inference import Inference
 from kit.nn.network_state import State
 from kit.nn.network_training import Training
 from kit.nn.persistence import ModelFileError
-from kit.nn.plan import OutputPlans
-from kit.nn.train_plan import TrainingPlans
+from kit.nn.replay import OutputPlans, TrainingPlans
 from kit.nn.turn_lock import TurnLock
 from kit.nn.updaters import Adam, Updater, state_dtype
 from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
@@ -156,8 +155,8 @@ class Network(Training, Inference, State):
         self.infer_mgr = LayerWorkspaceMgr(
             self.inference_workspace_mode, f"{self._name}/infer/", self.device, calls, backward_follows=False
         )
-        self.output_plans = OutputPlans(self)  # output()'s plans, one per batch size (kit.nn.plan)
-        self.train_plans = TrainingPlans(self)  # fit's, one per batch size (kit.nn.train_plan)
+        self.output_plans = OutputPlans(self)  # output()'s replays, one per batch size (kit.nn.replay)
+        self.train_plans = TrainingPlans(self)  # fit's, one per batch size (kit.nn.replay)
         self._initialise()
 
     # ---- flat buffers ----------------------------------------------------------------

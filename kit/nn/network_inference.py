@@ -7,8 +7,8 @@
     ((2, 3), (0, 3))
 
 Answers are always detached (heap) memory, also when asked inside a workspace. A batch size asked
-for again is answered by a plan (kit.nn.plan). `Inference` is a mixin of kit.nn.network.Network,
-which holds the state these methods use.
+for again is answered by a replay of its recorded kernel calls (kit.nn.replay). `Inference` is a
+mixin of kit.nn.network.Network, which holds the state these methods use.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from kit.arrays.creation import empty
 from kit.arrays.ndarray import NDArray
 from kit.data.dataset import DataSet
 from kit.nn.evaluation import Evaluation
-from kit.nn.plan import InferencePlan
+from kit.nn.replay import InferencePlan
 from kit.workspaces.workspace import scope_out_of_workspaces
 
 __all__ = ["Inference"]
@@ -33,9 +33,10 @@ class Inference:
         """Predictions for x (probabilities for softmax cross-entropy), always in detached heap
         memory, also when called inside a workspace (DL4J throws there, dl4j#8231).
 
-        In inference a batch size asked for again is answered by a plan (kit.nn.plan,
-        `output_plans`): the same numbers with less bookkeeping. `planned=False` runs the layers
-        unplanned, in the inference workspaces."""
+        In inference a batch size asked for again is answered by replaying the kernel calls its
+        recorded pass made (kit.nn.replay, `output_plans`): the same numbers with less bookkeeping.
+        `planned=False` (or the switch, kit.nn.replay.switch) runs the layers, in the inference
+        workspaces."""
         if planned and not train:
             lock = self.lock.rlock
             if lock.acquire(False):  # free: the RLock itself, without TurnLock's Python
@@ -63,7 +64,7 @@ class Inference:
             return result
 
     def plan_inference(self, batch_size: int) -> InferencePlan:
-        """Forward passes for `batch_size` examples, captured once and replayed (kit.nn.plan): no
+        """Forward passes for `batch_size` examples, recorded once and replayed (kit.nn.replay): no
         allocation and no per-call bookkeeping; the CPU analogue of a captured CUDA graph."""
         return InferencePlan(self, batch_size)
 

@@ -26,6 +26,8 @@ from kit.arrays.checks import all_finite
 from kit.core import memory
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
+from kit.nn import replay
+from kit.nn.kernels import l2_into
 from kit.nn.layers import call_forward
 from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
 from kit.nn.mixed import LossScaleError, precision_step, scale_seed
@@ -92,7 +94,7 @@ class Training:
                 score += self._l2_penalty()
             else:
                 with mgr.updater():
-                    score += self._apply_l2(mgr)
+                    score = self._apply_l2(mgr, score)
         return score
 
     def _l2_penalty(self) -> float:
@@ -110,15 +112,13 @@ class Training:
                 self.flat_params, self.flat_grads, self.updater_state, self.iteration + 1, mgr, updater.exact_in_place
             )
 
-    def _apply_l2(self, mgr: LayerWorkspaceMgr) -> float:
-        xp, penalty = self.device.xp, 0.0
+    def _apply_l2(self, mgr: LayerWorkspaceMgr, score: float) -> float:
+        """Add L2's gradient to each regularised parameter's; `score` plus each penalty, in order."""
+        xp = self.device.xp
         for p, g in self._regularized:
-            flat = p.data.reshape(-1)
-            penalty += 0.5 * self.l2 * float(xp.dot(flat, flat))
             tmp = mgr.create(ArrayType.UPDATER_WORKING_MEM, p.shape, p.dtype, p.device).data
-            xp.multiply(p.data, self.l2, out=tmp)
-            g.data += tmp
-        return penalty
+            score += l2_into(xp, p.data, g.data, tmp, self.l2)
+        return score
 
     def apply_update(self) -> None:
         """Apply the updater to the gradients now in `flat_grads` (one iteration; with a loss
@@ -149,8 +149,8 @@ class Training:
         if lock.waiting:
             lock.let_waiters_in()
         with lock.rlock:  # the RLock itself (C): this thread waits for nobody, see let_waiters_in
-            # a batch size trained on before: replayed from its plan (kit.nn.train_plan); None: unplanned
-            score = self.train_plans.step(ds)
+            # a batch size trained on before: replayed at the kernel seam (kit.nn.replay); None: as written
+            score = self.train_plans.step(ds) if replay.switch.on else None
             if score is None:
                 mgr = self.train_mgr
                 self.last_step_skipped = False

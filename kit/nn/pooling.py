@@ -77,7 +77,6 @@ class MaxPool2D(_Pool2D):
     """Maximum of each window. Backward sends each window's gradient to its first maximum (the
     pixel argmax picks), whose offset a training forward keeps as one byte per output."""
 
-    plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
     output_read_by_backward = False  # backward reads the winners' offsets
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
@@ -121,7 +120,6 @@ class MaxPool2D(_Pool2D):
 class AvgPool2D(_Pool2D):
     """Average over each window, padding counted as zeros (count_include_pad)."""
 
-    plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
     output_read_by_backward = False  # backward reads nothing of the forward
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
@@ -151,8 +149,6 @@ class GlobalAvgPool(Layer):
         if len(input_shape) != 3:
             raise ValueError(f"GlobalAvgPool needs (batch, C, H, W) inputs, got per-example {input_shape}")
         return (input_shape[0],)
-
-    plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)

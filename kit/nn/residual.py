@@ -72,8 +72,6 @@ class Residual(Layer):
         self.output_shape = shape
         return shape
 
-    plan_replay = True  # forward takes every array from mgr: a plan may replay it (kit.nn.plan)
-
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         xp = x.device.xp
         if self.recompute and training and mgr.backward_follows:  # keep x and y only

@@ -351,7 +351,7 @@ class Workspace(Cycles):
         if self._open:
             self._close_cycle()
 
-    # ---- a planned cycle (kit.nn.train_plan) ---------------------------------------
+    # ---- a replayed cycle (kit.nn.replay) ------------------------------------------
     def tally(self) -> tuple[int, int, int, int, int]:
         """(allocations, bytes carved this cycle, the offset now, spills, arenas made): what a
         planned training step reads before and after the cycle it records."""
@@ -361,7 +361,7 @@ class Workspace(Cycles):
         """A whole cycle of this closed workspace, never made current: opened, then the carves a
         recorded cycle made counted (`allocations` arrays of `nbytes` in all, aligned, ending at
         offset `end`: allocations, the cycle's bytes, the offset and the peak, as `alloc`'s hits
-        would count them), then closed. A planned training step (kit.nn.train_plan) counts its
+        would count them), then closed. A replayed training step (kit.nn.replay) counts its
         scopes' cycles here after its arithmetic, on the arena views its recorded cycles were
         given, so the arena holds what those carves would have put there (its valid() made the
         checks `with ws` makes); the counters, the generation and the learning end as a scope's

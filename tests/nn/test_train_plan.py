@@ -1,8 +1,10 @@
-"""Planned training (kit.nn.train_plan): the same numbers and the same counts as the unplanned step,
-in every workspace mode, for every planned layer, loss and updater; and unplanned whenever the plan
-cannot be trusted (a layer without kernels, a watching tool, another thread, changed state)."""
+"""Replayed training (kit.nn.replay): the same numbers and the same counts as the step run through
+the layers, in every workspace mode, for every replayable layer, loss and updater; and the layers
+run whenever a replay cannot be trusted (a layer computing outside the kernels, a watching tool,
+another thread, changed state)."""
 
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -15,7 +17,6 @@ from kit.nn import (
     Adam,
     BatchNorm,
     Dense,
-    Dropout,
     Flatten,
     Nesterovs,
     Network,
@@ -27,7 +28,7 @@ from kit.nn import (
     WorkspaceMode,
     mlp,
 )
-from kit.nn.train_plan import training_declined
+from kit.nn.replay import declined, replay_off
 from kit.workspaces.workspace import DebugMode, StaleArrayError, set_debug_mode, track_allocation_sites
 
 MODES = list(WorkspaceMode)
@@ -40,11 +41,25 @@ def _data(n=40, n_in=12, n_out=5, seed=0):
     return DataSet(x, y)
 
 
+_PLAIN = weakref.WeakSet()  # networks these tests train with the switch off
+
+
+def training_declined(net):
+    return declined(net, training=True)
+
+
 def _twins(make):
-    """The same network twice: planned, and with its plans off."""
+    """The same network twice: replayed, and one trained with the switch off (its layers every step)."""
     planned, plain = make(), make()
-    plain.train_plans.enabled = False
+    _PLAIN.add(plain)
     return planned, plain
+
+
+def _fit(net, ds):
+    if net in _PLAIN:
+        with replay_off():
+            return net.fit_batch(ds)
+    return net.fit_batch(ds)
 
 
 def _run(net, data, epochs=3, batch=8):
@@ -53,7 +68,7 @@ def _run(net, data, epochs=3, batch=8):
     before = kit.memory.heap_allocations(this_thread=True), kit.memory.heap_bytes(this_thread=True)
     for _ in range(epochs):
         for ds in ArrayIterator(data, batch_size=batch):
-            scores.append(net.fit_batch(ds))
+            scores.append(_fit(net, ds))
     after = kit.memory.heap_allocations(this_thread=True), kit.memory.heap_bytes(this_thread=True)
     state = {k: v.numpy().copy() for k, v in net.updater_state.items()}
     return scores, (after[0] - before[0], after[1] - before[1]), net.flat_params.numpy().copy(), state
@@ -154,20 +169,21 @@ def test_a_plan_keeps_no_batch():
     assert gone() is None
 
 
-@pytest.mark.parametrize(
-    "layers, named",
-    [
-        ([Dense(8), Dropout(0.5), Dense(5)], "Dropout"),
-        ([Dense(8), BatchNorm(), ReLU(), Dense(5)], "BatchNorm"),
-        ([Flatten(), Dense(5)], "Flatten"),
-    ],
-)
-def test_layers_without_training_kernels_train_unplanned_and_say_so(layers, named):
-    net = Network(layers, (12,), updater=Sgd(0.1))
+def test_a_layer_computing_outside_the_kernels_trains_through_its_layers_and_says_so():
+    net = Network([Dense(8), BatchNorm(), ReLU(), Dense(5)], (12,), updater=Sgd(0.1))
     for _ in range(3):
         net.fit_batch(_data(n=8))
     assert net.train_plans.used == 0 and net.train_plans.recorded == 0
-    assert named in net.train_plans.declined and "unplanned" in net.train_plans.declined
+    assert "BatchNorm" in net.train_plans.declined and "run the layers" in net.train_plans.declined
+
+
+def test_a_view_of_the_batch_handed_to_a_kernel_is_recorded_but_never_replayed():
+    planned, plain = _twins(lambda: Network([Flatten(), Dense(5)], (12,), updater=Sgd(0.1), seed=3))
+    a, b = _run(planned, _data(), epochs=2), _run(plain, _data(), epochs=2)
+    assert planned.train_plans.declined is None and planned.train_plans.recorded > 0
+    assert planned.train_plans.used == 0 and len(planned.train_plans) == 0  # Dense reads a view of the batch
+    assert a[0] == b[0]
+    np.testing.assert_array_equal(a[2], b[2])
 
 
 def test_a_subclass_with_its_own_backward_is_not_planned_by_its_parents_kernel():
@@ -274,7 +290,7 @@ def test_another_thread_does_not_replay_this_threads_plan():
     def other():
         for net in (planned, plain):
             for ds in ArrayIterator(data, batch_size=8):
-                net.fit_batch(ds)
+                _fit(net, ds)
 
     t = threading.Thread(target=other)
     t.start()
@@ -353,9 +369,9 @@ def test_an_updater_that_asks_for_other_arrays_is_refused_and_the_printed_remedy
         assert words in str(err.value)
     assert not any(s["open"] for s in net.workspace_stats()["training"].values())  # its scopes closed
     net.train_plans.clear()  # the remedy the message prints
-    net.train_plans.enabled = False  # (this updater never repeats itself: train it unplanned)
     before = net.flat_params.numpy().copy()
-    net.fit_batch(ds)
+    with replay_off():  # (this updater never repeats itself: train it through its layers)
+        net.fit_batch(ds)
     assert not np.array_equal(net.flat_params.numpy(), before)
 
 
@@ -364,10 +380,10 @@ def test_an_updater_that_asks_for_fewer_arrays_than_recorded_drops_the_plan_and_
         mlp(12, hidden=(8,), n_out=5, updater=_Shifty(0.1, ((3,), None)), training_workspace_mode=WorkspaceMode.SINGLE)
         for _ in range(2)
     ]
-    nets[1].train_plans.enabled = False
+    _PLAIN.add(nets[1])
     ds = _data(n=8)
     for _ in range(6):
-        scores = [net.fit_batch(ds) for net in nets]
+        scores = [_fit(net, ds) for net in nets]
         assert scores[0] == scores[1]
     np.testing.assert_array_equal(nets[0].flat_params.numpy(), nets[1].flat_params.numpy())
     assert nets[0].train_plans.recorded >= 2  # recorded again after each replay that asked for less
@@ -381,7 +397,7 @@ def test_a_kernel_that_raises_in_a_replay_closes_its_scopes_and_training_goes_on
     planned, plain = _twins(make)
     ds = _data(n=8)
     for _ in range(20):  # until one iteration was replayed (SEPARATE's working memory learns for a few)
-        assert planned.fit_batch(ds) == plain.fit_batch(ds)
+        assert planned.fit_batch(ds) == _fit(plain, ds)
         if planned.train_plans.used:
             break
     assert planned.train_plans.used == 1
@@ -389,14 +405,14 @@ def test_a_kernel_that_raises_in_a_replay_closes_its_scopes_and_training_goes_on
     for net in (planned, plain):
         before = net.flat_params.numpy().copy()
         with np.errstate(over="raise"), pytest.raises(FloatingPointError, match="overflow") as err:
-            net.fit_batch(huge)
+            _fit(net, huge)
         replayed = any(entry.name == "replay" for entry in err.traceback)
         assert replayed == (net is planned)  # raised inside the replay (or the unplanned forward)
         np.testing.assert_array_equal(net.flat_params.numpy(), before)  # raised in forward: nothing learned
         assert not any(s["open"] for s in net.workspace_stats()["training"].values())
     assert planned.train_plans.used == 1  # `used` counts the replays that ended
     for _ in range(3):  # and the plan goes on being replayed, with the unplanned twin's numbers
-        assert planned.fit_batch(ds) == plain.fit_batch(ds)
+        assert planned.fit_batch(ds) == _fit(plain, ds)
     assert planned.train_plans.used == 4
     np.testing.assert_array_equal(planned.flat_params.numpy(), plain.flat_params.numpy())
 
@@ -408,16 +424,16 @@ def test_an_iteration_inside_its_own_open_workspace_runs_unplanned_and_the_plans
     planned, plain = _twins(make)
     ds = _data(n=8)
     for _ in range(3):
-        assert planned.fit_batch(ds) == plain.fit_batch(ds)
+        assert planned.fit_batch(ds) == _fit(plain, ds)
     assert planned.train_plans.used == 1
     for net in (planned, plain):  # the iteration's scope is open already: `with ws` re-enters it
         with net.train_mgr.iteration():
             for _ in range(3):
-                net.fit_batch(ds)
+                _fit(net, ds)
     assert planned.train_plans.used == 1  # neither replayed (the plan opens each scope anew) nor recorded
     np.testing.assert_array_equal(planned.flat_params.numpy(), plain.flat_params.numpy())
     assert _workspace_counts(planned) == _workspace_counts(plain)
     for _ in range(4):
-        assert planned.fit_batch(ds) == plain.fit_batch(ds)
+        assert planned.fit_batch(ds) == _fit(plain, ds)
     assert planned.train_plans.used > 1  # planned again once the scope closed
     assert _workspace_counts(planned) == _workspace_counts(plain)
