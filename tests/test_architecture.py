@@ -145,6 +145,7 @@ def test_the_core_layers_point_one_way():
         "kit.memory",
         "kit.workspace_errors",
         "kit.workspace_config",
+        "kit.workspace_arena",
         "kit.workspace_registry",
         "kit.workspace_cycles",
         "kit.workspace",
