@@ -8,13 +8,15 @@
 
 Answers are always detached (heap) memory, also when asked inside a workspace. A batch size asked
 for again is answered by a plan (kit.nn.plan). `Inference` is a mixin of kit.nn.network.Network,
-which holds the state these methods use.
+which holds the state these methods use; it opens by declaring it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from kit.creation import empty
 from kit.data.dataset import DataSet
@@ -23,11 +25,31 @@ from kit.ndarray import NDArray
 from kit.nn.plan import InferencePlan
 from kit.workspace import scope_out_of_workspaces
 
+if TYPE_CHECKING:
+    from kit.devices import AnyDevice
+    from kit.nn.losses import Loss
+    from kit.nn.plan import OutputPlans
+    from kit.nn.turn_lock import TurnLock
+    from kit.nn.workspace_mgr import LayerWorkspaceMgr
+
 __all__ = ["Inference"]
 
 
 class Inference:
     """The inference half of Network: predictions, the mean loss, evaluations."""
+
+    # needs from its host (kit.nn.network.Network):
+    loss: Loss
+    device: AnyDevice
+    dtype: np.dtype
+    output_shape: tuple[int, ...]  # one example's output, without the batch axis
+    lock: TurnLock
+    infer_mgr: LayerWorkspaceMgr
+    output_plans: OutputPlans
+    _features: Callable[[Any], NDArray]  # features checked and cast where they meet the network
+    _labels: Callable[[NDArray, int], NDArray]  # labels checked against the output, cast
+    _check_finite: Callable[[NDArray, str], None]
+    _forward: Callable[[NDArray, LayerWorkspaceMgr, bool], NDArray]  # (x, mgr, training) -> output
 
     def output(self, x: Any, train: bool = False, planned: bool = True) -> NDArray:
         """Predictions for x (probabilities for softmax cross-entropy), always in detached heap
