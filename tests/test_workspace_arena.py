@@ -1,4 +1,4 @@
-"""The arena a workspace owns (kit.workspace_arena): carving, and the size each learning policy answers.
+"""The arena a workspace owns (kit.workspaces.workspace_arena): carving, and the size each learning policy answers.
 
 The arena is told what it needs (the largest cycle, how many ran) and never reaches back into the
 workspace that owns it; the workspace calls down into it and keeps the scopes and counters.
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import kit
-from kit.devices import as_device
-from kit.workspace import Workspace, WorkspaceConfig
-from kit.workspace_arena import ALIGNMENT, Arena
+from kit.core.devices import as_device
+from kit.workspaces.workspace import Workspace, WorkspaceConfig
+from kit.workspaces.workspace_arena import ALIGNMENT, Arena
 
 F32 = np.dtype(np.float32)
 

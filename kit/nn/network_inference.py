@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kit.creation import empty
+from kit.arrays.creation import empty
+from kit.arrays.ndarray import NDArray
 from kit.data.dataset import DataSet
-from kit.evaluation import Evaluation
-from kit.ndarray import NDArray
+from kit.nn.evaluation import Evaluation
 from kit.nn.plan import InferencePlan
-from kit.workspace import scope_out_of_workspaces
+from kit.workspaces.workspace import scope_out_of_workspaces
 
 if TYPE_CHECKING:
-    from kit.devices import AnyDevice
+    from kit.core.devices import AnyDevice
     from kit.nn.losses import Loss
     from kit.nn.plan import OutputPlans
     from kit.nn.turn_lock import TurnLock

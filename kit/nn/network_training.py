@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from kit import memory
-from kit.checks import all_finite
+from kit.arrays.checks import all_finite
+from kit.core import memory
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
 from kit.nn.layers import call_forward
@@ -32,8 +32,8 @@ from kit.nn.mixed import LossScaleError, precision_step, scale_seed
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
 
 if TYPE_CHECKING:
-    from kit.devices import AnyDevice
-    from kit.ndarray import NDArray
+    from kit.arrays.ndarray import NDArray
+    from kit.core.devices import AnyDevice
     from kit.nn.layers import Layer, Sequential
     from kit.nn.losses import Loss
     from kit.nn.mixed import LossScaler
