@@ -148,6 +148,7 @@ def test_the_core_layers_point_one_way():
         "kit.core.memory",
         "kit.workspaces.workspace_errors",
         "kit.workspaces.workspace_config",
+        "kit.workspaces.workspace_arena",
         "kit.workspaces.workspace_registry",
         "kit.workspaces.workspace_cycles",
         "kit.workspaces.workspace",
@@ -303,3 +304,156 @@ def test_the_wings_point_one_way():
         above = set(WINGS_BOTTOM_UP[low_index + 1 :]) & rooms[low]
         assert not above, f"{low} imports {sorted(above)}, a wing above it"
     assert not rooms["kit.measurement"] & {"kit.arrays", "kit.workspaces", "kit.monitor", "kit.training"}
+
+
+# ---- one concept, one name; a mixin opens by declaring what it needs from its host --------------
+# (issue 42: tinygrad's MovementMixin). Both read every class in kit/, nested ones included.
+
+HOSTS = ("NDArray", "Network", "Workspace")
+
+
+def _classes(sources: dict[str, str]) -> dict[str, list[tuple[str, ast.ClassDef]]]:
+    """Every class in `sources` (module -> text), by name: [(module, node), ...]."""
+    found: dict[str, list[tuple[str, ast.ClassDef]]] = {}
+    for module, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append((module, node))
+    return found
+
+
+CLASSES = _classes({name: path.read_text() for name, path in MODULES.items()})
+
+
+def _shared_names(classes: dict[str, list[tuple[str, ast.ClassDef]]]) -> dict[str, list[str]]:
+    return {name: [module for module, _ in where] for name, where in classes.items() if len(where) > 1}
+
+
+def _mixins(classes: dict[str, list[tuple[str, ast.ClassDef]]]) -> dict[str, ast.ClassDef]:
+    """The mixins: a class whose name ends in Mixin, or a base of NDArray, Network or Workspace."""
+    names = {name for name in classes if name.endswith("Mixin")}
+    for host in HOSTS:
+        for _, node in classes.get(host, []):
+            names |= {b.id for b in node.bases if isinstance(b, ast.Name) and b.id in classes}
+    return {name: node for name in sorted(names) for _, node in classes[name]}
+
+
+def _own_names(cls: ast.ClassDef, annotations: bool = True) -> set[str]:
+    """What a class body defines: its methods and class attributes, and (`annotations`) what it declares."""
+    names = set()
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if annotations or node.value is not None:
+                names.add(node.target.id)
+    return names
+
+
+def _self_attributes(cls: ast.ClassDef, stores_only: bool = False) -> set[str]:
+    """The attribute names a class's methods use on `self` (or `cls`): read, written or deleted."""
+    return {
+        node.attr
+        for node in ast.walk(cls)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ("self", "cls")
+        and (not stores_only or isinstance(node.ctx, ast.Store))
+    }
+
+
+def undeclared_host_privates(cls: ast.ClassDef) -> list[str]:
+    """The `self._x` a class uses that its body neither defines nor declares: its host's privates,
+    reached for without a word."""
+    return sorted(n for n in _self_attributes(cls) if _private(n) and n not in _own_names(cls))
+
+
+def _declared(cls: ast.ClassDef) -> list[str]:
+    """The names a class declares without a value (its block of what it needs from its host)."""
+    return [
+        node.target.id
+        for node in cls.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is None
+    ]
+
+
+def _supplied_by(host: ast.ClassDef, classes: dict[str, list[tuple[str, ast.ClassDef]]]) -> set[str]:
+    """What a host class gives its mixins: its own body and slots, what its methods set on self,
+    and what its bases define (not what they merely declare)."""
+    names = _own_names(host, annotations=False) | _self_attributes(host, stores_only=True)
+    for node in host.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+            names |= {e.value for e in ast.walk(node.value) if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    for base in host.bases:
+        for _, node in classes.get(getattr(base, "id", ""), []):
+            names |= _own_names(node, annotations=False)
+    return names
+
+
+MIXINS = _mixins(CLASSES)
+
+
+def test_the_checks_find_what_they_look_for():
+    source = """
+class Host(ViewsMixin):
+    __slots__ = ("_device",)
+    def _check(self, op): self._seen = op
+
+class ViewsMixin:
+    # needs from its host:
+    _device: int
+    _missing: int
+    def reshape(self):
+        self._cache = self._check("reshape"), self._device, self._own()
+    def _own(self): pass
+
+class Host:
+    pass
+"""
+    classes = _classes({"m": source})
+    assert _shared_names(classes) == {"Host": ["m", "m"]}
+    mixin = _mixins(classes)["ViewsMixin"]
+    assert undeclared_host_privates(mixin) == ["_cache", "_check"]  # declared _device and its own _own pass
+    assert set(_declared(mixin)) - _supplied_by(classes["Host"][0][1], classes) == {"_missing"}
+
+
+def test_the_mixins_are_found():
+    assert {"HostReads", "Views", "Copies", "Training", "Inference", "NetworkState", "Cycles"} <= set(MIXINS)
+
+
+@pytest.mark.parametrize("name", sorted(MIXINS))
+def test_a_mixin_declares_the_host_privates_it_uses(name):
+    """Every `self._x` a mixin uses is its own or declared under "needs from its host": 37 were not
+    (issue 42 counted 35), now 0."""
+    cls = MIXINS[name]
+    undeclared = undeclared_host_privates(cls)
+    assert undeclared == [], (
+        f"{name} uses {len(undeclared)} private attribute(s) of its host it does not declare: {undeclared}; "
+        "declare each, typed, in the block under `# needs from its host` at the top of the class"
+    )
+    block = ast.get_source_segment(MODULES[_module_of(name)].read_text(), cls) or ""
+    assert not _declared(cls) or "# needs from its host" in block, f"{name}: its declarations need the heading"
+
+
+@pytest.mark.parametrize("name", sorted(MIXINS))
+def test_a_mixin_declares_only_what_its_host_supplies(name):
+    hosts = [
+        node for h in HOSTS for _, node in CLASSES.get(h, []) if name in {getattr(b, "id", "") for b in node.bases}
+    ]
+    for host in hosts:
+        missing = sorted(set(_declared(MIXINS[name])) - _supplied_by(host, CLASSES))
+        assert not missing, f"{name} declares {missing}, which its host {host.name} does not supply: drop them"
+
+
+def test_no_two_kit_classes_share_a_name():
+    """One name, one class (there were two `State`s, kit.state's and kit.nn.network_state's, and two
+    `Residual`s), so a reader who meets a name knows which class it is."""
+    assert "TorchResidual" in CLASSES and "NetworkState" in CLASSES and len(CLASSES) > 150  # nested ones too
+    shared = _shared_names(CLASSES)
+    assert not shared, f"class names defined more than once in kit: {shared}; give each a name of its own"
+
+
+def _module_of(name: str) -> str:
+    return CLASSES[name][0][0]

@@ -101,7 +101,7 @@ def test_destroy_invalidates_and_releases_the_arena():
     with ws:
         x = kit.ones((10,))
     ws.destroy()
-    assert ws.capacity == 0 and ws._arena is None
+    assert ws.capacity == 0 and ws.arena.block is None
     with pytest.raises(ArrayFromDestroyedWorkspaceError, match="destroyed"):
         x.numpy()
     with pytest.raises(WorkspaceScopeError, match="was destroyed"):

@@ -47,15 +47,15 @@ def test_variable_time_series_2():
             kit.zeros((500,), dtype="float32")
         required = _aligned(500 * 4) * 2  # kit aligns each array to 64 bytes (ND4J to 8)
         assert ws.spilled_bytes == required  # the learning cycle spilled all of it
-        assert ws._ring_block == int(required * 1.3)
-        assert ws.capacity == _aligned(ws._ring_block * 4)
+        assert ws.arena.ring_block == int(required * 1.3)
+        assert ws.capacity == _aligned(ws.arena.ring_block * 4)
         spilled = ws.spilled_count
         for _ in range(100):
             with ws:
                 for _ in range(3):
                     kit.zeros((500,), dtype="float32")
-        assert ws.capacity == _aligned(ws._ring_block * 4)  # DL4J's assertion, on the block now
-        assert ws._ring_block == int(_aligned(500 * 4) * 3 * 1.3)  # learned from the larger cycle
+        assert ws.capacity == _aligned(ws.arena.ring_block * 4)  # DL4J's assertion, on the block now
+        assert ws.arena.ring_block == int(_aligned(500 * 4) * 3 * 1.3)  # learned from the larger cycle
         assert ws.spilled_count == spilled  # nothing spilled, nothing external or pinned
         assert ws.arena_allocations == 2  # the ring grew once
     finally:

@@ -11,13 +11,15 @@ between workspaces (ND4J's `detach`, `leverage_to`, `leverage`, `migrate`).
     >>> kept.tolist()
     [1.0, 1.0]
 
-A mixin of kit.ndarray.NDArray. Every copy is allocated through kit.memory (the current
-workspace, the cache or the heap), or carved in the target workspace; `to` and `assign` go
-through the one transfer path between devices (kit.devices.transfer), which counts them.
+A mixin of kit.ndarray.NDArray, opening with what it needs from it. Every copy is allocated
+through kit.memory (the current workspace, the cache or the heap), or carved in the target
+workspace; `to` and `assign` go through the one transfer path between devices
+(kit.devices.transfer), which counts them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Self
 
 import numpy as np
@@ -26,8 +28,8 @@ from kit.arrays.checks import check_cast
 from kit.core import backend
 from kit.core.context import current_workspace, scope_out_of_workspaces
 from kit.core.device_objects import DeviceMismatchError
-from kit.core.devices import as_device, host_source, transfer
-from kit.core.memory import allocate
+from kit.core.devices import AnyDevice, as_device, host_source, transfer
+from kit.core.memory import Lease, allocate
 from kit.core.shapes import ShapeError
 from kit.workspaces.workspace import Workspace, leverage_target, parent_of_current_workspace
 
@@ -38,6 +40,12 @@ class Copies:
     """Copies of an NDArray: on its device, to another, between workspaces."""
 
     __slots__ = ()
+
+    # needs from its host (kit.ndarray.NDArray):
+    _device: AnyDevice
+    _owner: Workspace | Lease | None  # where the memory lives: a workspace, a cached block, the heap
+    _check: Callable[[str], np.ndarray]  # the staleness check: the raw array, if it may still be used
+    _wrap: Callable[[np.ndarray, AnyDevice, Any], Self]  # kit.ndarray.wrap: (data, device, owner) -> array
 
     def dup(self) -> Self:
         """A copy in the current allocation context (workspace or heap)."""

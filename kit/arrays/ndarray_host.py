@@ -5,21 +5,24 @@
     >>> x.numpy().tolist(), x.sum().item(), float(x[0])
     ([1.0, 1.0], 2.0, 1.0)
 
-A mixin of kit.ndarray.NDArray (it holds the state these read). Heap memory on the CPU is shared
-with the NumPy array `numpy()` gives; an array in a workspace is copied (the arena holds other data
-after its cycle); GPU data is read on the array's own stream, counted as a transfer.
+A mixin of kit.ndarray.NDArray, opening with what it needs from it (the state these read). Heap
+memory on the CPU is shared with the NumPy array `numpy()` gives; an array in a workspace is copied
+(the arena holds other data after its cycle); GPU data is read on the array's own stream, counted
+as a transfer.
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from kit.core.devices import scalar, to_host
+from kit.core.devices import AnyDevice, scalar, to_host
 from kit.core.memory import Lease
 from kit.workspaces.workspace import Workspace
+from kit.workspaces.workspace_cycles import Generation
 
 __all__ = ["HostReads"]
 
@@ -28,6 +31,14 @@ class HostReads:
     """The conversions of an NDArray to NumPy and Python values, and its repr."""
 
     __slots__ = ()
+
+    # needs from its host (kit.ndarray.NDArray):
+    _data: np.ndarray  # the raw array (a CuPy array on a GPU)
+    _device: AnyDevice
+    _owner: Workspace | Lease | None  # where the memory lives: a workspace, a cached block, the heap
+    _gen: Generation | int  # the generation it was carved in (0 off a workspace)
+    _check: Callable[[str], np.ndarray]  # the staleness check: the raw array, if it may still be used
+    is_valid: bool
 
     def numpy(self) -> np.ndarray:
         """The data as a NumPy array. Heap memory on the CPU is shared (no copy); an array that

@@ -5,18 +5,21 @@
     >>> x.T.shape, x[1].tolist(), x[:, 1:].shape
     ((3, 2), [3, 4, 5], (2, 2))
 
-A mixin of kit.ndarray.NDArray. A view (basic indexing, a reshape of contiguous data, a transpose)
-shares its base's memory, owner and generation (`NDArray._view`); advanced indexing gathers into a
-new array allocated through kit.memory, as every op's result is.
+A mixin of kit.ndarray.NDArray, opening with what it needs from it. A view (basic indexing, a
+reshape of contiguous data, a transpose) shares its base's memory, owner and generation
+(`NDArray._view`); advanced indexing gathers into a new array allocated through kit.memory, as
+every op's result is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Self
 
 import numpy as np
 
 from kit.core.device_objects import DeviceMismatchError, mismatch_error
+from kit.core.devices import AnyDevice
 from kit.core.memory import allocate
 from kit.core.shapes import ShapeError, check_take_bounds, is_basic_index, norm_axis, resolve_reshape
 
@@ -27,6 +30,12 @@ class Views:
     """Reshaping and indexing an NDArray."""
 
     __slots__ = ()
+
+    # needs from its host (kit.ndarray.NDArray):
+    _device: AnyDevice
+    _check: Callable[[str], np.ndarray]  # the staleness check: the raw array, if it may still be used
+    _view: Callable[[np.ndarray], Self]  # an array sharing this one's memory, owner and generation
+    _wrap: Callable[[np.ndarray, AnyDevice, Any], Self]  # kit.ndarray.wrap: (data, device, owner) -> array
 
     def reshape(self, *shape: Any) -> Self:
         a = self._check("reshape")

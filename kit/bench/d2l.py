@@ -42,7 +42,7 @@ def torch_resnet18(num_classes: int = 10, in_channels: int = 1) -> Any:
     import torch
     from torch import nn
 
-    class Residual(nn.Module):
+    class TorchResidual(nn.Module):  # d2l's Residual (kit.nn.Residual is kit's)
         def __init__(self, cin: int, cout: int, use_1x1conv: bool = False, stride: int = 1) -> None:
             super().__init__()
             self.conv1 = nn.Conv2d(cin, cout, 3, padding=1, stride=stride)
@@ -57,7 +57,7 @@ def torch_resnet18(num_classes: int = 10, in_channels: int = 1) -> Any:
     blocks: list[Any] = [nn.Conv2d(in_channels, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU()]
     cin = 64
     for i, c in enumerate((64, 128, 256, 512)):
-        blocks += [Residual(cin, c, use_1x1conv=i > 0, stride=1 if i == 0 else 2), Residual(c, c)]
+        blocks += [TorchResidual(cin, c, use_1x1conv=i > 0, stride=1 if i == 0 else 2), TorchResidual(c, c)]
         cin = c
     return nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, num_classes))
 

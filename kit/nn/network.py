@@ -50,7 +50,7 @@ from kit.nn.layers import Layer, Sequential
 from kit.nn.losses import Loss, SoftmaxCrossEntropy, rows_of_scores
 from kit.nn.mixed import LossScaler, master_dtype_for
 from kit.nn.network_inference import Inference
-from kit.nn.network_state import State
+from kit.nn.network_state import NetworkState
 from kit.nn.network_training import Training
 from kit.nn.persistence import ModelFileError
 from kit.nn.replay import OutputPlans, TrainingPlans
@@ -68,7 +68,7 @@ def _leaves(layer: Layer) -> list[Layer]:
     return [layer] if not subs else [leaf for s in subs for leaf in _leaves(s)]
 
 
-class Network(Training, Inference, State):
+class Network(Training, Inference, NetworkState):
     """A feed-forward network: its layers (one Sequential body), trained by one updater against one loss.
 
     What it owns: `flat_params` and `flat_grads`, one vector each, of which every layer's

@@ -8,13 +8,15 @@
 
 Answers are always detached (heap) memory, also when asked inside a workspace. A batch size asked
 for again is answered by a replay of its recorded kernel calls (kit.nn.replay). `Inference` is a
-mixin of kit.nn.network.Network, which holds the state these methods use.
+mixin of kit.nn.network.Network, which holds the state these methods use; it opens by declaring it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from kit.arrays.creation import empty
 from kit.arrays.ndarray import NDArray
@@ -23,11 +25,31 @@ from kit.nn.evaluation import Evaluation
 from kit.nn.replay import InferencePlan
 from kit.workspaces.workspace import scope_out_of_workspaces
 
+if TYPE_CHECKING:
+    from kit.core.devices import AnyDevice
+    from kit.nn.losses import Loss
+    from kit.nn.replay import OutputPlans
+    from kit.nn.turn_lock import TurnLock
+    from kit.nn.workspace_mgr import LayerWorkspaceMgr
+
 __all__ = ["Inference"]
 
 
 class Inference:
     """The inference half of Network: predictions, the mean loss, evaluations."""
+
+    # needs from its host (kit.nn.network.Network):
+    loss: Loss
+    device: AnyDevice
+    dtype: np.dtype
+    output_shape: tuple[int, ...]  # one example's output, without the batch axis
+    lock: TurnLock
+    infer_mgr: LayerWorkspaceMgr
+    output_plans: OutputPlans
+    _features: Callable[[Any], NDArray]  # features checked and cast where they meet the network
+    _labels: Callable[[NDArray, int], NDArray]  # labels checked against the output, cast
+    _check_finite: Callable[[NDArray, str], None]
+    _forward: Callable[[NDArray, LayerWorkspaceMgr, bool], NDArray]  # (x, mgr, training) -> output
 
     def output(self, x: Any, train: bool = False, planned: bool = True) -> NDArray:
         """Predictions for x (probabilities for softmax cross-entropy), always in detached heap

@@ -7,13 +7,14 @@ networks, and save/load (.npz with a checked JSON header, never pickle).
     >>> twin.configuration == net.configuration, sorted(net.state_arrays())
     (True, ['params', 'updater_m', 'updater_v'])
 
-`State` is a mixin of kit.nn.network.Network; the file format is kit.nn.persistence's.
+`NetworkState` is a mixin of kit.nn.network.Network and opens by declaring what it needs from it;
+the file format is kit.nn.persistence's.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -25,11 +26,39 @@ from kit.nn.losses import loss_from_config
 from kit.nn.persistence import ModelFileError, read_model, write_model
 from kit.nn.updaters import updater_from_config
 
-__all__ = ["State"]
+if TYPE_CHECKING:
+    from kit.nn.layers import Sequential
+    from kit.nn.losses import Loss
+    from kit.nn.mixed import LossScaler
+    from kit.nn.turn_lock import TurnLock
+    from kit.nn.updaters import Updater
+    from kit.nn.workspace_mgr import WorkspaceMode
+
+__all__ = ["NetworkState"]
 
 
-class State:
+class NetworkState:
     """Configuration, state arrays, copies and files of a Network."""
+
+    # needs from its host (kit.nn.network.Network):
+    body: Sequential
+    input_shape: tuple[int, ...]
+    loss: Loss
+    loss_scaler: LossScaler | None
+    updater: Updater
+    updater_state: dict[str, NDArray]
+    l2: float
+    seed: int
+    dtype: np.dtype
+    master_dtype: np.dtype
+    mixed: bool
+    training_workspace_mode: WorkspaceMode
+    inference_workspace_mode: WorkspaceMode
+    flat_params: NDArray
+    flat_master: NDArray  # float32 master weights of a mixed-precision network, else flat_params
+    lock: TurnLock
+    iteration: int
+    epoch: int
 
     @property
     def configuration(self) -> NetworkConfig:

@@ -11,13 +11,13 @@
 Each iteration runs inside the training workspaces (`train_mgr`, kit.nn.workspace_mgr) and under
 the network's lock, which `_train_one` hands to a waiting thread between two iterations
 (kit.nn.turn_lock). `fit` builds a kit.nn.loop.TrainingLoop over `train_step`. `Training` is a
-mixin of kit.nn.network.Network, which holds the state these methods use.
+mixin of kit.nn.network.Network, which holds the state these methods use; it opens by declaring it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
@@ -35,12 +35,46 @@ from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
 
 if TYPE_CHECKING:
     from kit.arrays.ndarray import NDArray
+    from kit.core.devices import AnyDevice
+    from kit.nn.layers import Layer, Sequential
+    from kit.nn.losses import Loss
+    from kit.nn.mixed import LossScaler
+    from kit.nn.replay import TrainingPlans
+    from kit.nn.turn_lock import TurnLock
+    from kit.nn.updaters import Updater
 
 __all__ = ["Training"]
 
 
 class Training:
     """The training half of Network: gradients, the update, the loop."""
+
+    # needs from its host (kit.nn.network.Network):
+    body: Sequential
+    layers: list[Layer]  # the leaf layers, in order
+    loss: Loss
+    loss_scaler: LossScaler | None
+    updater: Updater
+    updater_state: dict[str, NDArray]
+    flat_params: NDArray
+    flat_grads: NDArray
+    flat_master: NDArray  # float32 master weights of a mixed-precision network, else flat_params
+    precision_managed: bool
+    l2: float
+    l2_slices: list[slice]
+    _regularized: list[tuple[NDArray, NDArray]]  # (parameter, its gradient) pairs L2 applies to
+    device: AnyDevice
+    dtype: np.dtype
+    lock: TurnLock
+    train_mgr: LayerWorkspaceMgr
+    train_plans: TrainingPlans
+    iteration: int
+    last_score: float
+    _loop: Callable[[], TrainingLoop | None] | None  # a weak reference to the loop training it
+    _features: Callable[[Any], NDArray]  # features checked and cast where they meet the network
+    _labels: Callable[[NDArray, int], NDArray]  # labels checked against the output, cast
+    _check_finite: Callable[[NDArray, str], None]
+    clone: Callable[[], Self]
 
     last_step_skipped = False  # the loss scaler skipped the last step (kit.nn.mixed): no update
 

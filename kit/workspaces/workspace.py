@@ -27,11 +27,12 @@ Semantics (ND4J's Nd4jWorkspace, as its documentation and source describe them):
   the check costs one attribute load. A stale array raises a StaleArrayError subclass naming
   the workspace, the cycle it was made in, what invalidated it, the op, and the remedy.
 
-The module in rooms (each re-exported here, so `from kit.workspaces.workspace import X` works for all):
-`kit.workspace_config` (the policies, `WorkspaceConfig`, debug switches), `kit.workspace_errors`,
-`kit.workspace_cycles` (scopes, generations, the stale-array check and its words), this module
-(the `Workspace` and its arena: carving, spilling, wrapping around, learning its size; and
-`get_workspace_for_current_thread`), and `kit.workspace_registry` (the per-thread table).
+The module in rooms, all in kit.workspaces (each re-exported here, so `from kit.workspaces.workspace
+import X` works for all): `workspace_config` (the policies, `WorkspaceConfig`, debug switches),
+`workspace_errors`, `workspace_arena` (the `Arena` a workspace owns: its block, the write pointer,
+learning its size), `workspace_cycles` (scopes, generations, the stale-array check and its words),
+this module (the `Workspace`: carving through its arena, spilling, wrapping around; and
+`get_workspace_for_current_thread`), and `workspace_registry` (the per-thread table).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from kit.core.context import current_workspace, scope_out_of_workspaces
 from kit.core.devices import AnyDevice, as_device
 from kit.core.memory import data_address
 from kit.state import STATE
+from kit.workspaces.workspace_arena import Arena
 from kit.workspaces.workspace_config import (
     AllocationPolicy,
     DebugMode,
@@ -116,7 +118,12 @@ DEFAULT_ID = "DefaultWorkspace"
 
 
 class Workspace(Cycles):
-    """One arena on one device, owned by one thread. Use `with ws:` for each cycle."""
+    """One arena on one device, owned by one thread. Use `with ws:` for each cycle.
+
+    It owns its `arena` (kit.workspaces.workspace_arena.Arena: the block, the write pointer, the size it
+    learned) and calls down into it; the workspace keeps what the arena does not know: whose it is,
+    its scopes and generations (Cycles, kit.workspace_cycles), spills, and the counters `stats()`
+    reads."""
 
     def __init__(self, config: WorkspaceConfig, name: str, device: AnyDevice) -> None:
         self.config = config
@@ -131,15 +138,12 @@ class Workspace(Cycles):
         # the config is frozen: what the scope hot path asks of it, read once
         self._circular = config.circular
         self._realloc = config.policy_spill is SpillPolicy.REALLOCATE
+        self.arena = Arena(config, self.physical)
         self.parent: Workspace | None = None
-        self._arena: Any = None
-        self._views: dict[tuple, Any] = {}
-        self._base = 0
-        self.capacity = 0
-        self._offset = 0
         self._open = False
         self._tag = 0  # re-entrant scope depth beyond the first
         self._bypassed: list[bool] = []
+        self._saved_current: Any = None  # the current workspace a bypassed scope stood in for
         self.destroyed = False
         self.cycles = 0  # completed cycles
         self._entered = 0  # started cycles
@@ -153,58 +157,42 @@ class Workspace(Cycles):
         self.spilled_bytes = 0
         self.spilled_count = 0
         self.cycle_spilled_bytes = 0
-        self.arena_allocations = 0
         self.resets = 0
         self.lent_tally: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)  # the tally when lend() opened a cycle
-        self._initialized = False
-        self._learned_cycle_bytes = 0
-        self._ring_block = 0
-        if config.initial_size > 0:
-            size = config.initial_size
-            if config.policy_allocation is AllocationPolicy.OVERALLOCATE:
-                size = int(size * (1 + config.overallocation_limit))
-            if config.max_size:
-                size = min(size, config.max_size)
-            self._allocate_arena(size)
-            self._initialized = True
+        raw = self.arena.start()  # a config's initial_size: the block now
+        if raw is not None and STATE.recorder is not None:  # the arena is one heap allocation
+            STATE.recorder.arena(self, raw, self.arena.capacity + ALIGNMENT)
         with STATE.lock:
             STATE.workspaces.add(self)
 
-    # ---- the arena -----------------------------------------------------------------
-    def _allocate_arena(self, nbytes: int) -> None:
-        nbytes = -(-int(nbytes) // ALIGNMENT) * ALIGNMENT
-        # the blocks freed since (an outgrown arena, the learning cycle's spills) are cached by CuPy's
-        # pool or kept by the C heap: the arena now owns this memory, so hand them back first
-        memory.give_back_freed(self.physical)
-        with self.physical.activate():
-            arena, self._arena = memory.aligned_bytes(self.physical.xp, nbytes)  # on an aligned address
-        self._views = {}
-        self._base = data_address(self._arena)
-        self.capacity = nbytes
-        self.arena_allocations += 1
-        memory.count(self.physical, nbytes + ALIGNMENT)
-        if STATE.recorder is not None:  # the arena is one heap allocation
-            STATE.recorder.arena(self, arena, nbytes + ALIGNMENT)
+    @property
+    def capacity(self) -> int:
+        """The arena's size in bytes (0: no block yet, or destroyed)."""
+        return self.arena.capacity
 
+    @property
+    def arena_allocations(self) -> int:
+        """How many blocks the arena has had (the first, and each growth)."""
+        return self.arena.blocks_made
+
+    # ---- carving -------------------------------------------------------------------
     def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[Any, Workspace]:
         """Carve an array from the arena (or spill, as the policy says)."""
-        off = self._offset
-        # A cyclic workload asks for the same (offset, shape, dtype) every cycle: reuse the view
-        # made last time (same memory, so same semantics; 3x cheaper than carving). The views
-        # are dropped whenever the arena is replaced, so a hit always lies inside this arena.
-        hit = self._views.get((off, shape, dtype))
-        if hit is not None and STATE.debug_mode is DebugMode.DISABLED:
-            data, size = hit
-            self._offset = end = off + size
-            self.allocations += 1
-            self._cycle_bytes += size
-            if end > self.peak_used:
-                self.peak_used = end
-            if STATE.track_sites:
-                self._remember_site(self._base + off, size)
-            if STATE.recorder is not None:
-                STATE.recorder.carve(self, off, size)
-            return data, self
+        arena = self.arena
+        off = arena.offset
+        if STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
+            data = arena.carve(shape, dtype)
+            if data is not None:
+                end = arena.offset
+                self.allocations += 1
+                self._cycle_bytes += end - off
+                if end > self.peak_used:
+                    self.peak_used = end
+                if STATE.track_sites:
+                    self._remember_site(arena.base + off, end - off)
+                if STATE.recorder is not None:
+                    STATE.recorder.carve(self, off, end - off)
+                return data, self
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes == 0:  # an empty array holds no memory: nothing to carve
             self.allocations += 1
@@ -213,37 +201,20 @@ class Workspace(Cycles):
             with self.physical.activate():
                 return self.physical.xp.empty(shape, dtype), self
         size = (nbytes + ALIGNMENT - 1) & -ALIGNMENT
-        self.allocations += 1
-        self._cycle_bytes += size
-        if off + size <= self.capacity and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
-            self._offset = end = off + size
-            if end > self.peak_used:
-                self.peak_used = end
-            data = self._arena[off : off + nbytes].view(dtype).reshape(shape)
-            if len(self._views) >= 8192:
-                self._views.clear()
-            self._views[(off, shape, dtype)] = (data, size)
-            if STATE.track_sites:
-                self._remember_site(self._base + off, nbytes)
-            if STATE.recorder is not None:
-                STATE.recorder.carve(self, off, size)
-            return data, self
-        if self._circular and 0 < size <= self.capacity and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
+        if self._circular and size <= arena.capacity and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
             self._wrap_around()
-            self.allocations -= 1  # counted again by the retry
-            self._cycle_bytes -= size
             return self.alloc(shape, dtype)
         return self._spill(shape, dtype, nbytes, size), self
 
     def _spill(self, shape: tuple[int, ...], dtype: np.dtype, nbytes: int, size: int) -> Any:
         if self.config.policy_spill is SpillPolicy.FAIL and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
-            self._cycle_bytes -= size
-            self.allocations -= 1
             raise WorkspaceFullError(
                 f"workspace {self.name!r} is full: {nbytes} bytes for an array of shape {shape} ({dtype}) do not "
-                f"fit ({self._offset} of {self.capacity} bytes used) and SpillPolicy.FAIL forbids spilling; "
+                f"fit ({self.arena.offset} of {self.capacity} bytes used) and SpillPolicy.FAIL forbids spilling; "
                 f"raise initial_size/max_size, or use SpillPolicy.EXTERNAL or REALLOCATE"
             )
+        self.allocations += 1
+        self._cycle_bytes += size  # what the cycle asked for, spills included: the arena learns from it
         self.spilled_bytes += size
         self.cycle_spilled_bytes += size
         self.spilled_count += 1
@@ -264,58 +235,12 @@ class Workspace(Cycles):
             STATE.recorder.reset(self)
         self._lap += 1
         self._gen = Generation(self._entered, self._lap)
-        self._offset = 0
+        self.arena.move_to(0)
         self.resets += 1
-
-    def _learn(self) -> None:
-        cfg = self.config
-        if STATE.debug_mode is DebugMode.SPILL_EVERYTHING:
-            return
-        if not self._initialized:
-            if cfg.policy_learning is LearningPolicy.FIRST_LOOP or (
-                cfg.policy_learning is LearningPolicy.OVER_TIME and self.cycles >= cfg.cycles_before_initialization
-            ):
-                self.initialize()
-        elif self._realloc and not self._circular:
-            # ND4J grows only when currentSize > 0, so an arena learned from an empty first
-            # cycle stays empty and spills forever; kit grows it too
-            if self.max_cycle_bytes > self.capacity:
-                self.initialize()
-        elif self._realloc:
-            # ND4J's "trimmed mode" (Nd4jWorkspace.alloc / initializeWorkspace): a ring learned
-            # from small first cycles (a prefetch queue whose first batch was short) grows when a
-            # cycle outgrows its block, the learned cycle x 1.3, instead of lapping live data; a
-            # cycle that fits the block keeps the learned ring
-            if self.max_cycle_bytes > self._ring_block:
-                self.initialize()
 
     def initialize(self) -> None:
         """Size the arena from the largest cycle seen (ND4J initializeWorkspace)."""
-        cfg = self.config
-        size = self.max_cycle_bytes
-        self._learned_cycle_bytes = size
-        if cfg.max_size:
-            size = min(size, cfg.max_size)
-        if cfg.circular:
-            size = int(size * 1.3)
-            self._ring_block = size  # ND4J's initialBlockSize: one cycle's room, before overallocation
-        if cfg.policy_allocation is AllocationPolicy.OVERALLOCATE:
-            size = int(size * (1 + cfg.overallocation_limit))
-        size = max(size, cfg.min_size)
-        if cfg.max_size:  # ND4J's init(): the cap holds after over-allocation too; the arena is whole
-            size = min(size, cfg.max_size - cfg.max_size % ALIGNMENT)  # aligned blocks, never past the cap
-        self._initialized = True
-        if size > self.capacity:
-            if self._open:
-                raise WorkspaceScopeError(f"workspace {self.name!r}: initialize() inside its own scope")
-            if not cfg.circular:
-                self._retire("the arena was reallocated", ArrayFromOldCycleError)
-                self._gen = Generation(0, self._lap)
-            # circular: arrays handed out earlier keep the old block alive and nothing will
-            # write there again, so they stay valid; new ones start at the new arena's front
-            self._arena = None
-            self._offset = 0
-            self._allocate_arena(size)
+        self._resize(self.arena.size_for(self.max_cycle_bytes))
 
     def destroy(self) -> None:
         """Release the arena. Every array in it becomes invalid."""
@@ -325,9 +250,7 @@ class Workspace(Cycles):
         self._retire("the workspace was destroyed", ArrayFromDestroyedWorkspaceError)
         self._gen = Generation(-1, self._lap)
         self._gen.ended, self._gen.kind = "the workspace was destroyed", ArrayFromDestroyedWorkspaceError
-        self._arena = None
-        self._views = {}
-        self.capacity = 0
+        self.arena.release()
         self.destroyed = True
         get_manager().forget(self)
 
@@ -355,7 +278,7 @@ class Workspace(Cycles):
     def tally(self) -> tuple[int, int, int, int, int]:
         """(allocations, bytes carved this cycle, the offset now, spills, arenas made): what a
         planned training step reads before and after the cycle it records."""
-        return self.allocations, self._cycle_bytes, self._offset, self.spilled_count, self.arena_allocations
+        return self.allocations, self._cycle_bytes, self.arena.offset, self.spilled_count, self.arena.blocks_made
 
     def replay_cycle(self, allocations: int, nbytes: int, end: int) -> None:
         """A whole cycle of this closed workspace, never made current: opened, then the carves a
@@ -375,7 +298,7 @@ class Workspace(Cycles):
         self._open_cycle()
         self.allocations += allocations
         self._cycle_bytes += nbytes
-        self._offset = end
+        self.arena.move_to(end)
         if end > self.peak_used:
             self.peak_used = end
         self._close_cycle()
@@ -387,7 +310,7 @@ class Workspace(Cycles):
 
     @property
     def used(self) -> int:
-        return self._offset
+        return self.arena.offset
 
     @property
     def current_cycle(self) -> int:
@@ -407,7 +330,7 @@ class Workspace(Cycles):
             "device": str(self.device),
             "thread": self.thread_name,
             "capacity": self.capacity,
-            "used": self._offset,
+            "used": self.arena.offset,
             "peak_used": self.peak_used,
             "spilled_bytes": self.spilled_bytes,
             "spilled_count": self.spilled_count,
@@ -426,7 +349,7 @@ class Workspace(Cycles):
         state = "destroyed" if self.destroyed else ("open" if self._open else "closed")
         return (
             f"Workspace({self.name!r}, {self.device}, {state}, capacity={self.capacity}, "
-            f"used={self._offset}, cycles={self.cycles})"
+            f"used={self.arena.offset}, cycles={self.cycles})"
         )
 
 

@@ -16,8 +16,11 @@ workspace look closer (`_still_valid`: a circular buffer's last lap stays valid 
 reaches it) and word the error (`_stale`), with the file:line each array was carved at when
 `kit.workspace.track_allocation_sites(True)` asked the generation to remember it.
 
-`Cycles` is a mixin of `kit.workspace.Workspace`: its methods use the arena's state (`_offset`,
-`_base`, `capacity`) and call `_learn` when a cycle ends. Re-exported by `kit.workspace`.
+`Cycles` is a mixin of `kit.workspaces.workspace.Workspace`, and opens by declaring what it needs
+from it. When a cycle ends it asks the workspace's arena (kit.workspaces.workspace_arena) what size
+it has learned, calling down with what the arena needs (the largest cycle, how many ran); when the
+answer is a larger block, the arrays of the old one are retired here (`_resize`). Re-exported by
+`kit.workspace`.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from threading import get_ident as _get_ident
 from typing import Any
 
 from kit.core.context import set_current_workspace, suspended_between
+from kit.core.devices import AnyDevice
 from kit.core.memory import data_address
 from kit.state import STATE
-from kit.workspaces.workspace_config import DebugMode
+from kit.workspaces.workspace_arena import ALIGNMENT, Arena
+from kit.workspaces.workspace_config import DebugMode, WorkspaceConfig
 from kit.workspaces.workspace_errors import (
     ArrayFromClosedScopeError,
     ArrayFromDestroyedWorkspaceError,
@@ -65,6 +70,34 @@ def _caller_site() -> str:
 
 class Cycles:
     """Scopes and validity, mixed into `Workspace` (which holds the state these methods read)."""
+
+    # needs from its host (Workspace, kit.workspaces.workspace, sets each in __init__):
+    name: str
+    device: AnyDevice
+    config: WorkspaceConfig
+    thread_id: int
+    thread_name: str
+    arena: Arena  # owned by the host; these methods call down into it
+    destroyed: bool
+    _tid: int | None  # the thread that may use its arrays (None: any, a circular workspace)
+    _circular: bool  # config.circular, read once
+    _realloc: bool  # config.policy_spill is SpillPolicy.REALLOCATE, read once
+    # the scope and cycle state these methods keep, started by the host's __init__:
+    parent: Any  # the workspace current when this one opened (None, a Workspace, a kit.context marker)
+    _open: bool
+    _tag: int  # re-entrant scope depth beyond the first
+    _bypassed: list[bool]  # per `with`, whether DebugMode.BYPASS_EVERYTHING skipped it
+    _saved_current: Any  # the current workspace a bypassed scope stood in for
+    cycles: int  # completed cycles
+    _entered: int  # started cycles
+    _lap: int  # a circular workspace's laps of its write pointer
+    _gen: Generation  # the generation arrays carved now get
+    # the counters a cycle's end settles (the host counts carves and spills into them):
+    _cycle_bytes: int
+    cycle_spilled_bytes: int
+    last_cycle_bytes: int
+    max_cycle_bytes: int
+    resets: int
 
     def _remember_site(self, address: int, nbytes: int) -> None:
         if self._gen.sites is None:
@@ -112,7 +145,7 @@ class Cycles:
         self._open = True
         self._entered += 1
         if not self._circular:
-            self._offset = 0
+            self.arena.move_to(0)
             self._gen = Generation(self._entered, self._lap)
         elif self._gen.cycle == 0:
             self._gen.cycle = self._entered
@@ -166,10 +199,27 @@ class Cycles:
             # between cycles: a generation of its own, which the next exit retires in turn (an array
             # carved while closed, through Workspace.alloc, must not become valid again later)
             self._gen = Generation(0, self._lap)
-            self._offset = 0
+            self.arena.move_to(0)
             self.resets += 1
-        if self._realloc or not self._initialized:
-            self._learn()
+        arena = self.arena
+        if (self._realloc or not arena.sized) and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
+            self._resize(arena.learn(self.max_cycle_bytes, self.cycles))  # the learning policy's answer
+
+    def _resize(self, size: int) -> None:
+        """A larger block for the arena when `size` (what it learned) exceeds the one it has.
+        The arrays of the old block become invalid; a circular workspace's stay valid (they keep
+        the old block alive and nothing writes there again), and new ones start at the front."""
+        arena = self.arena
+        if size <= arena.capacity:
+            return
+        if self._open:
+            raise WorkspaceScopeError(f"workspace {self.name!r}: initialize() inside its own scope")
+        if not self._circular:
+            self._retire("the arena was reallocated", ArrayFromOldCycleError)
+            self._gen = Generation(0, self._lap)
+        raw = arena.replace(size)
+        if STATE.recorder is not None:  # the arena is one heap allocation
+            STATE.recorder.arena(self, raw, arena.capacity + ALIGNMENT)
 
     def _unlink_from(self, current: Any) -> None:
         """Take this workspace out of the chain of open scopes that ends in `current`."""
@@ -186,10 +236,11 @@ class Cycles:
             return True
         if not self.config.circular or self.destroyed or g.lap != self._lap - 1 or g.kind is not ArrayOverwrittenError:
             return False
-        start = data_address(arr._data) - self._base
-        if not 0 <= start < self.capacity:  # a spill: heap memory nobody reuses this lap
+        arena = self.arena
+        address = data_address(arr._data)
+        if not arena.holds(address):  # a spill: heap memory nobody reuses this lap
             return True
-        return start >= self._offset  # the new lap has not reached it yet
+        return address - arena.base >= arena.offset  # the new lap has not reached it yet
 
     def _stale(self, arr: Any, op: str) -> None:
         if self._tid is not None and threading.get_ident() != self._tid:
