@@ -8,7 +8,7 @@
     >>> x, y = rng.normal(size=(256, 8)).astype(np.float32), rng.integers(0, 3, size=256)
     >>> train, test = DataSet(x[:192], y[:192], num_classes=3), DataSet(x[192:], y[192:], num_classes=3)
     >>> job = Job(lambda: mlp(8, (16,), 3, updater=Sgd(0.05)), train, test, batch_size=32, epochs=3, min_time=0.01)
-    >>> result = compare_devices(job, counts=[1, 2])  # about a second: it measures
+    >>> result = compare_devices(job, counts=[1, 2])  # it measures
     >>> print(result.table())                          # a notebook shows it as an HTML table
     devices | 1 | 2
     ...
@@ -18,30 +18,19 @@
     >>> len(result.timings[2].seconds) == job.epochs   # every repeat's seconds per epoch, kept
     True
 
-A real job is bigger and measured longer (the defaults: 5 timed repeats of at least 0.3 s each), e.g.
-`Job(lambda: mlp(784, (512, 256), 10, updater=Sgd(0.05)), train, test, batch_size=64)` on Fashion-MNIST.
+Devices: N physical GPUs when there are; on a CPU-only machine N simulated host devices when
+`KIT_HOST_DEVICES` makes that many (every batch and average crosses the transfer path, as between
+GPUs); otherwise N *logical* devices of one device. Every row says which, because devices that share
+one CPU measure overlapping work on shared hardware, not what N GPUs would give; each row also counts
+the copies between devices an epoch made (what averaging costs).
 
-Devices: N physical GPUs when the machine has them; on a CPU-only machine N simulated host
-devices when `KIT_HOST_DEVICES` makes that many (separate placement domains: every batch and
-every average crosses the transfer path, as between GPUs); otherwise N *logical* devices of one
-device. Every row says which: simulated and logical devices share one CPU, so their "speedup" is
-what overlapping work on shared hardware gives, not what N GPUs would give. Each row also counts
-the copies between devices one epoch made, and their megabytes (what averaging costs in copies).
-
-Timing (kit.measure): every configuration trains the same number of epochs per timed repeat,
-the configurations interleaved in every repeat; a row reports the median epoch time and its
-spread. Flags are per figure, each from the timings it is computed from (`row["flags"]`): the
-epoch time is flagged when its own timing is (other processes loaded the machine, the spread is
-too wide); a speedup when its own timing, or the baseline it divides by, is flagged, or when it
-exceeds its device count. The table greys a flagged figure (marks it `*` in the text form), its
-`reliable` column says yes, partly or NO, and the plot marks a flagged speedup with a red cross.
-Fair baselines: on a CPU, one device uses the same total BLAS thread budget as the N workers
-together (every core); the table also shows the speedup over one device limited to one worker's
-share of the cores. `Comparison.speedup_sentence` words either speedup from the same figures,
-and refuses a direction where the table flags it.
-The repeats themselves are kept (`Comparison.timings`, each row's per-repeat `speedups`), so a
-plot can show their range; `progress` (e.g. a `kit.widgets.TimingPanel`'s `tick`) is called
-after every epoch trained while measuring, for a measurement that takes a while.
+Timing is kit.measure's: the configurations are interleaved in every repeat, a row reports the median
+epoch time and its spread, and every figure carries its own flags (`row["flags"]`) -- a speedup is
+flagged when its timing or its baseline's is, or when it exceeds its device count. The table greys
+flagged figures (`*` in text), the plot crosses them out, and `Comparison.speedup_sentence` refuses a
+direction the table flags. On a CPU the one-device baseline gets every core (the N workers' total
+thread budget); the speedup over one worker's share is shown beside it. The repeats are kept
+(`Comparison.timings`) so a plot can show their range; `progress` is called after every epoch.
 
 The scaling model (kit.scaling) predicts the N-device epoch time from one-device measurements.
 """

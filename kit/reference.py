@@ -2,24 +2,13 @@
 
 A *reference run* is the JSON report `scripts/gpu-check` writes on a GPU machine (its "machine" block
 names the GPU, the date and the commit; its "parts" hold every figure), copied into
-`kit/data/reference_runs/`. They ship inside the package, so every install sees the same ones. A
-column shows where and when its run was taken, the GPU and the date; the commits stay in the
-report (`run["machine"]["commit"]`, a part's own "commit"), for the developer who reproduces it.
+`kit/data/reference_runs/` so every install sees the same ones. A column is labelled with its GPU
+and date; the commits stay in the report for the developer who reproduces it.
 
     >>> import json, tempfile
     >>> from pathlib import Path
     >>> from kit import reference
     >>> folder = Path(tempfile.mkdtemp())
-    >>> print(reference.beside({"ms per step": 1.25}, {"ms per step": "bench.rows[regime=plain].ms"},
-    ...                        directory=folder, device="cpu:0"))
-    quantity    | your machine (cpu:0)
-    ------------+---------------------
-    ms per step | 1.25
-    no reference run recorded yet: run scripts/gpu-check on a GPU machine and copy its report into
-    kit/data/reference_runs/ (see the README.md there)
-
-With a report in the folder, each reference run is a column labelled with where and when it ran:
-
     >>> report = {"kind": "kit gpu-check",
     ...           "machine": {"gpu": "NVIDIA H100", "date": "2026-12-01T10:00:00+00:00", "commit": "0123456789ab"},
     ...           "parts": {"bench": {"rows": [{"regime": "plain", "ms": 0.31}, {"regime": "workspace", "ms": 0.3}]}}}
@@ -36,26 +25,12 @@ With a report in the folder, each reference run is a column labelled with where 
     ms per step | 1.25                 | 0.31
     accuracy    | 0.93                 | — (not in this run)
 
-A figure taken from a run that `kit.measure` flagged (busy machine, wide spread) is marked in its
-cell: pass the timings behind it as `flagged={quantity: [timings]}` (or the Timing itself as the
-measured value), and a cell whose timings are not all reliable reads "1.13 (flagged)", with a note:
-
-    >>> from kit.measure import SPREAD_LIMIT, Timing, format_spread
-    >>> busy = Timing("workspace", [0.010, 0.011, 0.010], 10, load=0.5)
-    >>> print(reference.beside({"workspace / plain time": 1.13}, flagged={"workspace / plain time": [busy]},
-    ...                        directory=folder, device="cpu:0"))  # doctest: +NORMALIZE_WHITESPACE
-    quantity               | your machine (cpu:0) | NVIDIA H100 (2026-12-01)
-    -----------------------+----------------------+-------------------------
-    workspace / plain time | 1.13 (flagged)       | — (not in this run)
-    (flagged): measured in a run kit.measure flagged as unreliable (see the warnings printed above it): not a
-      figure to compare
-
-A pick is either a path into the report's "parts" (dots between keys, ``[key=value]`` selects the
-row of a list whose `key` reads `value`, ``[3]`` an index) or a function of the whole report that
-returns a number or None. Without a pick, a quantity is looked up by its name among the figures
-the GPU check recorded when it ran the chapters (parts.chapters.<notebook>.figures).
-`beside` returns a `Beside` whose text is the table (a notebook shows it
-as the cell's result; `print` it in a script) and whose `rows` hold the values.
+A pick is a path into the report's "parts" (dots between keys, ``[key=value]`` selects the row of a
+list whose `key` reads `value`, ``[3]`` an index) or a function of the report returning a number or
+None; without one, a quantity is looked up by name among the figures the GPU check recorded when it
+ran the chapters. A figure from a run `kit.measure` flagged is marked "(flagged)" in its cell (see
+`beside`): no conclusion is drawn from it. `beside` returns a `Beside` whose text is the table and
+whose `rows` hold the values.
 
 Reading the reports is kit.reference_runs; a run's physical limits (copy and matmul throughput
 beside the datasheet) are kit.reference_limits, re-exported here.
@@ -171,7 +146,21 @@ def beside(
     `flagged[quantity]`: the timing(s) this machine's figure was computed from; where any of them is
     unreliable (`kit.measure` flagged it) the cell reads "(flagged)"; `True` marks it outright (a
     benchmark's figure whose table already says "reliable: NO"). A measured value that is itself a
-    Timing shows its median and is marked the same way."""
+    Timing shows its median and is marked the same way.
+
+        >>> import tempfile
+        >>> from kit.measure import Timing
+        >>> busy = Timing("workspace", [0.010, 0.011, 0.010], 10, load=0.5)
+        >>> print(beside({"workspace / plain time": 1.13}, flagged={"workspace / plain time": [busy]},
+        ...              directory=tempfile.mkdtemp(), device="cpu:0"))
+        quantity               | your machine (cpu:0)
+        -----------------------+---------------------
+        workspace / plain time | 1.13 (flagged)
+        no reference run recorded yet: run scripts/gpu-check on a GPU machine and copy its report into
+        kit/data/reference_runs/ (see the README.md there)
+        (flagged): measured in a run kit.measure flagged as unreliable (see the warnings printed above it): not a
+          figure to compare
+    """
     picks = dict(picks or {})
     unknown = sorted(set(picks) - set(measured))
     if unknown:

@@ -1,7 +1,8 @@
 """Live panels: memory (workspaces, heap, cache, RSS, GPU), timing, training and per-worker rows.
 
 The base every panel shares, `TimingPanel` and `Progress` live in kit.panels (re-exported here);
-this module has the memory panel and the two training listeners built on them.
+this module has the memory panel and the two training listeners built on them (`TrainingPanel`,
+`WorkerPanel`: their docstrings show them in a fit).
 
     >>> import kit
     >>> x = kit.randn((64, 32)); w = kit.randn((32, 10))
@@ -20,37 +21,13 @@ this module has the memory panel and the two training listeners built on them.
     workspace loop: 100/100 in ...
     >>> ws.destroy()
 
-Training panels are listeners:
-
-    >>> from kit.data import ArrayIterator, load_digits
-    >>> from kit.nn import mlp
-    >>> from kit.parallel import ParallelWrapper
-    >>> train, test = load_digits()
-    >>> net, it = mlp(64, hidden=(32,), n_out=10), ArrayIterator(train, 64)
-    >>> training = kit.widgets.TrainingPanel(total_iterations=2 * len(it))
-    memory: ...
-    >>> net.fit(it, epochs=2, listeners=[training])
-    training: 1/46 in ...
-    <kit.nn.network.Network object at 0x...>
-    >>> training.close()
-    training: 46/46 in ...
-    memory: ...
-    loss: last ..., mean of last 20 ..., epochs done 2
-    >>> workers = kit.widgets.WorkerPanel(2, total_iterations=len(it))
-    >>> with ParallelWrapper(net, workers=2, listeners=[workers]) as pw:
-    ...     _ = pw.fit(it, epochs=1)
-    1 of 23 iterations in ... s; worker 0: ...
-    >>> workers.close()
-    23 of 23 iterations in ... s; worker 0: ... iterations, ...; worker 1: ... iterations, ...
-
 In a kernel they are core ipywidgets (FloatProgress, HTML, HBox, VBox) displayed once and then
 updated through `.value` (ipywidgets 7.7 on Colab and 8 in JupyterLab 4). While live, each says at
 its head whether the cell that shows it still runs (kit.panel_live), and keeps every number beside
-its unit (kit.panels.keep_units). When a panel closes it
-**replaces itself with a static HTML rendering of its final state** (the same output, updated
-through its display id), so a saved notebook, GitHub, nbviewer and an HTML export show the
-final numbers instead of a widget's raw `VBox(children=...)` text. Outside a kernel the panels
-print throttled plain-text lines, and the final state.
+its unit (kit.panels.keep_units). When a panel closes it **replaces itself with a static HTML
+rendering of its final state** (through its display id), so a saved notebook, GitHub, nbviewer and
+an HTML export show the final numbers instead of a widget's raw `VBox(children=...)` text. Outside a
+kernel the panels print throttled plain-text lines, and the final state.
 """
 
 from __future__ import annotations
@@ -211,7 +188,29 @@ class MemoryPanel(Panel):
 class TrainingPanel(Panel):
     """A training listener: loss, progress and memory in one panel (DL4J's UI, in a cell).
 
-    Accepts both listener forms: `on_epoch_start(model)` and `on_epoch_start(model, epoch)`."""
+    Accepts both listener forms: `on_epoch_start(model)` and `on_epoch_start(model, epoch)`.
+
+        >>> from kit.data import ArrayIterator, load_digits
+        >>> from kit.nn import mlp
+        >>> from kit.parallel import ParallelWrapper
+        >>> train, test = load_digits()
+        >>> net, it = mlp(64, hidden=(32,), n_out=10), ArrayIterator(train, 64)
+        >>> training = TrainingPanel(total_iterations=2 * len(it))
+        memory: ...
+        >>> net.fit(it, epochs=2, listeners=[training])
+        training: 1/46 in ...
+        <kit.nn.network.Network object at 0x...>
+        >>> training.close()
+        training: 46/46 in ...
+        memory: ...
+        loss: last ..., mean of last 20 ..., epochs done 2
+        >>> workers = WorkerPanel(2, total_iterations=len(it))
+        >>> with ParallelWrapper(net, workers=2, listeners=[workers]) as pw:
+        ...     _ = pw.fit(it, epochs=1)
+        1 of 23 iterations in ... s; worker 0: ...
+        >>> workers.close()
+        23 of 23 iterations in ... s; worker 0: ... iterations, ...; worker 1: ... iterations, ...
+    """
 
     def __init__(
         self,

@@ -11,41 +11,29 @@
     >>> net.evaluate(ArrayIterator(test, 256)).accuracy()   # the wrapper leaves the averaged parameters in `net`
     0.9...
 
-One worker thread per replica, pinned to its device (worker i -> device i % n: real GPUs, or
-logical devices of one GPU, or of the CPU with the cores shared among them). Replicas are
-built once per wrapper, not per fit() (DL4J rebuilds them every fit: dl4j#8023). Each round the
-main thread hands one batch to each worker (round-robin from an optional prefetch queue) and
-waits for all of them, so the result does not depend on thread timing:
+One worker thread per replica, pinned to its device (worker i -> device i % n). Replicas are built
+once per wrapper, not per fit() (DL4J rebuilds them every fit: dl4j#8023). Each round the main thread
+hands one batch to each worker and waits for all of them, so the result does not depend on thread
+timing:
 
 - AVERAGING: every `averaging_frequency` rounds the parameters (and the updater state when
   `average_updaters`) are averaged and broadcast. With plain SGD and frequency 1 this equals
   one model trained on the concatenated batches.
 - SHARED_GRADIENTS: each worker adds its update to a residual, threshold-encodes it (+-tau per
-  index, tau from the threshold algorithm), and every replica applies the sum of all workers'
-  decoded messages, so replicas stay identical without ever averaging.
+  index), and every replica applies the sum of all workers' decoded messages, so replicas stay
+  identical without ever averaging.
 
-Mixed precision (kit.nn.mixed): every replica has its own loss scaler and skips its own step
-when its gradient overflows (its parameters and Adam's t stay; the others step). AVERAGING
-averages the float32 master weights (not the float16 copies, which are written from the mean)
-and gives every replica one scaler state: the smallest scale, the most skipped steps.
-SHARED_GRADIENTS encodes the change of the float32 master weights (a skipped step encodes 0).
+Mixed precision: every replica skips its own step when its gradient overflows; AVERAGING averages
+the float32 master weights and gives every replica one scaler state (the smallest scale).
+Each fit() starts from the model as it is then -- parameters, counters and the training
+hyper-parameters (updater, L2, loss) -- so a schedule applied between fits trains as in `net.fit`.
 
-Each fit() starts from the model as it is then: parameters and counters changed since the last
-fit, and the training hyper-parameters -- the updater (its type, learning rate, momentum, Adam's
-betas and epsilon), L2 and the loss -- are handed to every replica, so a schedule applied between
-fits (`net.updater.lr *= 0.1`) trains as it would in `net.fit`.
-
-Differences from DL4J, on purpose: workers=1 is allowed (the baseline of a comparison); the
-user's model ends with the averaged parameters rather than worker 0's; a worker's exception
-stops fit() at once, names the worker, and leaves no threads behind. `shutdown()` from another
-thread (or a listener) during fit() stops the workers after their current tasks, and fit() raises
-RuntimeError saying the wrapper was shut down (not that a worker died); the interrupted fit()
-writes none of its rounds into the user's model (a fit() whose workers had all finished their
-last task ends normally), and leaves no thread behind. To end training early and keep its
-result, use stop_fit() (DL4J's ParallelWrapper has no clean way: its shutdown() interrupts).
-
-The worker threads, the tasks they run and how their failures are said, are kit.parallel.worker;
-this module is the wrapper: replicas, rounds, averaging, the training loop, shutdown.
+Differences from DL4J, on purpose: workers=1 is allowed (the baseline of a comparison); the user's
+model ends with the averaged parameters rather than worker 0's; a worker's exception stops fit() at
+once, names the worker, and leaves no threads behind; `shutdown()` during fit() makes fit() raise
+saying so and write none of its rounds into the model, while stop_fit() ends training early and
+keeps its result. The worker threads and their tasks are kit.parallel.worker; this module is the
+wrapper: replicas, rounds, averaging, the training loop, shutdown.
 """
 
 from __future__ import annotations
