@@ -160,6 +160,20 @@ def same_run_gap(d: dict[str, Any]) -> list[str]:
             paired.setdefault(side if side in d else "kit", []).append(key)
     if not paired:
         return []
+    text = [_gap_sentence(d, paired)]
+    if "pytorch" in d and "pytorch_fp32" in d and "pytorch_fp32" in paired.get("kit", []):
+        fp32_gap = d["pytorch_fp32"]["test_accuracy"] - d["kit"]["test_accuracy"]
+        step = abs(d["pytorch"]["test_accuracy"] - d["pytorch_fp32"]["test_accuracy"])
+        if fp32_gap > step:
+            text.append(
+                f"With float32 arithmetic on both sides the gap is {fp32_gap:.4f}, and PyTorch's own TF32 and "
+                f"float32 rows are {step:.4f} apart: the gap is there without TF32."
+            )
+    return text + _what_differed(d) + [_not_known(d, paired)]
+
+
+def _gap_sentence(d: dict[str, Any], paired: dict[str, list[str]]) -> str:
+    """ "In the same run, kit's <accuracy> with ... is <gap> below/above PyTorch's ..." for each pair."""
     found = re.search(r"(\d+) test", d.get("setup", ""))
     n_test = int(found.group(1)) if found else 0
     clauses = []
@@ -172,16 +186,12 @@ def same_run_gap(d: dict[str, Any]) -> list[str]:
             examples = f" ({round(abs(gap) * n_test):,} of the {n_test:,} test examples)" if n_test and gap else ""
             against.append(f"{words} PyTorch's {d[key]['test_accuracy']:.4f} with {_TORCH_ROWS[key]}{examples}")
         clauses.append(f"kit's {acc:.4f} with {_KIT_ROWS[side]} is " + " and ".join(against))
-    text = ["In the same run, " + "; ".join(clauses) + "."]
-    if "pytorch" in d and "pytorch_fp32" in d and "pytorch_fp32" in paired.get("kit", []):
-        fp32_gap = d["pytorch_fp32"]["test_accuracy"] - d["kit"]["test_accuracy"]
-        step = abs(d["pytorch"]["test_accuracy"] - d["pytorch_fp32"]["test_accuracy"])
-        if fp32_gap > step:
-            text.append(
-                f"With float32 arithmetic on both sides the gap is {fp32_gap:.4f}, and PyTorch's own TF32 and "
-                f"float32 rows are {step:.4f} apart: the gap is there without TF32."
-            )
-    text += [
+    return "In the same run, " + "; ".join(clauses) + "."
+
+
+def _what_differed(d: dict[str, Any]) -> list[str]:
+    """What differed between kit's side and PyTorch's, and what was the same, as the bench's code has them."""
+    return [
         "What differed between the two sides, as `kit bench d2l`'s code has them. The initial weights: "
         + _init_words(d)
         + ". The batches: each library shuffled the same examples with its own generator. The running variance "
@@ -192,6 +202,10 @@ def same_run_gap(d: dict[str, Any]) -> list[str]:
         "the mean cross-entropy, the same arrays scaled to [0, 1] with no augmentation, and testing with the "
         "running statistics.",
     ]
+
+
+def _not_known(d: dict[str, Any], paired: dict[str, list[str]]) -> str:
+    """What one run a side cannot tell about the gap."""
     unknown = (
         "Not known from this run: which of these differences, if any, makes the gap (none was varied on its own), "
         "nor how far another seed or batch order would move either accuracy (one run a side); the report keeps "
@@ -199,8 +213,7 @@ def same_run_gap(d: dict[str, Any]) -> list[str]:
     )
     if any("test_accuracy_per_epoch" not in d[side] for side in paired):
         unknown += ", nor kit's accuracy after each epoch"
-    text.append(unknown + ".")
-    return text
+    return unknown + "."
 
 
 def _ratio_basis(d: dict[str, Any], p: dict[str, Any], first: bool) -> tuple[str, str]:
