@@ -173,7 +173,7 @@ def same_run_gap(d: dict[str, Any]) -> list[str]:
 
 
 def _gap_sentence(d: dict[str, Any], paired: dict[str, list[str]]) -> str:
-    """ "In the same run, kit's <accuracy> with ... is <gap> below/above PyTorch's ..." for each pair."""
+    """The sentence that sets each kit side's accuracy beside PyTorch's: the gap, and in test examples."""
     found = re.search(r"(\d+) test", d.get("setup", ""))
     n_test = int(found.group(1)) if found else 0
     clauses = []
