@@ -82,7 +82,22 @@ Pick = str | Callable[[dict[str, Any]], Any]
 
 @dataclass
 class Beside:
-    """The table `beside` builds: `columns` (labels), `rows` (quantity, then one value per column)."""
+    """The table `beside` builds: `columns` (labels), `rows` (quantity, then one value per column).
+    A figure this machine measured in a run kit.measure flagged reads "(flagged)", with a note:
+
+        >>> import tempfile
+        >>> from kit.measure import Timing
+        >>> busy = Timing("workspace", [0.010, 0.011, 0.010], 10, load=0.5)
+        >>> print(beside({"workspace / plain time": 1.13}, flagged={"workspace / plain time": [busy]},
+        ...              directory=tempfile.mkdtemp(), device="cpu:0"))
+        quantity               | your machine (cpu:0)
+        -----------------------+---------------------
+        workspace / plain time | 1.13 (flagged)
+        no reference run recorded yet: run scripts/gpu-check on a GPU machine and copy its report into
+        kit/data/reference_runs/ (see the README.md there)
+        (flagged): measured in a run kit.measure flagged as unreliable (see the warnings printed above it): not a
+          figure to compare
+    """
 
     columns: list[str]
     rows: list[list[Any]]
@@ -146,21 +161,7 @@ def beside(
     `flagged[quantity]`: the timing(s) this machine's figure was computed from; where any of them is
     unreliable (`kit.measure` flagged it) the cell reads "(flagged)"; `True` marks it outright (a
     benchmark's figure whose table already says "reliable: NO"). A measured value that is itself a
-    Timing shows its median and is marked the same way.
-
-        >>> import tempfile
-        >>> from kit.measure import Timing
-        >>> busy = Timing("workspace", [0.010, 0.011, 0.010], 10, load=0.5)
-        >>> print(beside({"workspace / plain time": 1.13}, flagged={"workspace / plain time": [busy]},
-        ...              directory=tempfile.mkdtemp(), device="cpu:0"))
-        quantity               | your machine (cpu:0)
-        -----------------------+---------------------
-        workspace / plain time | 1.13 (flagged)
-        no reference run recorded yet: run scripts/gpu-check on a GPU machine and copy its report into
-        kit/data/reference_runs/ (see the README.md there)
-        (flagged): measured in a run kit.measure flagged as unreliable (see the warnings printed above it): not a
-          figure to compare
-    """
+    Timing shows its median and is marked the same way."""
     picks = dict(picks or {})
     unknown = sorted(set(picks) - set(measured))
     if unknown:
@@ -178,7 +179,16 @@ def beside(
     ref_flags: dict[tuple[str, int], str] = {}
     for name, value in measured.items():
         rows.append([name, value, *_reference_figures(name, picks.get(name), runs, labels, quick_columns, ref_flags)])
-    notes = [] if runs else [NO_RUN_YET]
+    notes = _beside_notes(bool(runs), bool(marked), labels, ref_flags, quick_columns)
+    return Beside(columns, rows, "\n".join(notes), runs, marked, ref_flags)
+
+
+def _beside_notes(
+    any_run: bool, marked: bool, labels: list[str], ref_flags: dict[tuple[str, int], str], quick_columns: list[str]
+) -> list[str]:
+    """The notes under a `beside` table: no run yet, this machine's flagged figures, the reference
+    runs' own flags, and the columns whose chapter figures come from a quick-mode run."""
+    notes = [] if any_run else [NO_RUN_YET]
     notes += [FLAGGED_NOTE] if marked else []
     notes += [
         f"(flagged) in the {labels[k]} column: {name}: that run's own report flags it ({why}): not a figure "
@@ -191,7 +201,7 @@ def beside(
         "between the two"
         for label in quick_columns
     ]
-    return Beside(columns, rows, "\n".join(notes), runs, marked, ref_flags)
+    return notes
 
 
 def _figures_and_flags(
@@ -279,33 +289,50 @@ def reference_flag(report: dict[str, Any], pick: Pick) -> str:
     if callable(pick):
         return ""
     if not pick.startswith("benchmarks."):
-        if "." in pick or "[" in pick:
-            return ""
-        for chapter in report.get("parts", {}).get("chapters", {}).values():
-            if isinstance(chapter, dict) and pick in chapter.get("figures", {}):
-                flagged = chapter.get("flagged") or {}
-                return str(flagged.get(pick, "")) if isinstance(flagged, dict) else ""
-        return ""
+        return _chapter_flag(report, pick)
     head, _, field_name = pick.rpartition(".")
-    if head.endswith("]"):  # a row's field: its timing flags reach its timed figures, not its counts
-        if not _TIMED.search(field_name):
-            return ""
-        reasons = _row_flags(lookup(report, head))
-        if field_name.startswith("ratio_to_") and "[" in head:
-            rows_path = head[: head.rindex("[")]
-            other = field_name[len("ratio_to_") :]
-            rows = lookup(report, rows_path) or []
-            base = next((r for r in rows if isinstance(r, dict) and other in map(str, r.values())), None)
-            reasons += [f"{other}: {w}" for w in _row_flags(base) if w not in reasons]
-        return "; ".join(reasons)
+    if head.endswith("]"):
+        return _bench_row_flag(report, head, field_name)
     if head.endswith(".summary"):
-        summary = lookup(report, head) or {}
-        goals = {k[len("goal_") :]: v for k, v in summary.items() if k.startswith("goal_")}
-        fed = [v for k, v in goals.items() if field_name.startswith(k + "_")] or list(goals.values())
-        marked = [str(v) for v in fed if "unreliable" in str(v)]
-        if marked:
-            names = ", ".join(f"'{m.split(':')[0]}'" for m in marked)
-            return f"its goal line {names} is marked unreliable"
+        return _summary_flag(report, head, field_name)
+    return ""
+
+
+def _chapter_flag(report: dict[str, Any], pick: str) -> str:
+    """A chapter figure's flag (a quantity name, no path): what the chapter run recorded for it."""
+    if "." in pick or "[" in pick:
+        return ""
+    for chapter in report.get("parts", {}).get("chapters", {}).values():
+        if isinstance(chapter, dict) and pick in chapter.get("figures", {}):
+            flagged = chapter.get("flagged") or {}
+            return str(flagged.get(pick, "")) if isinstance(flagged, dict) else ""
+    return ""
+
+
+def _bench_row_flag(report: dict[str, Any], head: str, field_name: str) -> str:
+    """A benchmark row's field: its timing flags reach its timed figures, not its counts (a
+    ``ratio_to_X`` figure gets row X's flags too)."""
+    if not _TIMED.search(field_name):
+        return ""
+    reasons = _row_flags(lookup(report, head))
+    if field_name.startswith("ratio_to_") and "[" in head:
+        rows_path = head[: head.rindex("[")]
+        other = field_name[len("ratio_to_") :]
+        rows = lookup(report, rows_path) or []
+        base = next((r for r in rows if isinstance(r, dict) and other in map(str, r.values())), None)
+        reasons += [f"{other}: {w}" for w in _row_flags(base) if w not in reasons]
+    return "; ".join(reasons)
+
+
+def _summary_flag(report: dict[str, Any], head: str, field_name: str) -> str:
+    """A benchmark summary figure: flagged when the goal line it feeds is marked unreliable."""
+    summary = lookup(report, head) or {}
+    goals = {k[len("goal_") :]: v for k, v in summary.items() if k.startswith("goal_")}
+    fed = [v for k, v in goals.items() if field_name.startswith(k + "_")] or list(goals.values())
+    marked = [str(v) for v in fed if "unreliable" in str(v)]
+    if marked:
+        names = ", ".join(f"'{m.split(':')[0]}'" for m in marked)
+        return f"its goal line {names} is marked unreliable"
     return ""
 
 

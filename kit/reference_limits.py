@@ -69,6 +69,18 @@ def _fig(value: float) -> str:
     return f"{value:,.0f}" if value >= 1000 else f"{value:.1f}"
 
 
+def _limit_note(lim: _Limit) -> list[str]:
+    """Why a row of the physical-limits table shows no kit / CuPy ratio, or what its ratio divides by."""
+    if lim.unlike:
+        return [f"{lim.what.split(',')[0]}: {lim.unlike}, so kit / CuPy is not shown."]
+    if lim.sequential:
+        return [f"{lim.what.split(',')[0]}: {NOT_INTERLEAVED}, so kit / CuPy is not shown."]
+    if lim.against != lim.cupy:
+        return [f"{lim.what.split(',')[0]}: kit / CuPy sets kit's dup beside CuPy's a.copy(), "
+                f"{_fig(lim.against)} GB/s (both allocate and copy, interleaved)."]  # fmt: skip
+    return []
+
+
 def physical_limits_table(report: dict[str, Any]) -> tables.Table | str:
     """A reference run's device-to-device copy and matmul figures, raw CuPy and through kit, beside
     the datasheet's (from the report; `scripts/gpu-check` measures them with CUDA events), as a
@@ -92,13 +104,7 @@ def physical_limits_table(report: dict[str, Any]) -> tables.Table | str:
         shown = not (lim.unlike or lim.sequential)  # a ratio only of one operation, timed in turn
         ratio = f"{lim.kit / lim.against:.1%}" if shown else "—"  # the note says why
         rows.append([lim.what, _fig(lim.cupy), _fig(lim.kit), ratio, against])
-        if lim.unlike:
-            notes.append(f"{lim.what.split(',')[0]}: {lim.unlike}, so kit / CuPy is not shown.")
-        elif lim.sequential:
-            notes.append(f"{lim.what.split(',')[0]}: {NOT_INTERLEAVED}, so kit / CuPy is not shown.")
-        elif lim.against != lim.cupy:
-            notes.append(f"{lim.what.split(',')[0]}: kit / CuPy sets kit's dup beside CuPy's a.copy(), "
-                         f"{_fig(lim.against)} GB/s (both allocate and copy, interleaved).")  # fmt: skip
+        notes += _limit_note(lim)
     sheet_column = "CuPy / datasheet" + (f" ({sheet['form']})" if sheet else "")
     return tables.Table(
         ["measured", "CuPy", "kit", "kit / CuPy", sheet_column],
