@@ -208,6 +208,64 @@ def autorange(
         i *= 10
 
 
+def _compare_args(
+    fns: dict[str, Callable[[], object]],
+    min_time: float,
+    repeats: int,
+    number: int | dict[str, int] | None,
+    warmup: bool | int,
+) -> tuple[int, dict[str, int] | None, int]:
+    """`compare`'s arguments checked at the call: (repeats, the calls per repeat given, warm-ups)."""
+    if not fns:
+        raise ValueError("compare(fns={}): give at least one variant, e.g. {'kit': f, 'raw': g}")
+    for k, fn in fns.items():
+        if not callable(fn):
+            raise TypeError(f"compare(fns): variant {k!r} is a {type(fn).__name__}, not a callable; pass f, not f()")
+    repeats = _whole("repeats", repeats, 1, "a positive integer (5 or more for a spread)")
+    if isinstance(min_time, bool) or not isinstance(min_time, int | float) or not 0 < min_time < math.inf:
+        raise ValueError(f"compare(min_time={min_time!r}): seconds a timed region lasts at least, a number > 0")
+    numbers_given = _numbers(number, fns)
+    try:  # True: one call, False: none (a bool is an int), NumPy integers too
+        warmups = operator.index(warmup)
+    except TypeError:
+        warmups = -1
+    if warmups < 0:
+        raise ValueError(f"compare(warmup={warmup!r}): True, False or a number of untimed calls >= 0")
+    return repeats, numbers_given, warmups
+
+
+def _interleaved(
+    fns: dict[str, Callable[[], object]],
+    numbers: dict[str, int],
+    repeats: int,
+    sync: Callable[[], object] | None,
+    step: Callable[[str], None],
+) -> dict[str, Timing]:
+    """The timed repeats: each runs every variant once, in an order rotated per repeat."""
+    names = list(fns)
+    out = {k: Timing(k, [], numbers[k]) for k in names}
+    for r in range(repeats):
+        for k in names[r % len(names) :] + names[: r % len(names)]:
+            out[k].seconds.append(_run(fns[k], numbers[k], sync) / numbers[k])
+            step(f"repeat {r + 1} of {repeats}: {k}")
+    return out
+
+
+def _calls_per_repeat(
+    fns: dict[str, Callable[[], object]],
+    min_time: float,
+    sync: Callable[[], object] | None,
+    same_number: bool,
+    step: Callable[[str], None],
+) -> dict[str, int]:
+    """Each variant's calls per repeat, found by `autorange` (the largest for all, `same_number`)."""
+    numbers = {}
+    for k, fn in fns.items():
+        numbers[k] = autorange(fn, min_time, sync)
+        step(f"calls per repeat: {k}")
+    return dict.fromkeys(fns, max(numbers.values())) if same_number else numbers
+
+
 def compare(
     fns: dict[str, Callable[[], Any]],
     min_time: float = MIN_TIME,
@@ -227,21 +285,7 @@ def compare(
     `children_are_ours`: as in `machine_load`, for variants that work in child processes.
     `progress(done, total, note)` (a `kit.widgets.Progress`) is called after each warm-up,
     calibration and timed run, between timed regions: it never runs inside one."""
-    if not fns:
-        raise ValueError("compare(fns={}): give at least one variant, e.g. {'kit': f, 'raw': g}")
-    for k, fn in fns.items():
-        if not callable(fn):
-            raise TypeError(f"compare(fns): variant {k!r} is a {type(fn).__name__}, not a callable; pass f, not f()")
-    repeats = _whole("repeats", repeats, 1, "a positive integer (5 or more for a spread)")
-    if isinstance(min_time, bool) or not isinstance(min_time, int | float) or not 0 < min_time < math.inf:
-        raise ValueError(f"compare(min_time={min_time!r}): seconds a timed region lasts at least, a number > 0")
-    numbers_given = _numbers(number, fns)
-    try:  # True: one call, False: none (a bool is an int), NumPy integers too
-        warmups = operator.index(warmup)
-    except TypeError:
-        warmups = -1
-    if warmups < 0:
-        raise ValueError(f"compare(warmup={warmup!r}): True, False or a number of untimed calls >= 0")
+    repeats, numbers_given, warmups = _compare_args(fns, min_time, repeats, number, warmup)
     calibrate = number is None
     total = len(fns) * (warmups + int(calibrate) + repeats)
     steps = iter(range(1, total + 1))
@@ -255,21 +299,8 @@ def compare(
             for k, fn in fns.items():
                 _run(fn, 1, sync)
                 step(f"warm-up: {k}")
-        if numbers_given is not None:
-            numbers = numbers_given
-        else:
-            numbers = {}
-            for k, fn in fns.items():
-                numbers[k] = autorange(fn, min_time, sync)
-                step(f"calls per repeat: {k}")
-            if same_number:
-                numbers = dict.fromkeys(fns, max(numbers.values()))
-        names = list(fns)
-        out = {k: Timing(k, [], numbers[k]) for k in names}
-        for r in range(repeats):
-            for k in names[r % len(names) :] + names[: r % len(names)]:
-                out[k].seconds.append(_run(fns[k], numbers[k], sync) / numbers[k])
-                step(f"repeat {r + 1} of {repeats}: {k}")
+        numbers = _calls_per_repeat(fns, min_time, sync, same_number, step) if calibrate else numbers_given
+        out = _interleaved(fns, numbers, repeats, sync, step)
     for t in out.values():
         t.load = load.others
     return out
