@@ -154,39 +154,35 @@ def compare_devices(
     result.model = _scaling_inputs(job)
     timings, epochs = _timed_epochs(job, counts, share if on_cpu and share < cores else None, progress)
     result.timings = timings
-    base = timings[1].median
-    base_share = timings["share"].median if "share" in timings else base
-    result.model["baseline"] = {
-        "threads": cores if on_cpu else None,
-        "epoch_s": base,
-        "spread": timings[1].spread,
-        "share_threads": share if "share" in timings else cores,
-        "share_epoch_s": base_share,
-        "share_spread": timings["share" if "share" in timings else 1].spread,
-    }
+    result.model["baseline"] = _baseline(timings, cores if on_cpu else None, share, cores)
     result.model["epochs_per_repeat"] = timings[1].number
     result.model["repeats"] = job.epochs
     result.model["load"] = timings[1].load
     for n in counts:
-        kind = epochs["kinds"][n]
-        physical = "physical" in kind
+        physical = "physical" in epochs["kinds"][n]
         if n > 1:
             parallel = physical or (on_cpu and n <= cores)  # side by side: own devices, or a core each
             step_n = result.model["step_s_one_device"] if not on_cpu else _step_seconds(job, max(1, cores // n))
             result.model["step_s_per_worker"][n] = step_n
             result.model["compute_split"][n] = parallel
         row = _device_row(job, n, timings, epochs, result.model)
-        result.rows.append(
-            assess_row(
-                row,
-                timings[n].warnings,
-                shared=not physical and on_cpu,
-                cores=cores,
-                baseline=_baseline_warnings(timings, 1) if n > 1 else [],
-                share_baseline=_baseline_warnings(timings, "share") if n > 1 else [],
-            )
-        )
+        base, share_base = (_baseline_warnings(timings, 1), _baseline_warnings(timings, "share")) if n > 1 else ([], [])
+        shared = not physical and on_cpu
+        result.rows.append(assess_row(row, timings[n].warnings, shared, cores, base, share_base))
     return result
+
+
+def _baseline(timings: dict[int | str, measure.Timing], threads: int | None, share: int, cores: int) -> dict[str, Any]:
+    """The one-device baseline the model records: on every core (`threads`) and on one worker's share."""
+    base = timings[1].median
+    return {
+        "threads": threads,
+        "epoch_s": base,
+        "spread": timings[1].spread,
+        "share_threads": share if "share" in timings else cores,
+        "share_epoch_s": timings["share"].median if "share" in timings else base,
+        "share_spread": timings["share" if "share" in timings else 1].spread,
+    }
 
 
 def _scaling_inputs(job: Job) -> dict[str, Any]:
