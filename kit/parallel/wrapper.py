@@ -52,6 +52,7 @@ from kit.context import scope_out_of_workspaces
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
 from kit.devices import (
+    AnyDevice,
     as_device,
     blas_threads,
     cores_per_worker,
@@ -68,6 +69,7 @@ from kit.nn.workspace_mgr import WorkspaceMode
 from kit.parallel.threshold import (
     AdaptiveThresholdAlgorithm,
     NoOpResidualPostProcessor,
+    ResidualPostProcessor,
     ThresholdAlgorithm,
 )
 from kit.parallel.worker import Task, Worker, WorkerError
@@ -80,6 +82,24 @@ log = logging.getLogger(__name__)
 class TrainingMode(enum.Enum):
     AVERAGING = "AVERAGING"
     SHARED_GRADIENTS = "SHARED_GRADIENTS"
+
+
+def _workers_on_devices(
+    model: Network, workers: int | None, devices: Sequence[str | AnyDevice] | None
+) -> tuple[int, list[AnyDevice]]:
+    """The wrapper's model, worker count and devices checked at the call: (workers, worker i's
+    device at i). Without `workers`, one per device given, else one per GPU (at least 2)."""
+    if not isinstance(model, Network):
+        raise TypeError(f"ParallelWrapper needs a kit.nn.Network, got {type(model).__name__}")
+    if devices is not None:
+        devices = [as_device(d) for d in devices]
+        if not devices:
+            raise ValueError("ParallelWrapper(devices=[]): give at least one device")
+    if workers is None:
+        workers = len(devices) if devices else max(gpu_count(), 2)
+    workers = whole("ParallelWrapper", "workers", workers, 1, what=" (at least 1 worker)")
+    on = [devices[i % len(devices)] for i in range(workers)] if devices else default_devices(workers)
+    return workers, on
 
 
 class ParallelWrapper(ShutsDownOnExit):
@@ -111,7 +131,7 @@ class ParallelWrapper(ShutsDownOnExit):
         self,
         model: Network,
         workers: int | None = None,
-        devices: list[Any] | None = None,
+        devices: Sequence[str | AnyDevice] | None = None,
         prefetch_buffer: int = 16,
         averaging_frequency: int = 1,
         report_score_after_averaging: bool = False,
@@ -119,25 +139,14 @@ class ParallelWrapper(ShutsDownOnExit):
         workspace_mode: WorkspaceMode | str | None = None,
         training_mode: TrainingMode | str = TrainingMode.AVERAGING,
         threshold_algorithm: ThresholdAlgorithm | None = None,
-        residual_post_processor: Any = None,
-        listeners: Iterable[Any] = (),
+        residual_post_processor: ResidualPostProcessor | None = None,
+        listeners: Iterable[object] = (),
     ) -> None:
-        if not isinstance(model, Network):
-            raise TypeError(f"ParallelWrapper needs a kit.nn.Network, got {type(model).__name__}")
-        if devices is not None:
-            devices = [as_device(d) for d in devices]
-            if not devices:
-                raise ValueError("ParallelWrapper(devices=[]): give at least one device")
-        if workers is None:
-            workers = len(devices) if devices else max(gpu_count(), 2)
-        workers = whole("ParallelWrapper", "workers", workers, 1, what=" (at least 1 worker)")
+        workers, on = _workers_on_devices(model, workers, devices)  # every argument checked before any is kept
         prefetch_buffer = whole("ParallelWrapper", "prefetch_buffer", prefetch_buffer, 0)
         averaging_frequency = whole("ParallelWrapper", "averaging_frequency", averaging_frequency, 1)
-        self.model = model
-        self.workers = workers
-        self.devices = [devices[i % len(devices)] for i in range(workers)] if devices else default_devices(workers)
-        self.prefetch_buffer = prefetch_buffer
-        self.averaging_frequency = averaging_frequency
+        self.model, self.workers, self.devices = model, workers, on
+        self.prefetch_buffer, self.averaging_frequency = prefetch_buffer, averaging_frequency
         self.report_score_after_averaging = report_score_after_averaging
         self.average_updaters = average_updaters
         self.training_mode = TrainingMode(training_mode)
