@@ -138,7 +138,7 @@ def assess_row(
 
 
 def compare_devices(
-    job: Job, counts: list[int] | tuple[int, ...] = (1, 2), progress: Callable[[], Any] | None = None
+    job: Job, counts: list[int] | tuple[int, ...] = (1, 2), progress: Callable[[], object] | None = None
 ) -> Comparison:
     """`job` trained on each of `counts` devices (1 always), measured interleaved; `progress()`
     is called after every epoch trained while measuring (warm-up, autorange and timed repeats).
@@ -206,8 +206,8 @@ def _scaling_inputs(job: Job) -> dict[str, Any]:
 
 
 def _timed_epochs(
-    job: Job, counts: list[int], share: int | None, progress: Callable[[], Any] | None
-) -> tuple[dict[Any, measure.Timing], dict[str, Any]]:
+    job: Job, counts: list[int], share: int | None, progress: Callable[[], object] | None
+) -> tuple[dict[int | str, measure.Timing], dict[str, Any]]:
     """Epochs on each device count, interleaved (kit.measure.compare), and what each trained:
     its network, its devices, their kind and the copies between devices of each epoch. `share`:
     also one device with one worker's share of the cores (key "share"), on a CPU."""
@@ -235,7 +235,7 @@ def _timed_epochs(
 
 
 def _device_row(
-    job: Job, n: int, timings: dict[Any, measure.Timing], epochs: dict[str, Any], model: dict[str, Any]
+    job: Job, n: int, timings: dict[int | str, measure.Timing], epochs: dict[str, Any], model: dict[str, Any]
 ) -> dict[str, Any]:
     """The table's row for `n` devices, before assess_row flags it."""
     t, copies = timings[n], epochs["copies"][n]
@@ -284,7 +284,7 @@ def predicted_speedup(model: dict[str, Any], n: int) -> float:
     )
 
 
-def _baseline_warnings(timings: dict[Any, measure.Timing], key: Any = 1) -> list[str]:
+def _baseline_warnings(timings: dict[int | str, measure.Timing], key: int | str = 1) -> list[str]:
     """A speedup is a ratio to its baseline (`key`: 1, every core; "share", one worker's share): a
     flagged baseline flags every speedup measured against it (the row's own timing may be clean,
     that speedup is not), and only that speedup."""
@@ -294,7 +294,7 @@ def _baseline_warnings(timings: dict[Any, measure.Timing], key: Any = 1) -> list
 
 
 def _counting_copies(
-    run: Callable[[], None], into: list[tuple[int, int]], progress: Callable[[], Any] | None = None
+    run: Callable[[], None], into: list[tuple[int, int]], progress: Callable[[], object] | None = None
 ) -> Callable[[], None]:
     """`run`, also recording how many copies between devices (and bytes) one call made, and
     reporting the call to `progress` (outside the copy count; inside the timed repeat, where a

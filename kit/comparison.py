@@ -41,7 +41,7 @@ class Comparison:
     model: dict[str, Any] = field(default_factory=dict)
     # the measurements behind the rows: seconds per epoch of every repeat (kit.measure.Timing),
     # keyed by device count, and "share" for one device with one worker's share of the cores
-    timings: dict[Any, measure.Timing] = field(default_factory=dict)
+    timings: dict[int | str, measure.Timing] = field(default_factory=dict)
 
     @property
     def reliable(self) -> bool:

@@ -42,9 +42,15 @@ from __future__ import annotations
 import contextlib
 import sys
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Union
 
 from kit.state import STATE
+
+if TYPE_CHECKING:
+    from kit.workspace import Workspace
+
+# what is current on a thread: a workspace, a scope_out_of_workspaces block over what was, or None (the heap)
+Current = Union["Workspace", "_OutOfWorkspaces", None]
 
 __all__ = ["current_workspace", "scope_out_of_workspaces", "set_current_workspace"]
 
@@ -66,7 +72,7 @@ class _OutOfWorkspaces:
     physical = None
     name = None
 
-    def __init__(self, parent: Any, frame: FrameType | None) -> None:
+    def __init__(self, parent: Current, frame: FrameType | None) -> None:
         self.parent, self.frame = parent, frame
 
 
@@ -79,7 +85,7 @@ def _on_stack(frame: FrameType) -> bool:
     return False
 
 
-def resolve(ws: Any) -> Any:
+def resolve(ws: Current) -> Workspace | None:
     """The workspace new arrays go to when `ws` is current: `ws` itself, or, for a
     scope_out_of_workspaces block, None (the heap) unless the generator that holds the block is
     suspended, when it is what was current before the block (looked up the same way)."""
@@ -90,7 +96,7 @@ def resolve(ws: Any) -> Any:
     return ws
 
 
-def suspended_between(top: Any, ws: Any) -> bool:
+def suspended_between(top: Current, ws: Current) -> bool:
     """True when everything current above `ws` (from `top` down) is scope_out_of_workspaces blocks
     of suspended generators: `ws` may close under them, as its caller did not open them."""
     node = top
@@ -101,13 +107,13 @@ def suspended_between(top: Any, ws: Any) -> bool:
     return True
 
 
-def current_workspace() -> Any:
+def current_workspace() -> Workspace | None:
     """The workspace new arrays go to on this thread, or None (heap)."""
     ws = _tls.ws
     return ws if ws is None or ws.__class__ is not _OutOfWorkspaces else resolve(ws)
 
 
-def set_current_workspace(ws: Any) -> Any:
+def set_current_workspace(ws: Current) -> Current:
     """Make `ws` (or None) current on this thread; returns the previous one."""
     previous = _tls.ws
     _tls.ws = ws
@@ -137,7 +143,7 @@ class scope_out_of_workspaces:  # noqa: N801 - used like a function: with kit.sc
             return
         self._marker = _tls.ws = _OutOfWorkspaces(current, _block_frame())
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         marker = self._marker
         if marker is None:
             return

@@ -25,7 +25,7 @@ import os
 import platform
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psutil
@@ -34,6 +34,9 @@ from kit import backend, settings
 from kit.cpu_threads import cores_per_worker
 from kit.device_rng import make_rng, seed_for
 from kit.state import STATE
+
+if TYPE_CHECKING:
+    from kit.ndarray import NDArray
 
 __all__ = [
     "AnyDevice",
@@ -55,7 +58,7 @@ class DeviceMismatchError(DeviceError):
     """Arrays on different devices met in one op; the message names both devices."""
 
 
-def mismatch_error(op: str, a: Any, b: Any) -> None:
+def mismatch_error(op: str, a: NDArray, b: NDArray) -> None:
     raise DeviceMismatchError(
         f"{op}: arrays on different devices {a.device.name} and {b.device.name}; kit never copies "
         f"between devices silently: move one with .to({a.device.name!r}) first"
@@ -75,7 +78,7 @@ class _DeviceBase:
                     self._rng = make_rng(self, seed_for(self))
         return self._rng
 
-    def send(self, array: Any) -> Any:
+    def send(self, array: NDArray) -> NDArray:
         """A copy of a kit array on this device (the array itself when it is already here)."""
         return array.to(self)
 

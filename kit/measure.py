@@ -183,7 +183,7 @@ class Timing:
         return "\n".join([text, *flag])
 
 
-def _run(fn: Callable[[], Any], number: int, sync: Callable[[], Any] | None) -> float:
+def _run(fn: Callable[[], object], number: int, sync: Callable[[], object] | None) -> float:
     t0 = time.perf_counter()
     for _ in range(number):
         fn()
@@ -193,7 +193,10 @@ def _run(fn: Callable[[], Any], number: int, sync: Callable[[], Any] | None) -> 
 
 
 def autorange(
-    fn: Callable[[], Any], min_time: float = MIN_TIME, sync: Callable[[], Any] | None = None, max_number: int = 10**7
+    fn: Callable[[], object],
+    min_time: float = MIN_TIME,
+    sync: Callable[[], object] | None = None,
+    max_number: int = 10**7,
 ) -> int:
     """Calls per repeat so one repeat lasts at least `min_time` (1, 2, 5, 10, 20, 50, ...),
     as `timeit.Timer.autorange` does."""
@@ -267,15 +270,15 @@ def _calls_per_repeat(
 
 
 def compare(
-    fns: dict[str, Callable[[], Any]],
+    fns: dict[str, Callable[[], object]],
     min_time: float = MIN_TIME,
     repeats: int = 5,
     number: int | dict[str, int] | None = None,
     same_number: bool = False,
-    sync: Callable[[], Any] | None = None,
+    sync: Callable[[], object] | None = None,
     warmup: bool | int = True,
     children_are_ours: bool = False,
-    progress: Callable[[int, int, str], Any] | None = None,
+    progress: Callable[[int, int, str], object] | None = None,
 ) -> dict[str, Timing]:
     """Time every variant, interleaved: each repeat runs all variants once, in an order rotated
     per repeat. `number` fixes the calls per repeat (else `autorange` finds them per variant;
@@ -335,7 +338,7 @@ def _numbers(number: Any, fns: dict[str, Any]) -> dict[str, int] | None:
     return dict.fromkeys(fns, _whole("number", number, 1, what))
 
 
-def measure(fn: Callable[[], Any], name: str = "", **kw: Any) -> Timing:
+def measure(fn: Callable[[], object], name: str = "", **kw: Any) -> Timing:
     """One variant: `compare({name: fn}, **kw)[name]`."""
     return compare({name: fn}, **kw)[name]
 

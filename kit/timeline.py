@@ -38,13 +38,18 @@ import threading
 import weakref
 from collections.abc import Iterator
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kit import memory
 from kit.state import STATE
 from kit.timeline_views import FIELDS, TimelineError, TimelineViews
+
+if TYPE_CHECKING:
+    from kit.backend import RawArray
+    from kit.devices import AnyDevice
+    from kit.workspace import Workspace
 
 __all__ = ["KINDS", "MemoryTimeline", "TimelineError", "memory_timeline"]
 
@@ -127,7 +132,7 @@ class MemoryTimeline(TimelineViews):
     def __enter__(self) -> MemoryTimeline:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # ---- the hooks (called by kit.memory, kit.workspace and LayerWorkspaceMgr) -------
@@ -157,7 +162,7 @@ class MemoryTimeline(TimelineViews):
         return label
 
     def _watch(
-        self, data: Any, device: str, workspace: str | None, cycle: int | None, nbytes: int, array_type: str | None
+        self, data: RawArray, device: str, workspace: str | None, cycle: int | None, nbytes: int, array_type: str | None
     ) -> None:
         """Record a release when `data` is collected (host arrays that own their memory only)."""
         if data.__class__ is not np.ndarray or data.base is not None:
@@ -173,33 +178,33 @@ class MemoryTimeline(TimelineViews):
             _, device, workspace, cycle, nbytes, array_type = info
             self._add(device, workspace, cycle, None, nbytes, "release", array_type)
 
-    def heap(self, result: tuple[Any, Any], device: Any, nbytes: int) -> None:
+    def heap(self, result: tuple[RawArray, object], device: AnyDevice, nbytes: int) -> None:
         """A heap allocation by kit.memory.allocate_heap, `result` being (array, owner)."""
         array_type = self._typing.array_type
         self._add(device.name, None, None, None, nbytes, "alloc", array_type)
         self._watch(result[0], device.name, None, None, nbytes, array_type)
 
-    def arena(self, ws: Any, arena: Any, nbytes: int) -> None:
+    def arena(self, ws: Workspace, arena: RawArray, nbytes: int) -> None:
         """A workspace's arena: one heap allocation, untyped."""
         self._add(ws.device.name, None, None, None, nbytes, "alloc", None)
         self._watch(arena, ws.device.name, None, None, nbytes, None)
 
-    def carve(self, ws: Any, offset: int, nbytes: int) -> None:
+    def carve(self, ws: Workspace, offset: int, nbytes: int) -> None:
         self._add(ws.device.name, ws.name, ws.current_cycle, offset, nbytes, "alloc", self._typing.array_type)
 
-    def spill(self, ws: Any, data: Any, nbytes: int) -> None:
+    def spill(self, ws: Workspace, data: RawArray, nbytes: int) -> None:
         array_type = self._typing.array_type
         self._add(ws.device.name, ws.name, ws.current_cycle, None, nbytes, "spill", array_type)
         self._watch(data, ws.device.name, ws.name, ws.current_cycle, nbytes, array_type)
 
-    def reset(self, ws: Any) -> None:
+    def reset(self, ws: Workspace) -> None:
         self._add(ws.device.name, ws.name, ws.current_cycle, 0, ws.used, "reset", None)
 
-    def cycle_start(self, ws: Any) -> None:
+    def cycle_start(self, ws: Workspace) -> None:
         if self.recording:
             self._starts[(id(ws), ws.current_cycle)] = perf_counter() - self._t0
 
-    def cycle_end(self, ws: Any) -> None:
+    def cycle_end(self, ws: Workspace) -> None:
         """Called as a cycle ends, before a scoped workspace's offset goes back to 0."""
         start = self._starts.pop((id(ws), ws.current_cycle), None)
         if not ws.config.circular:

@@ -36,7 +36,7 @@ import html
 import statistics
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.measure import unchecked_note
 from kit.panels import (
@@ -58,6 +58,9 @@ try:
     from kit.readings import stats as _memory_stats
 except ImportError:  # kit before readings moved out of kit.memory
     from kit.memory import stats as _memory_stats  # type: ignore[no-redef]
+
+if TYPE_CHECKING:
+    from kit.nn.network import Network
 
 __all__ = [
     "MemoryPanel",
@@ -243,16 +246,16 @@ class TrainingPanel(Panel):
             f"epochs done {self.epochs_done}"
         )
 
-    def on_fit_start(self, model: Any) -> None:
+    def on_fit_start(self, model: Network) -> None:
         pass
 
-    def on_epoch_start(self, model: Any, epoch: int | None = None) -> None:
+    def on_epoch_start(self, model: Network, epoch: int | None = None) -> None:
         pass
 
-    def on_epoch_end(self, model: Any, epoch: int | None = None) -> None:
+    def on_epoch_end(self, model: Network, epoch: int | None = None) -> None:
         self.epochs_done += 1
 
-    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+    def iteration_done(self, model: Network, iteration: int, epoch: int, **info: float | None) -> None:
         self.scores.append(float(info.get("score", float("nan"))))
         self.timing.tick()
         if self.memory is not None:
@@ -321,7 +324,7 @@ class WorkerPanel(Panel):
             self.widget = w.VBox([w.HBox([head, self._bar, self._head]), *self._rows])
         self._show(display)
 
-    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+    def iteration_done(self, model: Network, iteration: int, epoch: int, **info: float | None) -> None:
         i = info.get("worker")
         i = 0 if i is None else int(i)
         if not 0 <= i < self.workers:
@@ -333,11 +336,11 @@ class WorkerPanel(Panel):
         self.counts[i] += 1
         self._redraw(force=False)
 
-    def on_epoch_start(self, model: Any, epoch: int | None = None) -> None:
+    def on_epoch_start(self, model: Network, epoch: int | None = None) -> None:
         now = time.perf_counter()
         self._last = [now] * self.workers  # time between epochs is not a step
 
-    def on_epoch_end(self, model: Any, epoch: int | None = None) -> None:
+    def on_epoch_end(self, model: Network, epoch: int | None = None) -> None:
         pass
 
     @property

@@ -35,13 +35,13 @@ __all__ = [
 STEP_WARMUP = 3
 
 
-def time_calls(fn: Callable[[], Any], number: int) -> float:
+def time_calls(fn: Callable[[], object], number: int) -> float:
     """Seconds per call of `number` calls, device synchronised before the clock is read."""
     return measure.measure(fn, number=number, repeats=1, warmup=False, sync=kit.backend.sync).median
 
 
 def side_by_side(
-    fns: dict[str, Callable[[], Any]], number: int | None, repeats: int, min_time: float = measure.MIN_TIME
+    fns: dict[str, Callable[[], object]], number: int | None, repeats: int, min_time: float = measure.MIN_TIME
 ) -> dict[str, list[float]]:
     """Seconds per call for each variant, one list entry per repeat, variants interleaved
     (kit.measure.compare; `number=None` lets autorange pick the calls per repeat)."""

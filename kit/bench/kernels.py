@@ -43,7 +43,7 @@ def _nhwc_windows(xpad: np.ndarray, k: int, s: int, oh: int, ow: int) -> np.ndar
     return as_strided(xpad, (b, oh, ow, c, k, k), (sb, sh * s, sw * s, sc, sh, sw))
 
 
-Variants = tuple[dict[str, Callable[[], Any]], np.ndarray]  # the functions, and the array each fills
+Variants = tuple[dict[str, Callable[[], object]], np.ndarray]  # the functions, and the array each fills
 
 
 def _mark(names: list[str], kit_name: str) -> list[str]:
@@ -74,8 +74,7 @@ def _gemm_forwards(
     w2, y3 = w.reshape(oc, -1), y.reshape(b, oc, oh * oh)
     n, ckk = b * oh * oh, c * k * k
     cnhw, yt = np.empty((c, k, k, b, oh, oh), F32), np.empty((oc, n), F32)
-    rows, yn = np.empty((b, oh, oh, c, k, k), F32), np.empty((n, oc), F32)
-    nchw = np.empty((b, c, k, k, oh, oh), F32)
+    rows, yn, nchw = np.empty((b, oh, oh, c, k, k), F32), np.empty((n, oc), F32), np.empty((b, c, k, k, oh, oh), F32)
     swv = sliding_window_view(xpad, (k, k), axis=(2, 3))  # (B, C, OH, OW, k, k), a view
 
     def cnhw_one() -> None:
@@ -252,7 +251,7 @@ def maxpool_variants(b: int, c: int, h: int, k: int) -> tuple[Variants, Variants
 
 def _pool_forwards(
     x: np.ndarray, k: int, y: np.ndarray, idx: np.ndarray, scratch: np.ndarray, arg: np.ndarray
-) -> tuple[dict[str, Callable[[], Any]], Callable[[], None]]:
+) -> tuple[dict[str, Callable[[], object]], Callable[[], None]]:
     """The forward variants (into y; kit's winners into idx, the old argmax into arg), and the old one."""
     b, c, oh, _ = y.shape
     xr = x.reshape(b, c, oh, k, oh, k)
@@ -273,7 +272,7 @@ def _pool_forwards(
 
 def _pool_backwards(
     x: np.ndarray, k: int, y: np.ndarray, idx: np.ndarray, arg: np.ndarray, eps: np.ndarray
-) -> tuple[dict[str, Callable[[], Any]], np.ndarray]:
+) -> tuple[dict[str, Callable[[], object]], np.ndarray]:
     """The backward variants, each writing dx from the winners the forwards left in idx, y and arg."""
     b, c, oh, _ = y.shape
     won = np.empty((b, c, oh, oh), np.bool_)
@@ -305,7 +304,7 @@ def _pool_backwards(
     return backward, dx
 
 
-def _rows(group: str, fns: dict[str, Callable[[], Any]], number: int, repeats: int) -> list[dict[str, Any]]:
+def _rows(group: str, fns: dict[str, Callable[[], object]], number: int, repeats: int) -> list[dict[str, Any]]:
     times = side_by_side(fns, number, repeats)
     base = next(t for name, t in times.items() if name.endswith("(kit)"))
     return [

@@ -157,7 +157,7 @@ def stall_case(
     hidden: tuple[int, ...] = (64,),
     steps: int = 20,
     lr: float = 0.002,
-    progress: Callable[[int, int, str], Any] | None = None,
+    progress: Callable[[int, int, str], object] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune a converged digits network (Adam, 15 epochs, float32) with Sgd(lr), full batch, in
     each precision from the same weights. Returns per precision the loss before and after, the
@@ -195,7 +195,7 @@ def _timed_steps(sizes: tuple[int, ...], data: DataSet, repeats: int, number: in
         for name, kw in VARIANTS.items()
     }
     fed = {name: in_dtype(data, kw["dtype"]) for name, kw in VARIANTS.items()}
-    fns: dict[str, Callable[[], Any]] = {name: (lambda n=n, d=fed[name]: n.fit_batch(d)) for name, n in nets.items()}
+    fns: dict[str, Callable[[], object]] = {name: (lambda n=n, d=fed[name]: n.fit_batch(d)) for name, n in nets.items()}
     return measure.compare(fns, repeats=repeats, number=number, sync=kit.backend.sync, warmup=STEP_WARMUP)
 
 
