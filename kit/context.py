@@ -42,15 +42,9 @@ from __future__ import annotations
 import contextlib
 import sys
 from types import FrameType
-from typing import TYPE_CHECKING, Union
+from typing import Any
 
 from kit.state import STATE
-
-if TYPE_CHECKING:
-    from kit.workspace import Workspace
-
-# what is current on a thread: a workspace, a scope_out_of_workspaces block over what was, or None (the heap)
-Current = Union["Workspace", "_OutOfWorkspaces", None]
 
 __all__ = ["current_workspace", "scope_out_of_workspaces", "set_current_workspace"]
 
@@ -72,7 +66,7 @@ class _OutOfWorkspaces:
     physical = None
     name = None
 
-    def __init__(self, parent: Current, frame: FrameType | None) -> None:
+    def __init__(self, parent: Any, frame: FrameType | None) -> None:
         self.parent, self.frame = parent, frame
 
 
@@ -85,7 +79,7 @@ def _on_stack(frame: FrameType) -> bool:
     return False
 
 
-def resolve(ws: Current) -> Workspace | None:
+def resolve(ws: Any) -> Any:
     """The workspace new arrays go to when `ws` is current: `ws` itself, or, for a
     scope_out_of_workspaces block, None (the heap) unless the generator that holds the block is
     suspended, when it is what was current before the block (looked up the same way)."""
@@ -96,7 +90,7 @@ def resolve(ws: Current) -> Workspace | None:
     return ws
 
 
-def suspended_between(top: Current, ws: Current) -> bool:
+def suspended_between(top: Any, ws: Any) -> bool:
     """True when everything current above `ws` (from `top` down) is scope_out_of_workspaces blocks
     of suspended generators: `ws` may close under them, as its caller did not open them."""
     node = top
@@ -107,13 +101,13 @@ def suspended_between(top: Current, ws: Current) -> bool:
     return True
 
 
-def current_workspace() -> Workspace | None:
+def current_workspace() -> Any:
     """The workspace new arrays go to on this thread, or None (heap)."""
     ws = _tls.ws
     return ws if ws is None or ws.__class__ is not _OutOfWorkspaces else resolve(ws)
 
 
-def set_current_workspace(ws: Current) -> Current:
+def set_current_workspace(ws: Any) -> Any:
     """Make `ws` (or None) current on this thread; returns the previous one."""
     previous = _tls.ws
     _tls.ws = ws

@@ -36,7 +36,7 @@ import math
 import threading
 import weakref
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -47,9 +47,6 @@ from kit.devices import AnyDevice, Device, gpu_count
 from kit.gc_window import gc_stats, maybe_gc, reset_gc_stats, set_auto_gc_window, toggle_periodic_gc
 from kit.shapes import as_shape
 from kit.state import STATE
-
-if TYPE_CHECKING:
-    from kit.timeline import MemoryTimeline
 
 __all__ = [
     "ALIGNMENT",
@@ -86,7 +83,7 @@ ALIGNMENT = 64  # bytes: a cache line, and enough for AVX-512 loads (ND4J aligns
 _BYTE = np.dtype(np.uint8)
 
 
-def set_recorder(recorder: MemoryTimeline | None) -> None:
+def set_recorder(recorder: Any) -> None:
     """Install kit.timeline's recorder, or remove it (None). `STATE.recorder` is the one check that
     allocate_heap, kit.workspace and LayerWorkspaceMgr.create make, so that recording costs a load
     and a comparison when it is off. kit.ndarray's fast paths, where NumPy allocates a heap result

@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import html
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kit.state import STATE
 
 if TYPE_CHECKING:
     import ipywidgets
-
-    from kit.panels import Panel
 
 __all__ = ["BACKGROUND", "ENDED", "RUNNING", "add_badge", "badge_html", "cell_running", "state_now", "track", "untrack"]
 
@@ -60,6 +58,12 @@ _lock = threading.Lock()
 # STATE.live_panels: panels shown as widgets and not closed yet; STATE.cell_watch: what IPython's
 # cell events last said, and of which shell (a panel is made inside a cell, so running is True
 # until the shell watched says otherwise)
+
+
+class LivePanel(Protocol):
+    """What this module asks of a panel it watches (kit.panels.Panel has it)."""
+
+    def set_live_state(self, state: str) -> None: ...
 
 
 def badge_html(state: str) -> str:
@@ -93,7 +97,7 @@ def cell_running() -> bool:
     return STATE.cell_watch["running"] or _shell() is not STATE.cell_watch["shell"]
 
 
-def track(panel: Panel) -> None:
+def track(panel: LivePanel) -> None:
     """Watch `panel` (a kit.panels.Panel shown as widgets): `panel.set_live_state(ENDED)` when its
     cell ends before it is closed. Registers kit's two IPython cell events once per process."""
     with _lock:
@@ -101,7 +105,7 @@ def track(panel: Panel) -> None:
     _watch_cells()
 
 
-def untrack(panel: Panel) -> None:
+def untrack(panel: LivePanel) -> None:
     """`panel` closed: nothing more to say of it."""
     with _lock:
         STATE.live_panels.discard(panel)
