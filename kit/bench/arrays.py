@@ -14,11 +14,12 @@ from typing import Any
 import kit
 from kit import measure
 from kit.bench.common import device_label
+from kit.devices import AnyDevice
 
 __all__ = ["bench_arrays", "flagged_figures"]
 
 
-def _array_rows(dev: Any, size: int, min_time: float, repeats: int, stages: _Stages) -> list[dict[str, Any]]:
+def _array_rows(dev: AnyDevice, size: int, min_time: float, repeats: int, stages: _Stages) -> list[dict[str, Any]]:
     a, b = kit.rand((size,)), kit.rand((size,))
     ra, rb = a.data, b.data
     xp = dev.xp

@@ -10,12 +10,16 @@ import platform
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 import kit
 from kit import measure, settings
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "STEP_WARMUP",
@@ -98,7 +102,7 @@ def min_max_ms(ts: list[float]) -> str:
     return f"{min(ts) * 1e3:.3g}-{max(ts) * 1e3:.3g}"
 
 
-def same_dtype(label: str, dtype: Any, *arrays: Any) -> None:
+def same_dtype(label: str, dtype: DTypeLike, *arrays: np.ndarray | torch.Tensor) -> None:
     """Refuse a baseline that does not compute in kit's `dtype`: every array (a NumPy array or a
     PyTorch tensor: inputs, weights, an answer) must hold it, or TypeError. Handed a float64 row,
     NumPy converts float32 weights on every call and computes in float64, so a ratio to it would

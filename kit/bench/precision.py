@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 from threadpoolctl import threadpool_info
 
 import kit
@@ -72,7 +73,7 @@ COLUMNS = (
 ALIGN = 64  # bytes: a workspace carves every allocation at this alignment
 
 
-def matmul_kernel(dtype: Any) -> str:
+def matmul_kernel(dtype: DTypeLike) -> str:
     """Which kernel a matmul of this dtype runs on the current device, in words."""
     dt = np.dtype(dtype)
     if kit.current_device().kind == "gpu":
@@ -90,7 +91,7 @@ def matmul_kernel(dtype: Any) -> str:
     )
 
 
-def in_dtype(data: DataSet, dtype: Any) -> DataSet:
+def in_dtype(data: DataSet, dtype: DTypeLike) -> DataSet:
     """The same examples with features and one-hot labels stored in `dtype`: a network given data
     in its own dtype casts nothing inside the training cycle (float32 data for a float16 network
     is cast there, into the activations workspace)."""
