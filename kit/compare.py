@@ -316,7 +316,7 @@ def _copy_totals() -> tuple[int, int]:
     return sum(n for n, _ in stats), sum(b for _, b in stats)
 
 
-def _epoch_fn(pw: Any, it: ArrayIterator, threads: int | None) -> Callable[[], None]:
+def _epoch_fn(pw: ParallelWrapper, it: ArrayIterator, threads: int | None) -> Callable[[], None]:
     def run() -> None:
         with blas_threads(threads) if threads else contextlib.nullcontext():
             pw.fit(it, epochs=1)

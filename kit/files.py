@@ -24,7 +24,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 __all__ = ["atomic_write", "write_target"]
 
@@ -60,7 +60,9 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike[str], mode: str = "w", what: str = "write", **open_kw: Any) -> Iterator[IO]:
+def atomic_write(
+    path: str | os.PathLike[str], mode: str = "w", what: str = "write", **open_kw: str | int | None
+) -> Iterator[IO]:
     """A file object to write `path`'s new contents to; they replace the old ones only when the
     block ends without an exception (then flushed, fsync'ed and renamed into place)."""
     target = write_target(path, what)

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from kit import tables
 from kit.measure import Timing, format_seconds, format_spread, join_labels, label
@@ -154,7 +155,12 @@ def mcnemar_p(only_a: int, only_b: int) -> float:
 
 
 def accuracy_difference(
-    correct_a: Any, correct_b: Any, name_a: str, name_b: str, alpha: float = 0.05, what: str = "test examples"
+    correct_a: ArrayLike,
+    correct_b: ArrayLike,
+    name_a: str,
+    name_b: str,
+    alpha: float = 0.05,
+    what: str = "test examples",
 ) -> Sentence:
     """Two models' accuracies on the same examples (`correct_*`: one bool per example), with the
     difference called noise unless McNemar's exact test says otherwise. Counts carry thousands
