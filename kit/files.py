@@ -24,9 +24,12 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeAlias
 
-__all__ = ["atomic_write", "write_target"]
+__all__ = ["Json", "atomic_write", "write_target"]
+
+# a value as json.load reads it back: what kit's reports and result files are made of
+Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"
 
 
 def write_target(path: str | os.PathLike[str], what: str = "write") -> Path:

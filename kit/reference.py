@@ -46,6 +46,7 @@ from typing import Any
 
 import kit
 from kit import tables
+from kit.files import Json
 from kit.measure import SPREAD_LIMIT, Timing, format_spread
 from kit.reference_limits import physical_limits_sentence, physical_limits_table
 from kit.reference_runs import chapter_figure, chapter_mode, lookup, reference_runs, run_label, run_labels
@@ -227,7 +228,7 @@ def _figures_and_flags(
 def _reference_figures(
     name: str,
     pick: Pick | None,
-    runs: Sequence[dict[str, Any]],
+    runs: Sequence[dict[str, Json]],
     labels: list[str],
     quick_columns: list[str],
     ref_flags: dict[tuple[str, int], str],
@@ -268,7 +269,7 @@ def _row_flags(row: Any) -> list[str]:
     return out
 
 
-def reference_flag(report: dict[str, Any], pick: Pick) -> str:
+def reference_flag(report: dict[str, Json], pick: Pick) -> str:
     """Why `report` itself flags the figure `pick` names ("" when it does not, or cannot say):
     a benchmark row read through ``rows[...]`` by its reliable column, spread or warnings (a
     ``ratio_to_X`` figure by row X's too); a benchmark summary figure by the goal line it feeds
@@ -298,7 +299,7 @@ def reference_flag(report: dict[str, Any], pick: Pick) -> str:
     return ""
 
 
-def _chapter_flag(report: dict[str, Any], pick: str) -> str:
+def _chapter_flag(report: dict[str, Json], pick: str) -> str:
     """A chapter figure's flag (a quantity name, no path): what the chapter run recorded for it."""
     if "." in pick or "[" in pick:
         return ""
@@ -309,7 +310,7 @@ def _chapter_flag(report: dict[str, Any], pick: str) -> str:
     return ""
 
 
-def _bench_row_flag(report: dict[str, Any], head: str, field_name: str) -> str:
+def _bench_row_flag(report: dict[str, Json], head: str, field_name: str) -> str:
     """A benchmark row's field: its timing flags reach its timed figures, not its counts (a
     ``ratio_to_X`` figure gets row X's flags too)."""
     if not _TIMED.search(field_name):
@@ -324,7 +325,7 @@ def _bench_row_flag(report: dict[str, Any], head: str, field_name: str) -> str:
     return "; ".join(reasons)
 
 
-def _summary_flag(report: dict[str, Any], head: str, field_name: str) -> str:
+def _summary_flag(report: dict[str, Json], head: str, field_name: str) -> str:
     """A benchmark summary figure: flagged when the goal line it feeds is marked unreliable."""
     summary = lookup(report, head) or {}
     goals = {k[len("goal_") :]: v for k, v in summary.items() if k.startswith("goal_")}

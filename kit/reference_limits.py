@@ -7,9 +7,9 @@ events; kit.reference shows them beside your machine's figures.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from kit import tables
+from kit.files import Json
 from kit.reference_runs import run_label
 
 __all__ = ["COPY_UNLIKE", "NOT_INTERLEAVED", "physical_limits_sentence", "physical_limits_table"]
@@ -44,7 +44,7 @@ class _Limit:
     sequential: bool = False  # timed one after the other rather than interleaved
 
 
-def _limit_figures(p: dict[str, Any]) -> list[_Limit]:
+def _limit_figures(p: dict[str, Json]) -> list[_Limit]:
     """Each limit from the part, with whether its kit and CuPy figures measure the same operation,
     timed interleaved (the report says so with "interleaved"; older reports did neither for the copy)."""
     out = []
@@ -81,7 +81,7 @@ def _limit_note(lim: _Limit) -> list[str]:
     return []
 
 
-def physical_limits_table(report: dict[str, Any]) -> tables.Table | str:
+def physical_limits_table(report: dict[str, Json]) -> tables.Table | str:
     """A reference run's device-to-device copy and matmul figures, raw CuPy and through kit, beside
     the datasheet's (from the report; `scripts/gpu-check` measures them with CUDA events), as a
     `kit.tables.Table` (HTML in a notebook, text in a terminal); a sentence where the run has none."""
@@ -119,7 +119,7 @@ def physical_limits_table(report: dict[str, Any]) -> tables.Table | str:
     )
 
 
-def physical_limits_sentence(report: dict[str, Any]) -> str:
+def physical_limits_sentence(report: dict[str, Json]) -> str:
     """What the run's physical limits say of kit's wrapper on large operations, one clause a limit:
     kit's median as a share of raw CuPy's, and whether the two ranges of repeats overlap (then the
     run shows no difference) or lie apart (then it does, in that direction). "" where the run has
