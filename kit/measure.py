@@ -44,15 +44,19 @@ import operator
 import statistics
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from kit import tables
 from kit.goals import FLAGGED, NO_VERDICT, flagged_figure, goal, goal_verdict, median_interval
 from kit.load import LOAD_LIMIT, LoadMeter, LoadReading, format_load, machine_load, unchecked_note
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = [
     "FLAGGED",
@@ -103,7 +107,7 @@ def format_spread(spread: float) -> str:
     return "±" + tables.percent(spread, SPREAD_LIMIT)
 
 
-def label(name: Any) -> str:
+def label(name: object) -> str:
     """A timing's name in words. `compare` names each Timing by its key, which may be a tuple of an
     enum and a count: label((InferenceMode.BATCHED, 4)) -> 'BATCHED, 4'; label("plain") -> 'plain'."""
     if isinstance(name, tuple):
@@ -113,7 +117,7 @@ def label(name: Any) -> str:
     return str(name)
 
 
-def join_labels(names: list[Any]) -> str:
+def join_labels(names: Sequence[object]) -> str:
     """Timings' names in one phrase: 'a', 'a and b', 'a, b and c'; a comma inside a name (a tuple
     key's label) makes the separators semicolons: 'BATCHED, 4; SEQUENTIAL, 4 and BATCHED, 16'."""
     words = [label(n) for n in names]
@@ -309,7 +313,7 @@ def compare(
     return out
 
 
-def _whole(name: str, value: Any, low: int, what: str) -> int:
+def _whole(name: str, value: object, low: int, what: str) -> int:
     """`value` as a whole number >= `low` (NumPy's integers too), or a ValueError naming it: a float
     (2.7) is refused, never truncated; a bool is no count."""
     try:
@@ -321,7 +325,7 @@ def _whole(name: str, value: Any, low: int, what: str) -> int:
     return n
 
 
-def _numbers(number: Any, fns: dict[str, Any]) -> dict[str, int] | None:
+def _numbers(number: object, fns: Mapping[str, object]) -> dict[str, int] | None:
     """Calls per repeat for each variant, from `number` (None: autorange finds them)."""
     what = "a whole number of calls per repeat >= 1, a dict of them per variant, or None (autorange)"
     if number is None:
@@ -370,7 +374,7 @@ MAX_BIN_SHARE = 0.25  # the most of the values one bin of `histogram_bins` may h
 MAX_BINS = 240
 
 
-def histogram_bins(values: Any, max_share: float = MAX_BIN_SHARE, max_bins: int = MAX_BINS) -> np.ndarray:
+def histogram_bins(values: ArrayLike, max_share: float = MAX_BIN_SHARE, max_bins: int = MAX_BINS) -> np.ndarray:
     """Bin edges for a histogram of times (or any positive figures) that shows their distribution:
     log-spaced from the smallest value to the largest, so a few slow outliers neither drop out nor
     squeeze the body into one bin, and as many as it takes for no bin to hold more than `max_share`
@@ -414,7 +418,7 @@ def histogram_bins(values: Any, max_share: float = MAX_BIN_SHARE, max_bins: int 
 FLAGGED_TITLE = "flagged by kit.measure: no time can be read from this panel"
 
 
-def mark_flagged(ax: Any, timings: Any, title: str | None = None) -> bool:
+def mark_flagged(ax: Axes, timings: Iterable[Timing] | Mapping[object, Timing], title: str | None = None) -> bool:
     """Mark a panel of timings that kit.measure flagged, so a figure cannot be read as a result
     that its own verdict refuses: a red title saying so (under the panel's own title, kept as its
     first line). When every timing is flagged the title says no time can be read from the panel and
