@@ -16,7 +16,8 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 import kit
-from kit import measure, settings
+from kit import settings
+from kit.measurement import measure
 
 if TYPE_CHECKING:
     import torch

@@ -27,17 +27,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import kit
-from kit import measure
 from kit.bench.common import device_label
 from kit.bench.d2l_table import ACCURACY_GOAL, EPOCH_RATIO_GOAL, d2l_result_table, d2l_table
 from kit.data import ArrayIterator, DataNotFoundError, DataSet, load_fashion_mnist
-from kit.listeners import TrainingListener
+from kit.measurement import measure
 from kit.nn import Network, Sgd, resnet18
+from kit.training.listeners import TrainingListener
 
 if TYPE_CHECKING:
     import torch
 
-    from kit.devices import AnyDevice
+    from kit.core.devices import AnyDevice
 
 __all__ = ["ACCURACY_GOAL", "EPOCH_RATIO_GOAL", "bench_d2l", "d2l_result_table", "d2l_table", "torch_resnet18"]
 

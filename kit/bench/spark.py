@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kit import measure
 from kit.bench.common import device_label
 from kit.data import ArrayIterator, DataSet
+from kit.measurement import measure
 from kit.nn import Network, Sgd, mlp
 from kit.nn.zoo import resnet18
 from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, local_spark_context, to_rdd

@@ -35,13 +35,13 @@ import warnings
 import weakref
 from collections.abc import Iterable, Iterator
 
-from kit.checks import whole
+from kit.arrays.checks import whole
+from kit.arrays.ndarray import NDArray
+from kit.core.devices import AnyDevice, as_device, attach_thread_to_device
 from kit.data.dataset import DataSet, DataSetIterator, dataset_of
-from kit.devices import AnyDevice, as_device, attach_thread_to_device
 from kit.lifecycle import ShutsDownOnExit
-from kit.ndarray import NDArray
 from kit.state import STATE
-from kit.workspace import (
+from kit.workspaces.workspace import (
     AllocationPolicy,
     LearningPolicy,
     ResetPolicy,

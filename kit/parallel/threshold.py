@@ -21,8 +21,8 @@ from typing import Protocol
 
 import numpy as np
 
-from kit import backend
-from kit.backend import RawArray, Xp
+from kit.core import backend
+from kit.core.backend import RawArray, Xp
 
 __all__ = [
     "BITMAP_ENCODING",

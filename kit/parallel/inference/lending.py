@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from kit.devices import AnyDevice
+from kit.core.devices import AnyDevice
 from kit.parallel.inference.delivery import gather, shut_down_error
 
 __all__ = ["Lending"]
