@@ -37,7 +37,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
 
 __all__ = ["MODULES", "build_book", "chapter_title", "prepare_chapter"]
 
@@ -71,7 +74,7 @@ _CSS = """
 """
 
 
-def chapter_title(nb: Any) -> str:
+def chapter_title(nb: NotebookNode) -> str:
     """The first markdown heading of a notebook, without the '#'."""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -81,7 +84,7 @@ def chapter_title(nb: Any) -> str:
     return "untitled"
 
 
-def _summary(nb: Any) -> str:
+def _summary(nb: NotebookNode) -> str:
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             m = re.search(r"\*\*What you will measure:\*\*(.+?)(\n\n|$)", cell.source, re.S)
@@ -103,7 +106,7 @@ def _github(repository: str) -> str:
     return f"{m.group(1)}/{m.group(2)}"
 
 
-def uses_spark(nb: Any) -> bool:
+def uses_spark(nb: NotebookNode) -> bool:
     """The chapter runs Spark (imports kit.spark or pyspark): its readers need PySpark and Java."""
     return any(
         re.search(r"^\s*(from|import)\s+(kit\.spark|pyspark)\b", c.source, re.M)
@@ -136,7 +139,7 @@ def _run_note(stem: str, repository: str | None, branch: str, spark: bool = Fals
     )
 
 
-def prepare_chapter(nb: Any, stem: str, repository: str | None = None, branch: str = "main") -> Any:
+def prepare_chapter(nb: NotebookNode, stem: str, repository: str | None = None, branch: str = "main") -> Any:
     """The notebook as the book shows it (the caller's copy is changed and returned): the setup cell's
     source hidden, saved widget state dropped, a "Run it" note after the first markdown cell."""
     import nbformat

@@ -24,9 +24,12 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TypeAlias
 
-__all__ = ["atomic_write", "write_target"]
+__all__ = ["Json", "atomic_write", "write_target"]
+
+# a value as json.load reads it back: what kit's reports and result files are made of
+Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"
 
 
 def write_target(path: str | os.PathLike[str], what: str = "write") -> Path:
@@ -60,7 +63,9 @@ def _umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike[str], mode: str = "w", what: str = "write", **open_kw: Any) -> Iterator[IO]:
+def atomic_write(
+    path: str | os.PathLike[str], mode: str = "w", what: str = "write", **open_kw: str | int | None
+) -> Iterator[IO]:
     """A file object to write `path`'s new contents to; they replace the old ones only when the
     block ends without an exception (then flushed, fsync'ed and renamed into place)."""
     target = write_target(path, what)

@@ -12,7 +12,7 @@ class ShutsDownOnExit:
     def __enter__(self) -> Any:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
     def __del__(self) -> None:

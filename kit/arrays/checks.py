@@ -26,16 +26,19 @@ row: a row is an example). Both take raw NumPy or CuPy arrays; integer and boole
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kit.core.shapes import accumulator
 
+if TYPE_CHECKING:
+    from kit.core.backend import RawArray
+
 __all__ = ["all_finite", "check_cast", "check_finite", "real", "whole"]
 
 
-def _host(raw: Any) -> np.ndarray:
+def _host(raw: RawArray) -> np.ndarray:
     return raw if isinstance(raw, np.ndarray) else raw.get()  # CuPy: to the host, for the search only
 
 
@@ -45,7 +48,7 @@ _vdot = np.vdot
 _DOT_MAX = 4096  # OpenBLAS runs a dot of up to 10,000 values on the calling thread
 
 
-def all_finite(raw: Any) -> bool:
+def all_finite(raw: RawArray) -> bool:
     """True when no value of `raw` (a NumPy or CuPy array) is NaN or infinite."""
     dtype = raw.dtype
     if dtype.kind != "f":
@@ -71,7 +74,7 @@ def all_finite(raw: Any) -> bool:
     return bool(np.isfinite(_host(raw)).all())  # an overflowing sum of finite values is finite
 
 
-def check_finite(raw: Any, what: str, where: str = "", then: str = "", per_row: bool = False) -> None:
+def check_finite(raw: RawArray, what: str, where: str = "", then: str = "", per_row: bool = False) -> None:
     """Raise ValueError when `raw` holds NaN or infinity: "`where`: `what` contain NaN or infinity
     (n values; first at index [i, j])`then`"; with `per_row`, the rows counted and the first named."""
     if all_finite(raw):
@@ -88,7 +91,7 @@ def check_finite(raw: Any, what: str, where: str = "", then: str = "", per_row: 
     raise ValueError(f"{prefix}{what} contain NaN or infinity ({found}){then}")
 
 
-def check_cast(source: Any, cast: Any, what: str, remedy: str = "") -> None:
+def check_cast(source: RawArray, cast: RawArray, what: str, remedy: str = "") -> None:
     """After casting `source` to `cast`'s narrower float dtype: raise ValueError when finite values
     became infinite because the dtype cannot hold them ("`what`: n finite values exceed float16's
     range ..."), so the error names the cause, not "NaN or infinity" the data never held."""
@@ -106,7 +109,7 @@ def check_cast(source: Any, cast: Any, what: str, remedy: str = "") -> None:
 
 
 # ---- arguments: one rule for every count and every real number a public call takes ---------------
-def whole(where: str, name: str, value: Any, low: int = 1, high: int | None = None, what: str = "") -> int:
+def whole(where: str, name: str, value: object, low: int = 1, high: int | None = None, what: str = "") -> int:
     """`value` as a whole number in [low, high] (NumPy's integers too), else a ValueError that
     names the call, the argument and the value: a float (2.5, even 2.0), a string, a bool, NaN or
     infinity is no count, and is refused rather than truncated or read as 1."""
@@ -120,7 +123,7 @@ def whole(where: str, name: str, value: Any, low: int = 1, high: int | None = No
 def real(
     where: str,
     name: str,
-    value: Any,
+    value: object,
     low: float | None = None,
     high: float | None = None,
     low_open: bool = False,

@@ -23,12 +23,12 @@ NDArray(shape=(2, 3), dtype=float64, device=..., heap)
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from kit.arrays.ndarray import NDArray, ShapeError, wrap
 from kit.core import backend
+from kit.core.backend import RawArray
 from kit.core.devices import AnyDevice, as_device, host_source, transfer
 from kit.core.memory import allocate, allocate_aligned
 from kit.core.shapes import as_shape
@@ -57,28 +57,28 @@ def _shape(shape: Shape, op: str) -> tuple[int, ...]:
     return as_shape(shape, op)  # whole numbers only: (2.5, 3) and ("3",) are refused, never truncated
 
 
-def empty(shape: Shape, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
+def empty(shape: Shape, dtype: DTypeLike = None, device: str | AnyDevice | None = None) -> NDArray:
     dev = as_device(device)
     out, owner = allocate(_shape(shape, "empty"), backend.resolve_dtype(dtype), dev)
     return wrap(out, dev, owner)
 
 
-def _filled(op: str, shape: Shape, value: Any, dtype: Any, device: str | AnyDevice | None) -> NDArray:
+def _filled(op: str, shape: Shape, value: float, dtype: DTypeLike, device: str | AnyDevice | None) -> NDArray:
     dev = as_device(device)
     out, owner = allocate(_shape(shape, op), backend.resolve_dtype(dtype), dev)
     out.fill(value)
     return wrap(out, dev, owner)
 
 
-def full(shape: Shape, value: Any, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
+def full(shape: Shape, value: float, dtype: DTypeLike = None, device: str | AnyDevice | None = None) -> NDArray:
     return _filled("full", shape, value, dtype, device)
 
 
-def zeros(shape: Shape, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
+def zeros(shape: Shape, dtype: DTypeLike = None, device: str | AnyDevice | None = None) -> NDArray:
     return _filled("zeros", shape, 0, dtype, device)
 
 
-def aligned_zeros(shape: Shape, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
+def aligned_zeros(shape: Shape, dtype: DTypeLike = None, device: str | AnyDevice | None = None) -> NDArray:
     """Zeros on the heap, whatever workspace is open, starting on a cache line on the host
     (kit.memory.allocate_aligned): for the long-lived buffers BLAS reads and writes.
 
@@ -92,27 +92,33 @@ def aligned_zeros(shape: Shape, dtype: Any = None, device: str | AnyDevice | Non
     return wrap(out, dev, owner)
 
 
-def ones(shape: Shape, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
+def ones(shape: Shape, dtype: DTypeLike = None, device: str | AnyDevice | None = None) -> NDArray:
     return _filled("ones", shape, 1, dtype, device)
 
 
-def empty_like(x: NDArray, dtype: Any = None) -> NDArray:
+def empty_like(x: NDArray, dtype: DTypeLike = None) -> NDArray:
     return empty(x.shape, dtype or x.dtype, x.device)
 
 
-def zeros_like(x: NDArray, dtype: Any = None) -> NDArray:
+def zeros_like(x: NDArray, dtype: DTypeLike = None) -> NDArray:
     return full(x.shape, 0, dtype or x.dtype, x.device)
 
 
-def ones_like(x: NDArray, dtype: Any = None) -> NDArray:
+def ones_like(x: NDArray, dtype: DTypeLike = None) -> NDArray:
     return full(x.shape, 1, dtype or x.dtype, x.device)
 
 
-def full_like(x: NDArray, value: Any, dtype: Any = None) -> NDArray:
+def full_like(x: NDArray, value: float, dtype: DTypeLike = None) -> NDArray:
     return full(x.shape, value, dtype or x.dtype, x.device)
 
 
-def arange(start: float, stop: float | None = None, step: float = 1, dtype: Any = None, device: Any = None) -> NDArray:
+def arange(
+    start: float,
+    stop: float | None = None,
+    step: float = 1,
+    dtype: DTypeLike = None,
+    device: str | AnyDevice | None = None,
+) -> NDArray:
     if stop is None:
         start, stop = 0, start
     if step == 0:
@@ -138,7 +144,9 @@ def arange(start: float, stop: float | None = None, step: float = 1, dtype: Any 
     return wrap(out, dev, owner)
 
 
-def array(obj: Any, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
+def array(
+    obj: ArrayLike | NDArray | RawArray, dtype: DTypeLike = None, device: str | AnyDevice | None = None
+) -> NDArray:
     """A new array holding a copy of `obj` (nested lists, NumPy/CuPy arrays, scalars, NDArrays)."""
     dev = as_device(device)
     if isinstance(obj, NDArray):
@@ -154,7 +162,9 @@ def array(obj: Any, dtype: Any = None, device: str | AnyDevice | None = None) ->
     return wrap(out, dev, owner)
 
 
-def asarray(obj: Any, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
+def asarray(
+    obj: ArrayLike | NDArray | RawArray, dtype: DTypeLike = None, device: str | AnyDevice | None = None
+) -> NDArray:
     """Wrap without copying where possible (a NumPy array on the CPU, a CuPy array on its GPU);
     otherwise copy as `array` does. A wrapped array is heap memory kit did not allocate."""
     if isinstance(obj, NDArray):
@@ -171,12 +181,12 @@ def asarray(obj: Any, dtype: Any = None, device: str | AnyDevice | None = None) 
     return array(obj, dtype=dtype, device=dev)
 
 
-def _device_of_raw(obj: Any) -> int:
+def _device_of_raw(obj: RawArray) -> int:
     dev = getattr(obj, "device", None)
     return getattr(dev, "id", 0) if dev is not None and not isinstance(dev, str) else 0
 
 
-def _to_host_or_device(obj: Any, dev: AnyDevice) -> Any:
+def _to_host_or_device(obj: ArrayLike | RawArray, dev: AnyDevice) -> RawArray:
     if isinstance(obj, np.ndarray):
         return obj
     if hasattr(obj, "__cuda_array_interface__") and dev.kind == "gpu":
@@ -189,7 +199,7 @@ def _to_host_or_device(obj: Any, dev: AnyDevice) -> Any:
         raise ShapeError(f"array: cannot make a rectangular array from the input ({exc})") from None
 
 
-def _infer_dtype(obj: Any, host: Any, dtype: Any) -> np.dtype:
+def _infer_dtype(obj: ArrayLike | RawArray, host: RawArray, dtype: DTypeLike) -> np.dtype:
     """NumPy/CuPy inputs keep their dtype; Python floats take the default floating dtype."""
     if dtype is not None:
         return backend.resolve_dtype(dtype)
@@ -198,7 +208,7 @@ def _infer_dtype(obj: Any, host: Any, dtype: Any) -> np.dtype:
     return backend.resolve_dtype(host.dtype)
 
 
-def _random(kind: str, shape: Shape, dtype: Any, device: Any) -> NDArray:
+def _random(kind: str, shape: Shape, dtype: DTypeLike, device: str | AnyDevice | None) -> NDArray:
     dev = as_device(device)
     dt = backend.resolve_dtype(dtype)
     if dt.kind != "f" and dt != backend.resolve_dtype(None):
@@ -218,11 +228,11 @@ def _random(kind: str, shape: Shape, dtype: Any, device: Any) -> NDArray:
     return wrap(out, dev, owner)
 
 
-def rand(shape: Shape, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
+def rand(shape: Shape, dtype: DTypeLike = None, device: str | AnyDevice | None = None) -> NDArray:
     """Uniform [0, 1) from the device's seeded generator."""
     return _random("rand", shape, dtype, device)
 
 
-def randn(shape: Shape, dtype: Any = None, device: str | AnyDevice | None = None) -> NDArray:
+def randn(shape: Shape, dtype: DTypeLike = None, device: str | AnyDevice | None = None) -> NDArray:
     """Standard normal from the device's seeded generator."""
     return _random("randn", shape, dtype, device)

@@ -14,9 +14,10 @@ NDArray(shape=(5,), dtype=float32, device=..., heap)
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from kit.arrays.creation import asarray
 from kit.arrays.ndarray import NDArray, mismatch_error, wrap
@@ -35,7 +36,7 @@ def _same_device(op: str, arrays: list[NDArray]) -> AnyDevice:
     return first._device
 
 
-def _as_arrays(op: str, items: Any) -> list[NDArray]:
+def _as_arrays(op: str, items: Iterable[ArrayLike | NDArray]) -> list[NDArray]:
     items = list(items)
     if not items:
         raise ValueError(f"{op}: needs at least one array")
@@ -45,7 +46,7 @@ def _as_arrays(op: str, items: Any) -> list[NDArray]:
     return items
 
 
-def concatenate(arrays: Any, axis: int = 0) -> NDArray:
+def concatenate(arrays: Iterable[ArrayLike | NDArray], axis: int = 0) -> NDArray:
     arrs = _as_arrays("concatenate", arrays)
     dev = _same_device("concatenate", arrs)
     datas = [a._check("concatenate") for a in arrs]
@@ -65,7 +66,7 @@ def concatenate(arrays: Any, axis: int = 0) -> NDArray:
     return wrap(out, dev, owner)
 
 
-def stack(arrays: Any, axis: int = 0) -> NDArray:
+def stack(arrays: Iterable[ArrayLike | NDArray], axis: int = 0) -> NDArray:
     arrs = _as_arrays("stack", arrays)
     dev = _same_device("stack", arrs)
     datas = [a._check("stack") for a in arrs]
@@ -79,7 +80,7 @@ def stack(arrays: Any, axis: int = 0) -> NDArray:
     return wrap(out, dev, owner)
 
 
-def where(cond: NDArray, a: Any, b: Any) -> NDArray:
+def where(cond: NDArray, a: ArrayLike | NDArray, b: ArrayLike | NDArray) -> NDArray:
     """Elements of a where cond is true, else of b (broadcast)."""
     if cond.__class__ is not NDArray:
         raise TypeError(f"where: the condition must be an NDArray, got {type(cond).__name__}")
@@ -106,9 +107,9 @@ def where(cond: NDArray, a: Any, b: Any) -> NDArray:
     return wrap(out, dev, owner)
 
 
-def maximum(a: NDArray, b: Any) -> NDArray:
+def maximum(a: NDArray, b: ArrayLike | NDArray) -> NDArray:
     return a.maximum(b) if a.__class__ is NDArray else b.maximum(a)
 
 
-def minimum(a: NDArray, b: Any) -> NDArray:
+def minimum(a: NDArray, b: ArrayLike | NDArray) -> NDArray:
     return a.minimum(b) if a.__class__ is NDArray else b.minimum(a)

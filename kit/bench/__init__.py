@@ -33,7 +33,7 @@ from kit.bench.precision import bench_precision
 from kit.bench.spark import bench_spark
 from kit.bench.train import bench_train
 from kit.bench.workspaces import bench_workspaces, mlp_cycle
-from kit.files import atomic_write
+from kit.files import Json, atomic_write
 from kit.measurement import measure, tables
 
 __all__ = [
@@ -71,7 +71,7 @@ def run(name: str, quick: bool = False) -> dict[str, Any]:
     return bench(quick)
 
 
-def _cells(result: dict[str, Any]) -> list[list[str]]:
+def _cells(result: dict[str, Json]) -> list[list[str]]:
     """Each row's values as printed: a spread as kit.measure prints it, a number with separators."""
     show = lambda c, v: measure.format_spread(v) if c == "spread" and isinstance(v, float) else tables.number(v)  # noqa: E731
     return [[show(c, row[c]) for c in result["columns"]] for row in result["rows"]]
@@ -92,7 +92,7 @@ SUMMARY_WORDS = {
 }
 
 
-def _summary(result: dict[str, Any], words: bool = False) -> list[str]:
+def _summary(result: dict[str, Json], words: bool = False) -> list[str]:
     """The summary's lines; a machine's load printed on the right side of its limit. `words`: each
     key as words (`SUMMARY_WORDS`, else `kit.tables.header`), as the HTML table's notes show it."""
 
@@ -110,7 +110,7 @@ def _summary(result: dict[str, Any], words: bool = False) -> list[str]:
     ]
 
 
-def format_result(result: dict[str, Any]) -> str:
+def format_result(result: dict[str, Json]) -> str:
     cols = result["columns"]
     lines = [f"benchmark {result['benchmark']} on {result['device']} (median of {result['repeats']} repeats)"]
     cells = _cells(result)
@@ -122,7 +122,7 @@ def format_result(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def result_table(result: dict[str, Any]) -> tables.Table:
+def result_table(result: dict[str, Json]) -> tables.Table:
     """`format_result`'s table as a `kit.tables.Table`: an HTML table in a notebook (a wide one
     scrolls instead of wrapping), the column definitions and the summary as notes under it."""
     cols = result["columns"]
@@ -158,7 +158,7 @@ def check_json_path(path: str | os.PathLike[str]) -> Path:
     return target
 
 
-def write_json(result: dict[str, Any], path: str | os.PathLike[str]) -> None:
+def write_json(result: dict[str, Json], path: str | os.PathLike[str]) -> None:
     """The result and the run's environment (versions, UTC time, git commit) under "run".
     Atomic write: a temporary file renamed over the target."""
     check_json_path(path)

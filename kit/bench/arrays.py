@@ -13,12 +13,13 @@ from typing import Any
 
 import kit
 from kit.bench.common import device_label
+from kit.core.devices import AnyDevice
 from kit.measurement import measure
 
 __all__ = ["bench_arrays", "flagged_figures"]
 
 
-def _array_rows(dev: Any, size: int, min_time: float, repeats: int, stages: _Stages) -> list[dict[str, Any]]:
+def _array_rows(dev: AnyDevice, size: int, min_time: float, repeats: int, stages: _Stages) -> list[dict[str, Any]]:
     a, b = kit.rand((size,)), kit.rand((size,))
     ra, rb = a.data, b.data
     xp = dev.xp
@@ -63,10 +64,10 @@ def _array_rows(dev: Any, size: int, min_time: float, repeats: int, stages: _Sta
 class _Stages:
     """Several compare() runs in a row reported as one progress: steps counted on across them."""
 
-    def __init__(self, progress: Callable[[int, int, str], Any] | None, total: int) -> None:
+    def __init__(self, progress: Callable[[int, int, str], object] | None, total: int) -> None:
         self.progress, self.total, self.done = progress, total, 0
 
-    def stage(self, what: str) -> Callable[[int, int, str], Any] | None:
+    def stage(self, what: str) -> Callable[[int, int, str], object] | None:
         if self.progress is None:
             return None
         base = self.done
@@ -90,7 +91,7 @@ _ARRAY_NOTES = {
 }
 
 
-def bench_arrays(quick: bool = False, progress: Callable[[int, int, str], Any] | None = None) -> dict[str, Any]:
+def bench_arrays(quick: bool = False, progress: Callable[[int, int, str], object] | None = None) -> dict[str, Any]:
     """Each variant is timed for at least `min_time` per repeat (0.2 s full, 0.01 s quick), kit and
     raw interleaved; 100 elements (per-op overhead) and 1,000,000 elements (the op dominates).
     `progress`: a `kit.widgets.Progress` (or any `progress(done, total, note)`)."""

@@ -10,13 +10,17 @@ import platform
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 import kit
 from kit import settings
 from kit.measurement import measure
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "STEP_WARMUP",
@@ -36,13 +40,13 @@ __all__ = [
 STEP_WARMUP = 3
 
 
-def time_calls(fn: Callable[[], Any], number: int) -> float:
+def time_calls(fn: Callable[[], object], number: int) -> float:
     """Seconds per call of `number` calls, device synchronised before the clock is read."""
     return measure.measure(fn, number=number, repeats=1, warmup=False, sync=kit.backend.sync).median
 
 
 def side_by_side(
-    fns: dict[str, Callable[[], Any]], number: int | None, repeats: int, min_time: float = measure.MIN_TIME
+    fns: dict[str, Callable[[], object]], number: int | None, repeats: int, min_time: float = measure.MIN_TIME
 ) -> dict[str, list[float]]:
     """Seconds per call for each variant, one list entry per repeat, variants interleaved
     (kit.measure.compare; `number=None` lets autorange pick the calls per repeat)."""
@@ -99,7 +103,7 @@ def min_max_ms(ts: list[float]) -> str:
     return f"{min(ts) * 1e3:.3g}-{max(ts) * 1e3:.3g}"
 
 
-def same_dtype(label: str, dtype: Any, *arrays: Any) -> None:
+def same_dtype(label: str, dtype: DTypeLike, *arrays: np.ndarray | torch.Tensor) -> None:
     """Refuse a baseline that does not compute in kit's `dtype`: every array (a NumPy array or a
     PyTorch tensor: inputs, weights, an answer) must hold it, or TypeError. Handed a float64 row,
     NumPy converts float32 weights on every call and computes in float64, so a ratio to it would

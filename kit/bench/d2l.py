@@ -22,22 +22,27 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import kit
 from kit.bench.common import device_label
 from kit.bench.d2l_table import ACCURACY_GOAL, EPOCH_RATIO_GOAL, d2l_result_table, d2l_table
-from kit.data import ArrayIterator, DataNotFoundError, load_fashion_mnist
+from kit.data import ArrayIterator, DataNotFoundError, DataSet, load_fashion_mnist
 from kit.measurement import measure
-from kit.nn import Sgd, resnet18
+from kit.nn import Network, Sgd, resnet18
 from kit.training.listeners import TrainingListener
+
+if TYPE_CHECKING:
+    import torch
+
+    from kit.core.devices import AnyDevice
 
 __all__ = ["ACCURACY_GOAL", "EPOCH_RATIO_GOAL", "bench_d2l", "d2l_result_table", "d2l_table", "torch_resnet18"]
 
 
-def torch_resnet18(num_classes: int = 10, in_channels: int = 1) -> Any:
+def torch_resnet18(num_classes: int = 10, in_channels: int = 1) -> torch.nn.Module:
     """d2l's ResNet-18 for 28 x 28 inputs in PyTorch: the architecture of kit's `zoo.resnet18`."""
     import torch
     from torch import nn
@@ -50,7 +55,7 @@ def torch_resnet18(num_classes: int = 10, in_channels: int = 1) -> Any:
             self.conv3 = nn.Conv2d(cin, cout, 1, stride=stride) if use_1x1conv else None
             self.bn1, self.bn2 = nn.BatchNorm2d(cout), nn.BatchNorm2d(cout)
 
-        def forward(self, x: Any) -> Any:
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
             return torch.relu(y + (self.conv3(x) if self.conv3 is not None else x))
 
@@ -70,7 +75,7 @@ def _class_indices(labels: np.ndarray) -> np.ndarray:
 D2L_INIT = "normal:0.01"  # d2l's init_weights: every Conv2d and Linear weight from N(0, 0.01)
 
 
-def _torch_model(tdev: Any, d2l_init: bool) -> Any:
+def _torch_model(tdev: torch.device, d2l_init: bool) -> torch.nn.Module:
     """PyTorch's ResNet-18 from seed 0 on `tdev`, its weights drawn by d2l's recipe where asked."""
     import torch
 
@@ -83,7 +88,7 @@ def _torch_model(tdev: Any, d2l_init: bool) -> Any:
     return model.to(tdev)
 
 
-def _torch_tensors(data: Any, tdev: Any) -> tuple[Any, Any]:
+def _torch_tensors(data: DataSet, tdev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """A DataSet's features and class numbers as PyTorch tensors on `tdev`."""
     import torch
 
@@ -91,7 +96,9 @@ def _torch_tensors(data: Any, tdev: Any) -> tuple[Any, Any]:
     return x, torch.as_tensor(_class_indices(data.labels.numpy())).to(tdev)
 
 
-def _torch_epoch(model: Any, x: Any, y: Any, lr: float, batch: int, tf32: bool, peak: list[int]) -> Any:
+def _torch_epoch(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float, batch: int, tf32: bool, peak: list[int]
+) -> Any:
     """PyTorch's epoch function: SGD over a fresh shuffle, the summed loss left on the device."""
     import torch
 
@@ -121,7 +128,7 @@ def _torch_epoch(model: Any, x: Any, y: Any, lr: float, batch: int, tf32: bool, 
     return epoch
 
 
-def _torch_accuracy(model: Any, tx: Any, ty: Any, tf32: bool) -> Any:
+def _torch_accuracy(model: torch.nn.Module, tx: torch.Tensor, ty: torch.Tensor, tf32: bool) -> Any:
     """PyTorch's test accuracy function, in batches of 1,024."""
     import torch
 
@@ -138,7 +145,7 @@ def _torch_accuracy(model: Any, tx: Any, ty: Any, tf32: bool) -> Any:
 
 
 def _torch_side(
-    train: Any, test: Any, device_kind: str, lr: float, batch: int, tf32: bool = True, d2l_init: bool = True
+    train: DataSet, test: DataSet, device_kind: str, lr: float, batch: int, tf32: bool = True, d2l_init: bool = True
 ) -> dict[str, Any] | None:
     """PyTorch's model, data and epoch function. `tf32=True` is PyTorch's default on a GPU:
     cuDNN convolutions in TF32 on the tensor cores; False forces float32 convolutions."""
@@ -173,12 +180,12 @@ class _EpochLoss(TrainingListener):
     def __init__(self) -> None:
         self.total, self.count = 0.0, 0
 
-    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+    def iteration_done(self, model: Network, iteration: int, epoch: int, **info: float | None) -> None:
         self.total += info["score"] * info["batch_size"]
         self.count += info["batch_size"]
 
 
-def _kit_side(net: Any, train_d: Any, test_d: Any, batch: int, precision: str) -> dict[str, Any]:
+def _kit_side(net: Network, train_d: DataSet, test_d: DataSet, batch: int, precision: str) -> dict[str, Any]:
     def epoch(seed: int) -> float:
         loss = _EpochLoss()
         previous = kit.backend.set_matmul_precision(precision)
@@ -209,7 +216,9 @@ def _check_init(init: str) -> None:
         raise ValueError(f"bench_d2l(init={init!r}): 'd2l' (N(0, 0.01), d2l's recipe) or 'default' (each library's)")
 
 
-def _sides(train: Any, test: Any, dev: Any, batch: int, lr: float, init: str) -> dict[str, dict[str, Any]]:
+def _sides(
+    train: DataSet, test: DataSet, dev: AnyDevice, batch: int, lr: float, init: str
+) -> dict[str, dict[str, Any]]:
     """The sides that train: kit in float32 (and TF32 on a GPU), PyTorch with TF32 (and float32 on a GPU)."""
     train_d, test_d = train.to(dev), test.to(dev)
     weight_init = D2L_INIT if init == "d2l" else "he"

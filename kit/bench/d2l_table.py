@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from kit.files import Json
 from kit.measurement import measure, tables
 from kit.measurement.reference_runs import run_label
 
@@ -31,7 +32,7 @@ def _gb(n: Any) -> str:
 _KIT_ROWS = {"kit": "float32 matmuls", "kit_tf32": "TF32 matmuls"}
 
 
-def _accuracy_range(side: dict[str, Any]) -> str:
+def _accuracy_range(side: dict[str, Json]) -> str:
     """The last half of the epochs' test accuracies, lowest to highest, where the report has them."""
     per = side.get("test_accuracy_per_epoch")
     if not per or len(per) < 4:
@@ -40,7 +41,7 @@ def _accuracy_range(side: dict[str, Any]) -> str:
     return f" (epochs {len(per) - len(tail) + 1}-{len(per)}: {min(tail):.4f}-{max(tail):.4f})"
 
 
-def d2l_table(report: dict[str, Any]) -> str:
+def d2l_table(report: dict[str, Json]) -> str:
     """The d2l table of one reference run (`kit/data/reference_runs/*.json`), with the sentences
     that read it, every number taken from the report."""
     parts = _d2l_parts(report)
@@ -54,7 +55,7 @@ def d2l_table(report: dict[str, Any]) -> str:
     return "\n".join(lines + text)
 
 
-def d2l_result_table(report: dict[str, Any]) -> tables.Table | str:
+def d2l_result_table(report: dict[str, Json]) -> tables.Table | str:
     """`d2l_table` as a `kit.tables.Table` (HTML in a notebook: a wide table scrolls in its box
     instead of wrapping), the sentences as notes under it; the same text where there is no table."""
     parts = _d2l_parts(report)
@@ -65,7 +66,7 @@ def d2l_result_table(report: dict[str, Any]) -> tables.Table | str:
     return tables.Table(columns, [list(c) for c in cells], text, " ".join(title), text_columns=["run", "GPU memory"])
 
 
-def _d2l_parts(report: dict[str, Any]) -> tuple[list[str], tuple[str, ...], list[tuple[str, ...]], list[str]] | str:
+def _d2l_parts(report: dict[str, Json]) -> tuple[list[str], tuple[str, ...], list[tuple[str, ...]], list[str]] | str:
     """The table's title, head, cells and sentences, or a line saying the run has no d2l table."""
     d = report.get("parts", {}).get("d2l")
     if not d or "kit" not in d:
@@ -77,7 +78,7 @@ def _d2l_parts(report: dict[str, Any]) -> tuple[list[str], tuple[str, ...], list
     return title, head, cells, text
 
 
-def _d2l_rows(d: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
+def _d2l_rows(d: dict[str, Json]) -> list[tuple[str, dict[str, Any], str]]:
     """Each side's label, its part of the report, and the GPU memory it held."""
     rows = []
     for key, label in _KIT_ROWS.items():
@@ -94,7 +95,7 @@ def _d2l_rows(d: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
     return rows
 
 
-def _kit_sentences(d: dict[str, Any]) -> list[str]:
+def _kit_sentences(d: dict[str, Json]) -> list[str]:
     """One sentence for each kit side: its last test accuracy against d2l's."""
     text = []
     for key, label in _KIT_ROWS.items():
@@ -124,7 +125,7 @@ _OWN_INIT = (
 )
 
 
-def _init_words(d: dict[str, Any]) -> str:
+def _init_words(d: dict[str, Json]) -> str:
     """The initial weights both sides started from, as the report records them (`init`), or, for a
     report from before `kit bench d2l` recorded it, as the code of that time drew them."""
     init = d.get("init")
@@ -142,13 +143,13 @@ def _init_words(d: dict[str, Any]) -> str:
     )
 
 
-def _recipe(d: dict[str, Any]) -> str:
+def _recipe(d: dict[str, Json]) -> str:
     """'SGD with lr 0.1 on batches of 256', from the report's setup line ('SGD' where it says neither)."""
     found = re.search(r"batch (\d+), SGD lr ([\d.e-]+)", d.get("setup", ""))
     return f"SGD with lr {found.group(2)} on batches of {found.group(1)}" if found else "SGD"
 
 
-def same_run_gap(d: dict[str, Any]) -> list[str]:
+def same_run_gap(d: dict[str, Json]) -> list[str]:
     """kit's test accuracy against PyTorch's in the same run (each PyTorch row against the kit row it
     is timed against), in accuracy and in test examples; what differed between the two sides, as
     `kit bench d2l`'s code has them; and what this one run cannot tell. Empty where the run has no
@@ -160,6 +161,20 @@ def same_run_gap(d: dict[str, Any]) -> list[str]:
             paired.setdefault(side if side in d else "kit", []).append(key)
     if not paired:
         return []
+    text = [_gap_sentence(d, paired)]
+    if "pytorch" in d and "pytorch_fp32" in d and "pytorch_fp32" in paired.get("kit", []):
+        fp32_gap = d["pytorch_fp32"]["test_accuracy"] - d["kit"]["test_accuracy"]
+        step = abs(d["pytorch"]["test_accuracy"] - d["pytorch_fp32"]["test_accuracy"])
+        if fp32_gap > step:
+            text.append(
+                f"With float32 arithmetic on both sides the gap is {fp32_gap:.4f}, and PyTorch's own TF32 and "
+                f"float32 rows are {step:.4f} apart: the gap is there without TF32."
+            )
+    return text + _what_differed(d) + [_not_known(d, paired)]
+
+
+def _gap_sentence(d: dict[str, Json], paired: dict[str, list[str]]) -> str:
+    """The sentence that sets each kit side's accuracy beside PyTorch's: the gap, and in test examples."""
     found = re.search(r"(\d+) test", d.get("setup", ""))
     n_test = int(found.group(1)) if found else 0
     clauses = []
@@ -172,16 +187,12 @@ def same_run_gap(d: dict[str, Any]) -> list[str]:
             examples = f" ({round(abs(gap) * n_test):,} of the {n_test:,} test examples)" if n_test and gap else ""
             against.append(f"{words} PyTorch's {d[key]['test_accuracy']:.4f} with {_TORCH_ROWS[key]}{examples}")
         clauses.append(f"kit's {acc:.4f} with {_KIT_ROWS[side]} is " + " and ".join(against))
-    text = ["In the same run, " + "; ".join(clauses) + "."]
-    if "pytorch" in d and "pytorch_fp32" in d and "pytorch_fp32" in paired.get("kit", []):
-        fp32_gap = d["pytorch_fp32"]["test_accuracy"] - d["kit"]["test_accuracy"]
-        step = abs(d["pytorch"]["test_accuracy"] - d["pytorch_fp32"]["test_accuracy"])
-        if fp32_gap > step:
-            text.append(
-                f"With float32 arithmetic on both sides the gap is {fp32_gap:.4f}, and PyTorch's own TF32 and "
-                f"float32 rows are {step:.4f} apart: the gap is there without TF32."
-            )
-    text += [
+    return "In the same run, " + "; ".join(clauses) + "."
+
+
+def _what_differed(d: dict[str, Json]) -> list[str]:
+    """What differed between kit's side and PyTorch's, and what was the same, as the bench's code has them."""
+    return [
         "What differed between the two sides, as `kit bench d2l`'s code has them. The initial weights: "
         + _init_words(d)
         + ". The batches: each library shuffled the same examples with its own generator. The running variance "
@@ -192,6 +203,10 @@ def same_run_gap(d: dict[str, Any]) -> list[str]:
         "the mean cross-entropy, the same arrays scaled to [0, 1] with no augmentation, and testing with the "
         "running statistics.",
     ]
+
+
+def _not_known(d: dict[str, Json], paired: dict[str, list[str]]) -> str:
+    """What one run a side cannot tell about the gap."""
     unknown = (
         "Not known from this run: which of these differences, if any, makes the gap (none was varied on its own), "
         "nor how far another seed or batch order would move either accuracy (one run a side); the report keeps "
@@ -199,11 +214,10 @@ def same_run_gap(d: dict[str, Any]) -> list[str]:
     )
     if any("test_accuracy_per_epoch" not in d[side] for side in paired):
         unknown += ", nor kit's accuracy after each epoch"
-    text.append(unknown + ".")
-    return text
+    return unknown + "."
 
 
-def _ratio_basis(d: dict[str, Any], p: dict[str, Any], first: bool) -> tuple[str, str]:
+def _ratio_basis(d: dict[str, Json], p: dict[str, Json], first: bool) -> tuple[str, str]:
     """Which epochs kit's ratio to a PyTorch side is the median of (`_side_entry` pairs each epoch
     with the same epoch, and leaves the first out when there are more than two), and, where that is
     not every epoch, the ratio of the table's medians, which take every epoch ("" where they agree)."""
@@ -225,7 +239,7 @@ def _ratio_basis(d: dict[str, Any], p: dict[str, Any], first: bool) -> tuple[str
     return basis, f"; the table's medians give {of_medians:.2f} x"
 
 
-def _torch_sentences(d: dict[str, Any]) -> list[str]:
+def _torch_sentences(d: dict[str, Json]) -> list[str]:
     """One sentence for each PyTorch side: its accuracy and kit's epoch time over its own, with the
     epochs that ratio is taken over (the first sentence says how, the next one only which)."""
     text = []
@@ -252,7 +266,7 @@ def _torch_sentences(d: dict[str, Any]) -> list[str]:
     return text
 
 
-def _several_device_rows(report: dict[str, Any]) -> list[str]:
+def _several_device_rows(report: dict[str, Json]) -> list[str]:
     """The rows for more than one device, from the run's `kit bench parallel`, labelled for what they are."""
     par = report.get("parts", {}).get("benchmarks", {}).get("parallel", {}).get("result")
     if not par:

@@ -43,7 +43,7 @@ def _nhwc_windows(xpad: np.ndarray, k: int, s: int, oh: int, ow: int) -> np.ndar
     return as_strided(xpad, (b, oh, ow, c, k, k), (sb, sh * s, sw * s, sc, sh, sw))
 
 
-Variants = tuple[dict[str, Callable[[], Any]], np.ndarray]  # the functions, and the array each fills
+Variants = tuple[dict[str, Callable[[], object]], np.ndarray]  # the functions, and the array each fills
 
 
 def _mark(names: list[str], kit_name: str) -> list[str]:
@@ -56,18 +56,26 @@ def conv_forward_variants(b: int, c: int, h: int, oc: int, k: int, p: int) -> Va
     rng = np.random.default_rng(0)
     x = rng.standard_normal((b, c, h, h), dtype=F32)
     w = rng.standard_normal((oc, c, k, k), dtype=F32)
-    w2 = w.reshape(oc, -1)
     bias = rng.standard_normal((1, oc, 1, 1), dtype=F32)
     oh = h + 2 * p - k + 1
-    n, ckk = b * oh * oh, c * k * k
     xpad = np.zeros((b, c, h + 2 * p, h + 2 * p), F32)
     y = np.empty((b, oc, oh, oh), F32)
-    y3 = y.reshape(b, oc, oh * oh)
+    variants = {**_gemm_forwards(x, w, bias, p, xpad, y), **_view_forwards(x, w, bias, p, xpad, y)}
+    per_example = w.size <= PER_EXAMPLE_MAX_WEIGHTS
+    kit_name = "CNHW columns, " + ("a GEMM per example" if per_example else "one GEMM")
+    return dict(zip(_mark(list(variants), kit_name), variants.values())), y
+
+
+def _gemm_forwards(
+    x: np.ndarray, w: np.ndarray, bias: np.ndarray, p: int, xpad: np.ndarray, y: np.ndarray
+) -> dict[str, Callable[[], None]]:
+    """The forward variants that copy windows into columns (or rows) and multiply."""
+    (b, c, _, _), (oc, _, k, _), oh = x.shape, w.shape, y.shape[2]
+    w2, y3 = w.reshape(oc, -1), y.reshape(b, oc, oh * oh)
+    n, ckk = b * oh * oh, c * k * k
     cnhw, yt = np.empty((c, k, k, b, oh, oh), F32), np.empty((oc, n), F32)
-    rows, yn = np.empty((b, oh, oh, c, k, k), F32), np.empty((n, oc), F32)
-    nchw = np.empty((b, c, k, k, oh, oh), F32)
+    rows, yn, nchw = np.empty((b, oh, oh, c, k, k), F32), np.empty((n, oc), F32), np.empty((b, c, k, k, oh, oh), F32)
     swv = sliding_window_view(xpad, (k, k), axis=(2, 3))  # (B, C, OH, OW, k, k), a view
-    path = np.einsum_path("bchwij,ocij->bohw", swv, w, optimize="optimal")[0]
 
     def cnhw_one() -> None:
         pad_into(x, p, 0.0, xpad)
@@ -92,6 +100,22 @@ def conv_forward_variants(b: int, c: int, h: int, oc: int, k: int, p: int) -> Va
         np.matmul(w2, nchw.reshape(b, ckk, oh * oh), out=y3)
         y.__iadd__(bias)
 
+    return {
+        "CNHW columns, one GEMM": cnhw_one,
+        "CNHW columns, a GEMM per example": cnhw_per_example,
+        "NHWC rows, one GEMM (old)": old_rows,
+        "NCHW columns, a GEMM per example": nchw_per_example,
+    }
+
+
+def _view_forwards(
+    x: np.ndarray, w: np.ndarray, bias: np.ndarray, p: int, xpad: np.ndarray, y: np.ndarray
+) -> dict[str, Callable[[], None]]:
+    """The forward variants that contract a sliding-window view in place, copying nothing."""
+    k = w.shape[2]
+    swv = sliding_window_view(xpad, (k, k), axis=(2, 3))  # (B, C, OH, OW, k, k), a view
+    path = np.einsum_path("bchwij,ocij->bohw", swv, w, optimize="optimal")[0]
+
     def tensordot() -> None:
         pad_into(x, p, 0.0, xpad)
         out = np.tensordot(swv, w, axes=([1, 4, 5], [1, 2, 3]))  # (B, OH, OW, OC)
@@ -101,17 +125,7 @@ def conv_forward_variants(b: int, c: int, h: int, oc: int, k: int, p: int) -> Va
         pad_into(x, p, 0.0, xpad)
         np.add(np.einsum("bchwij,ocij->bohw", swv, w, optimize=path), bias, out=y)
 
-    variants = {
-        "CNHW columns, one GEMM": cnhw_one,
-        "CNHW columns, a GEMM per example": cnhw_per_example,
-        "NHWC rows, one GEMM (old)": old_rows,
-        "NCHW columns, a GEMM per example": nchw_per_example,
-        "sliding_window_view + tensordot": tensordot,
-        "einsum, fixed path": einsum,
-    }
-    per_example = oc * ckk <= PER_EXAMPLE_MAX_WEIGHTS
-    kit_name = "CNHW columns, " + ("a GEMM per example" if per_example else "one GEMM")
-    return dict(zip(_mark(list(variants), kit_name), variants.values())), y
+    return {"sliding_window_view + tensordot": tensordot, "einsum, fixed path": einsum}
 
 
 def conv_input_grad_variants(b: int, c: int, h: int, oc: int, k: int, p: int, add_at: bool) -> Variants:
@@ -120,21 +134,26 @@ def conv_input_grad_variants(b: int, c: int, h: int, oc: int, k: int, p: int, ad
     else it uses col2im."""
     rng = np.random.default_rng(1)
     oh = h + 2 * p - k + 1
-    n, hp, ckk = b * oh * oh, h + 2 * p, c * k * k
     w = rng.standard_normal((oc, c, k, k), dtype=F32)
-    w2 = w.reshape(oc, -1)
     e = rng.standard_normal((b, oc, oh, oh), dtype=F32)  # eps, NCHW
-    et = np.ascontiguousarray(e.transpose(1, 0, 2, 3))  # and channel-major
-    e2, e3 = et.reshape(oc, n), e.reshape(b, oc, oh * oh)
     dx = np.empty((b, c, h, h), F32)
+    variants = {**_convolved_grads(w, e, p, dx), **_col2im_grads(w, e, p, dx)}
+    if add_at:
+        variants["col2im by np.add.at on precomputed indices"] = _add_at_grad(w, e, p, dx)
+    kit_name = ("eps convolved, " if oh == h else "col2im k*k slab adds, ") + (
+        "a GEMM per example" if w.size <= PER_EXAMPLE_MAX_WEIGHTS else "one GEMM"
+    )
+    return dict(zip(_mark(list(variants), kit_name), variants.values())), dx
+
+
+def _convolved_grads(w: np.ndarray, e: np.ndarray, p: int, dx: np.ndarray) -> dict[str, Callable[[], None]]:
+    """dx as eps (padded by k - 1 - p) convolved with the turned filters: one GEMM, or one per example."""
+    (oc, c, k, _), (b, _, oh, _), h = w.shape, e.shape, dx.shape[2]
+    et = np.ascontiguousarray(e.transpose(1, 0, 2, 3))  # eps channel-major
     q = k - 1 - p
     epad, epad_b = np.zeros((oc, b, oh + 2 * q, oh + 2 * q), F32), np.zeros((b, oc, oh + 2 * q, oh + 2 * q), F32)
     ecols, flipped = np.empty((oc, k, k, b, h, h), F32), np.empty((c, oc, k, k), F32)
     dxt = np.empty((c, b * h * h), F32)
-    dcols, target = np.empty((c, k, k, b, oh, oh), F32), np.empty((c, b, hp, hp), F32)
-    dcols_b, target_b = np.empty((b, c, k, k, oh, oh), F32), np.empty((b, c, hp, hp), F32)
-    rows_e = np.ascontiguousarray(e.transpose(0, 2, 3, 1)).reshape(n, oc)
-    dc_rows = np.empty((n, ckk), F32)
 
     def flip() -> np.ndarray:
         np.copyto(flipped, w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
@@ -149,6 +168,21 @@ def conv_input_grad_variants(b: int, c: int, h: int, oc: int, k: int, p: int, ad
         pad_into(e, q, 0.0, epad_b)
         cols = im2col_into(np, epad_b, k, 1, h, h, ecols)
         np.matmul(flip(), cols.reshape(-1, b, h * h).transpose(1, 0, 2), out=dx.reshape(b, c, -1))
+
+    return {"eps convolved, one GEMM": convolved_one, "eps convolved, a GEMM per example": convolved_per_example}
+
+
+def _col2im_grads(w: np.ndarray, e: np.ndarray, p: int, dx: np.ndarray) -> dict[str, Callable[[], None]]:
+    """dx as the columns' gradient (one GEMM, one per example, or the old NHWC rows) added back by
+    k*k slab additions."""
+    (oc, c, k, _), (b, _, oh, _), h = w.shape, e.shape, dx.shape[2]
+    n, hp, ckk = b * oh * oh, h + 2 * p, c * k * k
+    w2 = w.reshape(oc, -1)
+    e2, e3 = np.ascontiguousarray(e.transpose(1, 0, 2, 3)).reshape(oc, n), e.reshape(b, oc, oh * oh)
+    dcols, target = np.empty((c, k, k, b, oh, oh), F32), np.empty((c, b, hp, hp), F32)
+    dcols_b, target_b = np.empty((b, c, k, k, oh, oh), F32), np.empty((b, c, hp, hp), F32)
+    rows_e = np.ascontiguousarray(e.transpose(0, 2, 3, 1)).reshape(n, oc)
+    dc_rows = np.empty((n, ckk), F32)
 
     def col2im_one() -> None:
         np.matmul(w2.T, e2, out=dcols.reshape(ckk, n))
@@ -171,28 +205,29 @@ def conv_input_grad_variants(b: int, c: int, h: int, oc: int, k: int, p: int, ad
                 target_b[:, :, i : i + oh, j : j + oh] += dc[:, :, :, :, i, j].transpose(0, 3, 1, 2)
         np.copyto(dx, target_b[:, :, p : p + h, p : p + h])
 
-    variants = {
-        "eps convolved, one GEMM": convolved_one,
-        "eps convolved, a GEMM per example": convolved_per_example,
+    return {
         "col2im k*k slab adds, one GEMM": col2im_one,
         "col2im k*k slab adds, a GEMM per example": col2im_per_example,
         "col2im k*k slab adds, NHWC rows (old)": col2im_rows,
     }
-    if add_at:  # one scatter-add over precomputed flat indices
-        ci, ii, jj, bi, yi, xi = np.indices((c, k, k, b, oh, oh)).reshape(6, -1)
-        flat_index = ((ci * b + bi) * hp + yi + ii) * hp + xi + jj
 
-        def add_at_scatter() -> None:
-            np.matmul(w2.T, e2, out=dcols.reshape(ckk, n))
-            target.fill(0)
-            np.add.at(target.reshape(-1), flat_index, dcols.reshape(-1))
-            np.copyto(dx, target[:, :, p : p + h, p : p + h].transpose(1, 0, 2, 3))
 
-        variants["col2im by np.add.at on precomputed indices"] = add_at_scatter
-    kit_name = ("eps convolved, " if oh == h else "col2im k*k slab adds, ") + (
-        "a GEMM per example" if oc * ckk <= PER_EXAMPLE_MAX_WEIGHTS else "one GEMM"
-    )
-    return dict(zip(_mark(list(variants), kit_name), variants.values())), dx
+def _add_at_grad(w: np.ndarray, e: np.ndarray, p: int, dx: np.ndarray) -> Callable[[], None]:
+    """dx by one scatter-add (np.add.at) of the columns' gradient over precomputed flat indices."""
+    (oc, c, k, _), (b, _, oh, _), h = w.shape, e.shape, dx.shape[2]
+    n, hp, ckk = b * oh * oh, h + 2 * p, c * k * k
+    w2, e2 = w.reshape(oc, -1), np.ascontiguousarray(e.transpose(1, 0, 2, 3)).reshape(oc, n)
+    dcols, target = np.empty((c, k, k, b, oh, oh), F32), np.empty((c, b, hp, hp), F32)
+    ci, ii, jj, bi, yi, xi = np.indices((c, k, k, b, oh, oh)).reshape(6, -1)
+    flat_index = ((ci * b + bi) * hp + yi + ii) * hp + xi + jj
+
+    def add_at_scatter() -> None:
+        np.matmul(w2.T, e2, out=dcols.reshape(ckk, n))
+        target.fill(0)
+        np.add.at(target.reshape(-1), flat_index, dcols.reshape(-1))
+        np.copyto(dx, target[:, :, p : p + h, p : p + h].transpose(1, 0, 2, 3))
+
+    return add_at_scatter
 
 
 def maxpool_variants(b: int, c: int, h: int, k: int) -> tuple[Variants, Variants]:
@@ -200,18 +235,27 @@ def maxpool_variants(b: int, c: int, h: int, k: int) -> tuple[Variants, Variants
     rng = np.random.default_rng(2)
     x = np.maximum(rng.standard_normal((b, c, h, h), dtype=F32), 0)  # after a ReLU: ties
     oh = h // k
-    xr = x.reshape(b, c, oh, k, oh, k)
     y, idx, scratch = (
         np.empty((b, c, oh, oh), F32),
         np.empty((b, c, oh, oh), np.uint8),
         np.empty((b, c, oh, oh), np.uint8),
     )
-    won = np.empty((b, c, oh, oh), np.bool_)
-    flat, arg = np.empty((b, c, oh, oh, k * k), F32), np.empty((b, c, oh, oh), np.intp)
+    arg = np.empty((b, c, oh, oh), np.intp)
     eps = rng.standard_normal((b, c, oh, oh), dtype=F32)
-    dx = np.empty_like(x)
-    dxr = dx.reshape(xr.shape)
-    tmp = np.empty_like(eps)
+    forward, old_forward = _pool_forwards(x, k, y, idx, scratch, arg)
+    backward, dx = _pool_backwards(x, k, y, idx, arg, eps)
+    pool_max_into(np, x, k, k, y, idx, scratch)  # the winners the backward variants read
+    old_forward()
+    return (forward, y), (backward, dx)
+
+
+def _pool_forwards(
+    x: np.ndarray, k: int, y: np.ndarray, idx: np.ndarray, scratch: np.ndarray, arg: np.ndarray
+) -> tuple[dict[str, Callable[[], object]], Callable[[], None]]:
+    """The forward variants (into y; kit's winners into idx, the old argmax into arg), and the old one."""
+    b, c, oh, _ = y.shape
+    xr = x.reshape(b, c, oh, k, oh, k)
+    flat = np.empty((b, c, oh, oh, k * k), F32)
 
     def old_forward() -> None:
         np.copyto(flat.reshape(b, c, oh, oh, k, k), xr.transpose(0, 1, 2, 4, 3, 5))
@@ -223,6 +267,18 @@ def maxpool_variants(b: int, c: int, h: int, k: int) -> tuple[Variants, Variants
         "reshape + max over axes (3, 5), no argmax": lambda: np.max(xr, axis=(3, 5), out=y),
         "window copy + argmax + max (old)": old_forward,
     }
+    return forward, old_forward
+
+
+def _pool_backwards(
+    x: np.ndarray, k: int, y: np.ndarray, idx: np.ndarray, arg: np.ndarray, eps: np.ndarray
+) -> tuple[dict[str, Callable[[], object]], np.ndarray]:
+    """The backward variants, each writing dx from the winners the forwards left in idx, y and arg."""
+    b, c, oh, _ = y.shape
+    won = np.empty((b, c, oh, oh), np.bool_)
+    dx = np.empty_like(x)
+    xr, dxr = x.reshape(b, c, oh, k, oh, k), dx.reshape(b, c, oh, k, oh, k)
+    tmp = np.empty_like(eps)
 
     def kit_backward() -> None:
         for offset in range(k * k):
@@ -245,12 +301,10 @@ def maxpool_variants(b: int, c: int, h: int, k: int) -> tuple[Variants, Variants
         "mask x == max, times eps (ties counted twice)": mask_backward,
         "k*k scatter-adds from argmax (old)": old_backward,
     }
-    pool_max_into(np, x, k, k, y, idx, scratch)  # the winners the backward variants read
-    old_forward()
-    return (forward, y), (backward, dx)
+    return backward, dx
 
 
-def _rows(group: str, fns: dict[str, Callable[[], Any]], number: int, repeats: int) -> list[dict[str, Any]]:
+def _rows(group: str, fns: dict[str, Callable[[], object]], number: int, repeats: int) -> list[dict[str, Any]]:
     times = side_by_side(fns, number, repeats)
     base = next(t for name, t in times.items() if name.endswith("(kit)"))
     return [

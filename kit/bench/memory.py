@@ -26,8 +26,9 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -39,9 +40,12 @@ from kit.bench.d2l import torch_resnet18
 from kit.data import DataSet
 from kit.measurement import measure
 from kit.monitor.timeline import memory_timeline
-from kit.nn import Sgd, WorkspaceMode, lenet, mlp, resnet18
+from kit.nn import Network, Sgd, WorkspaceMode, lenet, mlp, resnet18
 from kit.nn.recompute import WS_RECOMPUTE
 from kit.nn.workspace_mgr import WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_SINGLE
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "COLUMNS",
@@ -157,7 +161,7 @@ def step_memory(side: str, net: str, batch: int, mode: str = "SEPARATE") -> dict
     return out
 
 
-def torch_training_step(net: str, x: Any, y: Any, lr: float = 0.1) -> Any:
+def torch_training_step(net: str, x: np.ndarray, y: np.ndarray, lr: float = 0.1) -> Callable[[], None]:
     """A call that trains PyTorch's `net` one SGD step on (x, y), one intra-op thread, on the CPU."""
     import torch
 
@@ -176,7 +180,7 @@ def torch_training_step(net: str, x: Any, y: Any, lr: float = 0.1) -> Any:
     return step
 
 
-def _resident_growth(step: Any) -> int:
+def _resident_growth(step: Callable[[], object]) -> int:
     """Bytes the process's peak resident memory grew by over STEPS calls of `step`."""
     if not _peak_reset():
         raise RuntimeError("bench memory reads Linux's peak resident counter (/proc/self/clear_refs)")
@@ -186,7 +190,7 @@ def _resident_growth(step: Any) -> int:
     return (_status_kib("VmHWM") - base) * 1024
 
 
-def _device_growth(side: str, step: Any) -> int:
+def _device_growth(side: str, step: Callable[[], object]) -> int:
     """Bytes of device memory the side's allocator reserved beyond what it held before the steps."""
     if side == "kit":
         pool = kit.backend.cupy().get_default_memory_pool()
@@ -206,13 +210,13 @@ def _device_growth(side: str, step: Any) -> int:
     return torch.cuda.max_memory_reserved() - base
 
 
-def _torch_saved(model: Any, loss_fn: Any, tx: Any, ty: Any) -> int:
+def _torch_saved(model: torch.nn.Module, loss_fn: torch.nn.Module, tx: torch.Tensor, ty: torch.Tensor) -> int:
     """Bytes autograd keeps for backward over one forward pass, once per storage."""
     import torch
 
     seen: dict[int, int] = {}
 
-    def pack(t: Any) -> Any:
+    def pack(t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
         seen[storage.data_ptr()] = storage.nbytes()
         return t
@@ -223,7 +227,7 @@ def _torch_saved(model: Any, loss_fn: Any, tx: Any, ty: Any) -> int:
     return sum(seen.values())
 
 
-def heap_during_step(net: Any, ds: Any) -> dict[str, int]:
+def heap_during_step(net: Network, ds: DataSet) -> dict[str, int]:
     """One training step of a NONE-mode network recorded by kit.memory_timeline: the heap bytes
     alive (allocated during the step and not yet released) at the end of the forward pass, their
     peak during backward, and what is left when backward has run. Each layer drops what it kept
@@ -251,7 +255,7 @@ def heap_during_step(net: Any, ds: Any) -> dict[str, int]:
     }
 
 
-def kit_breakdown(net: Any, ds: Any) -> dict[str, int]:
+def kit_breakdown(net: Network, ds: DataSet) -> dict[str, int]:
     """kit's bytes of one training step by kind (after the steps that sized its workspaces)."""
 
     mgr = net.train_mgr
@@ -333,7 +337,9 @@ COLUMN_NOTES = {
 
 
 def bench_memory(
-    quick: bool = False, cases: tuple[tuple[str, int], ...] | None = None, progress: Any = None
+    quick: bool = False,
+    cases: tuple[tuple[str, int], ...] | None = None,
+    progress: Callable[[int, int], object] | None = None,
 ) -> dict[str, Any]:
     """Peak resident growth of STEPS training steps, kit (SEPARATE, its default, NONE, and for
     ResNet-18 SEPARATE with its blocks recomputed) beside PyTorch, each run in a fresh process,

@@ -36,7 +36,7 @@ from kit.core.devices import (
 )
 from kit.data import ArrayIterator, DataSet
 from kit.measurement import measure
-from kit.nn import Sgd, lenet, mlp
+from kit.nn import Network, Sgd, lenet, mlp
 from kit.parallel import InferenceMode, ParallelInference, ParallelWrapper
 
 __all__ = ["bench_parallel"]
@@ -88,7 +88,7 @@ def _wrapper(name: str, workers: int, freq: int) -> tuple[Any, ParallelWrapper]:
 
 
 def _time_training(
-    wrappers: dict[str, tuple[Any, ParallelWrapper]], data: DataSet, repeats: int
+    wrappers: dict[str, tuple[Network, ParallelWrapper]], data: DataSet, repeats: int
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """A warm-up fit each, then repeats of one fit each in turn: seconds, and bytes copied per iteration."""
     times: dict[str, list[float]] = {k: [] for k in wrappers}
@@ -111,7 +111,7 @@ def _time_training(
 
 def _training_row(
     name: str,
-    net: Any,
+    net: Network,
     pw: ParallelWrapper,
     data: DataSet,
     times: dict[str, list[float]],
@@ -187,7 +187,7 @@ INFERENCE_GOAL = 5.0  # BATCHED / SEQUENTIAL throughput at 64 clients
 _MODES = (InferenceMode.SEQUENTIAL, InferenceMode.BATCHED)
 
 
-def _batching_bound(net: Any, x: np.ndarray, batch: int, repeats: int, min_time: float) -> list[float]:
+def _batching_bound(net: Network, x: np.ndarray, batch: int, repeats: int, min_time: float) -> list[float]:
     """What merging alone can buy on this machine: `batch` one-row forwards over one forward of
     `batch` rows, with one worker's BLAS share, serving overhead excluded (kit.measure, per
     repeat). BATCHED/SEQUENTIAL can exceed it only by what SEQUENTIAL loses to its hand-offs."""
@@ -223,7 +223,7 @@ def _inference(quick: bool, client_counts: tuple[int, ...] = (1, 8, 64)) -> list
 
 
 def _burst_rows(
-    label: str, net: Any, x: np.ndarray, kind: str, clients: int, per_client: int, repeats: int, bound: list[float]
+    label: str, net: Network, x: np.ndarray, kind: str, clients: int, per_client: int, repeats: int, bound: list[float]
 ) -> list[dict[str, Any]]:
     """Both servers under the same bursts of clients: one row per mode, the last with the ratio of the two."""
     run = CLIENT_KINDS[kind]

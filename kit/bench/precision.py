@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 from threadpoolctl import threadpool_info
 
 import kit
@@ -72,7 +73,7 @@ COLUMNS = (
 ALIGN = 64  # bytes: a workspace carves every allocation at this alignment
 
 
-def matmul_kernel(dtype: Any) -> str:
+def matmul_kernel(dtype: DTypeLike) -> str:
     """Which kernel a matmul of this dtype runs on the current device, in words."""
     dt = np.dtype(dtype)
     if kit.current_device().kind == "gpu":
@@ -90,7 +91,7 @@ def matmul_kernel(dtype: Any) -> str:
     )
 
 
-def in_dtype(data: DataSet, dtype: Any) -> DataSet:
+def in_dtype(data: DataSet, dtype: DTypeLike) -> DataSet:
     """The same examples with features and one-hot labels stored in `dtype`: a network given data
     in its own dtype casts nothing inside the training cycle (float32 data for a float16 network
     is cast there, into the activations workspace)."""
@@ -157,7 +158,7 @@ def stall_case(
     hidden: tuple[int, ...] = (64,),
     steps: int = 20,
     lr: float = 0.002,
-    progress: Callable[[int, int, str], Any] | None = None,
+    progress: Callable[[int, int, str], object] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune a converged digits network (Adam, 15 epochs, float32) with Sgd(lr), full batch, in
     each precision from the same weights. Returns per precision the loss before and after, the
@@ -195,7 +196,7 @@ def _timed_steps(sizes: tuple[int, ...], data: DataSet, repeats: int, number: in
         for name, kw in VARIANTS.items()
     }
     fed = {name: in_dtype(data, kw["dtype"]) for name, kw in VARIANTS.items()}
-    fns: dict[str, Callable[[], Any]] = {name: (lambda n=n, d=fed[name]: n.fit_batch(d)) for name, n in nets.items()}
+    fns: dict[str, Callable[[], object]] = {name: (lambda n=n, d=fed[name]: n.fit_batch(d)) for name, n in nets.items()}
     return measure.compare(fns, repeats=repeats, number=number, sync=kit.backend.sync, warmup=STEP_WARMUP)
 
 

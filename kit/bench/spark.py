@@ -26,17 +26,22 @@ on tiny inputs (1 x 8 x 8 images, 4 a mini-batch, a few rounds): its rounds cost
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kit.bench.common import device_label
 from kit.data import ArrayIterator, DataSet
 from kit.measurement import measure
-from kit.nn import Sgd, mlp
+from kit.nn import Network, Sgd, mlp
 from kit.nn.zoo import resnet18
 from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, local_spark_context, to_rdd
 from kit.spark.aggregation import fan_in
+from kit.spark.stats import SparkTrainingStats
+
+if TYPE_CHECKING:
+    from pyspark import RDD, SparkContext
 
 __all__ = ["bench_spark", "expected_driver_bytes"]
 
@@ -95,7 +100,7 @@ def _models(quick: bool) -> list[dict[str, Any]]:
     ]
 
 
-def run_on(sc: Any, quick: bool) -> dict[str, Any]:
+def run_on(sc: SparkContext, quick: bool) -> dict[str, Any]:
     """The benchmark on a running SparkContext (the caller owns it)."""
     repeats = 2 if quick else 3
     rows: list[dict[str, Any]] = []
@@ -127,7 +132,9 @@ def run_on(sc: Any, quick: bool) -> dict[str, Any]:
     }
 
 
-def _one_model(sc: Any, spec: dict[str, Any], repeats: int, warmup: bool) -> tuple[list[dict[str, Any]], float]:
+def _one_model(
+    sc: SparkContext, spec: dict[str, Any], repeats: int, warmup: bool
+) -> tuple[list[dict[str, Any]], float]:
     """One model's rows (each Spark variant beside Network.fit) and Spark's overhead per 1-worker round."""
     n = spec["examples"]
     rng = np.random.default_rng(0)
@@ -147,7 +154,9 @@ def _variant_name(variant: tuple[int, int]) -> str:
     return f"Spark, {variant[0]} worker(s), depth {variant[1]}"
 
 
-def _spark_fit(sc: Any, spec: dict[str, Any], rdd: Any, variant: tuple[int, int], stats: dict) -> Any:
+def _spark_fit(
+    sc: SparkContext, spec: dict[str, Any], rdd: RDD, variant: tuple[int, int], stats: dict
+) -> Callable[[], None]:
     """A call that fits a fresh SparkNetwork of this variant on the RDD and keeps its training stats."""
     workers, depth = variant
     tm = ParameterAveragingTrainingMaster(
@@ -168,7 +177,7 @@ def _spark_fit(sc: Any, spec: dict[str, Any], rdd: Any, variant: tuple[int, int]
 
 
 def _time_variants(
-    sc: Any, spec: dict[str, Any], net: Any, data: DataSet, rdd: Any, repeats: int, warmup: bool
+    sc: SparkContext, spec: dict[str, Any], net: Network, data: DataSet, rdd: RDD, repeats: int, warmup: bool
 ) -> tuple[dict[str, measure.Timing], dict[tuple[int, int], Any]]:
     """Network.fit and every Spark variant timed interleaved (after a warm-up call each, unless
     `warmup` is False); the timings and Spark's stats."""
@@ -186,7 +195,12 @@ def _time_variants(
 
 
 def _variant_row(
-    spec: dict[str, Any], params: int, variant: tuple[int, int], t: measure.Timing, base: measure.Timing, s: Any
+    spec: dict[str, Any],
+    params: int,
+    variant: tuple[int, int],
+    t: measure.Timing,
+    base: measure.Timing,
+    s: SparkTrainingStats,
 ) -> dict[str, Any]:
     """One Spark variant's row: its time per round against Network.fit, and the bytes and partials it moved."""
     workers, depth = variant
@@ -212,7 +226,9 @@ def _variant_row(
     }
 
 
-def _round_overhead(spec: dict[str, Any], one: measure.Timing, base: measure.Timing, stats: Any) -> float:
+def _round_overhead(
+    spec: dict[str, Any], one: measure.Timing, base: measure.Timing, stats: SparkTrainingStats
+) -> float:
     """Spark's milliseconds per 1-worker round beyond what Network.fit spends on the round's mini-batches."""
     steps = -(-spec["examples"] // spec["batch"])
     rounds_one = len(stats.rounds)

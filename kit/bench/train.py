@@ -133,7 +133,6 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
     repeats, number = (3, 5) if quick else (21, 20)
     batch, hidden, n_in, n_out, lr = 128, (512, 256), 784, 10, 0.01
     rows: list[dict[str, Any]] = []
-
     # ---- MLP: kit vs NumPy (batch 64 and 128, every workspace mode, one BLAS thread each) ---------
     torch_step = _torch_step(batch, (n_in, *hidden), n_out, lr, dtype=mlp(n_in, hidden=hidden, n_out=n_out).dtype)
     mlp_goal: dict[str, str] = {}
@@ -143,18 +142,14 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
         mlp_goal[f"goal_mlp_b{size}"] = verdict
     if torch_step is not None:
         rows.append(_torch_mlp_row(torch_step, batch, (n_in, *hidden, n_out), lr, number, repeats))
-
     # ---- MLP inference: Network.output, a planned forward, hand-written NumPy --------------------
     infer_rows, inference_goal = inference_rows(quick)
     rows += infer_rows
-
     # ---- conv nets against PyTorch, and the kernels behind them ---------------------------
     net_rows, conv_summary = conv_rows(quick)
     rows += net_rows + kernel_rows(quick)
-
     # ---- ETL: a slow source, with and without prefetch --------------------------------------
     etl = _etl_rows(quick)
-    on_gpu = kit.current_device().kind == "gpu"
     return {
         "benchmark": "train",
         "device": device_label(),
@@ -162,15 +157,7 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
         "columns": list(COLUMNS),
         "rows": [{c: r.get(c, "") for c in COLUMNS} for r in rows],
         "summary": {
-            **(
-                {
-                    "read_first": "kit ran on the GPU, while NumPy and PyTorch here run on the CPU (one thread): "
-                    "these ratios compare devices, not libraries (`kit bench d2l` compares kit and PyTorch "
-                    "on one GPU)"
-                }
-                if on_gpu
-                else {}
-            ),
+            **_read_first(),
             **etl,
             "pytorch": "installed" if torch_step is not None else f"not installed ({install_hint('bench')} to compare)",
             "mlp_threads": "kit and NumPy: 1 BLAS thread each (threadpoolctl)",
@@ -181,8 +168,18 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
     }
 
 
+def _read_first() -> dict[str, str]:
+    """On a GPU, the line a reader needs before any ratio: kit's side ran on another device."""
+    if kit.current_device().kind != "gpu":
+        return {}
+    return {
+        "read_first": "kit ran on the GPU, while NumPy and PyTorch here run on the CPU (one thread): "
+        "these ratios compare devices, not libraries (`kit bench d2l` compares kit and PyTorch on one GPU)"
+    }
+
+
 def _torch_mlp_row(
-    torch_step: Callable[[], Any], batch: int, sizes: tuple[int, ...], lr: float, number: int, repeats: int
+    torch_step: Callable[[], object], batch: int, sizes: tuple[int, ...], lr: float, number: int, repeats: int
 ) -> dict[str, Any]:
     """PyTorch's MLP step beside the hand-written NumPy one, each timed in its own block, not
     interleaved: PyTorch's OpenMP threads keep spinning for a while after each call and would slow
@@ -251,14 +248,14 @@ def _mlp_rows(
 
 def _mlp_variants(
     data: DataSet, nets: dict[WorkspaceMode, Network], lr: float
-) -> tuple[dict[str, Callable[[], Any]], dict[str, str]]:
+) -> tuple[dict[str, Callable[[], object]], dict[str, str]]:
     """The timed steps: kit in each mode, kit with its plans off, NumPy plain and NumPy updating in
     place (each with its own weights); and the names of the last three."""
     batch, net = data.num_examples, nets[WorkspaceMode.SEPARATE]
     weights = [p.numpy().copy() for layer in net.layers for p in layer.params.values()]
     xs, ys = data.features.numpy(), data.labels.numpy()
     same_dtype(f"NumPy MLP b{batch} (hand-written)", net.dtype, xs, ys, *weights)
-    fns: dict[str, Callable[[], Any]] = {
+    fns: dict[str, Callable[[], object]] = {
         f"kit MLP b{batch} ({m.value})": (lambda n=n: n.fit_batch(data)) for m, n in nets.items()
     }
     # beside them, the default mode with replay off: the layers' code at every step (no goal)

@@ -18,7 +18,7 @@ from kit.bench.common import STEP_WARMUP, min_max_ms, row_verdict, same_dtype
 from kit.bench.d2l import torch_resnet18
 from kit.data import DataSet
 from kit.measurement import measure
-from kit.nn import Conv2D, Sgd, WorkspaceMode, lenet, resnet18
+from kit.nn import Conv2D, Network, Sgd, WorkspaceMode, lenet, resnet18
 from kit.settings import install_hint
 
 __all__ = ["CONV_GOAL", "conv_rows"]
@@ -33,7 +33,7 @@ def _images(batch: int, seed: int) -> DataSet:
 
 def _torch_conv_steps(
     lenet_batch: int, resnet_batch: int, dtype: Any = np.float32
-) -> dict[str, Callable[[], Any]] | None:
+) -> dict[str, Callable[[], object]] | None:
     """PyTorch's LeNet training step (SGD) and ResNet-18 forward + backward, the same
     architectures as kit's zoo (d2l's ResNet-18 for 28 x 28 inputs); None without PyTorch."""
     try:
@@ -70,46 +70,22 @@ def conv_rows(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """LeNet steps in each mode and ResNet-18 forward + backward, kit vs PyTorch, one thread each."""
     lenet_batch, resnet_batch = 64, 16
     torch_steps = _torch_conv_steps(lenet_batch, resnet_batch, dtype=lenet().dtype)
-    if torch_steps is not None:
-        import torch
-
-        torch_threads = torch.get_num_threads()
-        torch.set_num_threads(1)
     lenet_data, resnet_data = _images(lenet_batch, 1), _images(resnet_batch, 2)
     lenets = {mode: lenet(training_workspace_mode=mode, updater=Sgd(0.01)) for mode in WorkspaceMode}
     resnet = resnet18(updater=Sgd(0.01))  # SEPARATE, the default training mode
     resnet_name = f"kit ResNet-18 fwd+bwd b{resnet_batch} (SEPARATE)"
-    rows: list[dict[str, Any]] = []
-    try:
-        with threadpool_limits(limits=1, user_api="blas"):
-            blas = [
-                f"{p['internal_api']} {p['num_threads']} ({p.get('architecture') or 'unknown'} kernels)"
-                for p in threadpool_info()
-                if p["user_api"] == "blas"
-            ]
-            fns: dict[str, Callable[[], Any]] = {
-                f"kit LeNet step b{lenet_batch} ({m.value})": (lambda n=n: n.fit_batch(lenet_data))
-                for m, n in lenets.items()
-            }
-            res_fns = {resnet_name: lambda: resnet.compute_gradient_and_score(resnet_data)}
-            if torch_steps is not None:
-                fns[f"PyTorch LeNet step b{lenet_batch}"] = torch_steps["lenet"]
-                res_fns[f"PyTorch ResNet-18 fwd+bwd b{resnet_batch}"] = torch_steps["resnet"]
-            sync = kit.backend.sync
-            lenet_t = measure.compare(
-                fns, repeats=3 if quick else 11, number=3 if quick else 10, sync=sync, warmup=STEP_WARMUP
-            )
-            resnet_t = measure.compare(res_fns, repeats=2 if quick else 9, number=1, sync=sync, warmup=STEP_WARMUP)
-    finally:
-        if torch_steps is not None:
-            torch.set_num_threads(torch_threads)
-    rows += _versus(lenet_t) + _versus(resnet_t)
+    fns: dict[str, Callable[[], object]] = {
+        f"kit LeNet step b{lenet_batch} ({m.value})": (lambda n=n: n.fit_batch(lenet_data)) for m, n in lenets.items()
+    }
+    res_fns = {resnet_name: lambda: resnet.compute_gradient_and_score(resnet_data)}
+    if torch_steps is not None:
+        fns[f"PyTorch LeNet step b{lenet_batch}"] = torch_steps["lenet"]
+        res_fns[f"PyTorch ResNet-18 fwd+bwd b{resnet_batch}"] = torch_steps["resnet"]
+    blas, lenet_t, resnet_t = _timed_on_one_thread(fns, res_fns, quick, torch_steps is not None)
+    rows = _versus(lenet_t) + _versus(resnet_t)
     for mode, net in lenets.items():
-        before = kit.memory.heap_allocations(this_thread=True)
-        net.fit_batch(lenet_data)
         row = next(r for r in rows if r["case"] == f"kit LeNet step b{lenet_batch} ({mode.value})")
-        row["heap_allocs_per_step"] = kit.memory.heap_allocations(this_thread=True) - before
-        row["peak_workspace_kib"] = sum(s["peak_used"] for s in net.workspace_stats()["training"].values()) / 1024
+        row.update(_step_memory(net, lenet_data))
     kept = {
         name: sum(layer.kept_bytes for layer in net.layers if isinstance(layer, Conv2D))
         for name, net in (("lenet", lenets[WorkspaceMode.SEPARATE]), ("resnet18", resnet))
@@ -126,6 +102,44 @@ def conv_rows(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     if warnings:
         summary["conv_warnings"] = "; ".join(warnings)
     return rows, summary
+
+
+def _timed_on_one_thread(
+    fns: dict[str, Callable[[], object]], res_fns: dict[str, Callable[[], object]], quick: bool, torch: bool
+) -> tuple[list[str], dict[str, measure.Timing], dict[str, measure.Timing]]:
+    """The LeNet steps and the ResNet-18 passes timed interleaved, kit's BLAS and PyTorch on one
+    thread each: (the BLAS libraries that ran, LeNet's timings, ResNet's)."""
+    if torch:
+        import torch as _torch
+
+        torch_threads = _torch.get_num_threads()
+        _torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            blas = [
+                f"{p['internal_api']} {p['num_threads']} ({p.get('architecture') or 'unknown'} kernels)"
+                for p in threadpool_info()
+                if p["user_api"] == "blas"
+            ]
+            sync = kit.backend.sync
+            lenet_t = measure.compare(
+                fns, repeats=3 if quick else 11, number=3 if quick else 10, sync=sync, warmup=STEP_WARMUP
+            )
+            resnet_t = measure.compare(res_fns, repeats=2 if quick else 9, number=1, sync=sync, warmup=STEP_WARMUP)
+    finally:
+        if torch:
+            _torch.set_num_threads(torch_threads)
+    return blas, lenet_t, resnet_t
+
+
+def _step_memory(net: Network, data: DataSet) -> dict[str, float]:
+    """One more training step of `net`: the heap allocations it made and its workspaces' peak (KiB)."""
+    before = kit.memory.heap_allocations(this_thread=True)
+    net.fit_batch(data)
+    return {
+        "heap_allocs_per_step": kit.memory.heap_allocations(this_thread=True) - before,
+        "peak_workspace_kib": sum(s["peak_used"] for s in net.workspace_stats()["training"].values()) / 1024,
+    }
 
 
 def _torch_ratios(timings: dict[str, measure.Timing], name: str) -> list[float] | None:

@@ -92,7 +92,7 @@ _WORKSPACE_NOTES = {
 _BLOCK = 10  # steps per timed call: the regime is switched once per block, outside the steps' cost
 
 
-def bench_workspaces(quick: bool = False, progress: Callable[[int, int, str], Any] | None = None) -> dict[str, Any]:
+def bench_workspaces(quick: bool = False, progress: Callable[[int, int, str], object] | None = None) -> dict[str, Any]:
     """The same MLP step in three regimes, interleaved; each timed repeat lasts at least 0.3 s
     (full) or 0.02 s (quick). `progress`: as in `bench_arrays`."""
     repeats, min_time = (3, 0.02) if quick else (7, 0.3)
@@ -118,7 +118,7 @@ def _time_regimes(
     runners: dict[str, Callable[[], float]],
     repeats: int,
     min_time: float,
-    progress: Callable[[int, int, str], Any] | None,
+    progress: Callable[[int, int, str], object] | None,
 ) -> dict[str, measure.Timing]:
     """The regimes timed interleaved, each call a block of steps after switching to its regime."""
 

@@ -27,16 +27,27 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
 from kit import settings
 from kit.state import STATE
 
+if TYPE_CHECKING:
+    import cupy
+
+# A raw array on a device, under an NDArray: a NumPy array on the host, a CuPy array (NumPy's
+# interface) on a GPU. `Xp` is the module that made it: numpy or cupy (`kit.backend.cupy()`).
+RawArray: TypeAlias = "np.ndarray | cupy.ndarray"
+Xp: TypeAlias = ModuleType
+
 __all__ = [
     "BackendChoice",
     "BackendError",
+    "RawArray",
+    "Xp",
     "choose",
     "cupy",
     "get_default_dtype",
@@ -274,7 +285,7 @@ def sync() -> None:
 # the optional GPU modules: imported here and nowhere else in kit
 
 
-def cupy() -> Any:
+def cupy() -> ModuleType:
     """The CuPy module. Raises BackendError (with the reason) where CuPy cannot be used."""
     ok, why = gpu_status()
     if not ok:
@@ -284,7 +295,7 @@ def cupy() -> Any:
     return _cupy
 
 
-def is_cupy_array(obj: Any) -> bool:
+def is_cupy_array(obj: object) -> bool:
     """True for a CuPy ndarray (without importing CuPy where it is unusable)."""
     return type(obj).__module__.startswith("cupy") and hasattr(obj, "__cuda_array_interface__")
 

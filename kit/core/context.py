@@ -137,7 +137,7 @@ class scope_out_of_workspaces:  # noqa: N801 - used like a function: with kit.sc
             return
         self._marker = _tls.ws = _OutOfWorkspaces(current, _block_frame())
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         marker = self._marker
         if marker is None:
             return

@@ -26,7 +26,7 @@ import os
 import platform
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import psutil
@@ -57,7 +57,16 @@ class DeviceMismatchError(DeviceError):
     """Arrays on different devices met in one op; the message names both devices."""
 
 
-def mismatch_error(op: str, a: Any, b: Any) -> None:
+class OnDevice(Protocol):
+    """What device code asks of an array (kit.ndarray.NDArray has it): its device, a copy onto another."""
+
+    @property
+    def device(self) -> AnyDevice: ...
+
+    def to(self, device: str | AnyDevice) -> OnDevice: ...
+
+
+def mismatch_error(op: str, a: OnDevice, b: OnDevice) -> None:
     raise DeviceMismatchError(
         f"{op}: arrays on different devices {a.device.name} and {b.device.name}; kit never copies "
         f"between devices silently: move one with .to({a.device.name!r}) first"
@@ -77,7 +86,7 @@ class _DeviceBase:
                     self._rng = make_rng(self, seed_for(self))
         return self._rng
 
-    def send(self, array: Any) -> Any:
+    def send(self, array: OnDevice) -> OnDevice:
         """A copy of a kit array on this device (the array itself when it is already here)."""
         return array.to(self)
 

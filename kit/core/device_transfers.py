@@ -24,13 +24,16 @@ from typing import Any
 import numpy as np
 
 from kit.core import backend
+from kit.core.backend import RawArray
 from kit.core.device_objects import AnyDevice, Device
 from kit.state import STATE
 
 __all__ = ["host_source", "reset_transfer_stats", "scalar", "to_host", "transfer", "transfer_stats"]
 
 
-def transfer(dst: Any, dst_device: AnyDevice, src: Any, src_device: AnyDevice, host_arrays: bool = False) -> None:
+def transfer(
+    dst: RawArray, dst_device: AnyDevice, src: RawArray, src_device: AnyDevice, host_arrays: bool = False
+) -> None:
     """Copy the raw array `src` (on src_device) into `dst` (on dst_device), same shape. Every
     copy between two devices in kit comes through here and is counted per device pair.
     `host_arrays`: both are NumPy arrays standing for data of those devices (the small host
@@ -77,7 +80,7 @@ def _on_own_stream(d: AnyDevice) -> Iterator[Any]:
         yield stream
 
 
-def _gpu_copy(dst: Any, dst_device: AnyDevice, src: Any, src_device: AnyDevice) -> None:
+def _gpu_copy(dst: RawArray, dst_device: AnyDevice, src: RawArray, src_device: AnyDevice) -> None:
     """A copy between two GPU streams, ordered both ways with events: the destination's stream
     waits until the source's stream has written `src`, and the source's stream waits until the
     copy has read it (so the source may overwrite or free `src` at once). Each logical device has
@@ -103,7 +106,7 @@ def _gpu_copy(dst: Any, dst_device: AnyDevice, src: Any, src_device: AnyDevice) 
         src_stream.wait_event(read)
 
 
-def to_host(raw: Any, device: AnyDevice) -> np.ndarray:
+def to_host(raw: RawArray, device: AnyDevice) -> np.ndarray:
     """A NumPy copy of the raw array `raw` on `device`, through the counted transfer path (on a
     GPU: read on the device's own stream, so the copy waits for the writes queued there)."""
     if device.kind != "gpu":
@@ -113,7 +116,7 @@ def to_host(raw: Any, device: AnyDevice) -> np.ndarray:
     return out
 
 
-def scalar(raw: Any, device: AnyDevice) -> Any:
+def scalar(raw: RawArray, device: AnyDevice) -> int | float | bool:
     """The one element of `raw` as a Python scalar, read on the device's own stream."""
     if device.kind != "gpu":
         return raw.item()

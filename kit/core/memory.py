@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from kit.core import backend
+from kit.core.backend import RawArray, Xp
 from kit.core.context import resolve
 from kit.core.devices import AnyDevice, Device, gpu_count
 from kit.core.gc_window import gc_stats, maybe_gc, reset_gc_stats, set_auto_gc_window, toggle_periodic_gc
@@ -188,7 +189,7 @@ def allocate_aligned(shape: tuple[int, ...], dtype: np.dtype, device: AnyDevice)
     return out, None
 
 
-def aligned_bytes(xp: Any, nbytes: int) -> tuple[Any, Any]:
+def aligned_bytes(xp: Xp, nbytes: int) -> tuple[RawArray, RawArray]:
     """(raw, block): `nbytes` bytes starting on an ALIGNMENT boundary, a view into `raw` (NumPy's or
     CuPy's `xp`), which owns them and holds ALIGNMENT bytes more, so the start can move to a line.
     What a workspace's arena and `allocate_aligned` are made of; the caller counts it."""
@@ -220,7 +221,7 @@ def give_back_freed(device: AnyDevice) -> None:
         trim(0)
 
 
-def data_address(data: Any) -> int:
+def data_address(data: RawArray) -> int:
     """The address of a NumPy or CuPy array's first byte."""
     if isinstance(data, np.ndarray):
         return int(data.__array_interface__["data"][0])
@@ -275,13 +276,13 @@ class Lease:
     _gen = 0  # arrays from the cache are never stale: same check as workspaces, always passes
     _tid = None  # and any thread may use them
 
-    def __init__(self, block: Any, device: Device, size: int, lent: Any, cache: CachingAllocator) -> None:
+    def __init__(self, block: RawArray, device: Device, size: int, lent: RawArray, cache: CachingAllocator) -> None:
         self.device, self.size = device, size
         watch = weakref.ref(lent, functools.partial(cache.returned, block, device, size))
         cache.out[id(watch)] = watch
 
 
-def _lend(block: Any, device: Device) -> Any:
+def _lend(block: RawArray, device: Device) -> RawArray:
     """An array over all of `block` that is not a view of it: every view cut from it has it as
     its base, so it lives exactly as long as anything that points into the block."""
     if device.kind == "cpu":
@@ -339,12 +340,12 @@ class CachingAllocator:
         lent = _lend(block, phys)
         return lent[:nbytes].view(dtype).reshape(shape), Lease(block, phys, size, lent, self)
 
-    def returned(self, block: Any, device: Device, size: int, watch: weakref.ref) -> None:
+    def returned(self, block: RawArray, device: Device, size: int, watch: weakref.ref) -> None:
         """The last array over a lent block is gone: the block is free again."""
         self.out.pop(id(watch), None)
         self.give(block, device, size)
 
-    def give(self, block: Any, device: Device, size: int) -> None:
+    def give(self, block: RawArray, device: Device, size: int) -> None:
         limit = self.max_host_cache if device.kind == "cpu" else self.max_device_cache_kit
         with self._lock:
             if self._cached_bytes[device.name] + size <= limit:

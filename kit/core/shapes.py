@@ -5,9 +5,13 @@ kit.ndarray pays one dictionary lookup for each."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from kit.core.backend import RawArray, Xp
 
 __all__ = ["ShapeError", "accumulator", "as_shape"]
 
@@ -16,7 +20,7 @@ class ShapeError(ValueError):
     """Shapes that do not fit together; the message names both."""
 
 
-def as_shape(shape: Any, op: str) -> tuple[int, ...]:
+def as_shape(shape: object, op: str) -> tuple[int, ...]:
     """A shape as a tuple of whole numbers >= 0: an int, or a sequence of ints (NumPy's integers
     too). A float (2.5, even 2.0), a string ("3") or a bool is refused naming it, never truncated
     or read character by character."""
@@ -63,7 +67,7 @@ def broadcast_shape(s1: tuple, s2: tuple, op: str) -> tuple:
     return shape
 
 
-def result_dtype(ufunc: np.ufunc, d1: np.dtype, d2: Any) -> np.dtype:
+def result_dtype(ufunc: np.ufunc, d1: np.dtype, d2: np.dtype | type | None) -> np.dtype:
     key = (ufunc, d1, d2)
     dt = _dtype_cache.get(key)
     if dt is None:
@@ -79,11 +83,11 @@ def result_dtype(ufunc: np.ufunc, d1: np.dtype, d2: Any) -> np.dtype:
     return dt
 
 
-def _dname(d: Any) -> str:
+def _dname(d: np.dtype | type | None) -> str:
     return d.__name__ if isinstance(d, type) else str(d)
 
 
-def norm_axis(axis: Any, ndim: int, op: str, shape: tuple) -> tuple[int, ...] | None:
+def norm_axis(axis: int | Iterable[int] | None, ndim: int, op: str, shape: tuple) -> tuple[int, ...] | None:
     if axis is None:
         return None
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
@@ -105,7 +109,7 @@ def reduced_shape(shape: tuple, axes: tuple | None, keepdims: bool) -> tuple:
     return tuple(n for i, n in enumerate(shape) if i not in axes)
 
 
-def reduction_plan(op: str, a: Any, axis: Any, keepdims: bool) -> tuple:
+def reduction_plan(op: str, a: RawArray, axis: int | Iterable[int] | None, keepdims: bool) -> tuple:
     """(axes, result shape, result dtype, elements per result, reducer) for one reduction;
     reducer is the NumPy ufunc's `reduce` for the ops that have one (not float16: NumPy's own
     float16 loops), which kit calls directly on the host heap."""
@@ -148,7 +152,7 @@ def matmul_shape(s1: tuple, s2: tuple) -> tuple:
 BOOL_DTYPE = np.dtype(bool)
 
 
-def accumulator(dtype: Any) -> Any:
+def accumulator(dtype: np.dtype) -> np.dtype:
     """The dtype sums, means, variances, losses and normalisation statistics add in: float32 for
     float16 data (as NumPy's mean and PyTorch do: a float16 sum passes 65,504 after a few thousand
     terms), else the data's own."""
@@ -176,13 +180,13 @@ def resolve_reshape(shape: tuple, size: int, new: tuple) -> tuple:
     return new
 
 
-def is_basic_index(key: Any) -> bool:
+def is_basic_index(key: object) -> bool:
     if isinstance(key, tuple):
         return all(k is None or k is Ellipsis or isinstance(k, (int, np.integer, slice)) for k in key)
     return key is None or key is Ellipsis or isinstance(key, (int, np.integer, slice))
 
 
-def check_take_bounds(idx: Any, shape: tuple, xp: Any) -> None:
+def check_take_bounds(idx: RawArray, shape: tuple, xp: Xp) -> None:
     if not shape:
         raise IndexError("getitem: a 0-d array cannot be indexed with an integer array")
     if idx.size and (int(idx.max()) >= shape[0] or int(idx.min()) < -shape[0]):

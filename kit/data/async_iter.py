@@ -33,11 +33,11 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
 
 from kit.arrays.checks import whole
-from kit.core.devices import as_device, attach_thread_to_device
+from kit.arrays.ndarray import NDArray
+from kit.core.devices import AnyDevice, as_device, attach_thread_to_device
 from kit.data.dataset import DataSet, DataSetIterator, dataset_of
 from kit.lifecycle import ShutsDownOnExit
 from kit.state import STATE
@@ -46,6 +46,7 @@ from kit.workspaces.workspace import (
     LearningPolicy,
     ResetPolicy,
     SpillPolicy,
+    Workspace,
     WorkspaceConfig,
     get_workspace_for_current_thread,
 )
@@ -69,11 +70,11 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
 
     def __init__(
         self,
-        base: Any,
+        base: Iterable[DataSet],
         prefetch: int = 8,
         use_workspace: bool = True,
         min_size: int = 10 << 20,
-        device: Any = None,
+        device: str | AnyDevice | None = None,
     ) -> None:
         prefetch = whole("AsyncPrefetchIterator", "prefetch", prefetch, 1)
         self.base = base
@@ -103,7 +104,7 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
     # iterator (del, or the end of a function) lets it be collected, and its __del__ stops the
     # thread: no thread outlives the object that owned it.
     @staticmethod
-    def _run(ref: weakref.ref, requests: queue.Queue, device: Any, config: WorkspaceConfig) -> None:
+    def _run(ref: weakref.ref, requests: queue.Queue, device: AnyDevice, config: WorkspaceConfig) -> None:
         attach_thread_to_device(device)
         ws = get_workspace_for_current_thread(config, STATE.unique_name("ADSI_ITER-"), device)
         owner = ref()
@@ -120,7 +121,7 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
         finally:
             ws.destroy()
 
-    def _epoch(self, ws: Any) -> None:
+    def _epoch(self, ws: Workspace | None) -> None:
         end = _END
         try:
             for ds in self.base:
@@ -141,7 +142,7 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
             self._put(_Failure(exc))
         self._put(end, force=True)
 
-    def _put(self, item: Any, force: bool = False) -> bool:
+    def _put(self, item: object, force: bool = False) -> bool:
         while True:
             if self._abort.is_set() and not force:
                 return False
@@ -256,7 +257,7 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
         return True
 
 
-def _copy_to(array: Any, device: Any) -> Any:
+def _copy_to(array: NDArray, device: AnyDevice) -> NDArray:
     """A copy of `array` on `device` in the current allocation context (the transfer path when
     the devices differ)."""
     return array.dup() if array.device is device else array.to(device)
@@ -267,7 +268,7 @@ class AsyncShieldIterator(DataSetIterator):
 
     async_supported = False
 
-    def __init__(self, base: Any) -> None:
+    def __init__(self, base: Iterable[DataSet]) -> None:
         self.base = base
         self.batch_size = getattr(base, "batch_size", 0)
 

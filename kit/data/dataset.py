@@ -25,13 +25,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from kit.arrays.checks import check_finite, whole
 from kit.arrays.creation import asarray
 from kit.arrays.ndarray import NDArray
 from kit.core import backend
 from kit.core.context import scope_out_of_workspaces
-from kit.core.devices import as_device
+from kit.core.devices import AnyDevice, as_device
 from kit.data.labels import class_indices, probability_rows
 
 __all__ = ["ArrayIterator", "DataSet", "DataSetIterator"]
@@ -41,7 +42,13 @@ class DataSet:
     """Features (N, ...) and labels (N, C), both NDArrays on one device. Class labels follow
     kit.labels' rule (class indices (N,) or one-hot rows; see _as_labels for what else training takes)."""
 
-    def __init__(self, features: Any, labels: Any, num_classes: int | None = None, device: Any = None) -> None:
+    def __init__(
+        self,
+        features: ArrayLike | NDArray,
+        labels: ArrayLike | NDArray,
+        num_classes: int | None = None,
+        device: str | AnyDevice | None = None,
+    ) -> None:
         dev = as_device(device) if device is not None else getattr(features, "device", None)
         dev = dev if dev is not None and not isinstance(dev, str) else as_device(None)
         self.features = _as_features(features, dev)
@@ -69,7 +76,7 @@ class DataSet:
     def device(self) -> Any:
         return self.features.device
 
-    def to(self, device: Any) -> DataSet:
+    def to(self, device: str | AnyDevice) -> DataSet:
         """This batch on `device` (itself when already there), through the one transfer path."""
         dev = as_device(device)
         if self.features.device is dev and self.labels.device is dev:
@@ -99,7 +106,7 @@ def dataset_of(features: NDArray, labels: NDArray) -> DataSet:
     return ds
 
 
-def _as_features(x: Any, dev: Any) -> NDArray:
+def _as_features(x: ArrayLike | NDArray, dev: AnyDevice) -> NDArray:
     if isinstance(x, NDArray):
         if x.dtype.kind != "f":
             raise TypeError(f"features must be floating point, got dtype {x.dtype}; convert with .astype('float32')")
@@ -115,7 +122,9 @@ def _as_features(x: Any, dev: Any) -> NDArray:
     return asarray(arr.astype(dtype, copy=False), device=dev)
 
 
-def _as_labels(y: Any, n: int, num_classes: int | None, dev: Any, dtype: Any = None) -> NDArray:
+def _as_labels(
+    y: ArrayLike | NDArray, n: int, num_classes: int | None, dev: AnyDevice, dtype: DTypeLike = None
+) -> NDArray:
     """Class labels by kit.labels' rule, made one-hot: (N,) class indices, and an (N, 1) column
     of them when num_classes (> 1) is given. Rows (N, C) are used as they are: with num_classes,
     a classifier's one-hot rows or probabilities (soft labels, for training; Evaluation and ROC
@@ -162,7 +171,7 @@ class DataSetIterator:
 class ArrayIterator(DataSetIterator):
     def __init__(
         self,
-        data: DataSet | tuple[Any, Any],
+        data: DataSet | tuple[ArrayLike | NDArray, ArrayLike | NDArray],
         batch_size: int = 32,
         shuffle: bool = False,
         seed: int = 0,

@@ -27,16 +27,15 @@ without num_classes, any (N, C) rows or (N, 1) column as targets (regression, on
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+from numpy.typing import ArrayLike
 
 from kit.arrays.ndarray import NDArray
 
 __all__ = ["class_indices", "probability_rows"]
 
 
-def _host(labels: Any) -> np.ndarray:
+def _host(labels: ArrayLike | NDArray) -> np.ndarray:
     return labels.numpy() if isinstance(labels, NDArray) else np.asarray(labels)
 
 
@@ -50,11 +49,13 @@ def _remedy(num_classes: int | None) -> str:
     return f"give class indices (N,) of whole numbers 0..{num_classes - 1}, or one-hot rows (N, {num_classes})"
 
 
-def _value(v: Any) -> str:
+def _value(v: float | np.number) -> str:
     return str(float(v)) if isinstance(v, (float, np.floating)) else str(int(v))
 
 
-def class_indices(labels: Any, num_classes: int | None = None, where: str = "", hint: str = "") -> np.ndarray:
+def class_indices(
+    labels: ArrayLike | NDArray, num_classes: int | None = None, where: str = "", hint: str = ""
+) -> np.ndarray:
     """Labels (N,), (N, 1) or one-hot (N, C) as (N,) int64 class indices, checked: whole
     numbers in 0..num_classes-1 (num_classes None: >= 0) or exactly one-hot rows. `where`
     prefixes the message (the caller's name); `hint` is added to it (what else the caller takes)."""

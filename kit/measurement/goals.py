@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 __all__ = ["FLAGGED", "NO_VERDICT", "UNRELIABLE_NOTE", "flagged_figure", "goal", "goal_verdict", "median_interval"]
 
@@ -31,7 +30,7 @@ NO_VERDICT = "no verdict: kit.measure flagged the measurement"  # what a flagged
 UNRELIABLE_NOTE = " [unreliable measurement: see the warnings]"  # a flagged goal line's end (kit.reference reads it)
 
 
-def flagged_figure(text: str, flagged: Any) -> str:
+def flagged_figure(text: str, flagged: bool | Sequence[str]) -> str:
     """A printed figure (`text`, number and unit) as it must read when the measurement it was
     computed from is flagged: with the mark `FLAGGED` when `flagged` is true (a bool, or the list of
     warnings, non-empty when flagged), as it is otherwise. The one rule every printed figure from a
@@ -50,7 +49,7 @@ def _distinct(value: float, limit: float) -> tuple[str, str]:
     return shown, bound
 
 
-def median_interval(values: Any, confidence: float = 0.9) -> tuple[float, float, float]:
+def median_interval(values: Iterable[float], confidence: float = 0.9) -> tuple[float, float, float]:
     """(low, high, coverage): the narrowest pair of order statistics (the k-th lowest and the k-th
     highest value) that holds the median of what was measured with at least `confidence`, and the
     probability it does. Distribution-free: each repeat falls on either side of the true median
@@ -114,6 +113,19 @@ def goal_verdict(
     return "met" if holds(value, limit) else "NOT met"
 
 
+def _spread(
+    per_repeat: tuple[float, float] | None, repeats: Iterable[float] | None, u: str
+) -> tuple[str, tuple[float, float] | None]:
+    """A goal line's words for the figure's spread, and the interval its verdict must clear."""
+    if per_repeat is not None:
+        interval = (min(per_repeat), max(per_repeat))
+        return f" (per repeat {interval[0]:.3g}-{interval[1]:.3g}{u})", interval
+    if repeats is not None:
+        lo, hi, coverage = median_interval(repeats)
+        return f" (its median within {lo:.3g}-{hi:.3g}{u}, {coverage:.0%})", (lo, hi)
+    return "", None
+
+
 def goal(
     what: str,
     value: float,
@@ -122,7 +134,7 @@ def goal(
     unit: str = "",
     reliable: bool = True,
     per_repeat: tuple[float, float] | None = None,
-    repeats: Any = None,
+    repeats: Iterable[float] | None = None,
 ) -> str:
     """A printed goal that says met, NOT met or not shown either way (`goal_verdict`), with the
     figure: `goal("added per op", 1.3, "<=", 2, "µs")`. `reliable=False` (the figure comes from a
@@ -146,14 +158,7 @@ def goal(
     _goal_op(op)  # a bad op is refused before anything is computed
     u = f" {unit}" if unit else ""
     shown, bound = _distinct(value, limit)
-    spread, interval = "", None
-    if per_repeat is not None:
-        interval = (min(per_repeat), max(per_repeat))
-        spread = f" (per repeat {interval[0]:.3g}-{interval[1]:.3g}{u})"
-    elif repeats is not None:
-        lo, hi, coverage = median_interval(repeats)
-        interval = (lo, hi)
-        spread = f" (its median within {lo:.3g}-{hi:.3g}{u}, {coverage:.0%})"
+    spread, interval = _spread(per_repeat, repeats, u)
     verdict = goal_verdict(value, op, limit, interval, reliable)
     text = f"{what}: {flagged_figure(f'{shown}{u}', not reliable)}{spread} -> {verdict} (goal {op} {bound}{u})"
     return text if reliable else text + UNRELIABLE_NOTE

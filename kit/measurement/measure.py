@@ -44,15 +44,19 @@ import operator
 import statistics
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from kit.measurement import tables
 from kit.measurement.goals import FLAGGED, NO_VERDICT, flagged_figure, goal, goal_verdict, median_interval
 from kit.measurement.load import LOAD_LIMIT, LoadMeter, LoadReading, format_load, machine_load, unchecked_note
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = [
     "FLAGGED",
@@ -103,7 +107,7 @@ def format_spread(spread: float) -> str:
     return "±" + tables.percent(spread, SPREAD_LIMIT)
 
 
-def label(name: Any) -> str:
+def label(name: object) -> str:
     """A timing's name in words. `compare` names each Timing by its key, which may be a tuple of an
     enum and a count: label((InferenceMode.BATCHED, 4)) -> 'BATCHED, 4'; label("plain") -> 'plain'."""
     if isinstance(name, tuple):
@@ -113,7 +117,7 @@ def label(name: Any) -> str:
     return str(name)
 
 
-def join_labels(names: list[Any]) -> str:
+def join_labels(names: Sequence[object]) -> str:
     """Timings' names in one phrase: 'a', 'a and b', 'a, b and c'; a comma inside a name (a tuple
     key's label) makes the separators semicolons: 'BATCHED, 4; SEQUENTIAL, 4 and BATCHED, 16'."""
     words = [label(n) for n in names]
@@ -183,7 +187,7 @@ class Timing:
         return "\n".join([text, *flag])
 
 
-def _run(fn: Callable[[], Any], number: int, sync: Callable[[], Any] | None) -> float:
+def _run(fn: Callable[[], object], number: int, sync: Callable[[], object] | None) -> float:
     t0 = time.perf_counter()
     for _ in range(number):
         fn()
@@ -193,7 +197,10 @@ def _run(fn: Callable[[], Any], number: int, sync: Callable[[], Any] | None) -> 
 
 
 def autorange(
-    fn: Callable[[], Any], min_time: float = MIN_TIME, sync: Callable[[], Any] | None = None, max_number: int = 10**7
+    fn: Callable[[], object],
+    min_time: float = MIN_TIME,
+    sync: Callable[[], object] | None = None,
+    max_number: int = 10**7,
 ) -> int:
     """Calls per repeat so one repeat lasts at least `min_time` (1, 2, 5, 10, 20, 50, ...),
     as `timeit.Timer.autorange` does."""
@@ -208,25 +215,14 @@ def autorange(
         i *= 10
 
 
-def compare(
-    fns: dict[str, Callable[[], Any]],
-    min_time: float = MIN_TIME,
-    repeats: int = 5,
-    number: int | dict[str, int] | None = None,
-    same_number: bool = False,
-    sync: Callable[[], Any] | None = None,
-    warmup: bool | int = True,
-    children_are_ours: bool = False,
-    progress: Callable[[int, int, str], Any] | None = None,
-) -> dict[str, Timing]:
-    """Time every variant, interleaved: each repeat runs all variants once, in an order rotated
-    per repeat. `number` fixes the calls per repeat (else `autorange` finds them per variant;
-    `same_number=True` gives every variant the largest, e.g. so each trains equally long).
-    `warmup`: untimed calls of each variant first (True: one; a workload whose workspaces learn
-    their sizes over several cycles, as SEPARATE's do, needs as many).
-    `children_are_ours`: as in `machine_load`, for variants that work in child processes.
-    `progress(done, total, note)` (a `kit.widgets.Progress`) is called after each warm-up,
-    calibration and timed run, between timed regions: it never runs inside one."""
+def _compare_args(
+    fns: dict[str, Callable[[], object]],
+    min_time: float,
+    repeats: int,
+    number: int | dict[str, int] | None,
+    warmup: bool | int,
+) -> tuple[int, dict[str, int] | None, int]:
+    """`compare`'s arguments checked at the call: (repeats, the calls per repeat given, warm-ups)."""
     if not fns:
         raise ValueError("compare(fns={}): give at least one variant, e.g. {'kit': f, 'raw': g}")
     for k, fn in fns.items():
@@ -242,6 +238,61 @@ def compare(
         warmups = -1
     if warmups < 0:
         raise ValueError(f"compare(warmup={warmup!r}): True, False or a number of untimed calls >= 0")
+    return repeats, numbers_given, warmups
+
+
+def _interleaved(
+    fns: dict[str, Callable[[], object]],
+    numbers: dict[str, int],
+    repeats: int,
+    sync: Callable[[], object] | None,
+    step: Callable[[str], None],
+) -> dict[str, Timing]:
+    """The timed repeats: each runs every variant once, in an order rotated per repeat."""
+    names = list(fns)
+    out = {k: Timing(k, [], numbers[k]) for k in names}
+    for r in range(repeats):
+        for k in names[r % len(names) :] + names[: r % len(names)]:
+            out[k].seconds.append(_run(fns[k], numbers[k], sync) / numbers[k])
+            step(f"repeat {r + 1} of {repeats}: {k}")
+    return out
+
+
+def _calls_per_repeat(
+    fns: dict[str, Callable[[], object]],
+    min_time: float,
+    sync: Callable[[], object] | None,
+    same_number: bool,
+    step: Callable[[str], None],
+) -> dict[str, int]:
+    """Each variant's calls per repeat, found by `autorange` (the largest for all, `same_number`)."""
+    numbers = {}
+    for k, fn in fns.items():
+        numbers[k] = autorange(fn, min_time, sync)
+        step(f"calls per repeat: {k}")
+    return dict.fromkeys(fns, max(numbers.values())) if same_number else numbers
+
+
+def compare(
+    fns: dict[str, Callable[[], object]],
+    min_time: float = MIN_TIME,
+    repeats: int = 5,
+    number: int | dict[str, int] | None = None,
+    same_number: bool = False,
+    sync: Callable[[], object] | None = None,
+    warmup: bool | int = True,
+    children_are_ours: bool = False,
+    progress: Callable[[int, int, str], object] | None = None,
+) -> dict[str, Timing]:
+    """Time every variant, interleaved: each repeat runs all variants once, in an order rotated
+    per repeat. `number` fixes the calls per repeat (else `autorange` finds them per variant;
+    `same_number=True` gives every variant the largest, e.g. so each trains equally long).
+    `warmup`: untimed calls of each variant first (True: one; a workload whose workspaces learn
+    their sizes over several cycles, as SEPARATE's do, needs as many).
+    `children_are_ours`: as in `machine_load`, for variants that work in child processes.
+    `progress(done, total, note)` (a `kit.widgets.Progress`) is called after each warm-up,
+    calibration and timed run, between timed regions: it never runs inside one."""
+    repeats, numbers_given, warmups = _compare_args(fns, min_time, repeats, number, warmup)
     calibrate = number is None
     total = len(fns) * (warmups + int(calibrate) + repeats)
     steps = iter(range(1, total + 1))
@@ -255,27 +306,14 @@ def compare(
             for k, fn in fns.items():
                 _run(fn, 1, sync)
                 step(f"warm-up: {k}")
-        if numbers_given is not None:
-            numbers = numbers_given
-        else:
-            numbers = {}
-            for k, fn in fns.items():
-                numbers[k] = autorange(fn, min_time, sync)
-                step(f"calls per repeat: {k}")
-            if same_number:
-                numbers = dict.fromkeys(fns, max(numbers.values()))
-        names = list(fns)
-        out = {k: Timing(k, [], numbers[k]) for k in names}
-        for r in range(repeats):
-            for k in names[r % len(names) :] + names[: r % len(names)]:
-                out[k].seconds.append(_run(fns[k], numbers[k], sync) / numbers[k])
-                step(f"repeat {r + 1} of {repeats}: {k}")
+        numbers = _calls_per_repeat(fns, min_time, sync, same_number, step) if calibrate else numbers_given
+        out = _interleaved(fns, numbers, repeats, sync, step)
     for t in out.values():
         t.load = load.others
     return out
 
 
-def _whole(name: str, value: Any, low: int, what: str) -> int:
+def _whole(name: str, value: object, low: int, what: str) -> int:
     """`value` as a whole number >= `low` (NumPy's integers too), or a ValueError naming it: a float
     (2.7) is refused, never truncated; a bool is no count."""
     try:
@@ -287,7 +325,7 @@ def _whole(name: str, value: Any, low: int, what: str) -> int:
     return n
 
 
-def _numbers(number: Any, fns: dict[str, Any]) -> dict[str, int] | None:
+def _numbers(number: object, fns: Mapping[str, object]) -> dict[str, int] | None:
     """Calls per repeat for each variant, from `number` (None: autorange finds them)."""
     what = "a whole number of calls per repeat >= 1, a dict of them per variant, or None (autorange)"
     if number is None:
@@ -304,7 +342,7 @@ def _numbers(number: Any, fns: dict[str, Any]) -> dict[str, int] | None:
     return dict.fromkeys(fns, _whole("number", number, 1, what))
 
 
-def measure(fn: Callable[[], Any], name: str = "", **kw: Any) -> Timing:
+def measure(fn: Callable[[], object], name: str = "", **kw: Any) -> Timing:
     """One variant: `compare({name: fn}, **kw)[name]`."""
     return compare({name: fn}, **kw)[name]
 
@@ -336,7 +374,7 @@ MAX_BIN_SHARE = 0.25  # the most of the values one bin of `histogram_bins` may h
 MAX_BINS = 240
 
 
-def histogram_bins(values: Any, max_share: float = MAX_BIN_SHARE, max_bins: int = MAX_BINS) -> np.ndarray:
+def histogram_bins(values: ArrayLike, max_share: float = MAX_BIN_SHARE, max_bins: int = MAX_BINS) -> np.ndarray:
     """Bin edges for a histogram of times (or any positive figures) that shows their distribution:
     log-spaced from the smallest value to the largest, so a few slow outliers neither drop out nor
     squeeze the body into one bin, and as many as it takes for no bin to hold more than `max_share`
@@ -380,7 +418,7 @@ def histogram_bins(values: Any, max_share: float = MAX_BIN_SHARE, max_bins: int 
 FLAGGED_TITLE = "flagged by kit.measure: no time can be read from this panel"
 
 
-def mark_flagged(ax: Any, timings: Any, title: str | None = None) -> bool:
+def mark_flagged(ax: Axes, timings: Iterable[Timing] | Mapping[object, Timing], title: str | None = None) -> bool:
     """Mark a panel of timings that kit.measure flagged, so a figure cannot be read as a result
     that its own verdict refuses: a red title saying so (under the panel's own title, kept as its
     first line). When every timing is flagged the title says no time can be read from the panel and

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from kit.measurement import tables
 from kit.measurement.measure import Timing, format_seconds, format_spread, join_labels, label
@@ -153,8 +154,25 @@ def mcnemar_p(only_a: int, only_b: int) -> float:
     return min(1.0, 2 * tail)
 
 
+def _correct_flags(correct_a: ArrayLike, correct_b: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Both models' one bool per example, checked: the same number, and at least one."""
+    ca, cb = np.asarray(correct_a, dtype=bool), np.asarray(correct_b, dtype=bool)
+    if ca.shape != cb.shape or ca.ndim != 1:
+        raise ValueError(
+            f"accuracy_difference: one bool per example for both models, got shapes {ca.shape} and {cb.shape}"
+        )
+    if ca.size == 0:
+        raise ValueError("accuracy_difference: no examples")
+    return ca, cb
+
+
 def accuracy_difference(
-    correct_a: Any, correct_b: Any, name_a: str, name_b: str, alpha: float = 0.05, what: str = "test examples"
+    correct_a: ArrayLike,
+    correct_b: ArrayLike,
+    name_a: str,
+    name_b: str,
+    alpha: float = 0.05,
+    what: str = "test examples",
 ) -> Sentence:
     """Two models' accuracies on the same examples (`correct_*`: one bool per example), with the
     difference called noise unless McNemar's exact test says otherwise. Counts carry thousands
@@ -163,14 +181,8 @@ def accuracy_difference(
     >>> print(accuracy_difference([True] * 1442 + [False] * 558, [True] * 1442 + [False] * 558, "A", "B"))
     **A** classified 1,442 of 2,000 test examples correctly (72.1%), **B** 1,442 (72.1%): no difference.
     """
-    ca, cb = np.asarray(correct_a, dtype=bool), np.asarray(correct_b, dtype=bool)
-    if ca.shape != cb.shape or ca.ndim != 1:
-        raise ValueError(
-            f"accuracy_difference: one bool per example for both models, got shapes {ca.shape} and {cb.shape}"
-        )
+    ca, cb = _correct_flags(correct_a, correct_b)
     n = ca.size
-    if n == 0:
-        raise ValueError("accuracy_difference: no examples")
     ra, rb = int(ca.sum()), int(cb.sum())
     only_a, only_b = int((ca & ~cb).sum()), int((cb & ~ca).sum())
     p = mcnemar_p(only_a, only_b)

@@ -2,24 +2,13 @@
 
 A *reference run* is the JSON report `scripts/gpu-check` writes on a GPU machine (its "machine" block
 names the GPU, the date and the commit; its "parts" hold every figure), copied into
-`kit/data/reference_runs/`. They ship inside the package, so every install sees the same ones. A
-column shows where and when its run was taken, the GPU and the date; the commits stay in the
-report (`run["machine"]["commit"]`, a part's own "commit"), for the developer who reproduces it.
+`kit/data/reference_runs/` so every install sees the same ones. A column is labelled with its GPU
+and date; the commits stay in the report for the developer who reproduces it.
 
     >>> import json, tempfile
     >>> from pathlib import Path
     >>> from kit import reference
     >>> folder = Path(tempfile.mkdtemp())
-    >>> print(reference.beside({"ms per step": 1.25}, {"ms per step": "bench.rows[regime=plain].ms"},
-    ...                        directory=folder, device="cpu:0"))
-    quantity    | your machine (cpu:0)
-    ------------+---------------------
-    ms per step | 1.25
-    no reference run recorded yet: run scripts/gpu-check on a GPU machine and copy its report into
-    kit/data/reference_runs/ (see the README.md there)
-
-With a report in the folder, each reference run is a column labelled with where and when it ran:
-
     >>> report = {"kind": "kit gpu-check",
     ...           "machine": {"gpu": "NVIDIA H100", "date": "2026-12-01T10:00:00+00:00", "commit": "0123456789ab"},
     ...           "parts": {"bench": {"rows": [{"regime": "plain", "ms": 0.31}, {"regime": "workspace", "ms": 0.3}]}}}
@@ -36,29 +25,15 @@ With a report in the folder, each reference run is a column labelled with where 
     ms per step | 1.25                 | 0.31
     accuracy    | 0.93                 | — (not in this run)
 
-A figure taken from a run that `kit.measure` flagged (busy machine, wide spread) is marked in its
-cell: pass the timings behind it as `flagged={quantity: [timings]}` (or the Timing itself as the
-measured value), and a cell whose timings are not all reliable reads "1.13 (flagged)", with a note:
+A pick is a path into the report's "parts" (dots between keys, ``[key=value]`` selects the row of a
+list whose `key` reads `value`, ``[3]`` an index) or a function of the report returning a number or
+None; without one, a quantity is looked up by name among the figures the GPU check recorded when it
+ran the chapters. A figure from a run `kit.measure` flagged is marked "(flagged)" in its cell (see
+`beside`): no conclusion is drawn from it. `beside` returns a `Beside` whose text is the table and
+whose `rows` hold the values.
 
-    >>> from kit.measurement.measure import SPREAD_LIMIT, Timing, format_spread
-    >>> busy = Timing("workspace", [0.010, 0.011, 0.010], 10, load=0.5)
-    >>> print(reference.beside({"workspace / plain time": 1.13}, flagged={"workspace / plain time": [busy]},
-    ...                        directory=folder, device="cpu:0"))  # doctest: +NORMALIZE_WHITESPACE
-    quantity               | your machine (cpu:0) | NVIDIA H100 (2026-12-01)
-    -----------------------+----------------------+-------------------------
-    workspace / plain time | 1.13 (flagged)       | — (not in this run)
-    (flagged): measured in a run kit.measure flagged as unreliable (see the warnings printed above it): not a
-      figure to compare
-
-A pick is either a path into the report's "parts" (dots between keys, ``[key=value]`` selects the
-row of a list whose `key` reads `value`, ``[3]`` an index) or a function of the whole report that
-returns a number or None. Without a pick, a quantity is looked up by its name among the figures
-the GPU check recorded when it ran the chapters (parts.chapters.<notebook>.figures).
-`beside` returns a `Beside` whose text is the table (a notebook shows it
-as the cell's result; `print` it in a script) and whose `rows` hold the values.
-
-Reading the reports is kit.reference_runs; a run's physical limits (copy and matmul throughput
-beside the datasheet) are kit.reference_limits, re-exported here.
+Reading the reports is kit.measurement.reference_runs; a run's physical limits (copy and matmul
+throughput beside the datasheet) are kit.measurement.reference_limits, re-exported here.
 """
 
 from __future__ import annotations
@@ -71,6 +46,7 @@ from typing import Any
 
 from kit.core import backend
 from kit.core.devices import current_device
+from kit.files import Json
 from kit.measurement import tables
 from kit.measurement.measure import SPREAD_LIMIT, Timing, format_spread
 from kit.measurement.reference_limits import physical_limits_sentence, physical_limits_table
@@ -108,7 +84,22 @@ Pick = str | Callable[[dict[str, Any]], Any]
 
 @dataclass
 class Beside:
-    """The table `beside` builds: `columns` (labels), `rows` (quantity, then one value per column)."""
+    """The table `beside` builds: `columns` (labels), `rows` (quantity, then one value per column).
+    A figure this machine measured in a run kit.measure flagged reads "(flagged)", with a note:
+
+        >>> import tempfile
+        >>> from kit.measurement.measure import Timing
+        >>> busy = Timing("workspace", [0.010, 0.011, 0.010], 10, load=0.5)
+        >>> print(beside({"workspace / plain time": 1.13}, flagged={"workspace / plain time": [busy]},
+        ...              directory=tempfile.mkdtemp(), device="cpu:0"))
+        quantity               | your machine (cpu:0)
+        -----------------------+---------------------
+        workspace / plain time | 1.13 (flagged)
+        no reference run recorded yet: run scripts/gpu-check on a GPU machine and copy its report into
+        kit/data/reference_runs/ (see the README.md there)
+        (flagged): measured in a run kit.measure flagged as unreliable (see the warnings printed above it): not a
+          figure to compare
+    """
 
     columns: list[str]
     rows: list[list[Any]]
@@ -190,7 +181,16 @@ def beside(
     ref_flags: dict[tuple[str, int], str] = {}
     for name, value in measured.items():
         rows.append([name, value, *_reference_figures(name, picks.get(name), runs, labels, quick_columns, ref_flags)])
-    notes = [] if runs else [NO_RUN_YET]
+    notes = _beside_notes(bool(runs), bool(marked), labels, ref_flags, quick_columns)
+    return Beside(columns, rows, "\n".join(notes), runs, marked, ref_flags)
+
+
+def _beside_notes(
+    any_run: bool, marked: bool, labels: list[str], ref_flags: dict[tuple[str, int], str], quick_columns: list[str]
+) -> list[str]:
+    """The notes under a `beside` table: no run yet, this machine's flagged figures, the reference
+    runs' own flags, and the columns whose chapter figures come from a quick-mode run."""
+    notes = [] if any_run else [NO_RUN_YET]
     notes += [FLAGGED_NOTE] if marked else []
     notes += [
         f"(flagged) in the {labels[k]} column: {name}: that run's own report flags it ({why}): not a figure "
@@ -203,7 +203,7 @@ def beside(
         "between the two"
         for label in quick_columns
     ]
-    return Beside(columns, rows, "\n".join(notes), runs, marked, ref_flags)
+    return notes
 
 
 def _figures_and_flags(
@@ -229,7 +229,7 @@ def _figures_and_flags(
 def _reference_figures(
     name: str,
     pick: Pick | None,
-    runs: Sequence[dict[str, Any]],
+    runs: Sequence[dict[str, Json]],
     labels: list[str],
     quick_columns: list[str],
     ref_flags: dict[tuple[str, int], str],
@@ -270,7 +270,7 @@ def _row_flags(row: Any) -> list[str]:
     return out
 
 
-def reference_flag(report: dict[str, Any], pick: Pick) -> str:
+def reference_flag(report: dict[str, Json], pick: Pick) -> str:
     """Why `report` itself flags the figure `pick` names ("" when it does not, or cannot say):
     a benchmark row read through ``rows[...]`` by its reliable column, spread or warnings (a
     ``ratio_to_X`` figure by row X's too); a benchmark summary figure by the goal line it feeds
@@ -291,33 +291,50 @@ def reference_flag(report: dict[str, Any], pick: Pick) -> str:
     if callable(pick):
         return ""
     if not pick.startswith("benchmarks."):
-        if "." in pick or "[" in pick:
-            return ""
-        for chapter in report.get("parts", {}).get("chapters", {}).values():
-            if isinstance(chapter, dict) and pick in chapter.get("figures", {}):
-                flagged = chapter.get("flagged") or {}
-                return str(flagged.get(pick, "")) if isinstance(flagged, dict) else ""
-        return ""
+        return _chapter_flag(report, pick)
     head, _, field_name = pick.rpartition(".")
-    if head.endswith("]"):  # a row's field: its timing flags reach its timed figures, not its counts
-        if not _TIMED.search(field_name):
-            return ""
-        reasons = _row_flags(lookup(report, head))
-        if field_name.startswith("ratio_to_") and "[" in head:
-            rows_path = head[: head.rindex("[")]
-            other = field_name[len("ratio_to_") :]
-            rows = lookup(report, rows_path) or []
-            base = next((r for r in rows if isinstance(r, dict) and other in map(str, r.values())), None)
-            reasons += [f"{other}: {w}" for w in _row_flags(base) if w not in reasons]
-        return "; ".join(reasons)
+    if head.endswith("]"):
+        return _bench_row_flag(report, head, field_name)
     if head.endswith(".summary"):
-        summary = lookup(report, head) or {}
-        goals = {k[len("goal_") :]: v for k, v in summary.items() if k.startswith("goal_")}
-        fed = [v for k, v in goals.items() if field_name.startswith(k + "_")] or list(goals.values())
-        marked = [str(v) for v in fed if "unreliable" in str(v)]
-        if marked:
-            names = ", ".join(f"'{m.split(':')[0]}'" for m in marked)
-            return f"its goal line {names} is marked unreliable"
+        return _summary_flag(report, head, field_name)
+    return ""
+
+
+def _chapter_flag(report: dict[str, Json], pick: str) -> str:
+    """A chapter figure's flag (a quantity name, no path): what the chapter run recorded for it."""
+    if "." in pick or "[" in pick:
+        return ""
+    for chapter in report.get("parts", {}).get("chapters", {}).values():
+        if isinstance(chapter, dict) and pick in chapter.get("figures", {}):
+            flagged = chapter.get("flagged") or {}
+            return str(flagged.get(pick, "")) if isinstance(flagged, dict) else ""
+    return ""
+
+
+def _bench_row_flag(report: dict[str, Json], head: str, field_name: str) -> str:
+    """A benchmark row's field: its timing flags reach its timed figures, not its counts (a
+    ``ratio_to_X`` figure gets row X's flags too)."""
+    if not _TIMED.search(field_name):
+        return ""
+    reasons = _row_flags(lookup(report, head))
+    if field_name.startswith("ratio_to_") and "[" in head:
+        rows_path = head[: head.rindex("[")]
+        other = field_name[len("ratio_to_") :]
+        rows = lookup(report, rows_path) or []
+        base = next((r for r in rows if isinstance(r, dict) and other in map(str, r.values())), None)
+        reasons += [f"{other}: {w}" for w in _row_flags(base) if w not in reasons]
+    return "; ".join(reasons)
+
+
+def _summary_flag(report: dict[str, Json], head: str, field_name: str) -> str:
+    """A benchmark summary figure: flagged when the goal line it feeds is marked unreliable."""
+    summary = lookup(report, head) or {}
+    goals = {k[len("goal_") :]: v for k, v in summary.items() if k.startswith("goal_")}
+    fed = [v for k, v in goals.items() if field_name.startswith(k + "_")] or list(goals.values())
+    marked = [str(v) for v in fed if "unreliable" in str(v)]
+    if marked:
+        names = ", ".join(f"'{m.split(':')[0]}'" for m in marked)
+        return f"its goal line {names} is marked unreliable"
     return ""
 
 

@@ -7,8 +7,8 @@ events; kit.reference shows them beside your machine's figures.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from kit.files import Json
 from kit.measurement import tables
 from kit.measurement.reference_runs import run_label
 
@@ -44,7 +44,7 @@ class _Limit:
     sequential: bool = False  # timed one after the other rather than interleaved
 
 
-def _limit_figures(p: dict[str, Any]) -> list[_Limit]:
+def _limit_figures(p: dict[str, Json]) -> list[_Limit]:
     """Each limit from the part, with whether its kit and CuPy figures measure the same operation,
     timed interleaved (the report says so with "interleaved"; older reports did neither for the copy)."""
     out = []
@@ -69,7 +69,19 @@ def _fig(value: float) -> str:
     return f"{value:,.0f}" if value >= 1000 else f"{value:.1f}"
 
 
-def physical_limits_table(report: dict[str, Any]) -> tables.Table | str:
+def _limit_note(lim: _Limit) -> list[str]:
+    """Why a row of the physical-limits table shows no kit / CuPy ratio, or what its ratio divides by."""
+    if lim.unlike:
+        return [f"{lim.what.split(',')[0]}: {lim.unlike}, so kit / CuPy is not shown."]
+    if lim.sequential:
+        return [f"{lim.what.split(',')[0]}: {NOT_INTERLEAVED}, so kit / CuPy is not shown."]
+    if lim.against != lim.cupy:
+        return [f"{lim.what.split(',')[0]}: kit / CuPy sets kit's dup beside CuPy's a.copy(), "
+                f"{_fig(lim.against)} GB/s (both allocate and copy, interleaved)."]  # fmt: skip
+    return []
+
+
+def physical_limits_table(report: dict[str, Json]) -> tables.Table | str:
     """A reference run's device-to-device copy and matmul figures, raw CuPy and through kit, beside
     the datasheet's (from the report; `scripts/gpu-check` measures them with CUDA events), as a
     `kit.tables.Table` (HTML in a notebook, text in a terminal); a sentence where the run has none."""
@@ -92,13 +104,7 @@ def physical_limits_table(report: dict[str, Any]) -> tables.Table | str:
         shown = not (lim.unlike or lim.sequential)  # a ratio only of one operation, timed in turn
         ratio = f"{lim.kit / lim.against:.1%}" if shown else "—"  # the note says why
         rows.append([lim.what, _fig(lim.cupy), _fig(lim.kit), ratio, against])
-        if lim.unlike:
-            notes.append(f"{lim.what.split(',')[0]}: {lim.unlike}, so kit / CuPy is not shown.")
-        elif lim.sequential:
-            notes.append(f"{lim.what.split(',')[0]}: {NOT_INTERLEAVED}, so kit / CuPy is not shown.")
-        elif lim.against != lim.cupy:
-            notes.append(f"{lim.what.split(',')[0]}: kit / CuPy sets kit's dup beside CuPy's a.copy(), "
-                         f"{_fig(lim.against)} GB/s (both allocate and copy, interleaved).")  # fmt: skip
+        notes += _limit_note(lim)
     sheet_column = "CuPy / datasheet" + (f" ({sheet['form']})" if sheet else "")
     return tables.Table(
         ["measured", "CuPy", "kit", "kit / CuPy", sheet_column],
@@ -113,7 +119,7 @@ def physical_limits_table(report: dict[str, Any]) -> tables.Table | str:
     )
 
 
-def physical_limits_sentence(report: dict[str, Any]) -> str:
+def physical_limits_sentence(report: dict[str, Json]) -> str:
     """What the run's physical limits say of kit's wrapper on large operations, one clause a limit:
     kit's median as a share of raw CuPy's, and whether the two ranges of repeats overlap (then the
     run shows no difference) or lie apart (then it does, in that direction). "" where the run has

@@ -18,6 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kit.files import Json
+
 __all__ = ["chapter_figure", "chapter_mode", "lookup", "reference_runs", "run_label", "run_labels"]
 
 _STEP = re.compile(r"([^.\[\]]+)|\[([^\]=]+)=([^\]]*)\]|\[(-?\d+)\]")
@@ -56,7 +58,7 @@ def reference_runs(directory: str | Path | None = None) -> list[dict[str, Any]]:
     return sorted(runs, key=lambda r: str(r["machine"].get("date", "")))
 
 
-def lookup(report: dict[str, Any], path: str) -> Any:
+def lookup(report: dict[str, Json], path: str) -> Any:
     """The value at `path` inside `report["parts"]`, or None where the report has no such value."""
     value: Any = report.get("parts", {})
     pos = 0
@@ -82,7 +84,7 @@ def lookup(report: dict[str, Any], path: str) -> Any:
     return value
 
 
-def run_label(report: dict[str, Any], time_of_day: bool = False) -> str:
+def run_label(report: dict[str, Json], time_of_day: bool = False) -> str:
     """Where and when a report was taken, as a reader sees it: its GPU (or host) and date, with the
     time of day (UTC) when `time_of_day` (two runs of one GPU on one day). The commit is not shown:
     it is a developer's detail, kept in the report (`report["machine"]["commit"]`)."""
@@ -93,13 +95,13 @@ def run_label(report: dict[str, Any], time_of_day: bool = False) -> str:
     return f"{where} ({when})"
 
 
-def run_labels(runs: Sequence[dict[str, Any]]) -> list[str]:
+def run_labels(runs: Sequence[dict[str, Json]]) -> list[str]:
     """One column label per run; runs that would share a label (one GPU, one day) get the time too."""
     plain = [run_label(r) for r in runs]
     return [run_label(r, time_of_day=plain.count(label) > 1) for r, label in zip(runs, plain)]
 
 
-def chapter_mode(report: dict[str, Any], name: str) -> str:
+def chapter_mode(report: dict[str, Json], name: str) -> str:
     """The mode ("quick ..." or "full ...") of the chapter run that reported `name`, "" if unknown:
     a chapter reads it to say which of a reference run's figures came from a quick-mode run."""
     for chapter in report.get("parts", {}).get("chapters", {}).values():
@@ -108,7 +110,7 @@ def chapter_mode(report: dict[str, Any], name: str) -> str:
     return ""
 
 
-def chapter_figure(report: dict[str, Any], name: str) -> Any:
+def chapter_figure(report: dict[str, Json], name: str) -> Any:
     for chapter in report.get("parts", {}).get("chapters", {}).values():
         figures = chapter.get("figures", {}) if isinstance(chapter, dict) else {}
         if name in figures:

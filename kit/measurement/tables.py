@@ -194,39 +194,65 @@ def html_table(
     """
     if any(len(r) != len(columns) for r in rows):
         raise ValueError(f"html_table: every row needs {len(columns)} cells, one per column {list(columns)}")
+    body = _html_rows(columns, rows, flag_column, text_columns, grey)
     head = "".join(
         f'<th title="{html.escape(c)}" style="{_TEXT + _HEAD_BOX if c in text_columns else _HEAD}">'
         f"{html.escape(header(c))}</th>"
         for c in columns
     )
-    body = []
-    flag_at = list(columns).index(flag_column) if flag_column in columns else None
-    if grey is not None and len(grey) != len(rows):
-        raise ValueError(f"html_table: grey names the flagged columns of each row: {len(grey)} for {len(rows)} rows")
-    for r, row in enumerate(rows):
-        tds = []
-        # a flagged row's figures are greyed: the badge says why no conclusion rests on them
-        flagged = flag_at is not None and row[flag_at] not in ("yes", "", "-", "—")  # a dash: nothing measured
-        greyed = set(grey[r]) if grey is not None else (set(columns) if flagged else set())
-        for name, value in zip(columns, row):
-            text = html.escape(value)
-            if name == flag_column and flagged:
-                text = f'<span class="kit-badge" style="{_BADGE}">{text}</span>'
-            if name in text_columns:
-                tds.append(f'<td class="kit-text" style="{_TEXT}">{text}</td>')
-            else:
-                shade = _GREY if name in greyed and name != flag_column and value not in ("-", "—") else ""
-                tds.append(f'<td style="{_CELL}{shade}">{text}</td>')
-        body.append("<tr>" + "".join(tds) + "</tr>")
     out = (
         f'<div style="overflow-x: auto; max-width: 100%"><table class="kit-table" style="{_TABLE}">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
     )
-    if notes:
-        out += (
-            f'<ul class="kit-notes" style="{_NOTES}">' + "".join(f"<li>{_note_html(n)}</li>" for n in notes) + "</ul>"
+    return out + _html_notes(notes)
+
+
+def _html_notes(notes: Sequence[str]) -> str:
+    """The notes under a table as a list ("" without notes)."""
+    if not notes:
+        return ""
+    return f'<ul class="kit-notes" style="{_NOTES}">' + "".join(f"<li>{_note_html(n)}</li>" for n in notes) + "</ul>"
+
+
+def _html_rows(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    flag_column: str | None,
+    text_columns: Sequence[str],
+    grey: Sequence[Collection[str]] | None,
+) -> list[str]:
+    """One <tr> per row; a row flagged in `flag_column` is greyed (or only the columns `grey` names)."""
+    flag_at = list(columns).index(flag_column) if flag_column in columns else None
+    if grey is not None and len(grey) != len(rows):
+        raise ValueError(f"html_table: grey names the flagged columns of each row: {len(grey)} for {len(rows)} rows")
+    body = []
+    for r, row in enumerate(rows):
+        # a flagged row's figures are greyed: the badge says why no conclusion rests on them
+        flagged = flag_at is not None and row[flag_at] not in ("yes", "", "-", "—")  # a dash: nothing measured
+        greyed = set(grey[r]) if grey is not None else (set(columns) if flagged else set())
+        cells = (
+            _html_cell(name, value, flagged, greyed, flag_column, text_columns) for name, value in zip(columns, row)
         )
-    return out
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return body
+
+
+def _html_cell(
+    name: str,
+    value: str,
+    flagged: bool,
+    greyed: Collection[str],
+    flag_column: str | None,
+    text_columns: Sequence[str],
+) -> str:
+    """One <td>: a flagged row's flag as a badge, a text column left-aligned, a greyed figure grey."""
+    text = html.escape(value)
+    if name == flag_column and flagged:
+        text = f'<span class="kit-badge" style="{_BADGE}">{text}</span>'
+    if name in text_columns:
+        return f'<td class="kit-text" style="{_TEXT}">{text}</td>'
+    shade = _GREY if name in greyed and name != flag_column and value not in ("-", "—") else ""
+    return f'<td style="{_CELL}{shade}">{text}</td>'
 
 
 def _note_html(note: str) -> str:

@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import html
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kit.state import STATE
+
+if TYPE_CHECKING:
+    import ipywidgets
 
 __all__ = ["BACKGROUND", "ENDED", "RUNNING", "add_badge", "badge_html", "cell_running", "state_now", "track", "untrack"]
 
@@ -57,6 +60,12 @@ _lock = threading.Lock()
 # until the shell watched says otherwise)
 
 
+class LivePanel(Protocol):
+    """What this module asks of a panel it watches (kit.panels.Panel has it)."""
+
+    def set_live_state(self, state: str) -> None: ...
+
+
 def badge_html(state: str) -> str:
     """The badge for `state` (RUNNING, ENDED or BACKGROUND), as the HTML of an ipywidgets.HTML."""
     text, hover, color = _BADGES[state]
@@ -66,7 +75,7 @@ def badge_html(state: str) -> str:
     )
 
 
-def add_badge(widget: Any) -> Any:
+def add_badge(widget: ipywidgets.Box) -> ipywidgets.HTML:
     """A RUNNING badge (an ipywidgets.HTML), put first in the head of a panel's `widget`: in the row
     its bar is on (an HBox, or a VBox whose first row is one), else beside its title."""
     import ipywidgets as w
@@ -88,7 +97,7 @@ def cell_running() -> bool:
     return STATE.cell_watch["running"] or _shell() is not STATE.cell_watch["shell"]
 
 
-def track(panel: Any) -> None:
+def track(panel: LivePanel) -> None:
     """Watch `panel` (a kit.panels.Panel shown as widgets): `panel.set_live_state(ENDED)` when its
     cell ends before it is closed. Registers kit's two IPython cell events once per process."""
     with _lock:
@@ -96,7 +105,7 @@ def track(panel: Any) -> None:
     _watch_cells()
 
 
-def untrack(panel: Any) -> None:
+def untrack(panel: LivePanel) -> None:
     """`panel` closed: nothing more to say of it."""
     with _lock:
         STATE.live_panels.discard(panel)
@@ -125,11 +134,11 @@ def _watch_cells() -> None:
     STATE.cell_watch.update(running=True, shell=shell)
 
 
-def _cell_started(*_: Any) -> None:
+def _cell_started(*_: object) -> None:
     STATE.cell_watch["running"] = True
 
 
-def _cell_ended(*_: Any) -> None:
+def _cell_ended(*_: object) -> None:
     STATE.cell_watch["running"] = False
     with _lock:
         panels = list(STATE.live_panels)

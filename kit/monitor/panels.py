@@ -29,10 +29,17 @@ import statistics
 import sys
 import time
 from collections import deque
-from typing import Any
+from collections.abc import Iterable, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kit.measurement.measure import LoadMeter, unchecked_note
 from kit.monitor import panel_live
+
+if TYPE_CHECKING:
+    from kit.nn.network import Network
+
+T = TypeVar("T")
 
 __all__ = [
     "PANEL_STYLE",
@@ -211,7 +218,7 @@ class Panel:
     def __enter__(self) -> Any:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()  # type: ignore[attr-defined]
 
 
@@ -345,12 +352,12 @@ class Progress(Panel):
     def tick(self, n: int = 1, note: str = "") -> None:
         self(self.done + n, note=note)
 
-    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+    def iteration_done(self, model: Network, iteration: int, epoch: int, **info: float | None) -> None:
         """A training listener: one step per iteration (with Spark or ParallelWrapper, one per
         worker and round), the epoch as the note."""
         self.tick(note=f"epoch {epoch + 1}")
 
-    def iter(self, items: Any, total: int | None = None) -> Any:
+    def iter(self, items: Iterable[T], total: int | None = None) -> Iterator[T]:
         """Each item of `items`, counting a step after each (the total from len() when it has one)."""
         if total is None and hasattr(items, "__len__"):
             total = len(items)
@@ -405,7 +412,9 @@ class Progress(Panel):
         self._redraw(force=True)
         self._finish()
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         """The end of a `with` block closes the line; where the block raised, the line says that it
         stopped, after how many steps and what stopped it, instead of a bar left where the work
         broke off as if the rest were still to come.

@@ -15,47 +15,22 @@
     >>> fig = tl.plot()                                    # the last cycle of the busiest workspace, bar by bar
     >>> path = tl.save_trace("fit.json")                   # open in chrome://tracing or ui.perfetto.dev
 
-Each event is a dict: `time` (seconds since the timeline started, perf_counter), `thread` (its
-name; a later thread of a name seen already is "name #2", "name #3", ...: threads are told apart
-by identity, never merged by name), `device`, `workspace` (None: the heap), `cycle` (the
-workspace's cycle number; None on the heap), `offset` (bytes from the arena start; None on the
-heap and for a spill), `nbytes`,
-`array_type` (ND4J's ArrayType name -- INPUT, ACTIVATIONS, ACTIVATION_GRAD, FF_WORKING_MEM,
-BP_WORKING_MEM, UPDATER_WORKING_MEM -- for an array a layer asked its LayerWorkspaceMgr for; None
-for temporaries made by ordinary kit ops and outside layers), and `kind`:
+Each event is a dict (its fields are described on `MemoryTimeline`) of one `kind`: "alloc" (carved
+from an arena, or a heap allocation), "spill" (a workspace allocation that did not fit and went to
+the heap), "reset" (a workspace's write pointer back to 0), "release" (host heap memory freed, seen
+through a weak reference: exact, since views keep their base alive, and free when off) or "replay"
+(an answer replayed at the kernel seam, kit.nn.replay, on the arrays kept when it was recorded; a
+training step runs its layers while a timeline records, so its allocations are all here). Threads are
+told apart by identity, never merged by name. `tl.cycles` holds one dict per workspace cycle that
+ended while recording; `summary()` counts per workspace and thread; `plot()` draws one cycle;
+`save_trace(path)` writes Chrome's trace event format.
 
-- "alloc": carved from an arena (nbytes: what the bump pointer moved, aligned to 64 bytes, so the
-  allocs and spills of a cycle add up to the workspace's `last_cycle_bytes`), or a heap allocation
-  (nbytes: the array's; a workspace's arena is itself one of these);
-- "spill": a workspace allocation that did not fit and went to the heap (nbytes aligned as above);
-- "reset": the write pointer back to 0 (nbytes: the bytes it gave back at once): a scoped
-  workspace's cycle ending, or a circular one wrapping around (a circular workspace's cycles end
-  without one, as in ND4J); they number the workspace's `resets`;
-- "release": host heap memory freed -- a NumPy array that owns its memory (a heap result, a
-  spill, an arena) collected while the timeline records, seen through a weak reference, so it is
-  exact (views keep their base alive) and costs nothing when off. Not recorded: arrays still alive
-  when recording stops, blocks handed back to kit's caching allocator, and GPU memory (CuPy views
-  share memory without keeping the array that allocated it alive, so its collection proves
-  nothing). A release's thread is the one that dropped the last reference. Workspace arrays are
-  never released one by one: their cycle's reset frees them all.
-- "replay": an answer replayed at the kernel seam (kit.nn.replay: `Network.output` from a batch
-  size's third call, an InferencePlan at every call) on the arrays kept when it was recorded, so
-  it allocates none of them (nbytes: those arrays). A training step runs through its layers while a
-  timeline records (a replay would hide its arrays): its allocations are all here.
-
-`tl.cycles` holds one dict per workspace cycle that ended while recording (start and end times,
-bytes, spilled bytes, capacity); `summary()` and the notebook table count per workspace and
-thread; `plot()` draws one cycle; `save_trace(path)` writes Chrome's trace event format.
-
-Cost: allocate_heap, Workspace.alloc and its scopes, and LayerWorkspaceMgr.create read
-`kit.state.STATE.recorder` once and record only when it is set; off, that is one global load and one
-comparison. kit.ndarray's fast paths, where NumPy allocates a heap result itself, read nothing new:
-while a timeline records they take the path through allocate_heap (the one a caching allocator
-already sends them down), so they are recorded there. (One heap result escapes: the copy an
-InferencePlan hands back, which kit.nn.replay wraps directly.) On, every event takes a lock and
-builds a dict (and a weak reference for heap arrays), which is of the order of a small op itself:
-do not time a workload while it records. Events from every thread go into the one timeline under one lock; one timeline
-records at a time.
+Why it costs nothing when off: the allocation sites (allocate_heap, Workspace.alloc and its scopes,
+LayerWorkspaceMgr.create) read `kit.state.STATE.recorder` once and record only when it is set.
+kit.ndarray's fast paths read nothing new: while a timeline records they take the path through
+allocate_heap, so they are recorded there (one heap result escapes: the copy an InferencePlan hands
+back). On, every event takes a lock and builds a dict, about as much as a small op: do not time a
+workload while it records. One timeline records at a time.
 """
 
 from __future__ import annotations
@@ -65,13 +40,18 @@ import threading
 import weakref
 from collections.abc import Iterator
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kit.core import memory
 from kit.monitor.timeline_views import FIELDS, TimelineError, TimelineViews
 from kit.state import STATE
+
+if TYPE_CHECKING:
+    from kit.core.backend import RawArray
+    from kit.core.devices import AnyDevice
+    from kit.workspaces.workspace import Workspace
 
 __all__ = ["KINDS", "MemoryTimeline", "TimelineError", "memory_timeline"]
 
@@ -84,7 +64,31 @@ class _Typing(threading.local):
 
 
 class MemoryTimeline(TimelineViews):
-    """Records allocations while it is the active recorder (`with tl:` or start()/stop())."""
+    """Records allocations while it is the active recorder (`with tl:` or start()/stop()).
+
+    Each event is a dict: `time` (seconds since the timeline started, perf_counter), `thread` (its
+    name; a later thread of a name seen already is "name #2", "name #3", ...), `device`, `workspace`
+    (None: the heap), `cycle` (the workspace's cycle number; None on the heap), `offset` (bytes from
+    the arena start; None on the heap and for a spill), `nbytes`, `array_type` (ND4J's ArrayType name
+    -- INPUT, ACTIVATIONS, ACTIVATION_GRAD, FF_WORKING_MEM, BP_WORKING_MEM, UPDATER_WORKING_MEM -- for
+    an array a layer asked its LayerWorkspaceMgr for; None otherwise), and `kind`:
+
+    - "alloc": carved from an arena (nbytes: what the bump pointer moved, aligned to 64 bytes, so the
+      allocs and spills of a cycle add up to the workspace's `last_cycle_bytes`), or a heap allocation
+      (nbytes: the array's; a workspace's arena is itself one of these);
+    - "spill": a workspace allocation that did not fit and went to the heap (nbytes aligned as above);
+    - "reset": the write pointer back to 0 (nbytes: the bytes it gave back at once): a scoped
+      workspace's cycle ending, or a circular one wrapping around (a circular workspace's cycles end
+      without one, as in ND4J); they number the workspace's `resets`;
+    - "release": host heap memory freed -- a NumPy array that owns its memory collected while the
+      timeline records. Not recorded: arrays still alive when recording stops, blocks handed back to
+      kit's caching allocator, and GPU memory (CuPy views share memory without keeping the array that
+      allocated it alive, so its collection proves nothing). A release's thread is the one that
+      dropped the last reference. Workspace arrays are never released one by one: their cycle's
+      reset frees them all.
+
+    `cycles` holds one dict per workspace cycle (start and end times, bytes, spilled bytes, capacity).
+    """
 
     def __init__(self) -> None:
         self._rows: list[tuple] = []  # FIELDS, in that order
@@ -130,7 +134,7 @@ class MemoryTimeline(TimelineViews):
     def __enter__(self) -> MemoryTimeline:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # ---- the hooks (called by kit.memory, kit.workspace and LayerWorkspaceMgr) -------
@@ -160,7 +164,7 @@ class MemoryTimeline(TimelineViews):
         return label
 
     def _watch(
-        self, data: Any, device: str, workspace: str | None, cycle: int | None, nbytes: int, array_type: str | None
+        self, data: RawArray, device: str, workspace: str | None, cycle: int | None, nbytes: int, array_type: str | None
     ) -> None:
         """Record a release when `data` is collected (host arrays that own their memory only)."""
         if data.__class__ is not np.ndarray or data.base is not None:
@@ -176,37 +180,37 @@ class MemoryTimeline(TimelineViews):
             _, device, workspace, cycle, nbytes, array_type = info
             self._add(device, workspace, cycle, None, nbytes, "release", array_type)
 
-    def heap(self, result: tuple[Any, Any], device: Any, nbytes: int) -> None:
+    def heap(self, result: tuple[RawArray, object], device: AnyDevice, nbytes: int) -> None:
         """A heap allocation by kit.memory.allocate_heap, `result` being (array, owner)."""
         array_type = self._typing.array_type
         self._add(device.name, None, None, None, nbytes, "alloc", array_type)
         self._watch(result[0], device.name, None, None, nbytes, array_type)
 
-    def arena(self, ws: Any, arena: Any, nbytes: int) -> None:
+    def arena(self, ws: Workspace, arena: RawArray, nbytes: int) -> None:
         """A workspace's arena: one heap allocation, untyped."""
         self._add(ws.device.name, None, None, None, nbytes, "alloc", None)
         self._watch(arena, ws.device.name, None, None, nbytes, None)
 
-    def carve(self, ws: Any, offset: int, nbytes: int) -> None:
+    def carve(self, ws: Workspace, offset: int, nbytes: int) -> None:
         self._add(ws.device.name, ws.name, ws.current_cycle, offset, nbytes, "alloc", self._typing.array_type)
 
-    def spill(self, ws: Any, data: Any, nbytes: int) -> None:
+    def spill(self, ws: Workspace, data: RawArray, nbytes: int) -> None:
         array_type = self._typing.array_type
         self._add(ws.device.name, ws.name, ws.current_cycle, None, nbytes, "spill", array_type)
         self._watch(data, ws.device.name, ws.name, ws.current_cycle, nbytes, array_type)
 
-    def reset(self, ws: Any) -> None:
+    def reset(self, ws: Workspace) -> None:
         self._add(ws.device.name, ws.name, ws.current_cycle, 0, ws.used, "reset", None)
 
-    def replay(self, device: Any, nbytes: int) -> None:
+    def replay(self, device: AnyDevice, nbytes: int) -> None:
         """A step replayed at the kernel seam on `nbytes` of arrays it allocated when recorded."""
         self._add(device.name, None, None, None, nbytes, "replay", None)
 
-    def cycle_start(self, ws: Any) -> None:
+    def cycle_start(self, ws: Workspace) -> None:
         if self.recording:
             self._starts[(id(ws), ws.current_cycle)] = perf_counter() - self._t0
 
-    def cycle_end(self, ws: Any) -> None:
+    def cycle_end(self, ws: Workspace) -> None:
         """Called as a cycle ends, before a scoped workspace's offset goes back to 0."""
         start = self._starts.pop((id(ws), ws.current_cycle), None)
         if not ws.config.circular:

@@ -135,8 +135,6 @@ class TimelineViews:
         the top), coloured by ArrayType; spills hatched past the arena's end; the arena's capacity
         at the cycle's end dashed."""
         from matplotlib.figure import Figure
-        from matplotlib.lines import Line2D
-        from matplotlib.patches import Patch
 
         c, allocs = self.cycle_events(cycle, workspace, thread)
         types = [e["array_type"] for e in allocs]
@@ -162,12 +160,7 @@ class TimelineViews:
             f"{c['bytes']:,} bytes",
             fontsize=9,
         )
-        handles = [Patch(color=colours[t], label=t) for t in order]
-        if None in types:
-            handles.append(Patch(color=_UNTYPED, label="untyped (a kit op)"))
-        if any(e["offset"] is None for e in allocs):
-            handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="spill (heap)"))
-        handles.append(Line2D([], [], color="#333", linestyle="--", label=f"arena capacity ({c['capacity']:,} B)"))
+        handles = _legend_handles([colours[t] for t in order], order, allocs, c["capacity"])
         fig.legend(handles=handles, loc="outside right upper", fontsize=8, title="ArrayType", title_fontsize=8)
         return fig
 
@@ -227,3 +220,18 @@ def _key(row: dict[str, Any]) -> tuple:
 
 def _us(seconds: float) -> float:
     return round(seconds * 1e6, 3)
+
+
+def _legend_handles(colours: list[str], order: list[str], allocs: list[dict[str, Any]], capacity: int) -> list[Any]:
+    """The legend of a cycle's plot: each ArrayType's colour, the untyped and the spills where
+    there are any, and the arena's capacity line."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles: list[Any] = [Patch(color=colour, label=t) for colour, t in zip(colours, order)]
+    if None in (e["array_type"] for e in allocs):
+        handles.append(Patch(color=_UNTYPED, label="untyped (a kit op)"))
+    if any(e["offset"] is None for e in allocs):
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="spill (heap)"))
+    handles.append(Line2D([], [], color="#333", linestyle="--", label=f"arena capacity ({capacity:,} B)"))
+    return handles

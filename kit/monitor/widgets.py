@@ -1,7 +1,8 @@
 """Live panels: memory (workspaces, heap, cache, RSS, GPU), timing, training and per-worker rows.
 
 The base every panel shares, `TimingPanel` and `Progress` live in kit.panels (re-exported here);
-this module has the memory panel and the two training listeners built on them.
+this module has the memory panel and the two training listeners built on them (`TrainingPanel`,
+`WorkerPanel`: their docstrings show them in a fit).
 
     >>> import kit
     >>> x = kit.randn((64, 32)); w = kit.randn((32, 10))
@@ -20,37 +21,13 @@ this module has the memory panel and the two training listeners built on them.
     workspace loop: 100/100 in ...
     >>> ws.destroy()
 
-Training panels are listeners:
-
-    >>> from kit.data import ArrayIterator, load_digits
-    >>> from kit.nn import mlp
-    >>> from kit.parallel import ParallelWrapper
-    >>> train, test = load_digits()
-    >>> net, it = mlp(64, hidden=(32,), n_out=10), ArrayIterator(train, 64)
-    >>> training = kit.widgets.TrainingPanel(total_iterations=2 * len(it))
-    memory: ...
-    >>> net.fit(it, epochs=2, listeners=[training])
-    training: 1/46 in ...
-    <kit.nn.network.Network object at 0x...>
-    >>> training.close()
-    training: 46/46 in ...
-    memory: ...
-    loss: last ..., mean of last 20 ..., epochs done 2, steps replayed 0 of 46
-    >>> workers = kit.widgets.WorkerPanel(2, total_iterations=len(it))
-    >>> with ParallelWrapper(net, workers=2, listeners=[workers]) as pw:
-    ...     _ = pw.fit(it, epochs=1)
-    1 of 23 iterations in ... s; worker 0: ...
-    >>> workers.close()
-    23 of 23 iterations in ... s; worker 0: ... iterations, ...; worker 1: ... iterations, ...
-
 In a kernel they are core ipywidgets (FloatProgress, HTML, HBox, VBox) displayed once and then
 updated through `.value` (ipywidgets 7.7 on Colab and 8 in JupyterLab 4). While live, each says at
 its head whether the cell that shows it still runs (kit.panel_live), and keeps every number beside
-its unit (kit.panels.keep_units). When a panel closes it
-**replaces itself with a static HTML rendering of its final state** (the same output, updated
-through its display id), so a saved notebook, GitHub, nbviewer and an HTML export show the
-final numbers instead of a widget's raw `VBox(children=...)` text. Outside a kernel the panels
-print throttled plain-text lines, and the final state.
+its unit (kit.panels.keep_units). When a panel closes it **replaces itself with a static HTML
+rendering of its final state** (through its display id), so a saved notebook, GitHub, nbviewer and
+an HTML export show the final numbers instead of a widget's raw `VBox(children=...)` text. Outside a
+kernel the panels print throttled plain-text lines, and the final state.
 """
 
 from __future__ import annotations
@@ -59,7 +36,7 @@ import html
 import statistics
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.measurement.measure import unchecked_note
 from kit.monitor.panels import (
@@ -81,6 +58,9 @@ try:
     from kit.monitor.readings import stats as _memory_stats
 except ImportError:  # kit before readings moved out of kit.memory
     from kit.core.memory import stats as _memory_stats  # type: ignore[no-redef]
+
+if TYPE_CHECKING:
+    from kit.nn.network import Network
 
 __all__ = [
     "MemoryPanel",
@@ -211,7 +191,29 @@ class MemoryPanel(Panel):
 class TrainingPanel(Panel):
     """A training listener: loss, progress and memory in one panel (DL4J's UI, in a cell).
 
-    Accepts both listener forms: `on_epoch_start(model)` and `on_epoch_start(model, epoch)`."""
+    Accepts both listener forms: `on_epoch_start(model)` and `on_epoch_start(model, epoch)`.
+
+        >>> from kit.data import ArrayIterator, load_digits
+        >>> from kit.nn import mlp
+        >>> from kit.parallel import ParallelWrapper
+        >>> train, test = load_digits()
+        >>> net, it = mlp(64, hidden=(32,), n_out=10), ArrayIterator(train, 64)
+        >>> training = TrainingPanel(total_iterations=2 * len(it))
+        memory: ...
+        >>> net.fit(it, epochs=2, listeners=[training])
+        training: 1/46 in ...
+        <kit.nn.network.Network object at 0x...>
+        >>> training.close()
+        training: 46/46 in ...
+        memory: ...
+        loss: last ..., mean of last 20 ..., epochs done 2, steps replayed 0 of 46
+        >>> workers = WorkerPanel(2, total_iterations=len(it))
+        >>> with ParallelWrapper(net, workers=2, listeners=[workers]) as pw:
+        ...     _ = pw.fit(it, epochs=1)
+        1 of 23 iterations in ... s; worker 0: ...
+        >>> workers.close()
+        23 of 23 iterations in ... s; worker 0: ... iterations, ...; worker 1: ... iterations, ...
+    """
 
     def __init__(
         self,
@@ -248,18 +250,16 @@ class TrainingPanel(Panel):
             f"epochs done {self.epochs_done}{replayed}"
         )
 
-    def on_fit_start(self, model: Any) -> None:
-        plans = getattr(model, "train_plans", None)
-        if plans is not None:
-            self._replays_seen = plans.used
-
-    def on_epoch_start(self, model: Any, epoch: int | None = None) -> None:
+    def on_fit_start(self, model: Network) -> None:
         pass
 
-    def on_epoch_end(self, model: Any, epoch: int | None = None) -> None:
+    def on_epoch_start(self, model: Network, epoch: int | None = None) -> None:
+        pass
+
+    def on_epoch_end(self, model: Network, epoch: int | None = None) -> None:
         self.epochs_done += 1
 
-    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+    def iteration_done(self, model: Network, iteration: int, epoch: int, **info: float | None) -> None:
         self.scores.append(float(info.get("score", float("nan"))))
         plans = getattr(model, "train_plans", None)
         if plans is not None:  # did this step replay (kit.nn.replay), or run the layers?
@@ -332,7 +332,7 @@ class WorkerPanel(Panel):
             self.widget = w.VBox([w.HBox([head, self._bar, self._head]), *self._rows])
         self._show(display)
 
-    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+    def iteration_done(self, model: Network, iteration: int, epoch: int, **info: float | None) -> None:
         i = info.get("worker")
         i = 0 if i is None else int(i)
         if not 0 <= i < self.workers:
@@ -344,11 +344,11 @@ class WorkerPanel(Panel):
         self.counts[i] += 1
         self._redraw(force=False)
 
-    def on_epoch_start(self, model: Any, epoch: int | None = None) -> None:
+    def on_epoch_start(self, model: Network, epoch: int | None = None) -> None:
         now = time.perf_counter()
         self._last = [now] * self.workers  # time between epochs is not a step
 
-    def on_epoch_end(self, model: Any, epoch: int | None = None) -> None:
+    def on_epoch_end(self, model: Network, epoch: int | None = None) -> None:
         pass
 
     @property

@@ -40,9 +40,8 @@ row, before anything is recorded. With no data, every metric raises; stats() say
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+from numpy.typing import ArrayLike
 
 from kit.arrays.checks import check_finite
 from kit.arrays.ndarray import NDArray
@@ -51,7 +50,7 @@ from kit.data.labels import class_indices
 __all__ = ["ROC", "Evaluation"]
 
 
-def _host(x: Any) -> np.ndarray:
+def _host(x: ArrayLike | NDArray) -> np.ndarray:
     return x.numpy() if isinstance(x, NDArray) else np.asarray(x)
 
 
@@ -70,7 +69,7 @@ class Evaluation:
         self.label_names = list(labels) if labels else [str(i) for i in range(num_classes)]
         self.confusion = np.zeros((num_classes, num_classes), dtype=np.int64)  # [actual, predicted]
 
-    def eval(self, labels: Any, predictions: Any) -> None:
+    def eval(self, labels: ArrayLike | NDArray, predictions: ArrayLike | NDArray) -> None:
         y, p = class_indices(_host(labels), self.num_classes, where="Evaluation"), _host(predictions)
         if p.ndim != 2 or p.shape[1] != self.num_classes or p.shape[0] != y.shape[0]:
             raise ValueError(
@@ -215,7 +214,7 @@ class ROC:
         self._labels: list[np.ndarray] = []
         self._scores: list[np.ndarray] = []
 
-    def eval(self, labels: Any, predictions: Any) -> None:
+    def eval(self, labels: ArrayLike | NDArray, predictions: ArrayLike | NDArray) -> None:
         p = _host(predictions).astype(np.float64)
         _check_finite("predictions", p, "ROC")
         if p.ndim == 2 and p.shape[1] == 1:  # one sigmoid output: the probability of class 1

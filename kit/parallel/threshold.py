@@ -17,11 +17,12 @@ what is sent chooses sparse or bitmap, as in DL4J.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
 from kit.core import backend
+from kit.core.backend import RawArray, Xp
 
 __all__ = [
     "BITMAP_ENCODING",
@@ -30,6 +31,7 @@ __all__ = [
     "FixedThresholdAlgorithm",
     "NoOpResidualPostProcessor",
     "ResidualClippingPostProcessor",
+    "ResidualPostProcessor",
     "TargetSparsityThresholdAlgorithm",
     "ThresholdAlgorithm",
     "encoded_count",
@@ -50,7 +52,7 @@ def _bits_float(bits: int) -> float:
     return float(np.array([bits], dtype=np.int32).view(np.float32)[0])
 
 
-def threshold_encode(residual: Any, tau: float, boundary: int | None = None) -> np.ndarray | None:
+def threshold_encode(residual: RawArray, tau: float, boundary: int | None = None) -> np.ndarray | None:
     """Encode the elements of `residual` (1-D, NumPy or CuPy) with |x| >= tau; subtract the
     encoded part from `residual` in place. Returns an int32 message (host), or None when no
     element reaches tau. A message carries at most `boundary` elements, in either encoding (the
@@ -92,7 +94,7 @@ def _check_encode_args(tau: float, boundary: int | None) -> None:
         )
 
 
-def _bitmap_body(residual: Any, pos: Any, neg: Any, step: Any, xp: Any) -> np.ndarray:
+def _bitmap_body(residual: RawArray, pos: RawArray, neg: RawArray, step: np.floating, xp: Xp) -> np.ndarray:
     """The dense body: every element's 2-bit code (1: +tau, 2: -tau), 16 to an int32; the sent part subtracted."""
     n = residual.size
     residual -= pos * step
@@ -104,7 +106,7 @@ def _bitmap_body(residual: Any, pos: Any, neg: Any, step: Any, xp: Any) -> np.nd
     return _to_host(packed).view(np.int32)
 
 
-def _sparse_body(residual: Any, pos: Any, neg: Any, step: Any, xp: Any) -> np.ndarray:
+def _sparse_body(residual: RawArray, pos: RawArray, neg: RawArray, step: np.floating, xp: Xp) -> np.ndarray:
     """The sparse body: each sent element's index + 1, negative for -tau; the sent part subtracted."""
     idx = xp.flatnonzero(pos | neg)
     up = pos[idx]
@@ -112,7 +114,7 @@ def _sparse_body(residual: Any, pos: Any, neg: Any, step: Any, xp: Any) -> np.nd
     return _to_host((idx + 1) * xp.where(up, 1, -1)).astype(np.int32)
 
 
-def threshold_decode(message: np.ndarray, target: Any) -> None:
+def threshold_decode(message: np.ndarray, target: RawArray) -> None:
     """target[i] += +-tau for every index in the message (adds: messages sum)."""
     if message.dtype != np.int32 or message.size < 4:
         raise ValueError("threshold_decode: not an encoded message (int32 with a 4-int header)")
@@ -143,13 +145,13 @@ def encoded_count(message: np.ndarray | None) -> int:
     return int(np.count_nonzero(codes.reshape(-1)[: int(message[1])]))
 
 
-def _xp(a: Any) -> Any:
+def _xp(a: RawArray) -> Xp:
     if isinstance(a, np.ndarray):
         return np
     return backend.cupy()
 
 
-def _to_host(a: Any) -> np.ndarray:
+def _to_host(a: RawArray) -> np.ndarray:
     return a if isinstance(a, np.ndarray) else a.get()
 
 
@@ -239,8 +241,14 @@ class TargetSparsityThresholdAlgorithm(ThresholdAlgorithm):
         return last_threshold
 
 
+class ResidualPostProcessor(Protocol):
+    """What SHARED_GRADIENTS calls after each encoding: it may change the residual in place."""
+
+    def process_residual(self, iteration: int, epoch: int, last_threshold: float, residual: RawArray) -> None: ...
+
+
 class NoOpResidualPostProcessor:
-    def process_residual(self, iteration: int, epoch: int, last_threshold: float, residual: Any) -> None:
+    def process_residual(self, iteration: int, epoch: int, last_threshold: float, residual: RawArray) -> None:
         pass
 
 
@@ -255,7 +263,7 @@ class ResidualClippingPostProcessor:
             )
         self.clip, self.frequency = float(threshold_multiple_clip_value), int(frequency)
 
-    def process_residual(self, iteration: int, epoch: int, last_threshold: float, residual: Any) -> None:
+    def process_residual(self, iteration: int, epoch: int, last_threshold: float, residual: RawArray) -> None:
         if iteration > 0 and iteration % self.frequency == 0:
             bound = self.clip * last_threshold
             _xp(residual).clip(residual, -bound, bound, out=residual)

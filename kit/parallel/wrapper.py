@@ -11,41 +11,29 @@
     >>> net.evaluate(ArrayIterator(test, 256)).accuracy()   # the wrapper leaves the averaged parameters in `net`
     0.9...
 
-One worker thread per replica, pinned to its device (worker i -> device i % n: real GPUs, or
-logical devices of one GPU, or of the CPU with the cores shared among them). Replicas are
-built once per wrapper, not per fit() (DL4J rebuilds them every fit: dl4j#8023). Each round the
-main thread hands one batch to each worker (round-robin from an optional prefetch queue) and
-waits for all of them, so the result does not depend on thread timing:
+One worker thread per replica, pinned to its device (worker i -> device i % n). Replicas are built
+once per wrapper, not per fit() (DL4J rebuilds them every fit: dl4j#8023). Each round the main thread
+hands one batch to each worker and waits for all of them, so the result does not depend on thread
+timing:
 
 - AVERAGING: every `averaging_frequency` rounds the parameters (and the updater state when
   `average_updaters`) are averaged and broadcast. With plain SGD and frequency 1 this equals
   one model trained on the concatenated batches.
 - SHARED_GRADIENTS: each worker adds its update to a residual, threshold-encodes it (+-tau per
-  index, tau from the threshold algorithm), and every replica applies the sum of all workers'
-  decoded messages, so replicas stay identical without ever averaging.
+  index), and every replica applies the sum of all workers' decoded messages, so replicas stay
+  identical without ever averaging.
 
-Mixed precision (kit.nn.mixed): every replica has its own loss scaler and skips its own step
-when its gradient overflows (its parameters and Adam's t stay; the others step). AVERAGING
-averages the float32 master weights (not the float16 copies, which are written from the mean)
-and gives every replica one scaler state: the smallest scale, the most skipped steps.
-SHARED_GRADIENTS encodes the change of the float32 master weights (a skipped step encodes 0).
+Mixed precision: every replica skips its own step when its gradient overflows; AVERAGING averages
+the float32 master weights and gives every replica one scaler state (the smallest scale).
+Each fit() starts from the model as it is then -- parameters, counters and the training
+hyper-parameters (updater, L2, loss) -- so a schedule applied between fits trains as in `net.fit`.
 
-Each fit() starts from the model as it is then: parameters and counters changed since the last
-fit, and the training hyper-parameters -- the updater (its type, learning rate, momentum, Adam's
-betas and epsilon), L2 and the loss -- are handed to every replica, so a schedule applied between
-fits (`net.updater.lr *= 0.1`) trains as it would in `net.fit`.
-
-Differences from DL4J, on purpose: workers=1 is allowed (the baseline of a comparison); the
-user's model ends with the averaged parameters rather than worker 0's; a worker's exception
-stops fit() at once, names the worker, and leaves no threads behind. `shutdown()` from another
-thread (or a listener) during fit() stops the workers after their current tasks, and fit() raises
-RuntimeError saying the wrapper was shut down (not that a worker died); the interrupted fit()
-writes none of its rounds into the user's model (a fit() whose workers had all finished their
-last task ends normally), and leaves no thread behind. To end training early and keep its
-result, use stop_fit() (DL4J's ParallelWrapper has no clean way: its shutdown() interrupts).
-
-The worker threads, the tasks they run and how their failures are said, are kit.parallel.worker;
-this module is the wrapper: replicas, rounds, averaging, the training loop, shutdown.
+Differences from DL4J, on purpose: workers=1 is allowed (the baseline of a comparison); the user's
+model ends with the averaged parameters rather than worker 0's; a worker's exception stops fit() at
+once, names the worker, and leaves no threads behind; `shutdown()` during fit() makes fit() raise
+saying so and write none of its rounds into the model, while stop_fit() ends training early and
+keeps its result. The worker threads and their tasks are kit.parallel.worker; this module is the
+wrapper: replicas, rounds, averaging, the training loop, shutdown.
 """
 
 from __future__ import annotations
@@ -62,6 +50,7 @@ import numpy as np
 from kit.arrays.checks import whole
 from kit.core.context import scope_out_of_workspaces
 from kit.core.devices import (
+    AnyDevice,
     as_device,
     blas_threads,
     cores_per_worker,
@@ -80,6 +69,7 @@ from kit.nn.workspace_mgr import WorkspaceMode
 from kit.parallel.threshold import (
     AdaptiveThresholdAlgorithm,
     NoOpResidualPostProcessor,
+    ResidualPostProcessor,
     ThresholdAlgorithm,
 )
 from kit.parallel.worker import Task, Worker, WorkerError
@@ -92,6 +82,24 @@ log = logging.getLogger(__name__)
 class TrainingMode(enum.Enum):
     AVERAGING = "AVERAGING"
     SHARED_GRADIENTS = "SHARED_GRADIENTS"
+
+
+def _workers_on_devices(
+    model: Network, workers: int | None, devices: Sequence[str | AnyDevice] | None
+) -> tuple[int, list[AnyDevice]]:
+    """The wrapper's model, worker count and devices checked at the call: (workers, worker i's
+    device at i). Without `workers`, one per device given, else one per GPU (at least 2)."""
+    if not isinstance(model, Network):
+        raise TypeError(f"ParallelWrapper needs a kit.nn.Network, got {type(model).__name__}")
+    if devices is not None:
+        devices = [as_device(d) for d in devices]
+        if not devices:
+            raise ValueError("ParallelWrapper(devices=[]): give at least one device")
+    if workers is None:
+        workers = len(devices) if devices else max(gpu_count(), 2)
+    workers = whole("ParallelWrapper", "workers", workers, 1, what=" (at least 1 worker)")
+    on = [devices[i % len(devices)] for i in range(workers)] if devices else default_devices(workers)
+    return workers, on
 
 
 class ParallelWrapper(ShutsDownOnExit):
@@ -123,7 +131,7 @@ class ParallelWrapper(ShutsDownOnExit):
         self,
         model: Network,
         workers: int | None = None,
-        devices: list[Any] | None = None,
+        devices: Sequence[str | AnyDevice] | None = None,
         prefetch_buffer: int = 16,
         averaging_frequency: int = 1,
         report_score_after_averaging: bool = False,
@@ -131,25 +139,14 @@ class ParallelWrapper(ShutsDownOnExit):
         workspace_mode: WorkspaceMode | str | None = None,
         training_mode: TrainingMode | str = TrainingMode.AVERAGING,
         threshold_algorithm: ThresholdAlgorithm | None = None,
-        residual_post_processor: Any = None,
-        listeners: Iterable[Any] = (),
+        residual_post_processor: ResidualPostProcessor | None = None,
+        listeners: Iterable[object] = (),
     ) -> None:
-        if not isinstance(model, Network):
-            raise TypeError(f"ParallelWrapper needs a kit.nn.Network, got {type(model).__name__}")
-        if devices is not None:
-            devices = [as_device(d) for d in devices]
-            if not devices:
-                raise ValueError("ParallelWrapper(devices=[]): give at least one device")
-        if workers is None:
-            workers = len(devices) if devices else max(gpu_count(), 2)
-        workers = whole("ParallelWrapper", "workers", workers, 1, what=" (at least 1 worker)")
+        workers, on = _workers_on_devices(model, workers, devices)  # every argument checked before any is kept
         prefetch_buffer = whole("ParallelWrapper", "prefetch_buffer", prefetch_buffer, 0)
         averaging_frequency = whole("ParallelWrapper", "averaging_frequency", averaging_frequency, 1)
-        self.model = model
-        self.workers = workers
-        self.devices = [devices[i % len(devices)] for i in range(workers)] if devices else default_devices(workers)
-        self.prefetch_buffer = prefetch_buffer
-        self.averaging_frequency = averaging_frequency
+        self.model, self.workers, self.devices = model, workers, on
+        self.prefetch_buffer, self.averaging_frequency = prefetch_buffer, averaging_frequency
         self.report_score_after_averaging = report_score_after_averaging
         self.average_updaters = average_updaters
         self.training_mode = TrainingMode(training_mode)

@@ -8,7 +8,7 @@
     >>> x, y = rng.normal(size=(256, 8)).astype(np.float32), rng.integers(0, 3, size=256)
     >>> train, test = DataSet(x[:192], y[:192], num_classes=3), DataSet(x[192:], y[192:], num_classes=3)
     >>> job = Job(lambda: mlp(8, (16,), 3, updater=Sgd(0.05)), train, test, batch_size=32, epochs=3, min_time=0.01)
-    >>> result = compare_devices(job, counts=[1, 2])  # about a second: it measures
+    >>> result = compare_devices(job, counts=[1, 2])  # it measures
     >>> print(result.table())                          # a notebook shows it as an HTML table
     devices | 1 | 2
     ...
@@ -18,30 +18,19 @@
     >>> len(result.timings[2].seconds) == job.epochs   # every repeat's seconds per epoch, kept
     True
 
-A real job is bigger and measured longer (the defaults: 5 timed repeats of at least 0.3 s each), e.g.
-`Job(lambda: mlp(784, (512, 256), 10, updater=Sgd(0.05)), train, test, batch_size=64)` on Fashion-MNIST.
+Devices: N physical GPUs when there are; on a CPU-only machine N simulated host devices when
+`KIT_HOST_DEVICES` makes that many (every batch and average crosses the transfer path, as between
+GPUs); otherwise N *logical* devices of one device. Every row says which, because devices that share
+one CPU measure overlapping work on shared hardware, not what N GPUs would give; each row also counts
+the copies between devices an epoch made (what averaging costs).
 
-Devices: N physical GPUs when the machine has them; on a CPU-only machine N simulated host
-devices when `KIT_HOST_DEVICES` makes that many (separate placement domains: every batch and
-every average crosses the transfer path, as between GPUs); otherwise N *logical* devices of one
-device. Every row says which: simulated and logical devices share one CPU, so their "speedup" is
-what overlapping work on shared hardware gives, not what N GPUs would give. Each row also counts
-the copies between devices one epoch made, and their megabytes (what averaging costs in copies).
-
-Timing (kit.measure): every configuration trains the same number of epochs per timed repeat,
-the configurations interleaved in every repeat; a row reports the median epoch time and its
-spread. Flags are per figure, each from the timings it is computed from (`row["flags"]`): the
-epoch time is flagged when its own timing is (other processes loaded the machine, the spread is
-too wide); a speedup when its own timing, or the baseline it divides by, is flagged, or when it
-exceeds its device count. The table greys a flagged figure (marks it `*` in the text form), its
-`reliable` column says yes, partly or NO, and the plot marks a flagged speedup with a red cross.
-Fair baselines: on a CPU, one device uses the same total BLAS thread budget as the N workers
-together (every core); the table also shows the speedup over one device limited to one worker's
-share of the cores. `Comparison.speedup_sentence` words either speedup from the same figures,
-and refuses a direction where the table flags it.
-The repeats themselves are kept (`Comparison.timings`, each row's per-repeat `speedups`), so a
-plot can show their range; `progress` (e.g. a `kit.widgets.TimingPanel`'s `tick`) is called
-after every epoch trained while measuring, for a measurement that takes a while.
+Timing is kit.measure's: the configurations are interleaved in every repeat, a row reports the median
+epoch time and its spread, and every figure carries its own flags (`row["flags"]`) -- a speedup is
+flagged when its timing or its baseline's is, or when it exceeds its device count. The table greys
+flagged figures (`*` in text), the plot crosses them out, and `Comparison.speedup_sentence` refuses a
+direction the table flags. On a CPU the one-device baseline gets every core (the N workers' total
+thread budget); the speedup over one worker's share is shown beside it. The repeats are kept
+(`Comparison.timings`) so a plot can show their range; `progress` is called after every epoch.
 
 The scaling model (kit.scaling) predicts the N-device epoch time from one-device measurements.
 """
@@ -149,7 +138,7 @@ def assess_row(
 
 
 def compare_devices(
-    job: Job, counts: list[int] | tuple[int, ...] = (1, 2), progress: Callable[[], Any] | None = None
+    job: Job, counts: list[int] | tuple[int, ...] = (1, 2), progress: Callable[[], object] | None = None
 ) -> Comparison:
     """`job` trained on each of `counts` devices (1 always), measured interleaved; `progress()`
     is called after every epoch trained while measuring (warm-up, autorange and timed repeats).
@@ -165,39 +154,35 @@ def compare_devices(
     result.model = _scaling_inputs(job)
     timings, epochs = _timed_epochs(job, counts, share if on_cpu and share < cores else None, progress)
     result.timings = timings
-    base = timings[1].median
-    base_share = timings["share"].median if "share" in timings else base
-    result.model["baseline"] = {
-        "threads": cores if on_cpu else None,
-        "epoch_s": base,
-        "spread": timings[1].spread,
-        "share_threads": share if "share" in timings else cores,
-        "share_epoch_s": base_share,
-        "share_spread": timings["share" if "share" in timings else 1].spread,
-    }
+    result.model["baseline"] = _baseline(timings, cores if on_cpu else None, share, cores)
     result.model["epochs_per_repeat"] = timings[1].number
     result.model["repeats"] = job.epochs
     result.model["load"] = timings[1].load
     for n in counts:
-        kind = epochs["kinds"][n]
-        physical = "physical" in kind
+        physical = "physical" in epochs["kinds"][n]
         if n > 1:
             parallel = physical or (on_cpu and n <= cores)  # side by side: own devices, or a core each
             step_n = result.model["step_s_one_device"] if not on_cpu else _step_seconds(job, max(1, cores // n))
             result.model["step_s_per_worker"][n] = step_n
             result.model["compute_split"][n] = parallel
         row = _device_row(job, n, timings, epochs, result.model)
-        result.rows.append(
-            assess_row(
-                row,
-                timings[n].warnings,
-                shared=not physical and on_cpu,
-                cores=cores,
-                baseline=_baseline_warnings(timings, 1) if n > 1 else [],
-                share_baseline=_baseline_warnings(timings, "share") if n > 1 else [],
-            )
-        )
+        base, share_base = (_baseline_warnings(timings, 1), _baseline_warnings(timings, "share")) if n > 1 else ([], [])
+        shared = not physical and on_cpu
+        result.rows.append(assess_row(row, timings[n].warnings, shared, cores, base, share_base))
     return result
+
+
+def _baseline(timings: dict[int | str, measure.Timing], threads: int | None, share: int, cores: int) -> dict[str, Any]:
+    """The one-device baseline the model records: on every core (`threads`) and on one worker's share."""
+    base = timings[1].median
+    return {
+        "threads": threads,
+        "epoch_s": base,
+        "spread": timings[1].spread,
+        "share_threads": share if "share" in timings else cores,
+        "share_epoch_s": timings["share"].median if "share" in timings else base,
+        "share_spread": timings["share" if "share" in timings else 1].spread,
+    }
 
 
 def _scaling_inputs(job: Job) -> dict[str, Any]:
@@ -221,8 +206,8 @@ def _scaling_inputs(job: Job) -> dict[str, Any]:
 
 
 def _timed_epochs(
-    job: Job, counts: list[int], share: int | None, progress: Callable[[], Any] | None
-) -> tuple[dict[Any, measure.Timing], dict[str, Any]]:
+    job: Job, counts: list[int], share: int | None, progress: Callable[[], object] | None
+) -> tuple[dict[int | str, measure.Timing], dict[str, Any]]:
     """Epochs on each device count, interleaved (kit.measure.compare), and what each trained:
     its network, its devices, their kind and the copies between devices of each epoch. `share`:
     also one device with one worker's share of the cores (key "share"), on a CPU."""
@@ -250,7 +235,7 @@ def _timed_epochs(
 
 
 def _device_row(
-    job: Job, n: int, timings: dict[Any, measure.Timing], epochs: dict[str, Any], model: dict[str, Any]
+    job: Job, n: int, timings: dict[int | str, measure.Timing], epochs: dict[str, Any], model: dict[str, Any]
 ) -> dict[str, Any]:
     """The table's row for `n` devices, before assess_row flags it."""
     t, copies = timings[n], epochs["copies"][n]
@@ -299,7 +284,7 @@ def predicted_speedup(model: dict[str, Any], n: int) -> float:
     )
 
 
-def _baseline_warnings(timings: dict[Any, measure.Timing], key: Any = 1) -> list[str]:
+def _baseline_warnings(timings: dict[int | str, measure.Timing], key: int | str = 1) -> list[str]:
     """A speedup is a ratio to its baseline (`key`: 1, every core; "share", one worker's share): a
     flagged baseline flags every speedup measured against it (the row's own timing may be clean,
     that speedup is not), and only that speedup."""
@@ -309,7 +294,7 @@ def _baseline_warnings(timings: dict[Any, measure.Timing], key: Any = 1) -> list
 
 
 def _counting_copies(
-    run: Callable[[], None], into: list[tuple[int, int]], progress: Callable[[], Any] | None = None
+    run: Callable[[], None], into: list[tuple[int, int]], progress: Callable[[], object] | None = None
 ) -> Callable[[], None]:
     """`run`, also recording how many copies between devices (and bytes) one call made, and
     reporting the call to `progress` (outside the copy count; inside the timed repeat, where a
@@ -331,7 +316,7 @@ def _copy_totals() -> tuple[int, int]:
     return sum(n for n, _ in stats), sum(b for _, b in stats)
 
 
-def _epoch_fn(pw: Any, it: ArrayIterator, threads: int | None) -> Callable[[], None]:
+def _epoch_fn(pw: ParallelWrapper, it: ArrayIterator, threads: int | None) -> Callable[[], None]:
     def run() -> None:
         with blas_threads(threads) if threads else contextlib.nullcontext():
             pw.fit(it, epochs=1)

@@ -8,9 +8,12 @@ in the text form), and no sentence draws a direction from it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.measurement import measure, prose, tables
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = ["COLUMNS", "MODEL_WORDS", "Comparison"]
 
@@ -38,7 +41,7 @@ class Comparison:
     model: dict[str, Any] = field(default_factory=dict)
     # the measurements behind the rows: seconds per epoch of every repeat (kit.measure.Timing),
     # keyed by device count, and "share" for one device with one worker's share of the cores
-    timings: dict[Any, measure.Timing] = field(default_factory=dict)
+    timings: dict[int | str, measure.Timing] = field(default_factory=dict)
 
     @property
     def reliable(self) -> bool:
@@ -124,7 +127,7 @@ class Comparison:
 
     def speedup_sentence(
         self, devices: int, vs_share: bool = False, name: str | None = None, baseline_name: str | None = None
-    ) -> Any:
+    ) -> prose.Sentence:
         """The table's speedup of `devices` over one device (every core; `vs_share`: one worker's
         share of the cores) as a sentence (kit.prose): the same per-repeat figure the table shows,
         their range and whether every repeat points one way, or, where the table flags that
@@ -140,25 +143,11 @@ class Comparison:
             baseline_name = f"one device on {threads} thread(s)" if vs_share else "one device (every core)"
         flagged = _row_flags(row)[column]
         if flagged:
-            # the table's reasons, each timing's under its name ("a and b: machine busy"), then the
-            # speedup's own (beyond the device count)
-            own, ref = self.timings[devices], self.timings[key]
-            named = [
-                measure.Timing(n, t.seconds, t.number, t.load, t.extra_warnings)
-                for n, t in ((name, own), (baseline_name, ref))
-            ]
-            timed = set(own.warnings) | {w for w in flagged if w.startswith("its baseline")}
-            reasons = prose.flags(named) + [w for w in flagged if w not in timed]
-            return prose.no_conclusion(reasons or flagged)
+            return self._no_conclusion(flagged, (name, devices), (baseline_name, key))
         ratios = row["speedups_vs_share" if vs_share else "speedups"]
         lo, hi, median = min(ratios), max(ratios), row[column]
         header = tables.header(column)
-        if lo > 1:
-            way = f"in every repeat {name} took the shorter epoch"
-        elif hi < 1:
-            way = f"in every repeat {name} took the longer epoch"
-        else:
-            way = "the ratios fall on both sides of 1: no direction, paired by repeat or not"
+        way = _direction(lo, hi, name)
         spreads = " and ".join(measure.format_spread(self.timings[k].spread) for k in (key, devices))
         efficiency = "" if vs_share else f", efficiency {row['efficiency']:.2f}"
         return prose.sentence(
@@ -177,7 +166,22 @@ class Comparison:
             text_columns=["scaling model input"],
         )
 
-    def plot(self, ax: Any = None) -> Any:
+    def _no_conclusion(
+        self, flagged: list[str], own: tuple[str, int], baseline: tuple[str, int | str]
+    ) -> prose.Sentence:
+        """No conclusion, and why: the table's reasons, each timing's under its name ("a and b:
+        machine busy"), then the speedup's own (beyond the device count)."""
+        (name, devices), (baseline_name, key) = own, baseline
+        timing, ref = self.timings[devices], self.timings[key]
+        named = [
+            measure.Timing(n, t.seconds, t.number, t.load, t.extra_warnings)
+            for n, t in ((name, timing), (baseline_name, ref))
+        ]
+        timed = set(timing.warnings) | {w for w in flagged if w.startswith("its baseline")}
+        reasons = prose.flags(named) + [w for w in flagged if w not in timed]
+        return prose.no_conclusion(reasons or flagged)
+
+    def plot(self, ax: Axes | None = None) -> Axes:
         import matplotlib.pyplot as plt
 
         if ax is None:
@@ -185,33 +189,12 @@ class Comparison:
         n = [r["devices"] for r in self.rows]
         ax.plot(n, n, ":", color="#999", label="ideal")
         ax.plot(n, [r["predicted_speedup"] for r in self.rows], "--", color="#c63", label="scaling model")
-        measured = [r["speedup"] for r in self.rows]
-        if all(r.get("speedups") for r in self.rows):  # the range of the per-repeat ratios
-            lo = [s - min(r["speedups"]) for s, r in zip(measured, self.rows)]
-            hi = [max(r["speedups"]) - s for s, r in zip(measured, self.rows)]
-            ax.errorbar(
-                n,
-                measured,
-                yerr=[lo, hi],
-                fmt="o-",
-                color="#36c",
-                capsize=4,
-                label="measured (median, range of repeats)",
-            )
-        else:
-            ax.plot(n, measured, "o-", color="#36c", label="measured (median)")
+        _plot_measured(ax, self.rows)
         # the plotted figure is the speedup over every core: its own flag, as the table greys it
         bad = [r for r in self.rows if _row_flags(r).get("speedup")]
         if bad:
-            ax.plot(
-                [r["devices"] for r in bad],
-                [r["speedup"] for r in bad],
-                "x",
-                color="#c00",
-                ms=12,
-                mew=2,
-                label="UNRELIABLE (see table)",
-            )
+            ax.plot([r["devices"] for r in bad], [r["speedup"] for r in bad], "x", color="#c00", ms=12, mew=2,
+                    label="UNRELIABLE (see table)")  # fmt: skip
         kinds = list(dict.fromkeys(r["kind"] for r in sorted(self.rows, key=lambda r: r["devices"])))
         ax.set_xlabel("devices (" + ", ".join(kinds) + ")", fontsize=8)  # kinds in the order of their ticks
         ax.set_ylabel("speedup over 1 device")
@@ -306,3 +289,24 @@ def _model_rows(model: dict[str, Any]) -> list[list[str]]:
             continue
         rows.append([MODEL_WORDS.get(k, k.replace("_", " ")), value(k, v)])
     return rows
+
+
+def _direction(lo: float, hi: float, name: str) -> str:
+    """Which way every repeat's speedup points, or that the repeats disagree."""
+    if lo > 1:
+        return f"in every repeat {name} took the shorter epoch"
+    if hi < 1:
+        return f"in every repeat {name} took the longer epoch"
+    return "the ratios fall on both sides of 1: no direction, paired by repeat or not"
+
+
+def _plot_measured(ax: Axes, rows: list[dict[str, Any]]) -> None:
+    """The measured speedups: their medians, with the range of the per-repeat ratios where every row has them."""
+    n, measured = [r["devices"] for r in rows], [r["speedup"] for r in rows]
+    if all(r.get("speedups") for r in rows):
+        lo = [s - min(r["speedups"]) for s, r in zip(measured, rows)]
+        hi = [max(r["speedups"]) - s for s, r in zip(measured, rows)]
+        ax.errorbar(n, measured, yerr=[lo, hi], fmt="o-", color="#36c", capsize=4,
+                    label="measured (median, range of repeats)")  # fmt: skip
+    else:
+        ax.plot(n, measured, "o-", color="#36c", label="measured (median)")

@@ -41,10 +41,11 @@ from __future__ import annotations
 import contextlib
 import enum
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kit.core.devices import AnyDevice
 from kit.data.dataset import DataSet
 from kit.measurement import tables
 from kit.nn.loop import TrainingLoop
@@ -121,7 +122,7 @@ class _BaseTrainer:
         model: Network,
         train_iterator: Iterable[DataSet],
         listener: EarlyStoppingListener | None = None,
-        listeners: Iterable[Any] = (),
+        listeners: Iterable[object] = (),
     ) -> None:
         if not isinstance(config, EarlyStoppingConfig):
             raise TypeError(f"the first argument must be an EarlyStoppingConfig, got {type(config).__name__}")
@@ -187,7 +188,9 @@ class _Run:
     Epochs are numbered by the model's epoch counter, so the best model saved here carries the
     same number as `best_model_epoch`."""
 
-    def __init__(self, cfg: EarlyStoppingConfig, minimize: bool, listener: Any, model: Callable[[], Network]) -> None:
+    def __init__(
+        self, cfg: EarlyStoppingConfig, minimize: bool, listener: EarlyStoppingListener, model: Callable[[], Network]
+    ) -> None:
         self.cfg, self.minimize, self.listener, self.model = cfg, minimize, listener, model
         self.scores: dict[int, float] = {}
         self.best_score = math.inf if minimize else -math.inf
@@ -244,8 +247,8 @@ class EarlyStoppingParallelTrainer(_BaseTrainer):
         averaging_frequency: int = 1,
         report_score_after_averaging: bool = False,
         listener: EarlyStoppingListener | None = None,
-        devices: list[Any] | None = None,
-        listeners: Iterable[Any] = (),
+        devices: Sequence[str | AnyDevice] | None = None,
+        listeners: Iterable[object] = (),
     ) -> None:
         super().__init__(config, model, train_iterator, listener, listeners)
         self.wrapper = ParallelWrapper(

@@ -32,13 +32,16 @@ import json
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from tqdm.auto import tqdm
 
 from kit.core import memory
 from kit.monitor import readings
 from kit.monitor.widgets import TrainingPanel, WorkerPanel
+
+if TYPE_CHECKING:
+    from kit.nn.network import Network
 
 __all__ = [
     "PerformanceListener",
@@ -52,16 +55,16 @@ __all__ = [
 
 
 class TrainingListener:
-    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+    def iteration_done(self, model: Network, iteration: int, epoch: int, **info: float | None) -> None:
         pass
 
-    def on_fit_start(self, model: Any) -> None:
+    def on_fit_start(self, model: Network) -> None:
         pass
 
-    def on_epoch_start(self, model: Any, epoch: int) -> None:
+    def on_epoch_start(self, model: Network, epoch: int) -> None:
         pass
 
-    def on_epoch_end(self, model: Any, epoch: int) -> None:
+    def on_epoch_end(self, model: Network, epoch: int) -> None:
         pass
 
 
@@ -74,7 +77,7 @@ class ScoreIterationListener(TrainingListener):
         self.stream = stream
         self.lines: list[str] = []
 
-    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+    def iteration_done(self, model: Network, iteration: int, epoch: int, **info: float | None) -> None:
         if iteration % self.frequency == 0:
             worker = f"[{info['worker']}] " if info.get("worker") is not None else ""
             line = f"{worker}Score at iteration {iteration} is {info.get('score', model.last_score)}"
@@ -132,13 +135,13 @@ class PerformanceListener(TrainingListener):
         self._gc = _GcCounter()
         self._gc_installed = False
 
-    def on_fit_start(self, model: Any) -> None:
+    def on_fit_start(self, model: Network) -> None:
         self._last = time.perf_counter()
         if self.report_gc and not self._gc_installed:
             gc.callbacks.append(self._gc)
             self._gc_installed = True
 
-    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+    def iteration_done(self, model: Network, iteration: int, epoch: int, **info: float | None) -> None:
         now = time.perf_counter()
         if self._last is None:
             self._last = now
@@ -202,10 +205,10 @@ class StatsRecorder(TrainingListener):
         self._file: TextIO | None = None
         self._last = time.perf_counter()
 
-    def on_fit_start(self, model: Any) -> None:
+    def on_fit_start(self, model: Network) -> None:
         self._last = time.perf_counter()
 
-    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+    def iteration_done(self, model: Network, iteration: int, epoch: int, **info: float | None) -> None:
         now = time.perf_counter()
         seconds, self._last = now - self._last, now
         if iteration % self.frequency:
@@ -229,7 +232,7 @@ class StatsRecorder(TrainingListener):
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
 
-    def on_epoch_end(self, model: Any, epoch: int) -> None:
+    def on_epoch_end(self, model: Network, epoch: int) -> None:
         self.close()
 
     def close(self) -> None:
@@ -251,7 +254,7 @@ class TrainingDashboard(TrainingPanel):
     def __init__(self, total_iterations: int | None = None, interval: float = 0.3, widgets: bool | None = None) -> None:
         super().__init__(total_iterations, interval=interval, widgets=widgets)
 
-    def on_epoch_end(self, model: Any, epoch: int | None = None) -> None:
+    def on_epoch_end(self, model: Network, epoch: int | None = None) -> None:
         super().on_epoch_end(model, epoch)
         self.close()
 
@@ -264,10 +267,10 @@ class WorkerTimingPanel(WorkerPanel):
 class ProgressBarListener(TrainingListener):
     """A tqdm bar over iterations (tqdm.auto: a widget in notebooks, text elsewhere)."""
 
-    def __init__(self, total: int | None = None, **tqdm_kw: Any) -> None:
+    def __init__(self, total: int | None = None, **tqdm_kw: object) -> None:
         self.bar = tqdm(total=total, unit="it", **tqdm_kw)
 
-    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+    def iteration_done(self, model: Network, iteration: int, epoch: int, **info: float | None) -> None:
         self.bar.update(1)
         self.bar.set_postfix(score=f"{info.get('score', float('nan')):.4f}", epoch=epoch, refresh=False)
 

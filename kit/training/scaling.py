@@ -10,17 +10,15 @@ and the bandwidth a measured device copy.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
-from kit.core.devices import as_device, default_device
+from kit.core.devices import AnyDevice, as_device, default_device
 from kit.measurement import measure
 
 __all__ = ["measure_bandwidth", "predict_epoch_seconds"]
 
 
-def measure_bandwidth(nbytes: int, device: Any = None, repeats: int = 7) -> float:
+def measure_bandwidth(nbytes: int, device: str | AnyDevice | None = None, repeats: int = 7) -> float:
     """Bytes per second of a device-to-device copy (read + write counted once, as moved)."""
     dev = as_device(device) if device is not None else default_device()
     xp = dev.xp

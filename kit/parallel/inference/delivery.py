@@ -14,6 +14,7 @@ back to the caller's device, both counted by kit.devices.transfer like every oth
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from typing import Any
@@ -52,7 +53,7 @@ class Request:
         self,
         features: np.ndarray,
         single: bool,
-        future: Any = None,
+        future: concurrent.futures.Future | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         device: AnyDevice | None = None,
         source: AnyDevice | None = None,

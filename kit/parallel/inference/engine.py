@@ -19,11 +19,11 @@ import asyncio
 import collections
 import threading
 import time
-from typing import Any
 
 import numpy as np
 
 from kit.arrays.checks import check_finite
+from kit.arrays.ndarray import NDArray
 from kit.core.devices import AnyDevice, attach_thread_to_device, detach_thread
 from kit.nn.network import Network
 from kit.parallel.inference.delivery import SHUT_DOWN, Request, answer_batch, gather, shut_down_error
@@ -329,7 +329,7 @@ class Engine(Lending):
             return np.array(out.numpy(), copy=True)
 
     # ---- update_model ------------------------------------------------------------------
-    def swap_model(self, model: Network, fresh: list[Network] | None, params: Any) -> None:
+    def swap_model(self, model: Network, fresh: list[Network] | None, params: NDArray | None) -> None:
         """Serve `model` from now on: `fresh` replicas (one per worker, built for it) replace the
         old ones, or, None, `params` are copied into the old ones, each after the batch it may be
         running. To another input shape only while no request is queued or running: otherwise

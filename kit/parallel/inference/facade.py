@@ -14,9 +14,11 @@ import math
 import numbers
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from kit.arrays.checks import whole
 from kit.arrays.creation import asarray
@@ -74,7 +76,7 @@ class ParallelInference(ShutsDownOnExit):
         inference_mode: InferenceMode | str = InferenceMode.BATCHED,
         batch_limit: int = 32,
         queue_limit: int = 64,
-        devices: list[Any] | None = None,
+        devices: Sequence[str | AnyDevice] | str | AnyDevice | None = None,
     ) -> None:
         self._closed = True  # until fully built: a failed __init__ leaves nothing to shut down
         self._blas: BlasThreadShare | None = None
@@ -125,7 +127,7 @@ class ParallelInference(ShutsDownOnExit):
         return len(self._engine.pending)
 
     # ---- the client side ----------------------------------------------------------------
-    def output(self, x: Any, timeout: float | None = None) -> NDArray:
+    def output(self, x: ArrayLike | NDArray, timeout: float | None = None) -> NDArray:
         """Predictions for one example (the model's input shape) or a batch of them.
 
         `timeout`: the seconds this call may wait -- for room in the queue, for a free replica
@@ -150,7 +152,7 @@ class ParallelInference(ShutsDownOnExit):
                 raise TimeoutError(f"ParallelInference: no result within {timeout} s")
         return request.received()
 
-    def submit(self, x: Any, timeout: float | None = None) -> concurrent.futures.Future:
+    def submit(self, x: ArrayLike | NDArray, timeout: float | None = None) -> concurrent.futures.Future:
         """`output` without waiting for the answer: a Future of it, so that one thread can keep
         many requests in flight. A wrong shape or dtype raises here, NaN data fails the Future
         (the worker finds it); a full queue makes this call wait (at most `timeout` seconds, then
@@ -178,7 +180,7 @@ class ParallelInference(ShutsDownOnExit):
             self._engine.submit(Request(arr, single, future, device=current_device(), source=source), deadline)
         return future
 
-    async def output_async(self, x: Any, timeout: float | None = None) -> NDArray:
+    async def output_async(self, x: ArrayLike | NDArray, timeout: float | None = None) -> NDArray:
         """`output` for asyncio: awaits the answer without a thread per caller, so an event loop
         can serve any number of concurrent requests; a worker answers all of a batch's requests
         from one loop with one call into it. Waits at most `timeout` seconds in all (for room in
@@ -228,7 +230,7 @@ class ParallelInference(ShutsDownOnExit):
         arr: np.ndarray,
         single: bool,
         timeout: float | None,
-        deadline: Any,
+        deadline: float | None,
         source: AnyDevice | None = None,
     ) -> NDArray:
         device, gone, engine = current_device(), threading.Event(), self._engine
@@ -248,7 +250,7 @@ class ParallelInference(ShutsDownOnExit):
             raise
         return job.result()
 
-    def _prepare(self, x: Any) -> tuple[np.ndarray | None, Any, AnyDevice | None]:
+    def _prepare(self, x: ArrayLike | NDArray) -> tuple[np.ndarray | None, Any, AnyDevice | None]:
         """The caller's checks, in its own thread: (contiguous features, whether one example,
         the device they came from or None for host data), or (None, the empty answer, None) for a
         batch of no examples."""
@@ -336,7 +338,9 @@ class ParallelInference(ShutsDownOnExit):
         return sum(t.is_alive() for t in self._engine.threads) if hasattr(self, "_engine") else 0
 
 
-def _worker_devices(workers: int | None, devices: Any, batch_limit: int, queue_limit: int) -> list[AnyDevice]:
+def _worker_devices(
+    workers: int | None, devices: Sequence[str | AnyDevice] | str | AnyDevice | None, batch_limit: int, queue_limit: int
+) -> list[AnyDevice]:
     """The constructor's numbers checked, and its workers placed: worker i on the i-th of
     `devices` (round robin; one device may be given alone, by name or object), or by kit's
     placement rule (`default_devices`). One device per worker."""
@@ -349,7 +353,7 @@ def _worker_devices(workers: int | None, devices: Any, batch_limit: int, queue_l
     return [placed[i % len(placed)] for i in range(workers)]
 
 
-def _deadline(timeout: Any, call: str) -> float | None:
+def _deadline(timeout: object, call: str) -> float | None:
     """The one timeout rule of every call that waits (`output`, `submit`, `output_async`, and
     `shutdown` for its joins), in every mode: None or +inf (or more than threading.TIMEOUT_MAX,
     ~292 years) wait without limit; a number >= 0 is the seconds the call may wait, counted from

@@ -9,7 +9,6 @@ caller has the answer.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import numpy as np
 
@@ -23,7 +22,7 @@ class Lending:
     """Lending replicas to the callers (INPLACE)."""
 
     def borrow(
-        self, features: np.ndarray, deadline: float | None, timeout: Any, gone: threading.Event | None = None
+        self, features: np.ndarray, deadline: float | None, timeout: float | None, gone: threading.Event | None = None
     ) -> int | None:
         """INPLACE: lend the calling thread a replica (the index), waiting for one until
         `deadline`: TimeoutError after it, the shut-down error if shutdown() comes first, None if
