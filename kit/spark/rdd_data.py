@@ -21,8 +21,9 @@ import numpy as np
 from kit.data.dataset import DataSet
 from kit.labels import class_indices
 from kit.spark import executor as ex
+from kit.spark.arrow_data import arrow_missing, dataframe_batches
 
-__all__ = ["as_rdd", "to_rdd"]
+__all__ = ["as_rdd", "rows_rdd", "to_rdd"]
 
 
 def to_rdd(
@@ -137,14 +138,30 @@ def dataframe_columns(data: Any, features_col: str | None, label_col: str | None
     return features_col, label_col
 
 
+def rows_rdd(data: Any, features: str, label: str) -> Any:
+    """The row-at-a-time path: one (features, label) pair per DataFrame row, converted in Python
+    row by row (`row_to_pair`); used where pyarrow is missing, and measured against the Arrow path."""
+    return data.select(features, label).rdd.map(ex.row_to_pair)
+
+
 def as_rdd(data: Any, features_col: str | None = None, label_col: str | None = None) -> Any:
     """An RDD of pairs from an RDD (as is) or a DataFrame (its `features_col` and `label_col`
-    columns, MLlib's "features" and "label" by default: `dataframe_columns`)."""
+    columns, MLlib's "features" and "label" by default: `dataframe_columns`), read through Arrow
+    into elements of many examples each (kit.spark.arrow_data.dataframe_batches)."""
     if hasattr(data, "mapPartitionsWithIndex"):
         return data
     if hasattr(data, "rdd") and hasattr(data, "columns"):
         features, label = dataframe_columns(data, features_col, label_col)
-        return data.select(features, label).rdd.map(ex.row_to_pair)
+        missing = arrow_missing()
+        if missing is None:  # many examples per element, one Arrow batch at a time (kit.spark.arrow_data)
+            return dataframe_batches(data, features, label)
+        warnings.warn(
+            f"kit.spark reads this DataFrame one row at a time in Python: {missing}; with pyarrow installed "
+            "(the `spark` extra has it) it reads whole Arrow batches",
+            UserWarning,
+            stacklevel=3,
+        )
+        return rows_rdd(data, features, label)
     raise TypeError(
         f"SparkNetwork needs an RDD of (features, labels) pairs or a DataFrame, got {type(data).__name__}; "
         "make one with kit.spark.to_rdd(sc, dataset)"
