@@ -33,9 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from kit.checks import check_finite
 from kit.labels import class_indices
-from kit.spark.elements import MARK
+from kit.spark.elements import BadElementError, partition_error
 
 __all__ = ["EXAMPLES_PER_ELEMENT", "arrow_missing", "column_to_numpy", "dataframe_batches", "npy_bytes"]
 
@@ -165,37 +164,29 @@ def _from_npy(data: bytes) -> np.ndarray:
 def _check_rows(x: np.ndarray, y: np.ndarray, names: tuple[str, str], partition: int, first_row: int) -> None:
     """Finite features and scalar labels by kit.labels' rule, a bad one named by its partition and row."""
     features, label = names
-    try:
-        check_finite(x, f"features (column {features!r})", per_row=True)
-    except ValueError:
-        row = int(np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))[0])
-        raise ValueError(
-            f"{MARK} {partition} (element {first_row + row}, DataFrame row {first_row + row} of the partition): "
-            f"features (column {features!r}) contain NaN or infinity"
-        ) from None
+    finite = np.isfinite(x.reshape(len(x), -1)).all(axis=1) if x.dtype.kind == "f" else np.ones(len(x), bool)
+    if not finite.all():
+        row = first_row + int(np.flatnonzero(~finite)[0])
+        message = f"DataFrame row {row} of the partition: features (column {features!r}) contain NaN or infinity"
+        raise BadElementError((partition, row), message)
     if y.ndim != 1 or y.dtype.kind == "b":
         return  # one-hot or probability rows: the DataSet that batches them checks them
     try:
         class_indices(y)
     except ValueError:
-        row = next(r for r in range(len(y)) if not _label_ok(y[r : r + 1]))
-        _, message = _label_error(y[row : row + 1])
-        raise ValueError(
-            f"{MARK} {partition} (element {first_row + row}, DataFrame row {first_row + row} of the partition, "
-            f"column {label!r}): {message.replace(' at index 0', '')}"
-        ) from None
+        row = next(r for r in range(len(y)) if _label_error(y[r : r + 1]))
+        message = _label_error(y[row : row + 1]).replace(" at index 0", "")
+        where = f"DataFrame row {first_row + row} of the partition, column {label!r}"
+        raise BadElementError((partition, first_row + row), f"{where}: {message}") from None
 
 
-def _label_ok(y: np.ndarray) -> bool:
-    return _label_error(y)[0]
-
-
-def _label_error(y: np.ndarray) -> tuple[bool, str]:
+def _label_error(y: np.ndarray) -> str:
+    """kit.labels' refusal of these labels, or "" where they pass."""
     try:
         class_indices(y)
     except ValueError as exc:
-        return False, str(exc)
-    return True, ""
+        return str(exc)
+    return ""
 
 
 def batch_task(names: tuple[str, str], examples_per_element: int) -> Any:
@@ -209,15 +200,22 @@ def batch_task(names: tuple[str, str], examples_per_element: int) -> Any:
         context = TaskContext.get()
         partition = context.partitionId() if context else 0
         row = 0
-        for batch in batches:
-            x = column_to_numpy(batch.column(0), names[0])
-            y = column_to_numpy(batch.column(1), names[1])
-            _check_rows(x, y, names, partition, row)
-            row += len(x)
-            for start in range(0, len(x), examples_per_element):
-                stop = start + examples_per_element
-                xs, ys = [npy_bytes(x[start:stop])], [npy_bytes(y[start:stop])]
-                yield pa.RecordBatch.from_arrays([pa.array(xs, pa.binary()), pa.array(ys, pa.binary())], ["x", "y"])
+        try:
+            for batch in batches:
+                x = column_to_numpy(batch.column(0), names[0])
+                y = column_to_numpy(batch.column(1), names[1])
+                _check_rows(x, y, names, partition, row)
+                row += len(x)
+                for start in range(0, len(x), examples_per_element):
+                    xs, ys = (
+                        npy_bytes(x[start : start + examples_per_element]),
+                        npy_bytes(y[start : start + examples_per_element]),
+                    )
+                    yield pa.RecordBatch.from_arrays(
+                        [pa.array([xs], pa.binary()), pa.array([ys], pa.binary())], ["x", "y"]
+                    )
+        except BaseException as exc:
+            raise partition_error(partition, "reading the DataFrame", exc) from exc
 
     return run
 
