@@ -284,9 +284,11 @@ class NetworkClassificationModel(_NetworkParams, Model, MLReadable, MLWritable):
         listed = ", ".join(f"{c!r} ({k})" for c, k in kinds.items())
         if features not in kinds or not features_ok(kinds[features]):
             found = "no such column" if features not in kinds else f"it holds {kinds[features]}"
+            fits = [c for c, k in kinds.items() if features_ok(k)]
+            fix = f"model.setFeaturesCol({fits[0]!r})" if fits else "a DataFrame with a Vector or array column"
             raise ValueError(
                 f"NetworkClassificationModel(featuresCol={features!r}): {found}; the DataFrame's columns are {listed}. "
-                "Name a Vector or array column: model.setFeaturesCol(...)"
+                f"Name a Vector or array column: {fix}"
             )
         outputs = [
             (c, t)
@@ -300,8 +302,9 @@ class NetworkClassificationModel(_NetworkParams, Model, MLReadable, MLWritable):
         taken = [c for c, _ in outputs if c in kinds]
         if taken:
             raise ValueError(
-                f"NetworkClassificationModel: the DataFrame has a column {taken[0]!r} already (its columns are "
-                f"{listed}); name the output another way, e.g. model.setPredictionCol(...), or drop the column first"
+                f"NetworkClassificationModel: the DataFrame has the output column(s) {', '.join(map(repr, taken))} "
+                f"already (its columns are {listed}); drop them first: df.drop({', '.join(map(repr, taken))}), or "
+                "name the outputs otherwise (setPredictionCol, setProbabilityCol, setRawPredictionCol)"
             )
         check_batch_size(self.getOrDefault(self.batchSize), "transform")
         schema = StructType([*dataset.schema.fields, *(StructField(c, t, True) for c, t in outputs)])
