@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.labels import class_indices
+from kit.data.labels import class_indices
 from kit.spark.elements import BadElementError, partition_error
 
 __all__ = ["EXAMPLES_PER_ELEMENT", "arrow_missing", "column_to_numpy", "dataframe_batches", "npy_bytes"]

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from kit.data.dataset import DataSet
-from kit.labels import class_indices
+from kit.data.labels import class_indices
 from kit.spark import executor as ex
 from kit.spark.arrow_data import arrow_missing, dataframe_batches
 
