@@ -80,6 +80,7 @@ def test_an_output_column_set_to_empty_is_not_added(digits, fitted):
     assert model.transform(df).columns == ["features", "label", "name", "prediction"]
 
 
+@pytest.mark.slow  # a fit, four transforms and a pipeline's save and load: over 60 s on a loaded machine
 def test_a_pipeline_fits_transforms_saves_and_loads(tmp_path, digits):
     from pyspark.ml import Pipeline, PipelineModel
     from pyspark.ml.evaluation import MulticlassClassificationEvaluator
