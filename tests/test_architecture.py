@@ -17,6 +17,7 @@ OPTIONAL = {
     "pynvml",
     "ml_dtypes",
     "pyspark",
+    "pyarrow",
     "py4j",
     "ipywidgets",
     "IPython",

@@ -16,11 +16,19 @@ Usage (it starts a local Spark, a JVM that takes seconds to come up, so it is no
     spark_net.evaluate(to_rdd(sc, test)).accuracy()
     export_stats_html(spark_net.get_training_stats(), "stats.html")
 
+As MLlib estimators (pyspark.ml Params, Pipelines, CrossValidator, MLlib's save and load):
+NetworkClassifier and NetworkClassificationModel (kit.spark.ml). Distributed inference:
+SparkNetwork.feed_forward_with_key, output and predict (kit.spark.scoring).
+
 DL4J names: SparkNetwork = SparkDl4jMultiLayer, ParameterAveragingTrainingMaster and
 SharedTrainingMaster keep theirs, get_training_stats = getSparkTrainingStats,
 export_stats_html = StatsUtils.exportStatsAsHtml. Needs the `spark` extra (PySpark) and Java 17.
-Importing this package does not import PySpark; starting a context does.
+Importing this package does not import PySpark; starting a context does, and so does the first
+use of NetworkClassifier or NetworkClassificationModel (kit.spark.ml, loaded then: PEP 562).
 """
+
+import importlib
+from typing import Any
 
 from kit.spark.checkpoint import CheckpointError
 from kit.spark.masters import (
@@ -43,9 +51,20 @@ from kit.spark.scheduling import MoreWorkersThanSlotsWarning
 from kit.spark.spark_context import SparkMasterWarning, require_spark
 from kit.spark.stats import SparkTrainingStats, export_stats_html
 
+LAZY = {"NetworkClassifier": "kit.spark.ml", "NetworkClassificationModel": "kit.spark.ml"}  # they import PySpark
+
+
+def __getattr__(name: str) -> Any:
+    if name in LAZY:
+        return getattr(importlib.import_module(LAZY[name]), name)
+    raise AttributeError(f"module 'kit.spark' has no attribute {name!r}")
+
+
 __all__ = [
     "CheckpointError",
     "MoreWorkersThanSlotsWarning",
+    "NetworkClassificationModel",
+    "NetworkClassifier",
     "ParameterAveragingTrainingMaster",
     "RDDTrainingApproach",
     "Repartition",

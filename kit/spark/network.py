@@ -16,8 +16,9 @@ examples axis: features (n, *input_shape), labels (n,) class indices or (n, C) o
 elements may hold any number of examples, each its own: a mini-batch is always
 `batch_size_per_worker` examples (DL4J splits and merges DataSets the same way; the master's
 `rdd_data_set_num_examples` is a hint kept for DL4J's API and changes no mini-batch). A
-DataFrame works too: its first two columns are taken as features (array or pyspark.ml Vector)
-and label (class index), one example per row. `to_rdd` makes an RDD from a kit DataSet.
+DataFrame works too: its features_col and label_col columns (MLlib's "features" and "label" by
+default), read through Arrow a batch at a time (kit.spark.arrow_data). `to_rdd` makes an RDD from
+a kit DataSet.
 
 Training drives kit's TrainingLoop on the driver: one loop step is one round of the training
 master (one Spark job), so listeners see DL4J's numbering, one `iteration_done` per worker
@@ -46,7 +47,8 @@ that dies loses nothing past the master's last checkpoint (`checkpoint_every`): 
 
 Where the parts live (each re-exported here): kit.spark.spark_context (starting Spark),
 kit.spark.rdd_data (to_rdd, as_rdd), kit.spark.spark_errors (SparkTrainingError and its words),
-kit.spark.spark_evaluation (evaluation, a mixin of SparkNetwork); this module holds SparkNetwork's
+kit.spark.spark_evaluation (evaluation, a mixin of SparkNetwork), kit.spark.scoring (inference:
+feed_forward_with_key, output, predict; a mixin too); this module holds SparkNetwork's
 jobs and training: sessions, rounds, checkpoints.
 """
 
@@ -66,6 +68,7 @@ from kit.nn.network import Network
 from kit.spark import checkpoint
 from kit.spark.masters import TrainingMaster
 from kit.spark.rdd_data import as_rdd, to_rdd
+from kit.spark.scoring import Scoring
 from kit.spark.spark_context import SparkUnavailableError, local_spark_context, spark_missing
 from kit.spark.spark_errors import SparkTrainingError, is_spark_error, spark_error
 from kit.spark.spark_evaluation import DEFAULT_EVAL_BATCH_SIZE as DEFAULT_EVAL_BATCH_SIZE  # as before
@@ -113,7 +116,7 @@ def _check_fit_args(epochs: Any, resume: Any) -> None:
         raise ValueError(f"fit(resume={resume!r}): True (go on from the latest checkpoint) or False")
 
 
-class SparkNetwork(Evaluating):
+class SparkNetwork(Evaluating, Scoring):
     """A Network trained by a training master on a SparkContext (DL4J's SparkDl4jMultiLayer)."""
 
     def __init__(

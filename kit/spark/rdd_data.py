@@ -14,6 +14,7 @@ kit.spark.network and kit.spark.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,8 +22,9 @@ import numpy as np
 from kit.data.dataset import DataSet
 from kit.data.labels import class_indices
 from kit.spark import executor as ex
+from kit.spark.arrow_data import arrow_missing, dataframe_batches
 
-__all__ = ["as_rdd", "to_rdd"]
+__all__ = ["SPARK_NETWORK", "Caller", "as_rdd", "dataframe_columns", "features_ok", "rows_rdd", "to_rdd"]
 
 
 def to_rdd(
@@ -57,7 +59,7 @@ def _column_kind(data: Any, name: str) -> str:
     return data.schema[name].dataType.simpleString()
 
 
-def _features_ok(kind: str) -> bool:
+def features_ok(kind: str) -> bool:
     """An ml/mllib Vector, or an array (of arrays ...) of numbers."""
     while kind.startswith("array<"):
         kind = kind[len("array<") : -1]
@@ -68,38 +70,54 @@ def _features_ok(kind: str) -> bool:
 
 def _label_ok(kind: str) -> bool:
     """A class number (or bool), or a one-hot Vector or array of numbers."""
-    return kind in NUMERIC or kind.startswith("decimal") or _features_ok(kind)
+    return kind in NUMERIC or kind.startswith("decimal") or features_ok(kind)
 
 
-def _remedy(columns: list[str], kinds: dict[str, str], features_col: str | None, label_col: str | None) -> str:
+@dataclass(frozen=True)
+class Caller:
+    """Whose columns an error is about: the call named (`owner`, its two parameters) and the call that fixes it."""
+
+    owner: str = "SparkNetwork"
+    params: tuple[str, str] = ("features_col", "label_col")
+    fix: str = "SparkNetwork(sc, net, tm, features_col={features}, label_col={label})"
+
+
+SPARK_NETWORK = Caller()
+
+
+def _remedy(
+    columns: list[str], kinds: dict[str, str], features_col: str | None, label_col: str | None, caller: Caller
+) -> str:
     """The call that names this DataFrame's columns: the names given where they fit, else the
     first column that could hold features (a Vector or array) and the first class-number column."""
-    features = features_col if features_col in kinds and _features_ok(kinds[features_col]) else None
-    features = features or next((c for c in columns if _features_ok(kinds[c])), None)
+    features = features_col if features_col in kinds and features_ok(kinds[features_col]) else None
+    features = features or next((c for c in columns if features_ok(kinds[c])), None)
     label = label_col if label_col in kinds and label_col != features and _label_ok(kinds[label_col]) else None
     label = label or next(
-        (c for c in columns if c != features and _label_ok(kinds[c]) and not _features_ok(kinds[c])), None
+        (c for c in columns if c != features and _label_ok(kinds[c]) and not features_ok(kinds[c])), None
     )
     if features is None or label is None:
-        return (
-            "SparkNetwork(sc, net, tm, features_col=..., label_col=...), "
-            "naming a Vector or array column and a label column"
-        )
-    return f"SparkNetwork(sc, net, tm, features_col={features!r}, label_col={label!r})"
+        fix = caller.fix.format(features="...", label="...")
+        return f"{fix}, naming a Vector or array column and a label column"
+    return caller.fix.format(features=repr(features), label=repr(label))
 
 
-def dataframe_columns(data: Any, features_col: str | None, label_col: str | None) -> tuple[str, str]:
+def dataframe_columns(
+    data: Any, features_col: str | None, label_col: str | None, caller: Caller = SPARK_NETWORK
+) -> tuple[str, str]:
     """The (features, label) columns kit reads from a DataFrame, checked on the driver: the
     columns named, else MLlib's "features" and "label", else (neither of those names there) the
     first two columns by position, said in a warning. A column that is missing or holds the
-    wrong type is refused naming the DataFrame's columns and the parameter to set."""
+    wrong type is refused naming the DataFrame's columns and the parameter to set (`caller`: in
+    whose words, SparkNetwork's by default)."""
     columns = list(data.columns)
     kinds = {c: _column_kind(data, c) for c in columns}
     listed = ", ".join(f"{c!r} ({kinds[c]})" for c in columns) or "none"
-    remedy = _remedy(columns, kinds, features_col, label_col)
-    for param, given in (("features_col", features_col), ("label_col", label_col)):
+    remedy = _remedy(columns, kinds, features_col, label_col, caller)
+    owner, (features_param, label_param) = caller.owner, caller.params
+    for param, given in ((features_param, features_col), (label_param, label_col)):
         if given is not None and not isinstance(given, str):
-            raise TypeError(f"SparkNetwork({param}={given!r}): a column name (a str), or None")
+            raise TypeError(f"{owner}({param}={given!r}): a column name (a str), or None")
     if features_col is None and label_col is None and "features" not in columns and "label" not in columns:
         if len(columns) < 2:
             raise ValueError(
@@ -116,35 +134,51 @@ def dataframe_columns(data: Any, features_col: str | None, label_col: str | None
     features_col = "features" if features_col is None else features_col
     label_col = "label" if label_col is None else label_col
     for param, name, ok, wanted in (
-        ("features_col", features_col, _features_ok, "a Vector (pyspark.ml.linalg) or an array of numbers"),
-        ("label_col", label_col, _label_ok, "a class number, or a one-hot Vector or array"),
+        (features_param, features_col, features_ok, "a Vector (pyspark.ml.linalg) or an array of numbers"),
+        (label_param, label_col, _label_ok, "a class number, or a one-hot Vector or array"),
     ):
         if name not in columns:
             raise ValueError(
-                f"SparkNetwork({param}={name!r}): the DataFrame has no column {name!r}; its columns are {listed}. "
+                f"{owner}({param}={name!r}): the DataFrame has no column {name!r}; its columns are {listed}. "
                 f"Name the columns to read: {remedy}"
             )
         if not ok(kinds[name]):
             raise ValueError(
-                f"SparkNetwork({param}={name!r}): column {name!r} holds {kinds[name]}, and {param} needs {wanted}; "
+                f"{owner}({param}={name!r}): column {name!r} holds {kinds[name]}, and {param} needs {wanted}; "
                 f"the DataFrame's columns are {listed}. Name the columns to read: {remedy}"
             )
     if features_col == label_col:
         raise ValueError(
-            f"SparkNetwork(features_col={features_col!r}, label_col={label_col!r}): the same column twice; "
+            f"{owner}({features_param}={features_col!r}, {label_param}={label_col!r}): the same column twice; "
             f"the DataFrame's columns are {listed}. Name two columns: {remedy}"
         )
     return features_col, label_col
 
 
+def rows_rdd(data: Any, features: str, label: str) -> Any:
+    """The row-at-a-time path: one (features, label) pair per DataFrame row, converted in Python
+    row by row (`row_to_pair`); used where pyarrow is missing, and measured against the Arrow path."""
+    return data.select(features, label).rdd.map(ex.row_to_pair)
+
+
 def as_rdd(data: Any, features_col: str | None = None, label_col: str | None = None) -> Any:
     """An RDD of pairs from an RDD (as is) or a DataFrame (its `features_col` and `label_col`
-    columns, MLlib's "features" and "label" by default: `dataframe_columns`)."""
+    columns, MLlib's "features" and "label" by default: `dataframe_columns`), read through Arrow
+    into elements of many examples each (kit.spark.arrow_data.dataframe_batches)."""
     if hasattr(data, "mapPartitionsWithIndex"):
         return data
     if hasattr(data, "rdd") and hasattr(data, "columns"):
         features, label = dataframe_columns(data, features_col, label_col)
-        return data.select(features, label).rdd.map(ex.row_to_pair)
+        missing = arrow_missing()
+        if missing is None:  # many examples per element, one Arrow batch at a time (kit.spark.arrow_data)
+            return dataframe_batches(data, features, label)
+        warnings.warn(
+            f"kit.spark reads this DataFrame one row at a time in Python: {missing}; with pyarrow installed "
+            "(the `spark` extra has it) it reads whole Arrow batches",
+            UserWarning,
+            stacklevel=3,
+        )
+        return rows_rdd(data, features, label)
     raise TypeError(
         f"SparkNetwork needs an RDD of (features, labels) pairs or a DataFrame, got {type(data).__name__}; "
         "make one with kit.spark.to_rdd(sc, dataset)"
