@@ -65,7 +65,7 @@ def test_the_tree_carries_results_and_sums_typed():
 def test_a_round_run_by_spark_comes_back_typed(sc):
     net = mlp(F, hidden=(4,), n_out=C, updater=Sgd(0.1), seed=0)
     batches = [(X[i : i + 4], Y[i : i + 4]) for i in range(0, 12, 4)]
-    record = next(ex.round_records(per_round=3, stored_rounds=1)(0, iter(batches)))
+    (record,) = ex.round_records(per_round=3, stored_rounds=1)(0, iter(batches))
     spec = _spec(net, source=RoundSource.CACHED)
     state = sc.broadcast(ex.pack_state(net, spec.keys))
     try:
