@@ -3,6 +3,7 @@ fits, moved as mini-batches (many examples an element), an export directory chec
 executor before the first round, stale export runs of a killed driver swept at the next fit, and
 Spark's retries counted in the stats (a driver whose context retries a task that fails once)."""
 
+import contextlib
 import json
 import os
 import signal
@@ -214,10 +215,8 @@ def test_a_killed_drivers_export_run_is_swept_at_the_next_fit(sc, tmp_path):
             time.sleep(0.1)
         assert "STOPPED" in text(), text()[-3000:]
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):  # the driver, its JVM and Python workers
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait(timeout=60)
         log.close()
     assert proc.returncode == -signal.SIGKILL
