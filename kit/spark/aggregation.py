@@ -12,39 +12,43 @@ The combining functions are plain functions, so they run without Spark too:
     >>> from kit.spark.aggregation import array_bytes, fan_in, merge_round, round_partial
     >>> fan_in(4, 2), fan_in(9, 2), fan_in(8, 3), fan_in(4, 1)
     (2, 3, 2, 4)
-    >>> w0 = {"worker": 0, "state": np.float32([1.0, 2.0]), "scores": [0.5]}
-    >>> w1 = {"worker": 1, "state": np.float32([3.0, 5.0]), "scores": [0.25]}
-    >>> both = merge_round(round_partial(None, w0), round_partial(None, w1))
-    >>> both["sum"], both["trained"], [w["worker"] for w in both["workers"]]
+    >>> from kit.spark.wire import RoundResult, WorkerStats
+    >>> def result(w, state):
+    ...     return RoundResult(worker=w, round=0, stats=WorkerStats(w, 0, pid=0), state=np.float32(state))
+    >>> both = merge_round(round_partial(None, result(0, [1, 2])), round_partial(None, result(1, [3, 5])))
+    >>> both.sum, both.trained, [w.worker for w in both.workers]
     (array([4., 7.]), 2, [0, 1])
-    >>> both["sum"].dtype, array_bytes(both["sum"])      # a sum of two float32 states: float64
+    >>> both.sum.dtype, array_bytes(both.sum)      # a sum of two float32 states: float64, their bytes together
     (dtype('float64'), 16)
 
-Why kit does not call PySpark's `RDD.treeAggregate`: it adds a level only when that "helps
-the wall-clock time" (with 4 partitions and depth 2 it builds none, so the driver receives all
-4), and its levels merge partial results in the order the shuffle delivers them, which can
-differ from run to run. Here every level is built while more than f results remain, and each
-group is merged in worker order, so the sums are the same on every run and cluster, and with
-depth 1 they are exactly the sequential float64 sum the driver computed before (worker 0's
-state, plus worker 1's, ...). A leaf (one worker's state) keeps its own dtype; sums of two or
-more are float64, so with float32 states and fan-in 2 a partial sum weighs what the two
-states it replaces did (the driver still receives fewer of them). For float32 and float16
-networks the float64 sum of a few workers' values is exact (24 or 11 significant bits, plus a
-few for the carries, fit in float64's 53 unless the values differ in magnitude by about
-2 ** 25), and where it is not, the grouping moves float64's last bit, which the cast back to
-the network's dtype keeps about once in 2 ** 29 values: every depth gives the same parameters
-in practice (tests/spark/test_spark_aggregation.py checks 8 workers at depths 1, 2 and 3). A
-float64 network's mean may differ in its last bit between depths, never between runs.
+Why not PySpark's `RDD.treeAggregate`: it adds a level only when that "helps the wall-clock
+time" (with 4 partitions and depth 2, none) and merges in the order the shuffle delivers. Here
+every level is built while more than f results remain and each group is merged in worker order,
+so the sums are the same on every run and cluster (depth 1: exactly the sequential float64 sum).
+A leaf keeps its state's dtype; sums of two or more are float64, so a tree saves the driver
+partial results, not bytes: 4 float32 workers at depth 2 send it exactly the bytes depth 1 does
+(2 float64 sums against 4 float32 states, test_spark_aggregation.py asserts it), plus a
+shuffle. float32 sums would halve that but round each partial sum, and the depths would stop
+agreeing with the sequential sum, so kit keeps float64. For float32 and float16 states the
+float64 sum of a few workers is exact unless values differ in magnitude by about 2 ** 25;
+where it is not, the grouping moves float64's last bit, which the cast back keeps about once in
+2 ** 29 values (test_spark_aggregation.py checks 8 workers at depths 1, 2 and 3). A float64
+network's mean may differ in its last bit between depths, never between runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-__all__ = ["array_bytes", "check_depth", "fan_in", "merge_round", "round_partial", "tree_aggregate"]
+if TYPE_CHECKING:
+    from kit.spark.wire import RoundResult
+
+__all__ = ["RoundPartial", "array_bytes", "check_depth", "fan_in", "merge_round", "round_partial", "tree_aggregate"]
 
 
 def check_depth(owner: str, depth: Any) -> int:
@@ -71,7 +75,7 @@ def fan_in(n: int, depth: int) -> int:
 
 
 def array_bytes(value: Any) -> int:
-    """Bytes of the NumPy arrays in a value (dicts, lists and tuples walked): what kit counts as
+    """Bytes of the NumPy arrays in a value (dicts, lists, tuples and dataclasses walked): what kit counts as
     sent; the pickle framing around them (tens of bytes an array) and plain numbers are not."""
     if isinstance(value, np.ndarray):
         return int(value.nbytes)
@@ -79,35 +83,47 @@ def array_bytes(value: Any) -> int:
         return sum(array_bytes(v) for v in value.values())
     if isinstance(value, (list, tuple)):
         return sum(array_bytes(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # the wire's types (kit.spark.wire)
+        return sum(array_bytes(getattr(value, f.name)) for f in dataclasses.fields(value))
     return 0
 
 
-def round_partial(zero: Any, result: dict[str, Any]) -> dict[str, Any]:
+@dataclass
+class RoundPartial:
+    """A partial result of a round's tree: its workers' results in worker order (their states
+    taken out) and the sum of the `trained` states among them: float64 for two or more, a lone
+    worker's state in its own dtype."""
+
+    workers: list[RoundResult]
+    sum: np.ndarray | None
+    trained: int
+
+
+def round_partial(zero: RoundPartial | None, result: RoundResult) -> RoundPartial:
     """seqOp: one worker's round result as a partial result. Its state (parameter averaging)
     becomes the partial's `sum`; everything else (scores, stats, shared training's messages and
     worker state) rides along in `workers`, in worker order."""
-    info = {k: v for k, v in result.items() if k != "state"}
-    state = result.get("state")
-    leaf = {"workers": [info], "sum": state, "trained": int(state is not None)}
+    state = result.state
+    leaf = RoundPartial([dataclasses.replace(result, state=None)], state, int(state is not None))
     return leaf if zero is None else merge_round(zero, leaf)
 
 
-def merge_round(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+def merge_round(a: RoundPartial | None, b: RoundPartial | None) -> RoundPartial | None:
     """combOp: two partial results, `a`'s workers before `b`'s. Sums go to float64 (a copy of a
     leaf's state, then added in place), as the driver's mean always did."""
     if a is None:
         return b
     if b is None:
         return a
-    total = a["sum"]
-    if b["sum"] is not None:
+    total = a.sum
+    if b.sum is not None:
         if total is None:
-            total = b["sum"]
+            total = b.sum
         else:
-            if a["trained"] == 1:  # a worker's own array: a float64 copy to sum into
+            if a.trained == 1:  # a worker's own array: a float64 copy to sum into
                 total = total.astype(np.float64)
-            np.add(total, b["sum"], out=total)
-    return {"workers": a["workers"] + b["workers"], "sum": total, "trained": a["trained"] + b["trained"]}
+            np.add(total, b.sum, out=total)
+    return RoundPartial(a.workers + b.workers, total, a.trained + b.trained)
 
 
 def _identity(key: int) -> int:

@@ -1,20 +1,27 @@
 """The user's elements on the executors, before any training: tagged with where they began,
-checked, stacked into mini-batches, counted, and stored one record per round (DIRECT: in Spark's
-cache; EXPORT: as .npz bytes or files). Every failure becomes a `PartitionError` naming the
-partition, or, for a bad element, its place in the RDD the user gave. The tasks that train and
-evaluate on them are in kit.spark.executor, which re-exports these.
+checked, and cut into mini-batches ONCE (`cut_task`, for DIRECT and EXPORT alike), then counted
+and stored one record per round (DIRECT: in Spark's cache; EXPORT: as .npz bytes or files). A
+mini-batch is always `per_batch` examples whatever the elements hold: an element is split where
+a mini-batch ends, and the pieces of one mini-batch that began in different partitions are
+joined after the shuffle (`join_pieces`), so the shuffle moves a few large elements, not one
+pickled example each. Every failure becomes a `PartitionError` naming the partition, or, for a
+bad element, its place in the RDD the user gave. The tasks that train on them are in
+kit.spark.executor, which re-exports these.
 
 A task is a plain function of (partition index, iterator of elements), so it also runs without Spark:
 
     >>> import numpy as np
-    >>> from kit.spark.elements import count_task
-    >>> pair = (np.zeros((1, 4), np.float32), np.array([1]))   # one element: (features, labels)
-    >>> count = count_task(per_batch=2, num_classes=3)          # elements come tagged with where they began
-    >>> [(partition, n) for partition, n, sha256 in count(0, iter([((3, 0), pair), ((3, 1), pair)]))]
-    [(0, 2)]
-    >>> list(count(0, iter([((3, 0), pair), ((3, 1), (np.zeros((1, 4)), np.array([1, 2])))])))
+    >>> from kit.spark.elements import cut_task, join_pieces, tag_elements
+    >>> pair = (np.zeros((3, 4), np.float32), np.array([1, 0, 1]))   # one element: 3 examples
+    >>> cut = cut_task(per_batch=2, num_classes=2, offsets=None)
+    >>> pieces = list(cut(0, tag_elements(0, iter([pair, pair]))))
+    >>> [(b, first, x.shape) for b, (first, x, y) in pieces]          # (mini-batch, first example, features)
+    [(0, 0, (2, 4)), (1, 2, (2, 4)), (2, 4, (2, 4))]
+    >>> [x.shape for x, y in join_pieces(iter(pieces))]
+    [(2, 4), (2, 4), (2, 4)]
+    >>> list(cut(3, tag_elements(3, iter([pair, (np.zeros((1, 4)), np.array([1, 2]))]))))
     Traceback (most recent call last):
-    kit.spark.elements.PartitionError: [kit.spark] partition 3 (element 1, count): ValueError: features of shape ...
+    kit.spark.elements.PartitionError: [kit.spark] partition 3 (element 1, prepare): ValueError: features of shape ...
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import numpy as np
 from kit.arrays.checks import check_finite
 from kit.data.dataset import DataSet
 from kit.spark.checkpoint import example_digest
+from kit.spark.wire import task_attempt
 
 __all__ = [
     "MARK",
@@ -38,13 +46,16 @@ __all__ = [
     "PartitionError",
     "batches_of",
     "check_element",
+    "count_examples",
     "count_task",
+    "cut_task",
     "export_records",
     "export_task",
+    "join_pieces",
     "partition_error",
+    "read_npz",
     "round_records",
     "row_to_pair",
-    "single_examples",
     "tag_elements",
 ]
 
@@ -82,39 +93,20 @@ def tag_elements(partition: int, it: Iterator[Any]) -> Iterator[tuple[tuple[int,
         yield (partition, j), element
 
 
-def single_examples(tagged: tuple[tuple[int, int], Any]) -> Iterator[tuple[tuple[int, int], Any]]:
-    """A tagged element of n examples as n tagged one-example elements (a malformed element
-    passes whole, for the checks to name)."""
-    source, element = tagged
-    try:
-        x, y = check_element(element, "element")
-    except ValueError:
-        yield tagged
-        return
-    if x.shape[0] == 1:
-        yield tagged
-        return
-    for r in range(x.shape[0]):
-        yield source, (x[r : r + 1], y[r : r + 1])
-
-
-def _one_batch(tagged: list[Any], num_classes: int) -> DataSet:
-    pairs = []
-    for source, e in tagged:
-        try:
-            pairs.append(check_element(e, "element"))
-        except ValueError as exc:
-            raise BadElementError(source, str(exc).removeprefix("element: ")) from None
+def _stacked(tagged: list[Any], num_classes: int) -> tuple[np.ndarray, np.ndarray, DataSet]:
+    """Tagged (features, labels) pieces stacked into one mini-batch, checked as training will use
+    it (finite features, labels valid for `num_classes`); a bad piece is named by where it began."""
+    pairs = [_pair(source, e) for source, e in tagged]
     try:
         x = np.concatenate([p[0] for p in pairs])  # its own dtype: the network casts it, as a local fit does
         y = np.concatenate([p[1] for p in pairs])
         check_finite(x, "features")
-        return DataSet(x, y, num_classes=num_classes)
+        return x, y, DataSet(x, y, num_classes=num_classes)
     except ValueError as exc:
         if len(tagged) == 1:
             raise BadElementError(tagged[0][0], str(exc)) from None
     for one in tagged:  # which element: the same checks one by one, so the error names it
-        _one_batch([one], num_classes)
+        _stacked([one], num_classes)
     raise AssertionError("a mini-batch failed that none of its elements fails")  # pragma: no cover
 
 
@@ -122,7 +114,7 @@ def batches_of(elements: list[Any], per_batch: int, num_classes: int, where: str
     """Stack groups of `per_batch` tagged elements ((partition, position), element) into
     DataSets; features must be finite and labels valid. A bad element raises BadElementError naming
     its RDD partition and position (`where`: the round, for messages)."""
-    return [_one_batch(elements[i : i + per_batch], num_classes) for i in range(0, len(elements), per_batch)]
+    return [_stacked(elements[i : i + per_batch], num_classes)[2] for i in range(0, len(elements), per_batch)]
 
 
 def partition_error(partition: int, what: str, exc: BaseException) -> PartitionError:
@@ -134,31 +126,152 @@ def partition_error(partition: int, what: str, exc: BaseException) -> PartitionE
     return PartitionError(f"{MARK} {partition} ({what}): {type(exc).__name__}: {exc}")
 
 
-# ---- counting, caching and exporting a partition --------------------------------------
+# ---- cutting, counting and storing a partition's mini-batches ---------------------------
 
 
-def count_task(per_batch: int, num_classes: int) -> Any:
-    """DIRECT: the elements of a partition, each checked (features, labels) as the rounds will
-    stack them; materialises the cache. Yields (partition, count, SHA-256 of its examples in
-    order: the data's fingerprint a checkpoint keeps)."""
+def count_examples(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int, int]]:
+    """The examples in a partition of tagged elements, each element's shape checked: (partition,
+    examples, task attempt); where each partition's examples begin in the RDD's order."""
+    try:
+        n = 0
+        for source, element in it:
+            n += len(_pair(source, element)[0])
+        yield partition, n, task_attempt()
+    except BaseException as exc:
+        raise partition_error(partition, "prepare", exc) from exc
 
-    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int, str]]:
+
+def _pair(source: tuple[int, int], element: Any) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        return check_element(element, "element")
+    except ValueError as exc:
+        raise BadElementError(source, str(exc).removeprefix("element: ")) from None
+
+
+def cut_task(per_batch: int, num_classes: int, offsets: list[int] | None) -> Any:
+    """THE place mini-batches are cut: a partition's tagged elements as pieces of mini-batches,
+    (b, (index of the piece's first example, features, labels)), example i of the RDD (counted
+    from `offsets[partition]`; None: from 0 in each partition) in mini-batch i // per_batch.
+    Every piece is checked as a mini-batch is (finite features, valid labels), naming the
+    element it came from."""
+
+    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, tuple[int, np.ndarray, np.ndarray]]]:
         try:
-            n, group, hasher = 0, [], hashlib.sha256()
-            for tagged in it:
-                group.append(tagged)
-                n += 1
-                _digest_all(hasher, [tagged])
-                if len(group) == per_batch:
-                    batches_of(group, per_batch, num_classes)
-                    group = []
-            if group:
-                batches_of(group, per_batch, num_classes)
-            yield partition, n, hasher.hexdigest()
+            start = offsets[partition] if offsets is not None else 0
+            yield from _cut(it, start, per_batch, num_classes)
         except BaseException as exc:
-            raise partition_error(partition, "count", exc) from exc
+            raise partition_error(partition, "prepare", exc) from exc
 
     return run
+
+
+def _cut(it: Iterator[Any], i: int, per_batch: int, num_classes: int) -> Iterator[Any]:
+    group: list[Any] = []  # tagged pieces of mini-batch i // per_batch, from example `first` on
+    first = i
+    for source, element in it:
+        x, y = _pair(source, element)
+        r = 0
+        while r < len(x):
+            take = min(len(x) - r, per_batch - i % per_batch)
+            group.append((source, (x[r : r + take], y[r : r + take])))
+            r, i = r + take, i + take
+            if i % per_batch == 0:
+                yield (i - 1) // per_batch, (first, *_stacked(group, num_classes)[:2])
+                group, first = [], i
+    if group:
+        yield first // per_batch, (first, *_stacked(group, num_classes)[:2])
+
+
+def join_pieces(it: Iterator[Any]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """A worker's pieces (after the shuffle, in any order) as its mini-batches in order, the
+    pieces of one mini-batch that began in different partitions concatenated."""
+    pieces = sorted(it, key=lambda kv: (kv[0], kv[1][0]))
+    for _, group in itertools.groupby(pieces, key=lambda kv: kv[0]):
+        parts = [piece for _, piece in group]
+        if len(parts) == 1:
+            yield parts[0][1], parts[0][2]
+        else:
+            yield np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts])
+
+
+def count_task(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int, int, str, int]]:
+    """A worker's mini-batches: (worker, examples, mini-batches, SHA-256 of them in order: the
+    data's fingerprint a checkpoint keeps, task attempt)."""
+    try:
+        n = batches = 0
+        hasher = hashlib.sha256()
+        for batch in it:
+            example_digest(hasher, batch)
+            n, batches = n + len(batch[0]), batches + 1
+        yield partition, n, batches, hasher.hexdigest(), task_attempt()
+    except BaseException as exc:
+        raise partition_error(partition, "count", exc) from exc
+
+
+def _rounds_of(it: Iterator[Any], per_round: int) -> Iterator[list[Any]]:
+    return iter(lambda: list(itertools.islice(it, per_round)), [])
+
+
+def round_records(per_round: int, stored_rounds: int) -> Any:
+    """DIRECT: a worker's mini-batches as one record per round (worker * stored_rounds + round,
+    [(features, labels), ...]), so that a round reads its own mini-batches and nothing else."""
+
+    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, list[Any]]]:
+        try:
+            for k, batches in enumerate(_rounds_of(it, per_round)):
+                yield partition * stored_rounds + k, batches
+        except BaseException as exc:
+            raise partition_error(partition, "cache", exc) from exc
+
+    return run
+
+
+def export_records(per_round: int, stored_rounds: int) -> Any:
+    """EXPORT into Spark's storage: a worker's mini-batches of a round as one record
+    (worker * stored_rounds + round, .npz bytes, no pickle)."""
+
+    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, bytes]]:
+        try:
+            for k, batches in enumerate(_rounds_of(it, per_round)):
+                out = io.BytesIO()
+                _save_npz(out, batches)
+                yield partition * stored_rounds + k, out.getvalue()
+        except BaseException as exc:
+            raise partition_error(partition, "export", exc) from exc
+
+    return run
+
+
+def export_task(directory: str, per_round: int) -> Any:
+    """EXPORT to a directory: a worker's mini-batches of each round as one .npz file (no pickle).
+    Yields (worker, round, path, examples so far, SHA-256 of them in order: count_task's at the
+    end, task attempt)."""
+
+    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int, str, int, str, int]]:
+        try:
+            n, hasher = 0, hashlib.sha256()
+            for k, batches in enumerate(_rounds_of(it, per_round)):
+                for batch in batches:
+                    example_digest(hasher, batch)
+                    n += len(batch[0])
+                path = os.path.join(directory, f"w{partition}_r{k}.npz")
+                _save_npz(path, batches)
+                yield partition, k, path, n, hasher.hexdigest(), task_attempt()
+        except BaseException as exc:
+            raise partition_error(partition, "export", exc) from exc
+
+    return run
+
+
+def _save_npz(target: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    arrays = {f"{name}{i}": a for i, (x, y) in enumerate(batches) for name, a in (("x", x), ("y", y))}
+    np.savez(target, count=np.int64(len(batches)), **arrays)
+
+
+def read_npz(source: str | bytes) -> list[tuple[np.ndarray, np.ndarray]]:
+    """A round's mini-batches from an .npz file (a path) or its bytes (no pickle)."""
+    with np.load(io.BytesIO(source) if isinstance(source, bytes) else source, allow_pickle=False) as f:
+        return [(f[f"x{i}"], f[f"y{i}"]) for i in range(int(f["count"]))]
 
 
 def row_to_pair(row: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -168,104 +281,3 @@ def row_to_pair(row: Any) -> tuple[np.ndarray, np.ndarray]:
     x, y = row[0], row[1]
     x = np.asarray(x.toArray() if hasattr(x, "toArray") else x)
     return x[None], np.asarray(y.toArray() if hasattr(y, "toArray") else y)[None]
-
-
-def export_task(directory: str, per_round: int, per_batch: int, num_classes: int) -> Any:
-    """EXPORT: write each round's mini-batches of a partition to one .npz file (no pickle),
-    every element checked on the way (features, labels) and named by where it began. Yields
-    (worker, round, path, examples so far, SHA-256 of them in order: count_task's, at the end)."""
-
-    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int, str, int, str]]:
-        try:
-            buffer: list[Any] = []
-            k, n, hasher = 0, 0, hashlib.sha256()
-            for e in it:
-                buffer.append(e)
-                if len(buffer) == per_round:
-                    n += _digest_all(hasher, buffer)
-                    written = _write_round(directory, partition, k, buffer, per_batch, num_classes)
-                    yield (*written, n, hasher.hexdigest())
-                    buffer, k = [], k + 1
-            if buffer:
-                n += _digest_all(hasher, buffer)
-                written = _write_round(directory, partition, k, buffer, per_batch, num_classes)
-                yield (*written, n, hasher.hexdigest())
-        except BaseException as exc:
-            raise partition_error(partition, "export", exc) from exc
-
-    return run
-
-
-def _digest_all(hasher: Any, tagged: list[Any]) -> int:
-    for _, element in tagged:
-        try:
-            example_digest(hasher, check_element(element, "element"))
-        except ValueError:
-            pass  # the mini-batch checks that follow name the element
-    return len(tagged)
-
-
-def round_records(per_round: int, stored_rounds: int) -> Any:
-    """DIRECT: a worker's partition as one record per round (worker * stored_rounds + round,
-    its tagged examples), so that a round reads its own examples and nothing else."""
-
-    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, list[Any]]]:
-        try:
-            for k, chunk in enumerate(iter(lambda: list(itertools.islice(it, per_round)), [])):
-                yield partition * stored_rounds + k, chunk
-        except BaseException as exc:
-            raise partition_error(partition, "cache", exc) from exc
-
-    return run
-
-
-def export_records(per_round: int, per_batch: int, stored_rounds: int) -> Any:
-    """EXPORT into Spark's storage: each round's mini-batches of a worker as one record
-    (worker * stored_rounds + round, .npz bytes, no pickle); the elements were checked by the
-    count before."""
-
-    def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, bytes]]:
-        try:
-            buffer: list[Any] = []
-            k = 0
-            for e in it:
-                buffer.append(e)
-                if len(buffer) == per_round:
-                    yield partition * stored_rounds + k, _npz_bytes(buffer, per_batch)
-                    buffer, k = [], k + 1
-            if buffer:
-                yield partition * stored_rounds + k, _npz_bytes(buffer, per_batch)
-        except BaseException as exc:
-            raise partition_error(partition, "export", exc) from exc
-
-    return run
-
-
-def _npz_bytes(elements: list[Any], per_batch: int) -> bytes:
-    arrays: dict[str, np.ndarray] = {}
-    n = 0
-    for start in range(0, len(elements), per_batch):
-        pairs = [check_element(e, "element") for _, e in elements[start : start + per_batch]]
-        arrays[f"x{n}"] = np.concatenate([p[0] for p in pairs])
-        arrays[f"y{n}"] = np.concatenate([p[1] for p in pairs])
-        n += 1
-    out = io.BytesIO()
-    np.savez(out, count=np.int64(n), **arrays)
-    return out.getvalue()
-
-
-def _write_round(
-    directory: str, worker: int, k: int, elements: list[Any], per_batch: int, num_classes: int
-) -> tuple[int, int, str]:
-    arrays: dict[str, np.ndarray] = {}
-    n = 0
-    for start in range(0, len(elements), per_batch):
-        group = elements[start : start + per_batch]
-        batches_of(group, per_batch, num_classes)  # the same checks as a round's: the round reads what passed
-        pairs = [check_element(e, "element") for _, e in group]
-        arrays[f"x{n}"] = np.concatenate([p[0] for p in pairs])
-        arrays[f"y{n}"] = np.concatenate([p[1] for p in pairs])
-        n += 1
-    path = os.path.join(directory, f"w{worker}_r{k}.npz")
-    np.savez(path, count=np.int64(n), **arrays)
-    return worker, k, path

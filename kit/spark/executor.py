@@ -15,28 +15,29 @@ Spark. An executor builds each configuration's network once and reuses it for la
     >>> network_for(config_json, None) is network_for(config_json, None)
     True
 
-What the tasks do with the elements before training (tag, check, stack, count, store by round)
-is in kit.spark.elements, re-exported here.
+What the tasks do with the elements before training (tag, check, cut into mini-batches once,
+count, store by round) is in kit.spark.elements; the typed values on the wire are in
+kit.spark.wire; both re-exported here.
 
 Every element is tagged (RDD partition, position in it) before kit shuffles the data, so an
 error names the partition and element of the RDD the user gave, not the worker it was moved to.
 
-Only plain data crosses the wire: the JSON configuration (a string), flat float arrays (the
-parameters and updater state, through a Spark broadcast), NumPy data, and plain dictionaries
-of numbers coming back. No kit object is ever pickled: each executor process builds its own
-Network with `Network.from_config` (once per configuration, then reused) and sets the flat
-buffer. Every failure is re-raised as `PartitionError`, whose message starts with
-`[kit.spark] partition N`, so the driver can name the partition.
+Only plain data crosses the wire: the JSON configuration (a string) in a `RoundSpec`, flat
+float arrays (the parameters and updater state, through a Spark broadcast), NumPy data, and
+a `RoundResult` coming back (kit.spark.wire's typed values). No kit model object is pickled:
+each executor process builds its own Network with `Network.from_config` (once per
+configuration, then reused) and sets the flat buffer. Every failure is re-raised as
+`PartitionError`, whose message starts with `[kit.spark] partition N`, so the driver can name
+the partition.
 """
 
 from __future__ import annotations
 
-import collections
-import io
+import dataclasses
+import itertools
 import os
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,66 +52,55 @@ from kit.parallel.threshold import (
     threshold_decode,
     threshold_encode,
 )
+from kit.parallel.wrapper import TrainingMode
 from kit.spark.aggregation import array_bytes
 from kit.spark.elements import (
     BadElementError,
     PartitionError,
     batches_of,
     check_element,
+    count_examples,
     count_task,
+    cut_task,
     export_records,
     export_task,
+    join_pieces,
     partition_error,
+    read_npz,
     round_records,
     row_to_pair,
-    single_examples,
     tag_elements,
 )
 from kit.spark.scheduling import task_device, this_task_device
+from kit.spark.wire import RoundResult, RoundSource, RoundSpec, SharedWorkerState, WorkerStats, task_attempt
 from kit.state import STATE
 
 __all__ = [
     "BadElementError",
     "PartitionError",
+    "RoundResult",
+    "RoundSource",
     "RoundSpec",
+    "SharedWorkerState",
+    "WorkerStats",
     "batches_of",
     "check_element",
+    "count_examples",
     "count_task",
+    "cut_task",
     "export_records",
     "export_task",
+    "join_pieces",
     "round_records",
     "round_task",
     "row_to_pair",
     "scaler_state",
-    "single_examples",
     "state_keys",
     "tag_elements",
+    "task_attempt",
     "task_device",
     "weights",
 ]
-
-
-@dataclass(frozen=True)
-class RoundSpec:
-    """Everything a round's task needs, as plain values (pickled by Spark with the closure)."""
-
-    config_json: str
-    keys: tuple[str, ...]  # state arrays in the flat buffer, in order ("params", "updater_m", ...)
-    sizes: tuple[int, ...]
-    round: int
-    elements_per_batch: int
-    batches_per_round: int
-    base_iteration: int  # updater steps done before this round (Adam's bias correction)
-    num_classes: int
-    send_updater: bool
-    mode: str = "averaging"  # or "shared"
-    workspace_mode: str | None = None
-    periodic_gc: bool = True
-    gc_window_ms: int = 5000
-    threshold: dict[str, float] = field(default_factory=dict)
-    scaler: tuple[float, ...] | None = None  # mixed precision: the driver's LossScaler.state()
-    stored_rounds: int = 0  # EXPORT in Spark's storage: record key = worker * stored_rounds + round
-    gpus_per_task: float | None = None  # the job's resource profile asked for GPUs: train on the one Spark gave
 
 
 def network_for(config_json: str, workspace_mode: str | None, device: Any = None) -> Network:
@@ -167,11 +157,11 @@ def scaler_state(net: Network) -> tuple[float, ...] | None:
 
 
 def round_task(spec: RoundSpec, state_bc: Any, workers_bc: Any = None) -> Any:
-    """The function Spark runs on each partition for one round (DIRECT: the cached elements;
-    EXPORT: one (worker, path) record per partition). `workers_bc` (SharedTrainingMaster): each
-    worker's own state (residual, updater state, threshold) as the driver holds it."""
+    """The function Spark runs on each partition for one round: one record (spec.source says
+    which kind) or none (a worker with no examples this round). `workers_bc`
+    (SharedTrainingMaster): each worker's own state, as the driver holds it."""
 
-    def run(partition: int, it: Iterator[Any]) -> Iterator[dict[str, Any]]:
+    def run(partition: int, it: Iterator[Any]) -> Iterator[RoundResult]:
         try:
             yield _train_round(spec, state_bc, partition, it, workers_bc)
         except PartitionError:
@@ -182,77 +172,50 @@ def round_task(spec: RoundSpec, state_bc: Any, workers_bc: Any = None) -> Any:
     return run
 
 
-def _round_elements(spec: RoundSpec, partition: int, it: Iterator[Any]) -> tuple[int, list[Any], str]:
-    first = next(it, None)
-    if isinstance(first, tuple) and len(first) == 2 and isinstance(first[1], list):
-        key, elements = first  # DIRECT: this round's tagged examples, cached as one record
-        collections.deque(it, maxlen=0)
-        return key // spec.stored_rounds, elements, "direct"
-    if isinstance(first, tuple) and len(first) == 2 and isinstance(first[1], bytes):
-        key, blob = first  # EXPORT in Spark's storage: this round's mini-batches as .npz bytes
-        collections.deque(it, maxlen=0)
-        with np.load(io.BytesIO(blob), allow_pickle=False) as f:
-            n = int(f["count"])
-            return key // spec.stored_rounds, [(f[f"x{i}"], f[f"y{i}"]) for i in range(n)], "export"
-    if isinstance(first, tuple) and len(first) == 2 and isinstance(first[1], str) and first[1].endswith(".npz"):
-        worker, path = first  # EXPORT: this round's mini-batches were written to a file
-        collections.deque(it, maxlen=0)  # drained: PySpark reuses a worker only after a whole input
-        with np.load(path, allow_pickle=False) as f:
-            n = int(f["count"])
-            return worker, [(f[f"x{i}"], f[f"y{i}"]) for i in range(n)], "export"
-    # an empty partition: a worker with no examples in this round (the round's RDD holds one
-    # partition per worker, in worker order, so its index is the worker)
-    collections.deque(it, maxlen=0)  # read to the end, or PySpark starts a new Python worker per task
-    return partition, [], "direct"
+def round_batches(spec: RoundSpec, partition: int, it: Iterator[Any]) -> tuple[int, list[DataSet]]:
+    """The worker and its mini-batches for the round, read from the record where spec.source says
+    they are (cut and checked once, when the data were prepared: kit.spark.elements)."""
+    records = list(it)  # read to the end, or PySpark starts a new Python worker per task
+    if not records:  # the round's RDD holds one partition per worker, in worker order
+        return partition, []
+    ((key, payload),) = records
+    if spec.source is RoundSource.FILE:
+        worker, pairs = key, read_npz(payload)
+    else:
+        worker = key // spec.stored_rounds
+        pairs = payload if spec.source is RoundSource.CACHED else read_npz(payload)
+    return worker, [DataSet(x, y, num_classes=spec.num_classes) for x, y in pairs]
 
 
-def _train_round(
-    spec: RoundSpec, state_bc: Any, partition: int, it: Iterator[Any], workers_bc: Any = None
-) -> dict[str, Any]:
+def _train_round(spec: RoundSpec, state_bc: Any, partition: int, it: Iterator[Any], workers_bc: Any) -> RoundResult:
     """One worker's round: its mini-batches, the network at the round's state, the steps, and what goes back."""
     t_start = time.time()
     marks = [time.perf_counter()]  # the ends of loading, getting the model, fitting and exporting follow
-    worker, elements, source = _round_elements(spec, partition, it)
-    batches = _round_batches(spec, worker, elements, source)
+    worker, batches = round_batches(spec, partition, it)
     marks.append(time.perf_counter())
-    gc0 = _set_gc(spec)
-    result: dict[str, Any] = {"worker": worker, "round": spec.round, "state": None, "scores": [], "sizes": []}
+    stats = WorkerStats(worker, spec.round, os.getpid(), attempt=task_attempt())
+    result = RoundResult(worker, spec.round, stats)
     if not batches:
-        result["stats"] = {"worker": worker, "round": spec.round, "pid": os.getpid(), "examples": 0}
         return result
+    gc0 = _set_gc(spec)
     net = network_for(spec.config_json, spec.workspace_mode, this_task_device(spec.gpus_per_task))
     everyone, received = _start_round(spec, net, state_bc, workers_bc)
     marks.append(time.perf_counter())
     allocs0 = memory.heap_allocations()
-    extra = _fit_steps(spec, net, batches, result, everyone.get(worker))
-    result["sizes"] = [ds.num_examples for ds in batches]
+    _fit_steps(spec, net, batches, result, everyone.get(worker))
+    result.sizes = [ds.num_examples for ds in batches]
+    result.iterations = net.iteration - spec.base_iteration
     marks.append(time.perf_counter())
-    if spec.mode != "shared":
+    if spec.mode is TrainingMode.AVERAGING:
         _pack_result(spec, net, result)
     marks.append(time.perf_counter())
-    result["stats"] = {
-        "worker": worker,
-        "round": spec.round,
-        "pid": os.getpid(),
-        "start": t_start,
-        "end": time.time(),
-        **_phase_ms(marks),
-        "examples": sum(result["sizes"]),
-        "batches": len(batches),
-        **_work_counts(net, allocs0, gc0),
-        "received_bytes": received,
-        "sent_bytes": array_bytes([result.get(k) for k in ("state", "messages", "worker_state")]),
-        **extra,
-    }
+    stats.start, stats.end = t_start, time.time()
+    stats.load_ms, stats.get_model_ms, stats.fit_ms, stats.export_ms = _phase_ms(marks)
+    stats.examples, stats.batches = sum(result.sizes), len(batches)
+    _work_counts(stats, net, allocs0, gc0)
+    stats.received_bytes = received
+    stats.sent_bytes = array_bytes([result.state, result.messages, result.worker_state])
     return result
-
-
-def _round_batches(spec: RoundSpec, worker: int, elements: list[Any], source: str) -> list[DataSet]:
-    """The round's mini-batches, from the exported files' arrays or from the cached elements."""
-    if source == "export":  # checked element by element when the files were written
-        return [DataSet(x, y, num_classes=spec.num_classes) for x, y in elements]
-    # checked element by element by the count that cached them
-    return batches_of(elements, spec.elements_per_batch, spec.num_classes, f"worker {worker}, round {spec.round}")
 
 
 def _set_gc(spec: RoundSpec) -> dict[str, Any]:
@@ -262,7 +225,9 @@ def _set_gc(spec: RoundSpec) -> dict[str, Any]:
     return memory.gc_stats()
 
 
-def _start_round(spec: RoundSpec, net: Network, state_bc: Any, workers_bc: Any) -> tuple[dict[Any, Any], int]:
+def _start_round(
+    spec: RoundSpec, net: Network, state_bc: Any, workers_bc: Any
+) -> tuple[dict[int, SharedWorkerState], int]:
     """Set the executor's network to the round's broadcast state: weights (and updater state), loss scale,
     iteration. Returns every worker's own state (SharedTrainingMaster's) and the bytes received."""
     flat = state_bc.value
@@ -270,7 +235,7 @@ def _start_round(spec: RoundSpec, net: Network, state_bc: Any, workers_bc: Any) 
     load_state(net, flat, spec.keys, spec.sizes)
     if net.loss_scaler is not None and spec.scaler is not None:  # the executor's network is reused: set it each round
         net.loss_scaler.load_state(spec.scaler)
-    if not spec.send_updater and spec.mode != "shared":  # DL4J's saveUpdater(false): each round's updater starts fresh
+    if not spec.send_updater and spec.mode is TrainingMode.AVERAGING:  # DL4J's saveUpdater(false): a fresh updater
         for arr in net.updater_state.values():
             arr.assign(np.zeros(arr.shape, arr.dtype))
     net.iteration = spec.base_iteration
@@ -278,63 +243,59 @@ def _start_round(spec: RoundSpec, net: Network, state_bc: Any, workers_bc: Any) 
 
 
 def _fit_steps(
-    spec: RoundSpec, net: Network, batches: list[DataSet], result: dict[str, Any], own: dict[str, Any] | None
-) -> dict[str, Any]:
-    """The round's steps, their scores into the result: plain fit_batch calls, or SharedTrainingMaster's
-    threshold-encoded ones (their messages and the worker's state into the result too)."""
-    if spec.mode == "shared":
-        result["messages"], extra, result["worker_state"] = _shared_steps(spec, net, batches, result["scores"], own)
-        return extra
+    spec: RoundSpec, net: Network, batches: list[DataSet], result: RoundResult, own: SharedWorkerState | None
+) -> None:
+    """The round's steps, their scores (and whether the loss scaler skipped each) into the result:
+    plain fit_batch calls, or SharedTrainingMaster's threshold-encoded ones."""
+    if spec.mode is TrainingMode.SHARED_GRADIENTS:
+        _shared_steps(spec, net, batches, result, own)
+        return
     for ds in batches:
-        result["scores"].append(float(net.fit_batch(ds)))
-    return {}
+        result.scores.append(float(net.fit_batch(ds)))
+        result.skipped.append(bool(net.last_step_skipped))
 
 
-def _pack_result(spec: RoundSpec, net: Network, result: dict[str, Any]) -> None:
+def _pack_result(spec: RoundSpec, net: Network, result: RoundResult) -> None:
     """Parameter averaging: the worker's state (the updater's too where it is sent), if it is finite, its scale."""
     keys = spec.keys if spec.send_updater else spec.keys[:1]
-    result["state"] = pack_state(net, keys)
-    result["finite"] = bool(np.all(np.isfinite(result["state"])))  # the driver gets sums only
-    result["scaler"] = scaler_state(net)
+    result.state = pack_state(net, keys)
+    result.finite = bool(np.all(np.isfinite(result.state)))  # the driver gets sums only
+    result.scaler = scaler_state(net)
 
 
-def _phase_ms(marks: list[float]) -> dict[str, float]:
+def _phase_ms(marks: list[float]) -> tuple[float, float, float, float]:
     """Milliseconds between the round's marks: loading, getting the model, fitting, exporting."""
-    phases = ("load_ms", "get_model_ms", "fit_ms", "export_ms")
-    return {name: (end - start) * 1e3 for name, start, end in zip(phases, marks, marks[1:])}
+    load, model, fit, export = ((end - start) * 1e3 for start, end in itertools.pairwise(marks))
+    return load, model, fit, export
 
 
-def _work_counts(net: Network, allocs0: int, gc0: dict[str, Any]) -> dict[str, Any]:
-    """Since the fit began: kit's heap allocations and garbage collections; the workspaces' peak."""
+def _work_counts(stats: WorkerStats, net: Network, allocs0: int, gc0: dict[str, Any]) -> None:
+    """Since the round began: kit's heap allocations and garbage collections; the workspaces' peak."""
     gc1 = memory.gc_stats()
-    return {
-        "heap_allocations": memory.heap_allocations() - allocs0,
-        "peak_workspace_bytes": net.train_mgr.peak_bytes(),
-        "gc_calls": gc1["calls"] - gc0["calls"],
-        "gc_ms": (gc1["seconds"] - gc0["seconds"]) * 1e3,
-    }
+    stats.heap_allocations = memory.heap_allocations() - allocs0
+    stats.peak_workspace_bytes = net.train_mgr.peak_bytes()
+    stats.gc_calls = gc1["calls"] - gc0["calls"]
+    stats.gc_ms = (gc1["seconds"] - gc0["seconds"]) * 1e3
 
 
 def _shared_steps(
-    spec: RoundSpec, net: Network, batches: list[DataSet], scores: list[float], own: dict[str, Any] | None
-) -> tuple[list[np.ndarray], dict[str, Any], dict[str, Any]]:
+    spec: RoundSpec, net: Network, batches: list[DataSet], result: RoundResult, own: SharedWorkerState | None
+) -> None:
     """SharedTrainingMaster: each step's update goes into the residual, is threshold-encoded,
     applied locally and sent. The worker's own state (residual, updater state, threshold) comes
     from the driver and goes back to it with the messages: it lasts the whole training, across
     rounds, epochs and fits, wherever Spark runs the task, and a retried task starts from exactly
     the state the failed one had."""
     state = _worker_state(net, own)
-    algo = AdaptiveThresholdAlgorithm(**spec.threshold)
+    algo = AdaptiveThresholdAlgorithm(**spec.threshold.as_kwargs())
     messages, counts = [], []
     for ds in batches:
         old = weights(net).numpy().copy()  # mixed precision: the float32 master weights
-        scores.append(float(net.fit_batch(ds)))
-        update = old - weights(net).numpy()  # 0 for a step the loss scaler skipped
-        state["residual"] += update
-        state["tau"] = algo.calculate_threshold(
-            net.iteration, 0, state["tau"], state["last_dense"], state["last_sparsity"]
-        )
-        message = threshold_encode(state["residual"], state["tau"])
+        result.scores.append(float(net.fit_batch(ds)))
+        result.skipped.append(bool(net.last_step_skipped))
+        state.residual += old - weights(net).numpy()  # 0 for a step the loss scaler skipped
+        state.tau = algo.calculate_threshold(net.iteration, 0, state.tau, state.last_dense, state.last_sparsity)
+        message = threshold_encode(state.residual, state.tau)
         applied = np.zeros_like(old)
         if message is not None:
             threshold_decode(message, applied)
@@ -342,34 +303,26 @@ def _shared_steps(
         net.set_params(old - applied)
         count = encoded_count(message)
         counts.append(count)
-        state["last_dense"] = message is not None and int(message[3]) == 1
-        state["last_sparsity"] = count / old.size
-    state["updater"] = {f"updater_{k}": arr.numpy().copy() for k, arr in net.updater_state.items()}
-    state["scaler"] = scaler_state(net)
-    extra = {
-        "tau": float(state["tau"]),
-        "encoded": int(sum(counts)),
-        "sparsity": float(np.mean(counts) / net.num_params),
-        "state_from": "new" if own is None else f"driver (round {own['rounds']} of this worker)",
-    }
-    state["rounds"] += 1
-    return messages, extra, state
+        state.last_dense = message is not None and int(message[3]) == 1
+        state.last_sparsity = count / old.size
+    state.updater = {f"updater_{k}": arr.numpy().copy() for k, arr in net.updater_state.items()}
+    state.scaler = scaler_state(net)
+    stats = result.stats
+    stats.tau, stats.encoded = float(state.tau), int(sum(counts))
+    stats.sparsity = float(np.mean(counts) / net.num_params)
+    stats.state_from = "new" if own is None else f"driver (round {own.rounds} of this worker)"
+    state.rounds += 1
+    result.messages, result.worker_state = messages, state
 
 
-def _worker_state(net: Network, own: dict[str, Any] | None) -> dict[str, Any]:
+def _worker_state(net: Network, own: SharedWorkerState | None) -> SharedWorkerState:
     """The worker's state from the driver, its updater state and loss scale set on the network; a new
     one on its first round (the broadcast updater state, sent while a worker has none; no residual)."""
     if own is None:
-        return {
-            "residual": np.zeros(net.num_params, np.result_type(net.dtype, np.float32)),  # float16: float32
-            "tau": None,
-            "last_dense": None,
-            "last_sparsity": None,
-            "rounds": 0,
-        }
+        return SharedWorkerState(np.zeros(net.num_params, np.result_type(net.dtype, np.float32)))  # float16: float32
     arrays = net.state_arrays()
-    for key, value in own["updater"].items():
+    for key, value in own.updater.items():
         arrays[key].assign(value)
-    if net.loss_scaler is not None and own.get("scaler") is not None:  # each worker keeps its own scale
-        net.loss_scaler.load_state(own["scaler"])
-    return {**own, "residual": own["residual"].copy()}
+    if net.loss_scaler is not None and own.scaler is not None:  # each worker keeps its own scale
+        net.loss_scaler.load_state(own.scaler)
+    return dataclasses.replace(own, residual=own.residual.copy())

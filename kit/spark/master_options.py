@@ -1,13 +1,20 @@
-"""The options a training master takes, and the checks that refuse a bad one at construction.
+"""The options a training master takes: one frozen dataclass a master, checked at construction.
 
     >>> from kit.spark import SharedTrainingMaster
     >>> SharedTrainingMaster(batch_size_per_worker=0)
     Traceback (most recent call last):
     ValueError: SharedTrainingMaster(batch_size_per_worker=0): must be an integer >= 1
+    >>> tm = SharedTrainingMaster(32, 5)
+    >>> tm.options.batch_size_per_worker, tm.options.mode, tm.options.threshold_settings.initial_threshold
+    (32, <TrainingMode.SHARED_GRADIENTS: 'SHARED_GRADIENTS'>, 0.0001)
 
-`Repartition` and `RDDTrainingApproach` are DL4J's enums (re-exported by `kit.spark.masters` and
-`kit.spark`); the `_check_*` helpers each name the master, the argument and the rule, so the
-error reads as the call the user wrote. Used by kit.spark.training_master and the two masters.
+`AveragingOptions` and `SharedOptions` ARE the masters' signatures: a master's constructor takes
+exactly their fields (the first two positional, the rest by keyword), so the list of arguments,
+their defaults and their checks live in one place, and what a master hands its rounds is one
+frozen, picklable value rather than a row of positional arguments. Each check names the master,
+the argument and the rule, so an error reads as the call the user wrote. `Repartition`,
+`RDDTrainingApproach` are DL4J's enums (re-exported by kit.spark.masters); a master's `mode` is
+ParallelWrapper's `TrainingMode` (AVERAGING or SHARED_GRADIENTS), the same two ways to combine workers.
 """
 
 from __future__ import annotations
@@ -15,11 +22,26 @@ from __future__ import annotations
 import enum
 import math
 import os
-from typing import Any
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["RDDTrainingApproach", "Repartition"]
+from kit.nn.workspace_mgr import WorkspaceMode
+from kit.parallel.wrapper import TrainingMode  # ParallelWrapper's: the same two ways to combine workers
+from kit.spark import scheduling
+from kit.spark.aggregation import check_depth
+from kit.spark.checkpoint import check_directory, check_every
+from kit.spark.wire import ThresholdSettings
+
+__all__ = [
+    "AveragingOptions",
+    "MasterOptions",
+    "RDDTrainingApproach",
+    "Repartition",
+    "SharedOptions",
+    "ThresholdSettings",
+]
 
 
 class Repartition(enum.Enum):
@@ -31,6 +53,155 @@ class Repartition(enum.Enum):
 class RDDTrainingApproach(enum.Enum):
     EXPORT = "EXPORT"  # each round's mini-batches written to .npz files, executors load them
     DIRECT = "DIRECT"  # executors slice their cached partition
+
+
+@dataclass(frozen=True)
+class MasterOptions:
+    """What both masters take (keyword only); a subclass adds its two positional arguments and
+    its own. Frozen: a master's settings do not change after construction (make another master)."""
+
+    master: ClassVar[str] = "TrainingMaster"  # the name errors give the call
+    mode: ClassVar[TrainingMode] = TrainingMode.AVERAGING
+    batch_size_per_worker: int = 16
+    _: KW_ONLY
+    num_workers: int | None = None
+    rdd_data_set_num_examples: int = 1
+    worker_prefetch_num_batches: int = 0
+    repartition: Repartition | str = Repartition.ALWAYS
+    rdd_training_approach: RDDTrainingApproach | str = RDDTrainingApproach.EXPORT
+    export_directory: str | os.PathLike | None = None
+    collect_training_stats: bool = False
+    worker_workspace_mode: str | None = None
+    worker_periodic_gc: bool = True
+    worker_gc_window_ms: int = 5000
+    round_timeout: float = 300.0
+    aggregation_depth: int = 2
+    checkpoint_every: int | None = None
+    checkpoint_directory: str | os.PathLike | None = None
+    barrier: bool = False
+    gpus_per_task: float | None = None
+
+    @property
+    def steps_per_round(self) -> int:
+        """Mini-batches each worker fits in a round (averaging_frequency or batches_per_round)."""
+        raise NotImplementedError
+
+    @property
+    def threshold_settings(self) -> ThresholdSettings | None:
+        """SharedTrainingMaster's threshold settings; None for parameter averaging."""
+        return None
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)  # normalising a frozen dataclass's field, in __post_init__ only
+
+    def __post_init__(self) -> None:
+        name = self.master
+        self._set("aggregation_depth", check_depth(name, self.aggregation_depth))
+        every = self.checkpoint_every
+        self._set("checkpoint_every", check_every(name, every))
+        self._set("checkpoint_directory", check_directory(name, self.checkpoint_directory))
+        if self.checkpoint_every and self.checkpoint_directory is None:
+            raise ValueError(
+                f"{name}(checkpoint_every={every!r}): checkpoints need a checkpoint_directory (a path or "
+                "URL the driver writes to, and a later driver reads from)"
+            )
+        self._set("barrier", check_bool(name, "barrier", self.barrier))
+        self._set("gpus_per_task", scheduling.check_gpus(name, self.gpus_per_task))
+        timeout = check_real(name, "round_timeout", self.round_timeout)
+        if not timeout > 0:
+            raise ValueError(f"{name}(round_timeout={self.round_timeout!r}): seconds > 0 (default 300)")
+        self._set("round_timeout", timeout)
+        check_int(name, "batch_size_per_worker", self.batch_size_per_worker, 1)
+        self._check_own()
+        if self.num_workers is not None:
+            check_int(name, "num_workers", self.num_workers, 1)
+        check_int(name, "rdd_data_set_num_examples", self.rdd_data_set_num_examples, 1)
+        check_int(name, "worker_prefetch_num_batches", self.worker_prefetch_num_batches, 0)
+        self._set("repartition", check_enum(name, "repartition", self.repartition, Repartition))
+        approach = check_enum(name, "rdd_training_approach", self.rdd_training_approach, RDDTrainingApproach)
+        self._set("rdd_training_approach", approach)
+        self._set("export_directory", check_export_directory(name, self.export_directory))
+        self._set("collect_training_stats", check_bool(name, "collect_training_stats", self.collect_training_stats))
+        if self.worker_workspace_mode is not None:
+            mode = check_enum(name, "worker_workspace_mode", self.worker_workspace_mode, WorkspaceMode)
+            self._set("worker_workspace_mode", mode.value)
+        self._set("worker_periodic_gc", check_bool(name, "worker_periodic_gc", self.worker_periodic_gc))
+        check_int(name, "worker_gc_window_ms", self.worker_gc_window_ms, 0)
+
+    def _check_own(self) -> None:
+        """The subclass's own arguments."""
+
+    def checkpoint_settings(self) -> dict[str, Any]:
+        """The settings a checkpoint's rounds depend on (resuming with others is refused)."""
+        return {
+            "master": self.master,
+            "batch_size_per_worker": self.batch_size_per_worker,
+            "batches_per_round": self.steps_per_round,
+            "repartition": self.repartition.value,
+            "save_updater": None,
+            "threshold": None,
+        }
+
+
+@dataclass(frozen=True)
+class AveragingOptions(MasterOptions):
+    """ParameterAveragingTrainingMaster's arguments (kit.spark.averaging_master)."""
+
+    master: ClassVar[str] = "ParameterAveragingTrainingMaster"
+    mode: ClassVar[TrainingMode] = TrainingMode.AVERAGING
+    averaging_frequency: int = 5
+    _: KW_ONLY
+    save_updater: bool = True
+
+    @property
+    def steps_per_round(self) -> int:
+        return self.averaging_frequency
+
+    def _check_own(self) -> None:
+        check_int(self.master, "averaging_frequency", self.averaging_frequency, 1)
+        self._set("save_updater", check_bool(self.master, "save_updater", self.save_updater))
+
+    def checkpoint_settings(self) -> dict[str, Any]:
+        return {**super().checkpoint_settings(), "save_updater": self.save_updater}
+
+
+@dataclass(frozen=True)
+class SharedOptions(MasterOptions):
+    """SharedTrainingMaster's arguments (kit.spark.shared_master)."""
+
+    master: ClassVar[str] = "SharedTrainingMaster"
+    mode: ClassVar[TrainingMode] = TrainingMode.SHARED_GRADIENTS
+    batches_per_round: int = 5
+    _: KW_ONLY
+    worker_prefetch_num_batches: int = 2
+    initial_threshold: float = 1e-4
+    min_target_sparsity: float = 1e-4
+    max_target_sparsity: float = 1e-2
+    decay_rate: float = 0.5 ** (1 / 20)
+
+    @property
+    def steps_per_round(self) -> int:
+        return self.batches_per_round
+
+    @property
+    def threshold_settings(self) -> ThresholdSettings:
+        return ThresholdSettings(
+            self.initial_threshold, self.min_target_sparsity, self.max_target_sparsity, self.decay_rate
+        )
+
+    def _check_own(self) -> None:
+        check_int(self.master, "batches_per_round", self.batches_per_round, 1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        checked = check_threshold(
+            self.master, self.initial_threshold, self.min_target_sparsity, self.max_target_sparsity, self.decay_rate
+        )
+        for key, value in checked.items():
+            self._set(key, value)
+
+    def checkpoint_settings(self) -> dict[str, Any]:
+        return {**super().checkpoint_settings(), "threshold": self.threshold_settings.as_kwargs()}
 
 
 def local_path(directory: str) -> str:

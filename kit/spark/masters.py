@@ -41,8 +41,8 @@ counts its averaging period across the boundary, so later epochs keep this only 
 worker's mini-batches per epoch are a multiple of the frequency. With NEVER each existing
 partition is one worker and keeps its order.
 
-Where each part lives (all re-exported here): kit.spark.master_options (the enums and the
-argument checks), kit.spark.prepared (`Prepared`: a fit's data, stored once),
+Where each part lives (all re-exported here): kit.spark.master_options (each master's frozen
+options, the enums and the argument checks), kit.spark.prepared (`Prepared`: a fit's data, stored once),
 kit.spark.training_master (`TrainingMaster`: what both masters share), and one module a master:
 kit.spark.averaging_master and kit.spark.shared_master.
 """
@@ -50,16 +50,18 @@ kit.spark.averaging_master and kit.spark.shared_master.
 from __future__ import annotations
 
 from kit.spark.averaging_master import ParameterAveragingTrainingMaster
-from kit.spark.master_options import RDDTrainingApproach, Repartition
+from kit.spark.master_options import AveragingOptions, RDDTrainingApproach, Repartition, SharedOptions
 from kit.spark.prepared import Prepared
 from kit.spark.shared_master import SharedTrainingMaster
 from kit.spark.training_master import TrainingMaster, timing_sizes
 
 __all__ = [
+    "AveragingOptions",
     "ParameterAveragingTrainingMaster",
     "Prepared",
     "RDDTrainingApproach",
     "Repartition",
+    "SharedOptions",
     "SharedTrainingMaster",
     "TrainingMaster",
     "timing_sizes",

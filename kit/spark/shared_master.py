@@ -4,7 +4,7 @@ updates, and each keeps its residual, updater state and threshold across rounds.
     >>> from kit.spark import SharedTrainingMaster
     >>> tm = SharedTrainingMaster(batch_size_per_worker=32, batches_per_round=5)
     >>> tm.mode, tm.threshold["initial_threshold"], tm.worker_prefetch_num_batches
-    ('shared', 0.0001, 2)
+    (<TrainingMode.SHARED_GRADIENTS: 'SHARED_GRADIENTS'>, 0.0001, 2)
 
 The round, step by step, is told in kit.spark.masters (which re-exports this class); what both
 masters share (preparing the data, running the round's job) is kit.spark.training_master; the
@@ -13,7 +13,6 @@ encoding is kit.parallel.threshold.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -22,9 +21,10 @@ import numpy as np
 from kit.nn.loop import StepResult
 from kit.parallel.threshold import threshold_decode
 from kit.spark import executor as ex
-from kit.spark.master_options import RDDTrainingApproach, Repartition, check_threshold
+from kit.spark.master_options import SharedOptions
 from kit.spark.prepared import Prepared
 from kit.spark.training_master import TrainingMaster, round_diverged
+from kit.spark.wire import SharedWorkerState
 
 __all__ = ["SharedTrainingMaster"]
 
@@ -33,78 +33,33 @@ class SharedTrainingMaster(TrainingMaster):
     """DL4J 1.0's SharedTrainingMaster (gradient sharing), its exchange done through Spark:
     threshold-encoded updates with residuals, AdaptiveThresholdAlgorithm (initial threshold
     1e-4, target sparsity 1e-4..1e-2), worker_prefetch_num_batches 2, periodic GC on executors
-    with a 5000 ms window (DL4J's workerTogglePeriodicGC / workerPeriodicGCFrequency).
+    with a 5000 ms window (DL4J's workerTogglePeriodicGC / workerPeriodicGCFrequency). Its
+    arguments are `SharedOptions`' fields (kit.spark.master_options).
     `batches_per_round`: mini-batches each worker fits between two exchanges (one Spark job)."""
 
-    mode = "shared"
+    Options = SharedOptions
 
-    def __init__(
-        self,
-        batch_size_per_worker: int = 16,
-        batches_per_round: int = 5,
-        *,
-        num_workers: int | None = None,
-        rdd_data_set_num_examples: int = 1,
-        worker_prefetch_num_batches: int = 2,
-        repartition: Repartition | str = Repartition.ALWAYS,
-        rdd_training_approach: RDDTrainingApproach | str = RDDTrainingApproach.EXPORT,
-        export_directory: str | None = None,
-        initial_threshold: float = 1e-4,
-        min_target_sparsity: float = 1e-4,
-        max_target_sparsity: float = 1e-2,
-        decay_rate: float = 0.5 ** (1 / 20),
-        collect_training_stats: bool = False,
-        worker_workspace_mode: str | None = None,
-        worker_periodic_gc: bool = True,
-        worker_gc_window_ms: int = 5000,
-        round_timeout: float = 300.0,
-        aggregation_depth: int = 2,
-        checkpoint_every: int | None = None,
-        checkpoint_directory: str | os.PathLike | None = None,
-        barrier: bool = False,
-        gpus_per_task: float | None = None,
-    ) -> None:
-        super().__init__(
-            batch_size_per_worker,
-            batches_per_round,
-            num_workers,
-            rdd_data_set_num_examples,
-            worker_prefetch_num_batches,
-            repartition,
-            rdd_training_approach,
-            export_directory,
-            collect_training_stats,
-            worker_workspace_mode,
-            worker_periodic_gc,
-            worker_gc_window_ms,
-            round_timeout,
-            aggregation_depth,
-            checkpoint_every,
-            checkpoint_directory,
-            barrier,
-            gpus_per_task,
-        )
-        self.batches_per_round = batches_per_round
-        self.threshold = check_threshold(
-            "SharedTrainingMaster", initial_threshold, min_target_sparsity, max_target_sparsity, decay_rate
-        )
+    @property
+    def threshold(self) -> dict[str, float]:
+        """The threshold settings as AdaptiveThresholdAlgorithm's keyword arguments (a copy)."""
+        return self.options.threshold_settings.as_kwargs()
 
     def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
         net = owner.network
-        states = owner.shared_worker_states
+        states = owner.shared_worker_states  # the driver's (and a checkpoint's) form: worker -> dict
         keys = ex.state_keys(net) if self._sends_updater_state(states, data.workers) else ("params",)
-        results, _, _, timing = self._submit(owner, data, k, keys, states)
+        typed = {w: SharedWorkerState.from_tree(s) for w, s in states.items()}
+        results, _, _, timing = self._submit(owner, data, k, keys, typed)
         t0 = time.perf_counter()
         total = np.zeros(net.num_params, np.result_type(net.dtype, np.float32))
-        if round_diverged(results, k, owner):
-            results = [{**r, "messages": None, "worker_state": None} for r in results]
-        for r in results:  # worker order
-            for message in r.get("messages") or []:
+        applied = [] if round_diverged(results, k, owner) else results
+        for r in applied:  # worker order
+            for message in r.messages or []:
                 threshold_decode(message, total)
         if results:
-            for r in results:
-                if r.get("worker_state") is not None:
-                    states[r["worker"]] = r["worker_state"]
+            for r in applied:
+                if r.worker_state is not None:
+                    states[r.worker] = r.worker_state.as_tree()
             arrays = net.state_arrays()
             with net.lock:  # a save() in between sees the round whole
                 net.set_params(ex.weights(net).numpy() - total)  # mixed: the float32 master weights
@@ -114,9 +69,9 @@ class SharedTrainingMaster(TrainingMaster):
                         arrays[key].assign(value)
                     if net.loss_scaler is not None and first.get("scaler") is not None:
                         net.loss_scaler.load_state(first["scaler"])
-            owner.worker_iteration += max((len(r["scores"]) for r in results), default=0)
+            owner.worker_iteration += max((r.iterations for r in results), default=0)  # what the steps moved
         timing["aggregate_ms"] = (time.perf_counter() - t0) * 1e3
-        return self._results(owner, results), timing, [r["stats"] for r in results]
+        return self._results(owner, results), timing, [r.stats.as_row() for r in results]
 
     @staticmethod
     def _sends_updater_state(states: dict[int, Any], workers: int) -> bool:

@@ -23,30 +23,19 @@ Viewing runs anywhere, later (here on one round of one worker, written by hand):
     {'broadcast_ms': 2.0, 'job_ms': 40.0, 'aggregate_ms': 1.0, 'worker_load_ms': 1.5, 'worker_get_model_ms': 0.5, ...}
     >>> export_stats_html(stats, "stats.html")       # one self-contained page: timeline, medians, rounds
 
-DL4J's answer to its training UI clashing with Spark: collect at run time, view later. The
-driver records, per round, the time to create the broadcast, the Spark job (the executors'
-work, the tree aggregation's levels, scheduling and transport) and its own share of the
-aggregation; each executor records, per round, loading its data (DIRECT: slicing its cached
-partition; EXPORT: reading its file), getting the model (set from the broadcast), fitting,
-exporting its result, plus its heap allocations, peak workspace bytes and GC calls.
-
-Bytes a round (what is counted: the `nbytes` of the NumPy arrays serialised, never the pickle
-framing around them, tens of bytes an array, nor the task's closure or the JSON configuration):
-
-- `broadcast_bytes` (round): the arrays the driver broadcast: the flat state (parameters, and
-  updater state when it is sent) and, for SharedTrainingMaster, every worker's own state
-  (residual, updater state). Spark sends a broadcast once to each executor that runs a task.
-- `received_bytes` (worker): the broadcast arrays its task unpickled: all of the above, since a
-  task reads a broadcast whole (SharedTrainingMaster: every worker's state, not only its own).
-- `sent_bytes` (worker): the arrays its result carried: its flat state (parameter averaging)
-  or its encoded messages and own state (shared training).
-- `driver_received_bytes` (round): the arrays in the `partials` partial results the driver
-  received after `tree_levels` levels on the executors (at most ceil(workers ** (1 / depth))
-  of them: float64 sums, or a lone worker's state in its own dtype); `tree_bytes`: what those
-  levels moved between executors.
-
-`export_stats_html` writes one self-contained file (inline SVG timeline and tables, no
-script, no network).
+DL4J's answer to its training UI clashing with Spark: collect at run time, view later. Per
+round the driver records the broadcast, the Spark job and its share of the aggregation; each
+worker (kit.spark.wire's `WorkerStats`) its loading, getting the model, fitting and exporting,
+heap allocations, peak workspace bytes, GC calls and `attempt` (Spark's attempt number: 0
+unless retried). `setup["preparations"]` is 1 when the fit prepared its data, 0 when it reused
+its master's (kit.spark.prepared); `retries` (setup and rounds) add up Spark's retried tasks.
+Bytes (the `nbytes` of the NumPy arrays, never the pickle framing, the closure or the JSON):
+`broadcast_bytes` (round: the flat state, and SharedTrainingMaster's workers' own states),
+`received_bytes` (worker: the broadcast, read whole), `sent_bytes` (worker: its state, or its
+messages and own state), `driver_received_bytes` (round: the `partials` the driver received
+after `tree_levels` levels; float64 sums, or a lone worker's state) and `tree_bytes` (what the
+levels moved between executors). `export_stats_html` writes one self-contained file (inline SVG
+timeline and tables, no script, no network).
 """
 
 from __future__ import annotations

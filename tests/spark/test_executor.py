@@ -5,6 +5,7 @@ state packs and unpacks (a mixed network's master weights included); SHARED's me
 the worker applied; errors name the element where it began; evaluation's sums are Evaluation's."""
 
 import hashlib
+import itertools
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,9 +15,11 @@ from kit.core.devices import gpu_count
 from kit.data import ArrayIterator, DataSet
 from kit.nn import Adam, Network, Sgd, mlp
 from kit.nn.evaluation import Evaluation
+from kit.parallel import TrainingMode
 from kit.parallel.threshold import threshold_decode
 from kit.spark import executor as ex
 from kit.spark.executor_eval import eval_task
+from kit.spark.wire import ThresholdSettings
 
 C, F = 3, 6
 RNG = np.random.default_rng(5)
@@ -44,7 +47,7 @@ def trained(updater=None, steps=3):
     return net
 
 
-def spec_for(net, per_batch=4, send_updater=True, mode="averaging", **kw):
+def spec_for(net, send_updater=True, mode=TrainingMode.AVERAGING, **kw):
     keys = ex.state_keys(net) if send_updater else ("params",)
     sizes = tuple(net.state_arrays()[k].shape[0] for k in keys)
     return ex.RoundSpec(
@@ -52,8 +55,6 @@ def spec_for(net, per_batch=4, send_updater=True, mode="averaging", **kw):
         keys=keys,
         sizes=sizes,
         round=kw.pop("round", 0),
-        elements_per_batch=per_batch,
-        batches_per_round=len(X) // per_batch,
         base_iteration=net.iteration,
         num_classes=C,
         send_updater=send_updater,
@@ -61,6 +62,14 @@ def spec_for(net, per_batch=4, send_updater=True, mode="averaging", **kw):
         stored_rounds=kw.pop("stored_rounds", 1),
         **kw,
     )
+
+
+def cut(partition=0, per_batch=4, elements=None, offsets=None):
+    """A partition's elements cut into mini-batches, as kit.spark.prepared does it (one place, any approach)."""
+    pieces = ex.cut_task(per_batch, C, offsets)(
+        partition, iter(elements if elements is not None else tagged(partition))
+    )
+    return list(ex.join_pieces(iter(pieces)))
 
 
 def run_round(spec, net, records, partition=0, workers=None):
@@ -115,14 +124,17 @@ def test_a_direct_round_trains_as_fit_batch_on_the_same_batches():
     net = trained()
     ref = net.clone()
     spec = spec_for(net)
-    result = run_round(spec, net, [(0, tagged())])  # DIRECT: (worker * stored_rounds + round, elements)
+    (record,) = ex.round_records(per_round=6, stored_rounds=1)(0, iter(cut()))  # (worker * stored + round, batches)
+    result = run_round(spec, net, [record])
     scores = fit_batches(ref)
-    assert result["worker"] == 0 and result["sizes"] == [4] * 6 and result["finite"]
-    np.testing.assert_allclose(result["scores"], scores, rtol=1e-6)
-    np.testing.assert_allclose(result["state"], ex.pack_state(ref, spec.keys), rtol=1e-6, atol=1e-7)
-    stats = result["stats"]
-    assert (stats["examples"], stats["batches"], stats["round"]) == (24, 6, 0)
-    assert stats["received_bytes"] == ex.pack_state(net, spec.keys).nbytes
+    assert isinstance(result, ex.RoundResult) and isinstance(result.stats, ex.WorkerStats)
+    assert result.worker == 0 and result.sizes == [4] * 6 and result.finite
+    assert result.iterations == 6 and result.skipped == [False] * 6  # the steps moved the counter by 6
+    np.testing.assert_allclose(result.scores, scores, rtol=1e-6)
+    np.testing.assert_allclose(result.state, ex.pack_state(ref, spec.keys), rtol=1e-6, atol=1e-7)
+    stats = result.stats
+    assert (stats.examples, stats.batches, stats.round, stats.attempt) == (24, 6, 0, 0)
+    assert stats.received_bytes == ex.pack_state(net, spec.keys).nbytes
 
 
 def test_without_the_updater_each_round_starts_it_fresh_and_sends_the_parameters_only():
@@ -131,61 +143,94 @@ def test_without_the_updater_each_round_starts_it_fresh_and_sends_the_parameters
     for arr in ref.updater_state.values():  # DL4J's saveUpdater(false)
         arr.assign(np.zeros(arr.shape, arr.dtype))
     spec = spec_for(net, send_updater=False)
-    result = run_round(spec, net, [(0, tagged())])
+    (record,) = ex.round_records(per_round=6, stored_rounds=1)(0, iter(cut()))
+    result = run_round(spec, net, [record])
     fit_batches(ref)
-    assert result["state"].shape == (net.num_params,)
-    np.testing.assert_allclose(result["state"], ref.params().numpy(), rtol=1e-6, atol=1e-7)
+    assert result.state.shape == (net.num_params,)
+    np.testing.assert_allclose(result.state, ref.params().numpy(), rtol=1e-6, atol=1e-7)
 
 
-def test_both_exports_train_as_the_direct_round(tmp_path):
+def test_every_source_reads_the_same_mini_batches_and_trains_alike(tmp_path):
+    """DIRECT (cached arrays), EXPORT into Spark's storage (.npz bytes) and EXPORT to files read
+    the mini-batches cut in one place; the spec says which record a task gets (no sniffing)."""
     net = trained(Sgd(0.1))
-    spec = spec_for(net, stored_rounds=2)
-    direct = run_round(spec, net, [(2, tagged())], partition=1)  # key 2 = worker 1, round 0
-    (record,) = ex.export_records(per_round=24, per_batch=4, stored_rounds=2)(1, iter(tagged()))
-    assert record[0] == 2 and isinstance(record[1], bytes)
-    stored = run_round(spec, net, [record], partition=1)
-    (written,) = ex.export_task(str(tmp_path), per_round=24, per_batch=4, num_classes=C)(1, iter(tagged()))
-    worker, k, path, n, _digest = written
-    assert (worker, k, n) == (1, 0, 24) and path.endswith("w1_r0.npz")
-    on_disk = run_round(spec, net, [(worker, path)], partition=1)
-    for other in (stored, on_disk):
-        assert other["worker"] == direct["worker"] == 1 and other["sizes"] == direct["sizes"]
-        np.testing.assert_array_equal(other["state"], direct["state"])
+    batches = cut(1)
+    (cached,) = ex.round_records(per_round=6, stored_rounds=2)(1, iter(batches))
+    (stored,) = ex.export_records(per_round=6, stored_rounds=2)(1, iter(batches))
+    (written,) = ex.export_task(str(tmp_path), per_round=6)(1, iter(batches))
+    worker, k, path, n, _digest, attempt = written
+    assert cached[0] == stored[0] == 2 and isinstance(stored[1], bytes)  # key 2 = worker 1, round 0
+    assert (worker, k, n, attempt) == (1, 0, 24, 0) and path.endswith("w1_r0.npz")
+    results = {
+        source: run_round(spec_for(net, source=source, stored_rounds=2), net, [record], partition=1)
+        for source, record in (
+            (ex.RoundSource.CACHED, cached),
+            (ex.RoundSource.STORED, stored),
+            (ex.RoundSource.FILE, (worker, path)),
+        )
+    }
+    direct = results[ex.RoundSource.CACHED]
+    for other in results.values():
+        assert other.worker == direct.worker == 1 and other.sizes == direct.sizes
+        np.testing.assert_array_equal(other.state, direct.state)
 
 
 def test_an_empty_partition_is_a_worker_with_nothing_to_do():
     net = trained()
     result = run_round(spec_for(net), net, [], partition=3)
-    assert (result["worker"], result["state"], result["scores"], result["stats"]["examples"]) == (3, None, [], 0)
+    assert (result.worker, result.state, result.scores, result.stats.examples) == (3, None, [], 0)
+    assert result.stats.as_row() == {"worker": 3, "round": 0, "pid": result.stats.pid, "examples": 0, "attempt": 0}
 
 
 def test_a_shared_round_sends_exactly_what_the_worker_applied_and_keeps_the_worker_s_state():
     net = trained(Sgd(0.5))
-    spec = spec_for(net, mode="shared", threshold={"initial_threshold": 1e-3})
+    threshold = ThresholdSettings(1e-3, 1e-4, 1e-2, 0.5 ** (1 / 20))
+    spec = spec_for(net, mode=TrainingMode.SHARED_GRADIENTS, threshold=threshold)
     start = net.params().numpy().astype(np.float64)
-    result = run_round(spec, net, [(0, tagged())])
+    (record,) = ex.round_records(per_round=6, stored_rounds=1)(0, iter(cut()))
+    result = run_round(spec, net, [record])
     applied = np.zeros(net.num_params, np.float32)
-    for message in result["messages"]:
+    for message in result.messages:
         threshold_decode(message, applied)
     worker = ex.network_for(spec.config_json, spec.workspace_mode)  # the executor's network, reused
     np.testing.assert_allclose(worker.params().numpy(), start - applied, rtol=1e-6, atol=1e-6)
-    assert result["messages"] and result["state"] is None and result["stats"]["state_from"] == "new"
-    own = result["worker_state"]
-    assert own["rounds"] == 1 and own["residual"].shape == (net.num_params,) and set(own["updater"]) == set()
-    again = run_round(spec_for(net, mode="shared", round=1), net, [(0, tagged())], workers={0: own})
-    assert again["stats"]["state_from"] == "driver (round 1 of this worker)" and again["worker_state"]["rounds"] == 2
+    assert result.messages and result.state is None and result.stats.state_from == "new"
+    own = result.worker_state
+    assert isinstance(own, ex.SharedWorkerState)
+    assert own.rounds == 1 and own.residual.shape == (net.num_params,) and set(own.updater) == set()
+    tree = own.as_tree()  # the driver's (and a checkpoint's) form, and back
+    assert ex.SharedWorkerState.from_tree(tree).rounds == 1 and set(tree) >= {"residual", "updater", "tau"}
+    spec1 = spec_for(net, mode=TrainingMode.SHARED_GRADIENTS, threshold=threshold, round=1)
+    again = run_round(spec1, net, [record], workers={0: own})
+    assert again.stats.state_from == "driver (round 1 of this worker)" and again.worker_state.rounds == 2
 
 
-# ---- elements, batches and the errors that name them ---------------------------------------
+# ---- elements, mini-batches cut once, and the errors that name them -----------------------------
 
 
-def test_tags_number_elements_where_they_began_and_single_examples_keeps_the_tag():
+def test_tags_number_elements_where_they_began():
     pair = (X[:3], Y[:3])
     assert [t for t, _ in ex.tag_elements(4, iter([pair, pair]))] == [(4, 0), (4, 1)]
-    ones = list(ex.single_examples(((4, 1), pair)))
-    assert [t for t, _ in ones] == [(4, 1)] * 3 and all(x.shape == (1, F) for _, (x, _y) in ones)
-    bad = ((4, 2), "not a pair")
-    assert list(ex.single_examples(bad)) == [bad]  # passes whole, for the checks to name
+
+
+@pytest.mark.parametrize("sizes", [(24,), (1,) * 24, (5, 7, 1, 11), (3, 3, 3, 3, 3, 3, 3, 3)])
+@pytest.mark.parametrize("per_batch", [1, 4, 5, 24, 30])
+def test_mini_batches_are_per_batch_examples_in_order_whatever_the_elements_hold(sizes, per_batch):
+    """The class: any split of the examples into elements, any batch size, one partition or split
+    over two (joined after the shuffle): mini-batch b holds examples b * per_batch ... in order."""
+    edges = np.cumsum((0, *sizes))
+    elements = [(X[a:b], Y[a:b]) for a, b in itertools.pairwise(edges)]
+    whole = cut(0, per_batch, list(ex.tag_elements(0, iter(elements))))
+    half = len(elements) // 2
+    first, second = elements[:half], elements[half:]
+    offset = int(sum(len(x) for x, _ in first))
+    pieces = list(ex.cut_task(per_batch, C, [0, offset])(0, ex.tag_elements(0, iter(first))))
+    pieces += list(ex.cut_task(per_batch, C, [0, offset])(1, ex.tag_elements(1, iter(second))))
+    joined = list(ex.join_pieces(iter(pieces[::-1])))  # any order after a shuffle
+    for batches in (whole, joined):
+        assert [len(x) for x, _ in batches] == [len(X[i : i + per_batch]) for i in range(0, len(X), per_batch)]
+        np.testing.assert_array_equal(np.concatenate([x for x, _ in batches]), X)
+        np.testing.assert_array_equal(np.concatenate([y for _, y in batches]), Y)
 
 
 @pytest.mark.parametrize(
@@ -217,24 +262,38 @@ def test_batches_stack_elements_and_a_bad_one_is_named_by_where_it_began():
     assert info.value.source == (2, 4)
 
 
-def test_a_failed_round_names_the_partition_and_element_of_the_users_rdd():
-    net = trained()
+@pytest.mark.parametrize(
+    ("index", "element", "message"),
+    [
+        (10, (X[:2], Y[:1]), r"ValueError: features of shape \(2, 6\) and labels of shape \(1,\) differ"),
+        (9, (X[9:10], np.array([C])), r"label 3 at index 0 is out of range for 3 classes"),
+        (4, (np.full((1, F), np.nan, np.float32), Y[4:5]), "NaN or infinity"),
+        (2, "text", r"an element is a str"),
+    ],
+)
+def test_cutting_names_a_bad_element_by_where_it_began(index, element, message):
+    """The cut checks every piece as a mini-batch (shape, finite features, labels) and names the
+    partition and element of the user's RDD, before any shuffle moves it."""
     elements = tagged(partition=3)
-    elements[10] = ((3, 10), (X[:2], Y[:1]))
-    with pytest.raises(ex.PartitionError, match=r"^\[kit.spark\] partition 3 \(element 10, round 5\): ValueError"):
-        run_round(spec_for(net, round=5), net, [(0, elements)])  # run on partition 0, named by where it began
+    elements[index] = ((3, index), element)
+    with pytest.raises(
+        ex.PartitionError, match=rf"^\[kit.spark\] partition 3 \(element {index}, prepare\): .*{message}"
+    ):
+        cut(partition=0, elements=elements)  # run on partition 0, named by where it began
 
 
-def test_count_and_export_fingerprint_the_same_examples_in_order(tmp_path):
-    ((partition, n, digest),) = ex.count_task(per_batch=4, num_classes=C)(2, iter(tagged(2)))
-    written = list(ex.export_task(str(tmp_path), per_round=10, per_batch=4, num_classes=C)(2, iter(tagged(2))))
-    assert (partition, n) == (2, 24) and [w[3] for w in written] == [10, 20, 24]
+def test_count_and_export_fingerprint_the_same_mini_batches_in_order(tmp_path):
+    batches = cut(2)
+    ((worker, n, count, digest, attempt),) = ex.count_task(2, iter(batches))
+    written = list(ex.export_task(str(tmp_path), per_round=2)(2, iter(batches)))
+    assert (worker, n, count, attempt) == (2, 24, 6, 0) and [w[3] for w in written] == [8, 16, 24]
     assert written[-1][4] == digest and len(digest) == len(hashlib.sha256().hexdigest())
-    ((_, _, other),) = ex.count_task(per_batch=4, num_classes=C)(2, iter(tagged(2)[::-1]))
+    ((_, _, _, other, _),) = ex.count_task(2, iter(batches[::-1]))
     assert other != digest  # the order is part of the fingerprint
+    assert list(ex.count_examples(2, iter(tagged(2)))) == [(2, 24, 0)]
 
 
-def test_round_records_give_each_round_its_own_elements():
+def test_round_records_give_each_round_its_own_mini_batches():
     records = list(ex.round_records(per_round=3, stored_rounds=4)(1, iter(range(7))))
     assert records == [(4, [0, 1, 2]), (5, [3, 4, 5]), (6, [6])]
 

@@ -109,7 +109,7 @@ def test_failing_partition_is_named_and_no_job_left(sc, digits, bad):
     before = net.params().numpy()
     # NEVER: partitions are the workers, element 130 is in partition 1 (120 per partition)
     tm = ParameterAveragingTrainingMaster(20, 1, repartition="NEVER", rdd_training_approach="DIRECT")
-    with pytest.raises(SparkTrainingError, match=r"partition 1 \(element 10, count\)") as info:
+    with pytest.raises(SparkTrainingError, match=r"partition 1 \(element 10, prepare\)") as info:
         SparkNetwork(sc, net, tm).fit(_bad_rdd(sc, data, bad))
     text = str(info.value)
     assert ("out of range" in text) if bad == "label" else ("NaN" in text)

@@ -96,7 +96,7 @@ def test_bytes_a_round_follow_from_the_parameter_count(sc, digits, workers, dept
 
 
 @pytest.mark.slow  # four-worker fits at two depths
-def test_depth_2_with_4_workers_sends_the_driver_fewer_bytes_than_depth_1(sc, digits):
+def test_depth_2_with_4_workers_sends_the_driver_fewer_partials_and_float32_as_many_bytes(sc, digits):
     """Fewer bytes where the sums are not wider than the states (float64), fewer partial results
     always; float32 states summed in pairs (float64) weigh what they replace."""
     received = {}

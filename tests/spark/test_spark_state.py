@@ -277,10 +277,10 @@ def test_export_keeps_mini_batches_in_spark_or_in_the_directory_given(sc, digits
             seen.append(sorted(glob.glob(str(tmp_path / "kit-spark-export-*" / "*.npz"))))
 
     before = set(glob.glob(f"{tempfile.gettempdir()}/kit-spark-export-*"))
-    results = {}
+    results, masters = {}, {}
     for approach in ("EXPORT", "DIRECT"):
         net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), seed=0)
-        tm = ParameterAveragingTrainingMaster(
+        tm = masters[approach] = ParameterAveragingTrainingMaster(
             20, 2, num_workers=2, rdd_training_approach=approach, export_directory=directory
         )
         SparkNetwork(sc, net, tm).fit(to_rdd(sc, digits), listeners=[Watch()] if approach == "EXPORT" else [])
@@ -289,8 +289,10 @@ def test_export_keeps_mini_batches_in_spark_or_in_the_directory_given(sc, digits
     assert set(glob.glob(f"{tempfile.gettempdir()}/kit-spark-export-*")) == before  # nothing on the driver's temp
     if where == "spark":
         assert all(not files for files in seen)
-    else:  # the files were there during the fit, and are gone after it
+    else:  # the files were there during the fit, kept for the master's next fit, and gone once it is closed
         assert seen and all(files for files in seen)
+        assert sorted(glob.glob(str(tmp_path / "kit-spark-export-*" / "*.npz"))) == seen[-1]
+        masters["EXPORT"].close()
         assert not glob.glob(str(tmp_path / "kit-spark-export-*"))
 
 

@@ -62,6 +62,16 @@ DRIVER = textwrap.dedent(
         tm = ParameterAveragingTrainingMaster(20, 5, num_workers=2, export_directory="file://" + shared_dir)
         SparkNetwork(sc, net2, tm).fit(rdd)
         out["export_url_diff"] = float(np.max(np.abs(net2.params().numpy() - net.params().numpy())))
+        # an export_directory only the driver sees (under its TMPDIR, hidden from the workers): refused at
+        # fit by the executors' check, before any data moves, naming the directory and the remedy
+        only_here = os.path.join(os.environ["TMPDIR"], "export-only-here")
+        tm = ParameterAveragingTrainingMaster(20, 5, num_workers=2, export_directory=only_here)
+        try:
+            SparkNetwork(sc, mlp(64, hidden=(16,), n_out=10, updater=Sgd(0.1), seed=0), tm).fit(rdd)
+            out["driver_only_export"] = "no error"
+        except ValueError as exc:
+            out["driver_only_export"] = str(exc)
+        out["driver_only_left"] = os.listdir(only_here)
         # shared training with its defaults, 2 epochs: learns
         net3 = mlp(64, hidden=(16,), n_out=10, updater=Adam(1e-2), seed=0)
         before = net3.score(test)
@@ -188,6 +198,10 @@ def test_a_standalone_cluster_whose_workers_cannot_see_the_drivers_disk(tmp_path
         assert "averaging_diff" in out, proc.stderr[-3000:]
         assert out["averaging_diff"] < 1e-4, out
         assert out["export_url_diff"] < 1e-6, out
+        refused = out["driver_only_export"]
+        assert "ParameterAveragingTrainingMaster(export_directory=" in refused and "cannot use" in refused, out
+        assert "export-only-here" in refused and "export_directory=None" in refused, out
+        assert out["driver_only_left"] == [], out  # the run directory the executors could not see is gone
         before, after = out["shared_score"]
         assert after < before, out  # learns (DL4J's threshold 1e-4 moves slowly: the direction, not a size)
         assert out["shared_state_from"] == ["driver", "new"], out

@@ -1,0 +1,251 @@
+"""kit.spark.prepared (issue 44 items 4 and 5): data prepared once per RDD and settings across
+fits, moved as mini-batches (many examples an element), an export directory checked from an
+executor before the first round, stale export runs of a killed driver swept at the next fit, and
+Spark's retries counted in the stats (a driver whose context retries a task that fails once)."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kit.nn import Sgd, mlp
+from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork
+from kit.spark.prepared import MARKER, Plan, check_run_task, mini_batches, sweep_stale_runs
+from kit.spark.wire import RoundSource
+
+ROOT = Path(__file__).resolve().parents[2]
+C, F, N = 4, 5, 120
+RNG = np.random.default_rng(3)
+X = RNG.random((N, F)).astype(np.float32)
+Y = np.arange(N) % C
+
+
+def _rdd(sc, per_element=1, slices=3):
+    return sc.parallelize([(X[i : i + per_element], Y[i : i + per_element]) for i in range(0, N, per_element)], slices)
+
+
+def _net():
+    return mlp(F, hidden=(6,), n_out=C, updater=Sgd(0.1), seed=0)
+
+
+def _state(net):
+    return {k: v.numpy().copy() for k, v in net.state_arrays().items()}
+
+
+@pytest.mark.parametrize("approach", ["DIRECT", "EXPORT"])
+def test_a_fit_in_a_loop_prepares_once_and_trains_as_one_longer_fit(sc, approach, tmp_path):
+    rdd = _rdd(sc)
+    options = {"num_workers": 2, "rdd_training_approach": approach, "collect_training_stats": True}
+    tm = ParameterAveragingTrainingMaster(10, 2, **options)
+    looped = SparkNetwork(sc, _net(), tm)
+    prepared = []
+    for _ in range(2):
+        looped.fit(rdd, epochs=1)
+        prepared.append(looped.get_training_stats().setup["preparations"])
+    assert prepared == [1, 0] and tm.prepared.preparations == 1
+    once = SparkNetwork(sc, _net(), ParameterAveragingTrainingMaster(10, 2, **options))
+    once.fit(rdd, epochs=2)
+    for key, value in _state(once.network).items():
+        np.testing.assert_array_equal(_state(looped.network)[key], value)
+    # another RDD (the same examples) or other settings: prepared again
+    looped.fit(rdd.map(lambda e: e), epochs=1)
+    assert looped.get_training_stats().setup["preparations"] == 1 and tm.prepared.preparations == 2
+    other = SparkNetwork(sc, _net(), ParameterAveragingTrainingMaster(12, 2, **options))
+    other.fit(rdd, epochs=1)
+    assert other.get_training_stats().setup["preparations"] == 1
+    tm.close()
+    assert not tm.prepared.entries
+
+
+@pytest.mark.parametrize(("per_element", "slices", "per_batch"), [(1, 3, 10), (7, 4, 10), (30, 2, 8), (120, 1, 25)])
+def test_the_shuffle_moves_mini_batches_and_each_worker_gets_its_own_in_order(sc, per_element, slices, per_batch):
+    """Mini-batch b (examples b * per_batch ... in the RDD's order) goes to worker b % workers,
+    as one element: the shuffle moves about N / per_batch elements, not N pickled examples."""
+    workers = 3
+    plan = Plan("app", 0, workers, per_batch, 2, True, RoundSource.CACHED, None, C)
+    batches, attempts = mini_batches(_rdd(sc, per_element, slices), lambda rdd, what: rdd.collect(), plan)
+    got = batches.glom().collect()
+    assert len(got) == workers and attempts == [0] * slices
+    starts = range(0, N, per_batch)
+    assert sum(len(part) for part in got) == len(starts)
+    for w, part in enumerate(got):
+        mine = [s for b, s in enumerate(starts) if b % workers == w]
+        assert [len(x) for x, _ in part] == [len(X[s : s + per_batch]) for s in mine]
+        for (x, y), s in zip(part, mine, strict=True):
+            np.testing.assert_array_equal(x, X[s : s + per_batch])
+            np.testing.assert_array_equal(y, Y[s : s + per_batch])
+
+
+def test_an_export_run_is_marked_checked_from_an_executor_and_removed_after(sc, tmp_path):
+    tm = ParameterAveragingTrainingMaster(
+        10, 2, num_workers=2, export_directory=str(tmp_path), collect_training_stats=True
+    )
+    spark = SparkNetwork(sc, _net(), tm)
+    spark.fit(_rdd(sc))
+    setup = spark.get_training_stats().setup
+    (run,) = [p for p in tmp_path.iterdir() if p.name.startswith("kit-spark-export-")]
+    marker = json.loads((run / MARKER).read_text())
+    assert marker["pid"] == os.getpid() and setup["export_runs_swept"] == 0 and setup["storage"] == str(tmp_path)
+    assert sorted(p.name for p in run.iterdir() if p.suffix == ".npz") == [
+        "w0_r0.npz",
+        "w0_r1.npz",
+        "w0_r2.npz",
+        "w1_r0.npz",
+        "w1_r1.npz",
+        "w1_r2.npz",
+    ]
+    tm.close()
+    assert not run.exists()
+
+
+def test_the_executors_check_says_what_they_could_not_see(tmp_path):
+    """What an executor runs before the first round (a plain task): the driver's marker with this
+    run's token, and a file it can write. A directory only the driver sees has no marker there."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / MARKER).write_text(json.dumps({"token": "abc"}))
+    assert next(check_run_task(str(run), "abc")(iter([0])))[0] is True
+    ok, _host, why = next(check_run_task(str(run), "other")(iter([0])))
+    assert not ok and why == "its marker belongs to another run"
+    ok, _host, why = next(check_run_task(str(tmp_path / "only-on-the-driver"), "abc")(iter([0])))
+    assert not ok and why.startswith("FileNotFoundError") and "only-on-the-driver" in why
+
+
+def test_the_sweep_removes_runs_of_gone_drivers_only(tmp_path):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(gone.stdout)
+    import socket
+
+    runs = {}
+    for name, marker in {
+        "kit-spark-export-dead": {"host": socket.gethostname(), "pid": dead_pid},
+        "kit-spark-export-mine": {"host": socket.gethostname(), "pid": os.getpid()},
+        "kit-spark-export-elsewhere": {"host": "another-host", "pid": dead_pid},
+    }.items():
+        runs[name] = tmp_path / name
+        runs[name].mkdir()
+        (runs[name] / MARKER).write_text(json.dumps(marker))
+    (tmp_path / "unmarked").mkdir()
+    assert sweep_stale_runs(str(tmp_path)) == [str(runs["kit-spark-export-dead"])]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "kit-spark-export-elsewhere",
+        "kit-spark-export-mine",
+        "unmarked",
+    ]
+
+
+# ---- drivers of their own: one killed mid-fit, one whose context retries a failed task ----------
+
+DRIVER = textwrap.dedent(
+    """
+    import json, sys, time
+    import numpy as np
+    from pyspark import TaskContext
+    from tests.spark.test_spark_prepared import X, Y, _net
+    from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, local_spark_context
+
+    what, directory = sys.argv[1], sys.argv[2]
+    sc = local_spark_context("local[2,2]", app_name="kit-prepared-driver", driver_memory="512m",
+                             conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
+
+    def fail_once(element):
+        ctx = TaskContext.get()
+        if ctx.partitionId() == 1 and ctx.attemptNumber() == 0:
+            raise RuntimeError("the first attempt of partition 1 fails")
+        return element
+
+    rdd = sc.parallelize([(X[i : i + 1], Y[i : i + 1]) for i in range(len(X))], 2)
+
+    class StandStill:
+        def iteration_done(self, model, iteration, epoch, **info):
+            print("STOPPED", flush=True)
+            time.sleep(600)
+
+    if what == "kill":
+        tm = ParameterAveragingTrainingMaster(10, 2, num_workers=2, export_directory=directory)
+        SparkNetwork(sc, _net(), tm).fit(rdd, listeners=[StandStill()])
+    else:
+        out = {}
+        for name, data in (("plain", rdd), ("fails_once", rdd.map(fail_once))):
+            tm = ParameterAveragingTrainingMaster(10, 2, repartition="NEVER", rdd_training_approach="DIRECT",
+                                                  collect_training_stats=True)
+            spark = SparkNetwork(sc, _net(), tm)
+            spark.fit(data)
+            stats = spark.get_training_stats()
+            out[name] = {"setup": stats.setup["retries"], "rounds": [r["retries"] for r in stats.rounds]}
+        print("REPORT " + json.dumps(out), flush=True)
+    print("FINISHED", flush=True)
+    """
+)
+
+
+def _driver(tmp_path, what, directory):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    log = open(tmp_path / f"driver-{what}.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, str(script), what, str(directory)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    return proc, log
+
+
+@pytest.mark.slow  # a driver of its own, killed
+@pytest.mark.timeout(300)
+def test_a_killed_drivers_export_run_is_swept_at_the_next_fit(sc, tmp_path):
+    export = tmp_path / "export"
+    export.mkdir()
+    proc, log = _driver(tmp_path, "kill", export)
+    text = lambda: (tmp_path / "driver-kill.log").read_text()  # noqa: E731
+    try:
+        deadline = time.monotonic() + 240
+        while "STOPPED" not in text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "STOPPED" in text(), text()[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the driver, its JVM and Python workers
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        log.close()
+    assert proc.returncode == -signal.SIGKILL
+    (left,) = list(export.iterdir())  # what the killed driver left: its run, marked, and its files
+    assert json.loads((left / MARKER).read_text())["pid"] == proc.pid and list(left.glob("*.npz"))
+    tm = ParameterAveragingTrainingMaster(
+        10, 2, num_workers=2, export_directory=str(export), collect_training_stats=True
+    )
+    spark = SparkNetwork(sc, _net(), tm)
+    spark.fit(_rdd(sc))
+    assert spark.get_training_stats().setup["export_runs_swept"] == 1 and not left.exists()
+    tm.close()
+    assert list(export.iterdir()) == []
+
+
+@pytest.mark.slow  # a driver of its own, with a context that retries
+@pytest.mark.timeout(300)
+def test_a_task_that_fails_once_is_counted_as_a_retry(tmp_path):
+    proc, log = _driver(tmp_path, "retry", tmp_path)
+    try:
+        proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        log.close()
+    text = (tmp_path / "driver-retry.log").read_text()
+    assert proc.returncode == 0, text[-3000:]
+    report = json.loads(text.split("REPORT ", 1)[1].splitlines()[0])
+    assert report["plain"]["setup"] == 0 and set(report["plain"]["rounds"]) == {0}
+    assert report["fails_once"]["setup"] >= 1  # partition 1's first attempt failed, its second ran
+    assert "the first attempt of partition 1 fails" in text  # Spark said so: its log level is the user's
