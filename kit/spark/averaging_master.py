@@ -21,6 +21,7 @@ import numpy as np
 from kit.nn.loop import StepResult
 from kit.nn.mixed import LossScaler
 from kit.spark import executor as ex
+from kit.spark.gang import check_gang_options
 from kit.spark.master_options import RDDTrainingApproach, Repartition, check_bool
 from kit.spark.prepared import Prepared
 from kit.spark.training_master import TrainingMaster, round_diverged, timing_sizes
@@ -39,7 +40,12 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
     then start their updater from zero, which with Adam and averaging_frequency 5 costs accuracy
     (chapter 7 measures it), for a broadcast a third the size.
     `worker_prefetch_num_batches` is accepted for DL4J compatibility: a kit worker stacks its
-    round's mini-batches before fitting, so there is nothing to prefetch."""
+    round's mini-batches before fitting, so there is nothing to prefetch.
+    kit's `execution` ("auto", "gang", "rounds"), `exchange` ("parameters", or "gradients": DDP's
+    all-reduce every step) and `collective` ("auto", "gloo", "nccl", "allgather"): one barrier
+    stage for the whole fit, workers exchanging among themselves (kit.spark.gang); execution=None is
+    "rounds" for exchange="parameters" (the round-by-round stats and listeners chapter 7 reads) and
+    "auto" for "gradients"."""
 
     mode = "averaging"
 
@@ -65,6 +71,9 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
         checkpoint_directory: str | os.PathLike | None = None,
         barrier: bool = False,
         gpus_per_task: float | None = None,
+        execution: str | None = None,
+        exchange: str = "parameters",
+        collective: str = "auto",
     ) -> None:
         super().__init__(
             batch_size_per_worker,
@@ -88,6 +97,10 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
         )
         self.averaging_frequency = averaging_frequency
         self.save_updater = check_bool("ParameterAveragingTrainingMaster", "save_updater", save_updater)
+        # one barrier stage for the whole fit, or one job a round (kit.spark.gang)
+        self.execution, self.exchange, self.collective = check_gang_options(
+            "ParameterAveragingTrainingMaster", execution, exchange, collective, averaging_frequency
+        )
 
     def run_round(self, owner: Any, data: Prepared, k: int) -> tuple[list[StepResult], dict, list[dict]]:
         net = owner.network
