@@ -121,7 +121,12 @@ def use_gang(owner: Any, rdd: Any, listeners: list[Any]) -> bool:
         )
     if master.execution == "auto":
         warnings.warn(
-            f"{name}(execution='auto') trains in rounds (one Spark job an averaging): {why}",
+            f"{name}(execution='auto') trains in rounds (one Spark job an averaging): {why}"
+            + (
+                "; the rounds average the parameters every step, not the gradients (DDP's semantics need a gang)"
+                if master.exchange == "gradients"
+                else ""
+            ),
             GangFallbackWarning,
             stacklevel=3,
         )
