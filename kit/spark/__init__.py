@@ -19,10 +19,13 @@ Usage (it starts a local Spark, a JVM that takes seconds to come up, so it is no
 DL4J names: SparkNetwork = SparkDl4jMultiLayer, ParameterAveragingTrainingMaster and
 SharedTrainingMaster keep theirs, get_training_stats = getSparkTrainingStats,
 export_stats_html = StatsUtils.exportStatsAsHtml. Needs the `spark` extra (PySpark) and Java 17.
+kit's `execution="gang"` (kit.spark.gang) trains a whole fit in one barrier stage, the workers
+averaging or all-reducing gradients among themselves (torch.distributed's Gloo, or Spark's allGather).
 Importing this package does not import PySpark; starting a context does.
 """
 
 from kit.spark.checkpoint import CheckpointError
+from kit.spark.gang import GangFallbackWarning
 from kit.spark.masters import (
     ParameterAveragingTrainingMaster,
     RDDTrainingApproach,
@@ -45,6 +48,7 @@ from kit.spark.stats import SparkTrainingStats, export_stats_html
 
 __all__ = [
     "CheckpointError",
+    "GangFallbackWarning",
     "MoreWorkersThanSlotsWarning",
     "ParameterAveragingTrainingMaster",
     "RDDTrainingApproach",

@@ -34,6 +34,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from kit import backend
+
 __all__ = ["COLLECTIVES", "Collective", "CollectiveTimeoutError", "available", "open_collective"]
 
 COLLECTIVES = ("auto", "gloo", "nccl", "allgather")
@@ -84,12 +86,16 @@ def available(device_is_gpu: bool = False) -> str:
     return "gloo" if torch_missing() is None else "allgather"
 
 
+def _nccl() -> Any:
+    """CuPy's NCCL module (through kit.backend, the one place CuPy is imported)."""
+    return backend.cupy().cuda.nccl
+
+
 def nccl_missing() -> str | None:
     try:
-        from cupy.cuda import nccl
-    except ImportError as exc:
-        return f"CuPy's NCCL is not importable ({exc})"
-    return None if nccl.get_version() else "CuPy has no NCCL"
+        return None if _nccl().get_version() else "CuPy has no NCCL"
+    except (backend.BackendError, ImportError, AttributeError) as exc:
+        return f"CuPy's NCCL is not usable ({exc})"
 
 
 def open_collective(kind: str, ctx: Any, timeout: float, device_is_gpu: bool = False) -> Collective:
@@ -150,8 +156,7 @@ class CupyNccl:
     name = "nccl"
 
     def __init__(self, ctx: Any, timeout: float) -> None:
-        from cupy.cuda import nccl
-
+        nccl = _nccl()
         rank, world = ctx.partitionId(), len(ctx.getTaskInfos())
         uid = nccl.get_unique_id() if rank == 0 else None
         ids = bounded(lambda: ctx.allGather(json.dumps(list(uid) if uid else None)), timeout, "nccl rendezvous")
@@ -159,9 +164,7 @@ class CupyNccl:
         self._comm = nccl.NcclCommunicator(world, tuple(json.loads(ids[0])), rank)
 
     def allreduce_sum(self, arr: Any) -> Any:
-        import cupy
-
-        nccl = self._nccl
+        cupy, nccl = backend.cupy(), self._nccl
         dtype = {np.dtype(np.float32): nccl.NCCL_FLOAT32, np.dtype(np.float64): nccl.NCCL_FLOAT64}[arr.dtype]
         stream = cupy.cuda.get_current_stream()
         self._comm.allReduce(arr.data.ptr, arr.data.ptr, arr.size, dtype, nccl.NCCL_SUM, stream.ptr)
