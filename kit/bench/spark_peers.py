@@ -59,6 +59,12 @@ def job_data(quick: bool) -> tuple[DataSet, DataSet, str]:
     return DataSet(xa, ya, num_classes=10), DataSet(xb, yb, num_classes=10), f"synthetic ({n} train, {m} test)"
 
 
+def _classes(ds: DataSet) -> np.ndarray:
+    """The class index of each example (a DataSet holds one-hot rows)."""
+    labels = ds.labels.numpy()
+    return (labels.argmax(axis=1) if labels.ndim == 2 else labels).astype(np.int64)
+
+
 def _kit_net() -> Any:
     return mlp(784, hidden=(256,), n_out=10, updater=Adam(LR), seed=0)
 
@@ -67,7 +73,7 @@ def _kit_accuracy(flat: np.ndarray, test: DataSet) -> float:
     net = _kit_net()
     net.set_params(flat)
     guess = np.argmax(net.output(test.features.numpy()).numpy(), axis=1)
-    return float(np.mean(guess == test.labels.numpy()))
+    return float(np.mean(guess == _classes(test)))
 
 
 def kit_single(train: DataSet, epochs: int) -> dict[str, Any]:
@@ -113,7 +119,7 @@ def torch_single(train: DataSet, epochs: int) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)  # one core, as each Spark worker has
-    x, y = torch.from_numpy(train.features.numpy()), torch.from_numpy(train.labels.numpy().astype(np.int64))
+    x, y = torch.from_numpy(train.features.numpy()), torch.from_numpy(_classes(train))
     model, t0, snaps = _torch_model(), time.time(), []
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     for epoch in range(epochs):
@@ -135,7 +141,7 @@ def ddp_train(x: np.ndarray, y: np.ndarray, epochs: int) -> list[Any] | None:
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    data = TensorDataset(torch.from_numpy(x), torch.from_numpy(y.astype(np.int64)))
+    data = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
     loader = DataLoader(data, batch_size=PER_WORKER, sampler=DistributedSampler(data, shuffle=False))
     model = DistributedDataParallel(_torch_model())
     opt = torch.optim.Adam(model.parameters(), lr=LR)
@@ -167,7 +173,7 @@ def torch_distributor(train: DataSet, epochs: int) -> dict[str, Any]:
     SparkSession.builder.getOrCreate()  # TorchDistributor asks for the session on the running context
     t0 = time.time()
     snaps = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(
-        ddp_train, train.features.numpy(), train.labels.numpy(), epochs
+        ddp_train, train.features.numpy(), _classes(train), epochs
     )
     return {"t0": t0, "end": time.time(), "snapshots": snaps}
 
@@ -180,7 +186,7 @@ def _torch_accuracy(arrays: list[np.ndarray], test: DataSet) -> float:
         for p, a in zip(model.parameters(), arrays):
             p.copy_(torch.from_numpy(a))
         guess = model(torch.from_numpy(test.features.numpy())).argmax(1).numpy()
-    return float(np.mean(guess == test.labels.numpy()))
+    return float(np.mean(guess == _classes(test)))
 
 
 def _row(name: str, semantics: str, run: dict[str, Any], accuracy: Any, steps_per_epoch: int) -> dict[str, Any]:

@@ -91,19 +91,37 @@ def why_not_gang(master: Any, sc: Any, rdd: Any, network: Any, listeners: list[A
     """Why this fit cannot run as a gang, in words, or None."""
     if getattr(master, "execution", "rounds") == "rounds":
         return "execution='rounds'"
-    if str(sc.getConf().get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
-        return (
-            "Spark's dynamic allocation is on (spark.dynamicAllocation.enabled=true), where barrier stages cannot run"
-        )
-    workers, slots = gang_workers(master, sc, rdd), scheduling.cluster_slots(sc)
-    if workers > slots:
-        return f"{workers} workers need {workers} tasks at once but the cluster ({sc.master}) has {slots} task slot(s)"
+    why = barrier_blocker(sc.getConf(), gang_workers(master, sc, rdd), scheduling.cluster_slots(sc), sc.master)
+    if why:
+        return why
     if master.checkpoint_every:
         return f"checkpoint_every={master.checkpoint_every}: checkpoints are written between rounds, on the driver"
     if listeners:
         return f"{len(listeners)} listener(s) given: listeners see the model between rounds, on the driver"
     if network.loss_scaler is not None:
         return "a mixed-precision network: its loss scaler's state is merged between rounds"
+    return None
+
+
+def barrier_blocker(conf: Any, workers: int, slots: int, spark_master: str) -> str | None:
+    """Why Spark cannot run a barrier stage of `workers` tasks with this SparkConf and `slots`
+    task slots, or None.
+
+        >>> from pyspark import SparkConf
+        >>> barrier_blocker(SparkConf(loadDefaults=False), 2, 2, "local[2]") is None
+        True
+        >>> dynamic = SparkConf(loadDefaults=False).set("spark.dynamicAllocation.enabled", "true")
+        >>> print(barrier_blocker(dynamic, 2, 8, "yarn"))
+        Spark's dynamic allocation is on (spark.dynamicAllocation.enabled=true): barrier stages cannot run
+        >>> print(barrier_blocker(SparkConf(loadDefaults=False), 3, 2, "local[2]"))
+        3 workers need 3 tasks at once but the cluster (local[2]) has 2 task slot(s)
+    """
+    if str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
+        return "Spark's dynamic allocation is on (spark.dynamicAllocation.enabled=true): barrier stages cannot run"
+    if workers > slots:
+        return (
+            f"{workers} workers need {workers} tasks at once but the cluster ({spark_master}) has {slots} task slot(s)"
+        )
     return None
 
 
@@ -192,7 +210,8 @@ def run_gang(owner: Any, run: Any, rounds: Any) -> None:
     run.stats.setup["execution"] = "gang"
     run.stats.setup["gang"] = _gang_stats(results, spec, (time.perf_counter() - t0) * 1e3)
     run.stats.workers.extend(r["stats"] for r in results)
-    owner.gang_snapshots = results[0].get("snapshots", []) if results else []
+    if spec.snapshots:  # the bench's epoch ends (kit.bench.spark_peers)
+        owner.gang_snapshots = results[0].get("snapshots", []) if results else []
 
 
 def scheduling_job(master: Any, sc: Any, job: Any) -> Any:
