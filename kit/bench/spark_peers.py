@@ -12,12 +12,12 @@ steps), PyTorch DDP through `pyspark.ml.torch.distributor.TorchDistributor` (whe
 and pyarrow import; said when not), and each system's own single process (`Network.fit`, a
 plain PyTorch loop).
 
-Each system keeps its parameters at the end of every epoch, with the wall-clock time (rank 0's,
-on the executor: this machine's clock too); they are scored on the test set afterwards, so
-scoring costs no system time. Per global step: the time between the first and the last epoch's
-end over the steps between (a one-epoch run: from the call, start-up included); sync overhead:
-that minus the system's own single process's; time to the target: from the call (data
-preparation and start-up included) to the first epoch end scoring >= TARGET. One run each on a
+Each system keeps its parameters four times an epoch, with the wall-clock time (rank 0's, on the
+executor: this machine's clock too) and the global steps done; they are scored on the test set
+afterwards, so scoring costs no system time. Per global step: the time from the first kept point
+to the last over the steps between (start-up and the first quarter epoch left out); sync
+overhead: that minus the system's own single process's; time to the target: from the call (data
+preparation and start-up included) to the first kept point scoring >= TARGET. One run each on a
 shared machine: the load average is in the result; the figures are noisy.
 """
 
@@ -41,6 +41,12 @@ TARGET = 0.82
 LR = 1e-3
 PER_WORKER = 16
 FREQUENCY = 5
+SNAPSHOTS = 4  # parameters kept this many times an epoch (time to the target to a quarter epoch)
+
+
+def marks(steps: int) -> set[int]:
+    """The steps of an epoch after which the parameters are kept (the last one always)."""
+    return {-(-steps * j // SNAPSHOTS) for j in range(1, SNAPSHOTS + 1)}
 
 
 def job_data(quick: bool) -> tuple[DataSet, DataSet, str]:
@@ -76,35 +82,49 @@ def _kit_accuracy(flat: np.ndarray, test: DataSet) -> float:
     return float(np.mean(guess == _classes(test)))
 
 
-def kit_single(train: DataSet, epochs: int) -> dict[str, Any]:
-    net, t0, snaps = _kit_net(), time.time(), []
-    for epoch in range(epochs):
-        net.fit(ArrayIterator(train, 2 * PER_WORKER), epochs=1)
-        snaps.append((time.time(), epoch, net.params().numpy().copy()))
-    return {"t0": t0, "end": time.time(), "snapshots": snaps}
+def kit_single(train: DataSet, epochs: int, steps: int) -> dict[str, Any]:
+    net = _kit_net()
+    keeper = _Keeper(net, steps, 1)
+    t0 = time.time()
+    net.fit(ArrayIterator(train, 2 * PER_WORKER), epochs=epochs, listeners=[keeper])
+    return {"t0": t0, "end": time.time(), "snapshots": keeper.snaps}
 
 
-class _EpochEnds(TrainingListener):
-    def __init__(self, net: Any) -> None:
-        self.net, self.snaps = net, []
+class _Keeper(TrainingListener):
+    """Keeps (time, global steps done, parameters) at the epoch's marks; a call is `per_call` global steps."""
 
-    def on_epoch_end(self, model: Any, epoch: int) -> None:
-        self.snaps.append((time.time(), epoch, self.net.params().numpy().copy()))
+    def __init__(self, net: Any, steps: int, per_call: int) -> None:
+        self.net, self.steps, self.per_call, self.snaps, self.calls = net, steps, per_call, [], 0
+        self.calls_per_epoch = -(-steps // per_call)
+
+    def iteration_done(self, model: Any, iteration: int, epoch: int, **info: Any) -> None:
+        if info.get("worker", 0) != 0:  # a Spark round calls once per worker
+            return
+        self.calls += 1
+        epochs, k = divmod(self.calls - 1, self.calls_per_epoch)
+        done = min((k + 1) * self.per_call, self.steps)
+        if done in marks(self.steps):
+            self.snaps.append((time.time(), epochs * self.steps + done, self.net.params().numpy().copy()))
 
 
-def kit_spark(sc: Any, rdd: Any, epochs: int, **options: Any) -> dict[str, Any]:
+def kit_spark(sc: Any, rdd: Any, epochs: int, steps: int, **options: Any) -> dict[str, Any]:
     """A SparkNetwork fit of two workers; options pick the gang's exchange or the rounds."""
     freq = 1 if options.get("exchange") == "gradients" else FREQUENCY
     tm = ParameterAveragingTrainingMaster(
         PER_WORKER, freq, num_workers=2, rdd_training_approach="DIRECT", collect_training_stats=True, **options
     )
-    tm.gang_snapshots = True
+    rounds = -(-steps // freq)
+    tm.gang_snapshots = SNAPSHOTS
     spark = SparkNetwork(sc, _kit_net(), tm)
-    listeners = [_EpochEnds(spark.network)] if options.get("execution") == "rounds" else []
+    listeners = [_Keeper(spark.network, steps, freq)] if options.get("execution") == "rounds" else []
     t0 = time.time()
     spark.fit(rdd, epochs=epochs, listeners=listeners)
     end = time.time()
-    snaps = listeners[0].snaps if listeners else getattr(spark, "gang_snapshots", [])
+    if listeners:
+        snaps = listeners[0].snaps
+    else:  # the gang's (time, rounds done, parameters) in global steps
+        at = lambda r: (r - 1) // rounds * steps + min(((r - 1) % rounds + 1) * freq, steps)  # noqa: E731
+        snaps = [(t, at(r), p) for t, r, p in getattr(spark, "gang_snapshots", [])]
     return {"t0": t0, "end": end, "snapshots": snaps, "setup": spark.get_training_stats().setup}
 
 
@@ -115,19 +135,23 @@ def _torch_model() -> Any:
     return torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
 
 
-def torch_single(train: DataSet, epochs: int) -> dict[str, Any]:
+def torch_single(train: DataSet, epochs: int, steps: int) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)  # one core, as each Spark worker has
     x, y = torch.from_numpy(train.features.numpy()), torch.from_numpy(_classes(train))
     model, t0, snaps = _torch_model(), time.time(), []
     opt = torch.optim.Adam(model.parameters(), lr=LR)
+    keep = marks(steps)
     for epoch in range(epochs):
-        for i in range(0, len(x), 2 * PER_WORKER):
+        for k, i in enumerate(range(0, len(x), 2 * PER_WORKER)):
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x[i : i + 2 * PER_WORKER]), y[i : i + 2 * PER_WORKER]).backward()
             opt.step()
-        snaps.append((time.time(), epoch, [p.detach().numpy().copy() for p in model.parameters()]))
+            if k + 1 in keep:
+                snaps.append(
+                    (time.time(), epoch * steps + k + 1, [p.detach().numpy().copy() for p in model.parameters()])
+                )
     return {"t0": t0, "end": time.time(), "snapshots": snaps}
 
 
@@ -145,14 +169,16 @@ def ddp_train(x: np.ndarray, y: np.ndarray, epochs: int) -> list[Any] | None:
     loader = DataLoader(data, batch_size=PER_WORKER, sampler=DistributedSampler(data, shuffle=False))
     model = DistributedDataParallel(_torch_model())
     opt = torch.optim.Adam(model.parameters(), lr=LR)
-    snaps = []
+    snaps, steps = [], len(loader)
+    keep = {-(-steps * j // SNAPSHOTS) for j in range(1, SNAPSHOTS + 1)}
     for epoch in range(epochs):
-        for xb, yb in loader:
+        for k, (xb, yb) in enumerate(loader):
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(xb), yb).backward()
             opt.step()
-        if dist.get_rank() == 0:
-            snaps.append((time.time(), epoch, [p.detach().numpy().copy() for p in model.module.parameters()]))
+            if k + 1 in keep and dist.get_rank() == 0:
+                params = [p.detach().numpy().copy() for p in model.module.parameters()]
+                snaps.append((time.time(), epoch * steps + k + 1, params))
     dist.destroy_process_group()
     return snaps if snaps else None
 
@@ -189,14 +215,14 @@ def _torch_accuracy(arrays: list[np.ndarray], test: DataSet) -> float:
     return float(np.mean(guess == _classes(test)))
 
 
-def _row(name: str, semantics: str, run: dict[str, Any], accuracy: Any, steps_per_epoch: int) -> dict[str, Any]:
+def _row(name: str, semantics: str, run: dict[str, Any], accuracy: Any) -> dict[str, Any]:
     """One system's figures from its epoch-end snapshots (scored now)."""
     snaps = run["snapshots"] or []
     scored = [(t, accuracy(p)) for t, _, p in snaps]
-    if len(snaps) >= 2:
-        per_step = (snaps[-1][0] - snaps[0][0]) / (steps_per_epoch * (len(snaps) - 1))
+    if len(snaps) >= 2:  # from the first kept point on: start-up and the first quarter epoch left out
+        per_step = (snaps[-1][0] - snaps[0][0]) / (snaps[-1][1] - snaps[0][1])
     else:
-        per_step = (snaps[0][0] - run["t0"]) / steps_per_epoch if snaps else float("nan")
+        per_step = (snaps[0][0] - run["t0"]) / snaps[0][1] if snaps else float("nan")
     reached = [t - run["t0"] for t, acc in scored if acc >= TARGET]
     return {
         "system": name,
@@ -218,19 +244,19 @@ def peers_table(sc: Any, quick: bool) -> dict[str, Any]:
     rdd = to_rdd(sc, train, num_slices=2).cache()
     rdd.count()
     kit_acc = lambda p: _kit_accuracy(p, test)  # noqa: E731
-    rows = [_row("kit Network.fit (one process)", "-", kit_single(train, epochs), kit_acc, steps)]
+    rows = [_row("kit Network.fit (one process)", "-", kit_single(train, epochs, steps), kit_acc)]
     for name, semantics, options in (
         ("kit gang, every step", "DDP: gradients all-reduced", {"execution": "gang", "exchange": "gradients"}),
         ("kit gang, every 5 steps", "DL4J: averaging, updater kept", {"execution": "gang"}),
         ("kit rounds, every 5 steps", "DL4J: averaging, updater kept", {"execution": "rounds"}),
     ):
-        rows.append(_row(name, semantics, kit_spark(sc, rdd, epochs, **options), kit_acc, steps))
+        rows.append(_row(name, semantics, kit_spark(sc, rdd, epochs, steps, **options), kit_acc))
         rows[-1]["overhead_ms"] = rows[-1]["per_step_ms"] - rows[0]["per_step_ms"]
     rdd.unpersist()
     torch_why = torch_missing_for_distributor()
     if torch_why is None:
         torch_acc = lambda p: _torch_accuracy(p, test)  # noqa: E731
-        rows.append(_row("PyTorch (one process)", "-", torch_single(train, epochs), torch_acc, steps))
+        rows.append(_row("PyTorch (one process)", "-", torch_single(train, epochs, steps), torch_acc))
         rows.append(
             _row(
                 "TorchDistributor (DDP)",

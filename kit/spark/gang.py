@@ -186,7 +186,7 @@ def _spec(owner: Any, prepared: Any, first: int, epochs: int, keys: tuple[str, .
         periodic_gc=master.worker_periodic_gc,
         gc_window_ms=master.worker_gc_window_ms,
         gpus_per_task=master.gpus_per_task,
-        snapshots=bool(getattr(master, "gang_snapshots", False)),
+        snapshots=int(getattr(master, "gang_snapshots", 0)),
         fault=getattr(master, "gang_fault", None),
     )
 
@@ -210,7 +210,7 @@ def run_gang(owner: Any, run: Any, rounds: Any) -> None:
     run.stats.setup["execution"] = "gang"
     run.stats.setup["gang"] = _gang_stats(results, spec, (time.perf_counter() - t0) * 1e3)
     run.stats.workers.extend(r["stats"] for r in results)
-    if spec.snapshots:  # the bench's epoch ends (kit.bench.spark_peers)
+    if spec.snapshots:  # (time, rounds done, parameters): kit.bench.spark_peers
         owner.gang_snapshots = results[0].get("snapshots", []) if results else []
 
 

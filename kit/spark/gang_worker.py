@@ -72,7 +72,7 @@ class GangSpec:
     periodic_gc: bool = True
     gc_window_ms: int = 5000
     gpus_per_task: float | None = None
-    snapshots: bool = False  # rank 0 keeps its parameters at each epoch's end, with the time
+    snapshots: int = 0  # rank 0 keeps its parameters this many times an epoch, with the time and rounds done
     fault: tuple[int, int] | None = None  # tests: (rank, step) at which that worker's process exits
 
 
@@ -148,6 +148,7 @@ class _Worker:
 
     def _epochs(self, net: Network, coll: Any, counts: list[list[int]]) -> dict[str, int] | None:
         spec = self.spec
+        marks = {math.ceil(spec.rounds * j / spec.snapshots) for j in range(1, spec.snapshots + 1)}
         for epoch in range(spec.epochs):
             for k in range(spec.first_round if epoch == 0 else 0, spec.rounds):
                 steps = max(c[k] for c in counts)
@@ -157,8 +158,8 @@ class _Worker:
                     bad = self._averaging_round(net, coll, k, steps)
                 if bad is not None:
                     return {"epoch": epoch, "round": k, **bad}
-            if spec.snapshots and self.rank == 0:
-                self.snapshots.append((time.time(), epoch, pack_state(net, ("params",)).copy()))
+                if k + 1 in marks and self.rank == 0:
+                    self.snapshots.append((time.time(), epoch * spec.rounds + k + 1, pack_state(net, ("params",))))
         return None
 
     def _sync(self, coll: Any, buf: np.ndarray) -> np.ndarray:
