@@ -1,6 +1,7 @@
 """Shared test set-up: quick mode for notebooks, and GPU tests skipped where CuPy sees no GPU."""
 
 import os
+import re
 
 os.environ.setdefault("KIT_QUICK", "1")
 
@@ -12,6 +13,7 @@ from kit.devices import set_host_device_count
 
 
 def pytest_collection_modifyitems(config, items):
+    _ids_are_stable(items)
     _leave_slow_to_ci(config, items)
     ok, why = backend.gpu_status()
     if ok:
@@ -20,6 +22,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _ids_are_stable(items):
+    """CI runs the tests in two processes (pytest-xdist), which must collect the same ids: an id that
+    spells an object's address (`<function <lambda> at 0x...>`) differs between processes."""
+    unstable = [item.nodeid for item in items if re.search(r" at 0x[0-9a-f]+", item.nodeid)]
+    if unstable:
+        raise pytest.UsageError(
+            f"{len(unstable)} test ids name a memory address, which differs from process to process "
+            f"(first: {unstable[0]}); give that parametrize `ids=[...]` with fixed names"
+        )
 
 
 def _leave_slow_to_ci(config, items):

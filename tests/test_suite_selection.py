@@ -35,3 +35,31 @@ def _collected(*args: str) -> set[str]:
 )
 def test_testpaths_runs_leave_slow_tests_to_ci_unless_asked_for(args, expected):
     assert _collected("-o", f"testpaths={SLOW_FILE} {FAST_FILE} {CHAPTER}", *args) == expected
+
+
+@pytest.mark.parametrize(
+    ("params", "refused"),
+    [
+        ("[lambda a: a, lambda a: -a], ids=str", True),  # `<function <lambda> at 0x...>`: differs per process
+        ("[object(), object()], ids=repr", True),
+        ("[lambda a: a, lambda a: -a]", False),  # pytest's own ids: x0, x1
+        ("[1, 2], ids=str", False),
+        ("[lambda a: a, lambda a: -a], ids=['same', 'negated']", False),
+    ],
+    ids=["lambdas-str", "objects-repr", "lambdas-default", "numbers-str", "named"],
+)
+def test_a_test_id_that_spells_an_address_is_refused_at_collection(tmp_path, params, refused):
+    """CI runs the suite in two processes (pytest-xdist), which must collect identical ids."""
+    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    (tmp_path / "test_ids.py").write_text(
+        f"import pytest\n\n\n@pytest.mark.parametrize('x', {params})\ndef test_x(x):\n    pass\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode != 0) == refused, done.stdout[-2000:] + done.stderr[-2000:]
+    assert ("test ids name a memory address" in done.stdout + done.stderr) == refused

@@ -295,7 +295,9 @@ def test_circular_buffer_keeps_arrays_until_the_pointer_laps_them():
 
 
 @pytest.mark.parametrize(
-    "make_view", [lambda a: a.reshape(16, 16), lambda a: a.T, lambda a: a[3:], lambda a: a[None]], ids=str
+    "make_view",
+    [lambda a: a.reshape(16, 16), lambda a: a.T, lambda a: a[3:], lambda a: a[None]],
+    ids=["reshape", "transpose", "slice", "new_axis"],
 )
 def test_a_view_of_a_last_lap_array_stops_when_its_base_is_overwritten(make_view):
     """A view taken while a circular workspace's array of the previous lap is still valid carried
