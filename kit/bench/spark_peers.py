@@ -263,7 +263,6 @@ def peers_table(sc: Any, quick: bool) -> dict[str, Any]:
                 "DDP: gradients all-reduced",
                 torch_distributor(train, epochs),
                 torch_acc,
-                steps,
             )
         )
         rows[-1]["overhead_ms"] = rows[-1]["per_step_ms"] - rows[-2]["per_step_ms"]
