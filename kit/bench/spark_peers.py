@@ -235,10 +235,10 @@ def _row(name: str, semantics: str, run: dict[str, Any], accuracy: Any) -> dict[
     }
 
 
-def peers_table(sc: Any, quick: bool) -> dict[str, Any]:
-    """Every system on the job, one after another, and the goals read from their rows."""
+def peers_table(sc: Any, quick: bool, epochs: int | None = None) -> dict[str, Any]:
+    """Every system on the job, one after another, and the goals read from their rows (epochs: 1 quick, else 3)."""
     train, test, what = job_data(quick)
-    epochs = 1 if quick else 3
+    epochs = epochs or (1 if quick else 3)
     steps = -(-train.num_examples // (2 * PER_WORKER))
     load_before = os.getloadavg()[0]
     rdd = to_rdd(sc, train, num_slices=2).cache()
