@@ -131,18 +131,18 @@ def use_gang(owner: Any, rdd: Any, listeners: list[Any]) -> bool:
     why = why_not_gang(master, owner.sc, rdd, owner.network, listeners)
     if why is None:
         return True
-    name = type(master).__name__
-    if master.execution == "gang":
+    name, execution = type(master).__name__, getattr(master, "execution", "rounds")  # SharedTrainingMaster: rounds
+    if execution == "gang":
         raise ValueError(
             f"{name}(execution='gang'): this fit cannot run as one barrier stage: {why}; use execution='auto' "
             "(a gang where one can run, rounds otherwise) or 'rounds'"
         )
-    if master.execution == "auto":
+    if execution == "auto":
         warnings.warn(
             f"{name}(execution='auto') trains in rounds (one Spark job an averaging): {why}"
             + (
                 "; the rounds average the parameters every step, not the gradients (DDP's semantics need a gang)"
-                if master.exchange == "gradients"
+                if getattr(master, "exchange", "parameters") == "gradients"
                 else ""
             ),
             GangFallbackWarning,
