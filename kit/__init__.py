@@ -18,21 +18,23 @@ From a shell, `python -m kit info` prints the backend, devices and BLAS. pip kno
 `kit.devices.set_host_device_count(2)` work as written. Environment variables (KIT_HOST_DEVICES,
 KIT_DEFAULT_DTYPE, KIT_QUICK, ...) are checked once, at import, by kit.settings.
 
-Modules, lowest first: settings (the environment), state (everything kit keeps process-wide, with
-one reset()), backend (NumPy/CuPy), devices (placement, the one transfer path, BLAS-thread shares),
-context (the current workspace), memory (the one allocation door and counter, the cache, GC window),
-workspace (arenas), shapes/ndarray/ops/creation (arrays; ndarray.wrap builds every NDArray),
-readings (RSS, GPU, one stats dictionary), widgets (live panels); above them kit.nn (layers, their
-kernels, the training loop and its Trainable protocol), kit.data, kit.parallel (the wrapper;
-inference as facade, engine and delivery), kit.earlystopping, kit.spark.
+The package reads like the book: settings and state (the environment, everything kit keeps
+process-wide with one reset()) at the bottom, then the wings, lowest first: kit.core (backend,
+devices, context, memory), kit.workspaces (arenas), kit.arrays (NDArray, creation, ops),
+kit.measurement (measure, goals, tables, prose, reference runs), kit.monitor (readings, the memory
+timeline, live panels), kit.data, kit.nn (layers, kernels, the training loop, evaluation),
+kit.parallel, kit.training (early stopping, listeners, compare) and kit.spark. Every module that
+used to sit at the top keeps its old name here: `kit.memory.count()`, `from kit import measure`,
+`kit.earlystopping.EarlyStoppingTrainer` all work (`_MOVED` says where each one lives now).
 """
 
 from __future__ import annotations
 
-from kit import backend, context, devices, memory, readings, settings, state, widgets, workspace
-from kit.backend import BackendError, get_default_dtype, set_default_dtype
-from kit.context import scope_out_of_workspaces
-from kit.creation import (
+import importlib
+from types import ModuleType
+
+from kit import settings, state
+from kit.arrays.creation import (
     arange,
     array,
     asarray,
@@ -47,7 +49,12 @@ from kit.creation import (
     zeros,
     zeros_like,
 )
-from kit.devices import (
+from kit.arrays.ndarray import DeviceMismatchError, NDArray, ShapeError
+from kit.arrays.ops import concatenate, maximum, minimum, stack, where
+from kit.core import backend, context, devices, memory
+from kit.core.backend import BackendError, get_default_dtype, set_default_dtype
+from kit.core.context import scope_out_of_workspaces
+from kit.core.devices import (
     Device,
     DeviceError,
     LogicalDevice,
@@ -58,10 +65,10 @@ from kit.devices import (
     logical_devices,
     seed,
 )
-from kit.ndarray import DeviceMismatchError, NDArray, ShapeError
-from kit.ops import concatenate, maximum, minimum, stack, where
-from kit.timeline import memory_timeline
-from kit.workspace import (
+from kit.monitor import readings, widgets
+from kit.monitor.timeline import memory_timeline
+from kit.workspaces import workspace
+from kit.workspaces.workspace import (
     AllocationPolicy,
     DebugMode,
     LearningPolicy,
@@ -76,6 +83,43 @@ from kit.workspace import (
 )
 
 __version__ = "0.1.0"
+
+# the old top-level modules, each by the name chapters and user code know it, and where it lives now
+_MOVED = {
+    **dict.fromkeys(
+        ["backend", "context", "cpu_threads", "device_objects", "device_rng", "device_transfers", "devices"],
+        "kit.core",
+    ),
+    **dict.fromkeys(["gc_window", "memory", "shapes"], "kit.core"),
+    **dict.fromkeys(
+        ["workspace", "workspace_config", "workspace_cycles", "workspace_errors", "workspace_registry"],
+        "kit.workspaces",
+    ),
+    **dict.fromkeys(
+        ["checks", "creation", "ndarray", "ndarray_copies", "ndarray_host", "ndarray_operators", "ndarray_views"],
+        "kit.arrays",
+    ),
+    "ops": "kit.arrays",
+    **dict.fromkeys(
+        ["goals", "load", "measure", "prose", "reference", "reference_limits", "reference_runs", "tables"],
+        "kit.measurement",
+    ),
+    **dict.fromkeys(["panel_live", "panels", "readings", "timeline", "timeline_views", "widgets"], "kit.monitor"),
+    **dict.fromkeys(
+        ["compare", "comparison", "earlystopping", "earlystopping_config", "listeners", "scaling"], "kit.training"
+    ),
+    "labels": "kit.data",
+    "evaluation": "kit.nn",
+}
+
+
+def __getattr__(name: str) -> ModuleType:
+    """`kit.measure`, `from kit import goals`: an old top-level name, imported from its wing on first use."""
+    if name not in _MOVED:
+        raise AttributeError(f"module 'kit' has no attribute {name!r}")
+    module = importlib.import_module(f"{_MOVED[name]}.{name}")
+    globals()[name] = module
+    return module
 
 
 def exp(x: NDArray) -> NDArray:

@@ -38,8 +38,10 @@ from threadpoolctl import threadpool_info
 import kit
 from kit import bench as benchmarks
 from kit import book as chapters_book
-from kit import readings, settings, tables
-from kit.devices import host_device_count
+from kit import settings
+from kit.core.devices import host_device_count
+from kit.measurement import tables
+from kit.monitor import readings
 from kit.spark import spark_missing
 
 

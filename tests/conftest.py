@@ -9,7 +9,7 @@ import pytest
 
 import kit
 from kit import backend
-from kit.devices import set_host_device_count
+from kit.core.devices import set_host_device_count
 
 
 def pytest_collection_modifyitems(config, items):

@@ -127,7 +127,10 @@ def test_the_checker_finds_a_cycle_when_there_is_one():
 
 def test_no_import_cycle_among_kit_modules():
     graph = _graph()
-    assert "kit.memory" in graph["kit.ndarray"] and "kit.workspace" in graph["kit.ndarray_copies"]  # real edges
+    assert (
+        "kit.core.memory" in graph["kit.arrays.ndarray"]
+        and "kit.workspaces.workspace" in graph["kit.arrays.ndarray_copies"]
+    )  # real edges
     cycle = _find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
@@ -135,30 +138,33 @@ def test_no_import_cycle_among_kit_modules():
 def test_the_core_layers_point_one_way():
     graph = _graph()
     order = [
-        "kit.backend",
-        "kit.cpu_threads",
-        "kit.device_rng",
-        "kit.device_objects",
-        "kit.device_transfers",
-        "kit.devices",
-        "kit.context",
-        "kit.memory",
-        "kit.workspace_errors",
-        "kit.workspace_config",
-        "kit.workspace_registry",
-        "kit.workspace_cycles",
-        "kit.workspace",
-        "kit.ndarray_operators",
-        "kit.ndarray_host",
-        "kit.ndarray_views",
-        "kit.ndarray_copies",
-        "kit.ndarray",
+        "kit.core.backend",
+        "kit.core.cpu_threads",
+        "kit.core.device_rng",
+        "kit.core.device_objects",
+        "kit.core.device_transfers",
+        "kit.core.devices",
+        "kit.core.context",
+        "kit.core.memory",
+        "kit.workspaces.workspace_errors",
+        "kit.workspaces.workspace_config",
+        "kit.workspaces.workspace_registry",
+        "kit.workspaces.workspace_cycles",
+        "kit.workspaces.workspace",
+        "kit.arrays.ndarray_operators",
+        "kit.arrays.ndarray_host",
+        "kit.arrays.ndarray_views",
+        "kit.arrays.ndarray_copies",
+        "kit.arrays.ndarray",
     ]
     for low_index, low in enumerate(order):
         for high in order[low_index + 1 :]:
             assert high not in graph[low], f"{low} imports {high}, a layer above it"
-    assert "kit.creation" not in graph["kit.memory"]
-    assert "kit.readings" not in graph["kit.memory"] and "kit.workspace" in graph["kit.readings"]
+    assert "kit.arrays.creation" not in graph["kit.core.memory"]
+    assert (
+        "kit.monitor.readings" not in graph["kit.core.memory"]
+        and "kit.workspaces.workspace" in graph["kit.monitor.readings"]
+    )
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -185,7 +191,7 @@ def test_only_the_backend_imports_cupy():
                 roots = [a.name.split(".")[0] for a in node.names]
             elif isinstance(node, ast.ImportFrom) and not node.level:
                 roots = [(node.module or "").split(".")[0]]
-            if "cupy" in roots and name != "kit.backend":
+            if "cupy" in roots and name != "kit.core.backend":
                 offenders.append(f"{name}:{node.lineno}")
     assert not offenders, f"cupy is imported outside kit.backend: {offenders}; use kit.backend.cupy()"
 
@@ -222,3 +228,78 @@ def test_no_module_imports_another_module_s_private_name():
 
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
+
+
+# ---- the house: rooms (a top-level module, or a wing: a sub-package) and their floors ----------
+
+TOP_LEVEL_LIMIT = 15  # issue 42: 51 loose modules at the top before the wings, 6 after
+FLOOR_LIMIT = 12  # issue 42: 19 floors before the wings, 11 after
+WINGS_BOTTOM_UP = ["kit.core", "kit.workspaces", "kit.arrays", "kit.data", "kit.nn", "kit.parallel", "kit.training"]
+
+
+def _room(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def _rooms(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph with each wing folded into one room; kit's own __init__ (the facade that
+    re-exports every room) is left out, as nothing below it may import it."""
+    rooms: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module == "kit":
+            continue
+        room = _room(module)
+        rooms.setdefault(room, set()).update(_room(t) for t in targets if t != "kit" and _room(t) != room)
+    return rooms
+
+
+def _floors(rooms: dict[str, set[str]]) -> dict[str, int]:
+    """Each room's floor: 1 for a room that imports no other, else one above the highest it imports."""
+    floor: dict[str, int] = {}
+
+    def visit(room: str) -> int:
+        if room not in floor:
+            floor[room] = 1 + max((visit(r) for r in rooms[room]), default=0)
+        return floor[room]
+
+    for room in rooms:
+        visit(room)
+    return floor
+
+
+def test_the_floor_counter_counts_the_longest_chain():
+    assert _floors({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == {"a": 3, "b": 2, "c": 1}
+    assert _rooms({"kit": {"kit.x"}, "kit.x.a": {"kit.x.b", "kit.y"}, "kit.x.b": set(), "kit.y": {"kit"}}) == {
+        "kit.x": {"kit.y"},
+        "kit.y": set(),
+    }
+
+
+def test_no_import_cycle_among_rooms():
+    rooms = _rooms(_graph())
+    cycle = _find_cycle(rooms)
+    assert cycle is None, "rooms import each other in a circle: " + " -> ".join(cycle or [])
+
+
+def test_the_top_level_is_a_few_modules_and_the_wings():
+    top = sorted(name for name, path in MODULES.items() if name.count(".") == 1 and path.name != "__init__.py")
+    assert "kit.settings" in top and "kit.state" in top  # real names: the walk saw the top level
+    assert len(top) <= TOP_LEVEL_LIMIT, f"{len(top)} modules at the top of kit/: {top}; put each in its wing"
+
+
+def test_the_house_has_at_most_twelve_floors():
+    rooms = _rooms(_graph())
+    floors = _floors(rooms)
+    assert floors["kit.settings"] == 1 and floors["kit.core"] > floors["kit.state"]  # real rooms, real edges
+    highest = max(floors.values())
+    tower = sorted(floors, key=floors.get, reverse=True)[:3]
+    assert highest <= FLOOR_LIMIT, f"{highest} floors (the highest rooms: {tower}); flatten the import chain"
+
+
+def test_the_wings_point_one_way():
+    """The array core is three wings, each built on the ones below: a reader starts at kit.core."""
+    rooms = _rooms(_graph())
+    for low_index, low in enumerate(WINGS_BOTTOM_UP):
+        above = set(WINGS_BOTTOM_UP[low_index + 1 :]) & rooms[low]
+        assert not above, f"{low} imports {sorted(above)}, a wing above it"
+    assert not rooms["kit.measurement"] & {"kit.arrays", "kit.workspaces", "kit.monitor", "kit.training"}

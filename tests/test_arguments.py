@@ -11,16 +11,16 @@ import pytest
 import kit
 from kit import measure
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
-from kit.earlystopping_config import (
+from kit.nn import Adam, BatchNorm, Conv2D, Dense, Dropout, MaxPool2D, Nesterovs, Residual, Sgd, mlp
+from kit.parallel import ParallelInference, ParallelWrapper
+from kit.training.earlystopping_config import (
     BestScoreEpochTerminationCondition,
     MaxEpochsTerminationCondition,
     MaxScoreIterationTerminationCondition,
     MaxTimeIterationTerminationCondition,
     ScoreImprovementEpochTerminationCondition,
 )
-from kit.nn import Adam, BatchNorm, Conv2D, Dense, Dropout, MaxPool2D, Nesterovs, Residual, Sgd, mlp
-from kit.parallel import ParallelInference, ParallelWrapper
-from kit.workspace import WorkspaceConfig
+from kit.workspaces.workspace import WorkspaceConfig
 
 BAD = {
     "nan": float("nan"),

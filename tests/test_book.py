@@ -210,7 +210,7 @@ def test_no_printed_line_is_wider_than_a_notebook_column():
     """JupyterLab breaks a printed line that does not fit anywhere, mid-word ("works|paces"); a line
     of at most kit.tables.WIDTH characters fits the column with the file browser open. Long
     messages are printed through kit.prose.show, which wraps at words."""
-    from kit.tables import WIDTH
+    from kit.measurement.tables import WIDTH
 
     wide = [
         f"{path.name} cell {i}: {len(line)} chars: {line[:60]}..."
@@ -223,8 +223,8 @@ def test_no_printed_line_is_wider_than_a_notebook_column():
 
 
 def test_show_wraps_an_error_at_words_and_keeps_every_word(capsys):
-    from kit.prose import show
-    from kit.tables import WIDTH
+    from kit.measurement.prose import show
+    from kit.measurement.tables import WIDTH
 
     message = "ArrayOverwrittenError: " + " ".join(f"word{i}" for i in range(60))
     show(ValueError(message), "short line")

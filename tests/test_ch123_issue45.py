@@ -500,8 +500,8 @@ def test_chapter_3s_spill_sentence_holds_for_a_recorded_training():
     same training shows where every spill came: in a cycle with no arena yet (its capacity, as the
     timeline recorded the cycle, 0), or in one whose arena it outgrew."""
     from kit.data import ArrayIterator, load_digits
-    from kit.listeners import PerformanceListener
     from kit.nn import Adam, mlp
+    from kit.training.listeners import PerformanceListener
 
     train, _ = load_digits()
     net = mlp(64, hidden=(128,), n_out=10, updater=Adam(1e-2), seed=1)

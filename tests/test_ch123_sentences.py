@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kit import measure, prose
-from kit.measure import Timing
+from kit.measurement.measure import Timing
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 CHAPTERS = ["01_arrays_and_backends", "02_workspaces", "03_training_with_workspaces"]

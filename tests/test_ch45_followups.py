@@ -11,7 +11,7 @@ import pytest
 from _chapter_cells import cell as _cell
 from _chapter_cells import run as _run
 
-from kit.measure import Timing
+from kit.measurement.measure import Timing
 from kit.parallel import InferenceMode
 
 CH5 = "05_parallel_inference.ipynb"

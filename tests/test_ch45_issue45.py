@@ -33,12 +33,12 @@ from _chapter_cells import run as _run
 
 from kit import measure, prose, reference
 from kit.bench.d2l_table import d2l_table, same_run_gap
+from kit.core.devices import reset_transfer_stats, set_host_device_count, transfer_stats
 from kit.data import ArrayIterator, DataSet, load_digits
-from kit.devices import reset_transfer_stats, set_host_device_count, transfer_stats
-from kit.measure import Timing
+from kit.measurement.measure import Timing
+from kit.measurement.tables import Table
 from kit.nn import Adam, Sgd, mlp
 from kit.parallel import InferenceMode, ParallelInference, ParallelWrapper
-from kit.tables import Table
 
 CH4, CH5 = "04_multi_device_training.ipynb", "05_parallel_inference.ipynb"
 SEQ, BAT = InferenceMode.SEQUENTIAL, InferenceMode.BATCHED
@@ -115,7 +115,9 @@ def test_ch4_exercise_1_solution_is_the_bytes_kit_moves_and_the_page_shows_its_p
     assert f"P = {p:,}".replace(",", "{,}") in _solution(CH4, 1)
     # the page shows that P: section 2's worked example prints it
     (shown,) = [
-        c for c in cells(CH4) if "".join(c["source"]).startswith("from kit.compare import predict_epoch_seconds")
+        c
+        for c in cells(CH4)
+        if "".join(c["source"]).startswith("from kit.training.compare import predict_epoch_seconds")
     ]
     assert f"parameters P = {p:,}" in "".join("".join(o.get("text", [])) for o in shown["outputs"])
 

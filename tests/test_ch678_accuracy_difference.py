@@ -4,7 +4,7 @@ test")."""
 
 import re
 
-from kit.prose import accuracy_difference
+from kit.measurement.prose import accuracy_difference
 
 
 def _bare_counts(text: str) -> list[str]:

@@ -3,7 +3,8 @@ one group a line, wrapped at words) and each termination condition on its own.""
 
 import pytest
 
-from kit.earlystopping import (
+from kit.measurement.tables import WIDTH
+from kit.training.earlystopping import (
     BestScoreEpochTerminationCondition,
     EarlyStoppingResult,
     InvalidScoreIterationTerminationCondition,
@@ -13,7 +14,6 @@ from kit.earlystopping import (
     ScoreImprovementEpochTerminationCondition,
     TerminationReason,
 )
-from kit.tables import WIDTH
 
 CONDITIONS = [
     MaxEpochsTerminationCondition(1_000_000),

@@ -22,9 +22,9 @@ import pytest
 from _chapter_cells import NOTEBOOKS, cell, cells
 
 from kit import measure, prose
-from kit.load import LOAD_LIMIT, LoadReading
-from kit.measure import Timing
-from kit.tables import Table
+from kit.measurement.load import LOAD_LIMIT, LoadReading
+from kit.measurement.measure import Timing
+from kit.measurement.tables import Table
 
 CH6, CH7, CH8 = "06_early_stopping.ipynb", "07_training_on_spark.ipynb", "08_half_the_bytes.ipynb"
 
@@ -42,7 +42,7 @@ def _text(output: dict) -> str:
 
 
 def test_a_progress_line_whose_work_raises_says_it_stopped():
-    from kit.widgets import Progress
+    from kit.monitor.widgets import Progress
 
     with pytest.raises(RuntimeError), Progress("starting Spark", total=1, widgets=False, display=False) as bar:
         raise RuntimeError("no Java")
@@ -53,7 +53,7 @@ def test_a_progress_line_whose_work_raises_says_it_stopped():
 
 
 def test_a_progress_line_whose_work_ends_still_says_how_far_it_got():
-    from kit.widgets import Progress
+    from kit.monitor.widgets import Progress
 
     with Progress("two steps", total=2, widgets=False, display=False) as bar:
         bar.tick()

@@ -58,7 +58,7 @@ def test_the_check_finds_a_silent_long_cell():
         "outputs": [],
     }
     assert _seconds(slow) == 6.0 and not _has_panel(slow)
-    from kit.widgets import Progress
+    from kit.monitor.widgets import Progress
 
     bar = Progress("slow", total=1, widgets=False, display=False)
     bar.tick()

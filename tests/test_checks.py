@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kit.checks import all_finite, check_finite
+from kit.arrays.checks import all_finite, check_finite
 
 SIZES = [1, 7, 784, 4096, 4097, 64 * 784]  # both sides of the dot's limit
 

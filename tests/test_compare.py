@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from kit import measure, tables
-from kit.compare import Comparison, Job, assess_row, compare_devices, measure_bandwidth, predict_epoch_seconds
+from kit.core.devices import host_device_count
 from kit.data import DataSet
-from kit.devices import host_device_count
 from kit.nn import Sgd, mlp
+from kit.training.compare import Comparison, Job, assess_row, compare_devices, measure_bandwidth, predict_epoch_seconds
 
 
 def test_scaling_model_terms():
@@ -198,8 +198,8 @@ def test_the_scaling_models_traffic_is_what_the_transfer_counter_counts(n):
     """bytes_moved(N) = 2 (N - 1) P b k: one epoch on N simulated host devices, F = 1, moves exactly
     that per averaging through kit's counted transfer path (besides the batches and the replicas'
     first copies)."""
+    from kit.core.devices import reset_transfer_stats, set_host_device_count, transfer_stats
     from kit.data import ArrayIterator
-    from kit.devices import reset_transfer_stats, set_host_device_count, transfer_stats
     from kit.parallel import ParallelWrapper
 
     rng = np.random.default_rng(0)
@@ -227,8 +227,8 @@ def test_the_scaling_models_traffic_is_what_the_transfer_counter_counts(n):
 def test_a_row_measured_against_a_flagged_baseline_is_flagged():
     """Row 2's own timing may be clean; its speedup divides by row 1's, so row 1's flag is its too
     (a stored chapter showed 'reliable: yes' beside a speedup against a flagged baseline)."""
-    from kit.compare import _baseline_warnings
-    from kit.measure import Timing
+    from kit.measurement.measure import Timing
+    from kit.training.compare import _baseline_warnings
 
     clean, noisy = Timing("1", [1.0, 1.01, 1.02], 1), Timing("1", [1.0, 2.0, 1.5], 1)
     assert _baseline_warnings({1: clean, 2: clean}) == []
@@ -251,8 +251,8 @@ def test_the_table_says_how_its_speedups_are_taken():
 
 def _comparison(one_s, share_s, two_s, shared=True, cores=2):
     """A Comparison built from given per-repeat seconds, as compare_devices builds one."""
-    from kit.compare import _baseline_warnings
-    from kit.measure import Timing
+    from kit.measurement.measure import Timing
+    from kit.training.compare import _baseline_warnings
 
     timings = {1: Timing("1", one_s, 1), "share": Timing("share", share_s, 1), 2: Timing("2", two_s, 1)}
     rows = []

@@ -9,7 +9,7 @@ import pytest
 
 import kit
 from kit import context
-from kit.context import current_workspace, scope_out_of_workspaces, set_current_workspace
+from kit.core.context import current_workspace, scope_out_of_workspaces, set_current_workspace
 
 
 def named(name):

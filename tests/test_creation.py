@@ -7,7 +7,7 @@ import pytest
 
 import kit
 from kit import memory
-from kit.ndarray import ShapeError
+from kit.arrays.ndarray import ShapeError
 
 DEFAULT = kit.backend.get_default_dtype()
 

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 import kit
-from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
-from kit.devices import (
+from kit.core.devices import (
     BlasThreadShare,
     blas_threads,
     default_device,
@@ -15,6 +14,7 @@ from kit.devices import (
     set_host_device_count,
     transfer_stats,
 )
+from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
 from kit.nn import Sgd, mlp
 from kit.parallel import ParallelWrapper
 

@@ -7,7 +7,8 @@ import pytest
 from _datasets import random_dataset
 
 from kit.data import ArrayIterator, DataSet, load_digits
-from kit.earlystopping import (
+from kit.nn import Adam, Network, Sgd, mlp
+from kit.training.earlystopping import (
     BestScoreEpochTerminationCondition,
     ClassificationScoreCalculator,
     DataSetLossCalculator,
@@ -25,7 +26,6 @@ from kit.earlystopping import (
     ScoreImprovementEpochTerminationCondition,
     TerminationReason,
 )
-from kit.nn import Adam, Network, Sgd, mlp
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kit.evaluation import ROC, Evaluation
+from kit.nn.evaluation import ROC, Evaluation
 
 
 def onehot(idx, n):

@@ -56,7 +56,7 @@ def test_parallel_wrapper_on_logical_gpu_devices_says_logical():
 
 
 def test_copies_between_host_and_gpu_go_through_the_transfer_path():
-    from kit.devices import reset_transfer_stats, transfer_stats
+    from kit.core.devices import reset_transfer_stats, transfer_stats
 
     reset_transfer_stats()
     host = kit.arange(12, dtype="float32", device="cpu:0").reshape(3, 4)
@@ -124,13 +124,13 @@ def test_parallel_inference_on_the_gpu_answers_like_the_model():
 
 
 def test_early_stopping_on_the_gpu_keeps_the_best_model():
-    from kit.earlystopping import (
+    from kit.nn import Sgd, mlp
+    from kit.training.earlystopping import (
         DataSetLossCalculator,
         EarlyStoppingConfig,
         EarlyStoppingTrainer,
         MaxEpochsTerminationCondition,
     )
-    from kit.nn import Sgd, mlp
 
     train, test = load_digits()
     tr = DataSet(train.features.numpy(), train.labels.numpy(), device="gpu:0")
@@ -152,7 +152,7 @@ def test_copies_between_gpu_streams_wait_for_the_writer_both_ways():
     slot -> default, and a scalar read."""
     import threading
 
-    from kit.devices import detach_thread
+    from kit.core.devices import detach_thread
 
     cupy = kit.backend.cupy()
     g = kit.Device("gpu:0")

@@ -13,9 +13,9 @@ import pytest
 
 import kit
 from kit.data import ArrayIterator, DataSet, load_digits
-from kit.evaluation import ROC, Evaluation
-from kit.labels import class_indices
+from kit.data.labels import class_indices
 from kit.nn import Sgd, mlp
+from kit.nn.evaluation import ROC, Evaluation
 from kit.spark import (
     ParameterAveragingTrainingMaster,
     SparkNetwork,

@@ -2,8 +2,8 @@ import io
 import re
 
 from kit.data import ArrayIterator, load_digits
-from kit.listeners import PerformanceListener, ScoreIterationListener, StatsRecorder, TrainingDashboard
 from kit.nn import mlp
+from kit.training.listeners import PerformanceListener, ScoreIterationListener, StatsRecorder, TrainingDashboard
 
 
 def test_listeners_report_in_dl4js_formats(tmp_path):
@@ -39,7 +39,7 @@ def test_dashboard_outside_a_kernel_prints_throttled_lines(capsys):
 
 
 def test_progress_bar_counts_iterations():
-    from kit.listeners import ProgressBarListener
+    from kit.training.listeners import ProgressBarListener
 
     train, _ = load_digits()
     bar = ProgressBarListener(total=23, disable=False, file=io.StringIO())

@@ -280,7 +280,7 @@ def test_mark_flagged_marks_a_flagged_panel_and_leaves_a_clean_one_alone():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from kit.measure import FLAGGED_TITLE, Timing, mark_flagged
+    from kit.measurement.measure import FLAGGED_TITLE, Timing, mark_flagged
 
     clean = {"a": Timing("a", [1.0, 1.01, 1.02], 1), "b": Timing("b", [2.0, 2.01, 2.02], 1)}
     noisy = {"c": Timing("c", [1.0, 3.0, 2.0], 1), "d": Timing("d", [1.0, 1.0, 1.0], 1, load=0.9)}
@@ -306,7 +306,7 @@ def test_mark_flagged_marks_a_flagged_panel_and_leaves_a_clean_one_alone():
 
 
 def test_a_flagged_timing_prints_its_flag_on_wrapped_lines_of_its_own():
-    from kit.measure import Timing
+    from kit.measurement.measure import Timing
 
     t = Timing("x", [1.0, 2.0, 1.5], 3, load=0.7)
     lines = str(t).splitlines()
@@ -364,7 +364,7 @@ def test_tuple_keys_of_compare_read_as_words_in_every_flag_and_sentence():
     import matplotlib.pyplot as plt
 
     from kit import prose
-    from kit.measure import Timing, join_labels, label, mark_flagged
+    from kit.measurement.measure import Timing, join_labels, label, mark_flagged
     from kit.parallel import InferenceMode
 
     key = (InferenceMode.BATCHED, 4)

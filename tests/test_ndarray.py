@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import kit
-from kit.memory import heap_allocations
+from kit.core.memory import heap_allocations
 
 FLOATS = st.floats(-10, 10, allow_nan=False, width=32)
 BINARY = {

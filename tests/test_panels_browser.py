@@ -15,7 +15,7 @@ from _chromium import ARGS, CHROMIUM, playwright_or_skip, serve_jupyterlab
 
 playwright = playwright_or_skip()
 
-from kit.panels import UNITS  # noqa: E402
+from kit.monitor.panels import UNITS  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,9 @@ import pytest
 
 import kit
 from kit import panels, widgets
-from kit.panels import UNITS, Panel, Progress, TimingPanel, keep_units
+from kit.monitor.panels import UNITS, Panel, Progress, TimingPanel, keep_units
+from kit.monitor.widgets import MemoryPanel, TrainingPanel, WorkerPanel
 from kit.state import STATE
-from kit.widgets import MemoryPanel, TrainingPanel, WorkerPanel
 
 BREAKABLE = re.compile(r"\d[ \t]+(?:" + "|".join(UNITS) + r")(?![\w/])")
 KEPT = re.compile(r"\d\u00a0(?:" + "|".join(UNITS) + r")(?![\w/])")

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from kit.measure import SPREAD_LIMIT, Timing
-from kit.prose import Sentence, accuracy_difference, compare_timings, flags, fraction, mcnemar_p, sentence
+from kit.measurement.measure import SPREAD_LIMIT, Timing
+from kit.measurement.prose import Sentence, accuracy_difference, compare_timings, flags, fraction, mcnemar_p, sentence
 
 FAST = Timing("fast", [0.010, 0.0101, 0.0099], 10)
 SLOW = Timing("slow", [0.020, 0.0201, 0.0199], 10)
@@ -98,7 +98,7 @@ def test_flags_name_each_warning_once_with_every_timing_it_applies_to():
 
 def test_flags_name_timings_whose_names_are_numbers():
     """measure.compare names each Timing by its key, a number in chapter 4's frequency sweep."""
-    from kit.measure import Timing
+    from kit.measurement.measure import Timing
 
     noisy = [Timing(f, [1.0, 3.0, 2.0], 1) for f in (1, 2, 5)]
     assert flags(noisy) == ["1, 2 and 5: spread ±50% is wider than ±25%"]

@@ -20,7 +20,7 @@ from _chapter_cells import cells as _cells
 from _chapter_cells import run as _run
 
 from kit import measure, prose
-from kit.measure import Timing
+from kit.measurement.measure import Timing
 
 CH4, CH5, CH8 = "04_multi_device_training.ipynb", "05_parallel_inference.ipynb", "08_half_the_bytes.ipynb"
 
@@ -57,8 +57,8 @@ def test_ch5_numpy_forward_is_handed_the_network_s_dtype():
     """The chapter's cell: the NumPy side gets the example cast to the network's dtype and the
     cell asserts it (with float64 features, as the digits DataSet holds)."""
     import kit
+    from kit.measurement.tables import Table
     from kit.nn import mlp
-    from kit.tables import Table
 
     source = _cell(CH5, "plan = net.plan_inference(batch_size=1)")
     assert "x1.astype(net.dtype)" in source and "numpy_forward(x1_same)" in source
@@ -78,9 +78,9 @@ def test_ch5_numpy_forward_is_handed_the_network_s_dtype():
 
 @pytest.fixture(scope="module")
 def comparison():
-    from kit.compare import Job, compare_devices
     from kit.data import DataSet
     from kit.nn import Sgd, mlp
+    from kit.training.compare import Job, compare_devices
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(256, 8)).astype(np.float32), rng.integers(0, 3, size=256)
@@ -96,7 +96,7 @@ def test_the_printed_model_inputs_reproduce_the_predicted_speedup(comparison):
     """Read 30: "The scaling model predicted 1.21x" rested on a per-worker step time printed
     nowhere. Every input is in `comparison.model` and in `model_table()`, and the prediction
     recomputed from the table's printed (rounded) figures is the table's prediction."""
-    from kit.compare import predict_epoch_seconds, predicted_speedup
+    from kit.training.compare import predict_epoch_seconds, predicted_speedup
 
     row = next(r for r in comparison.rows if r["devices"] == 2)
     assert predicted_speedup(comparison.model, 2) == pytest.approx(row["predicted_speedup"], rel=1e-12)
@@ -128,7 +128,7 @@ def test_the_baseline_note_gives_both_baselines_spreads(comparison):
 
 
 def test_ch4_shows_the_model_table_and_no_partial_inputs():
-    source = _cell(CH4, "from kit.compare import Job, compare_devices")
+    source = _cell(CH4, "from kit.training.compare import Job, compare_devices")
     assert "comparison.model_table()" in source and "MODEL_WORDS" not in source
 
 

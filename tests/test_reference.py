@@ -203,7 +203,7 @@ def test_the_d2l_table_turns_with_the_numbers(tmp_path):
 
 
 def test_the_physical_limits_table_puts_the_measured_beside_the_datasheet():
-    from kit.tables import WIDTH, Table
+    from kit.measurement.tables import WIDTH, Table
 
     for run in _shipped_runs_with("physical_limits"):
         p, table = run["parts"]["physical_limits"], reference.physical_limits_table(run)
@@ -290,7 +290,7 @@ def test_a_column_of_quick_mode_chapter_figures_says_so():
 def test_a_figure_from_a_flagged_run_is_marked_flagged_in_its_cell(tmp_path):
     """Chapter 2 showed "workspace / plain time 1.13" beside the H100's figure, unmarked, from a run
     printed UNRELIABLE just above: a figure from a flagged timing says so in its own cell."""
-    from kit.measure import Timing
+    from kit.measurement.measure import Timing
 
     write_report(tmp_path, "h100.json")
     busy = Timing("workspace", [0.010, 0.011, 0.010], 10, load=0.5)

@@ -1,7 +1,7 @@
 """Every remedy kit's error messages print in code form runs as printed.
 
-Two ways of finding them: read the strings of kit/devices.py and kit/device_objects.py (where the
-device objects and their errors live), kit/backend.py and kit/settings.py (docstrings aside) for
+Two ways of finding them: read the strings of kit/core/devices.py and kit/core/device_objects.py (where the
+device objects and their errors live), kit/core/backend.py and kit/settings.py (docstrings aside) for
 `kit.<...>(...)` calls and `VAR=value` settings; and raise each error those modules word, and read
 the remedies from the real messages (where values are filled in). Each remedy then runs in a fresh
 Python: a call after `import kit`, a setting as the environment of `import kit`.
@@ -28,20 +28,20 @@ from _datasets import random_dataset
 
 import kit
 from kit import backend, settings
+from kit.core.devices import devices, set_host_device_count
 from kit.data import ArrayIterator, DataSet
-from kit.devices import devices, set_host_device_count
-from kit.earlystopping import (
+from kit.nn import Adam, Dense, Network, Sgd, mlp
+from kit.nn.evaluation import ROC, Evaluation
+from kit.training.earlystopping import (
     ClassificationScoreCalculator,
     EarlyStoppingConfig,
     EarlyStoppingParallelTrainer,
     MaxEpochsTerminationCondition,
 )
-from kit.evaluation import ROC, Evaluation
-from kit.nn import Adam, Dense, Network, Sgd, mlp
-from kit.workspace import WorkspaceConfig
+from kit.workspaces.workspace import WorkspaceConfig
 
 REPO = Path(__file__).resolve().parents[1]
-MODULES = ("kit/devices.py", "kit/device_objects.py", "kit/backend.py", "kit/settings.py")
+MODULES = ("kit/core/devices.py", "kit/core/device_objects.py", "kit/core/backend.py", "kit/settings.py")
 CALL = re.compile(r"\bkit(?:\.\w+)+\((?:[^()]|\([^()]*\))*\)")
 SETTING = re.compile(r"\b((?:KIT|BACKEND_PRIORITY)_[A-Z_]+)=([A-Za-z0-9_.-]+)")
 FILLED = "\x00"  # where an f-string fills in a value
@@ -169,7 +169,7 @@ def test_kit_devices_is_the_list_and_the_module():
 
 # ---- the remedies the rest of kit prints: each error raised, its remedy read from the message, run ----
 #
-# Above: kit/devices.py, kit/backend.py and kit/settings.py, each remedy run in a fresh Python. Below:
+# Above: kit/core/devices.py, kit/core/backend.py and kit/settings.py, each remedy run in a fresh Python. Below:
 # every other error message in kit/ that prints code a user would type (found by grepping kit/ for
 # "call ", "use ", "pass ", "set ", "run ", "pip install" and "kit." in error messages). Each test raises
 # the error, reads the remedy out of the real message, and runs it, in this process.

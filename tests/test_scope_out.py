@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import kit
-from kit.context import current_workspace
-from kit.workspace import WorkspaceConfig
+from kit.core.context import current_workspace
+from kit.workspaces.workspace import WorkspaceConfig
 
 
 @pytest.fixture

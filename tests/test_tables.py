@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kit.reference import Beside
-from kit.tables import html_table, text_table
+from kit.measurement.reference import Beside
+from kit.measurement.tables import html_table, text_table
 
 
 def test_a_narrow_table_prints_as_given():
@@ -64,7 +64,7 @@ def test_beside_has_both_forms():
 
 
 def test_table_shows_html_in_a_notebook_and_text_in_a_terminal():
-    from kit.tables import Table
+    from kit.measurement.tables import Table
 
     t = Table(["device", "ms", "reliable"], [["cpu:0", "40.9", "NO"]], notes=["n"], title="t", flag_column="reliable")
     assert str(t) == repr(t) == t.text() and t.text().splitlines()[0] == "t"
@@ -113,7 +113,7 @@ def test_every_results_table_writes_numbers_one_way():
     """The bench table (cells and summary notes), the compare table and the reference table all
     format through kit.tables.number: a byte count of 2,656,000 never prints as 2656000."""
     from kit.bench import format_result, result_table
-    from kit.compare import Comparison
+    from kit.training.compare import Comparison
 
     result = {
         "benchmark": "b",

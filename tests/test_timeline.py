@@ -12,11 +12,11 @@ import pytest
 import kit
 from kit import memory, timeline_views
 from kit.data import ArrayIterator, DataSet, load_digits
+from kit.monitor.timeline import FIELDS, KINDS, MemoryTimeline, TimelineError
 from kit.nn import ArrayType, Nesterovs, Sgd, WorkspaceMode, mlp
 from kit.parallel import ParallelWrapper
 from kit.state import STATE
-from kit.timeline import FIELDS, KINDS, MemoryTimeline, TimelineError
-from kit.workspace import AllocationPolicy, LearningPolicy, ResetPolicy, SpillPolicy, WorkspaceConfig
+from kit.workspaces.workspace import AllocationPolicy, LearningPolicy, ResetPolicy, SpillPolicy, WorkspaceConfig
 
 
 @pytest.fixture(scope="module")

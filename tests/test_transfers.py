@@ -6,8 +6,8 @@ per kind of copy, on two simulated host devices, ParallelInference's requests an
 import pytest
 
 import kit
+from kit.core.devices import reset_transfer_stats, set_host_device_count, transfer_stats
 from kit.data import ArrayIterator, DataSet, load_digits
-from kit.devices import reset_transfer_stats, set_host_device_count, transfer_stats
 from kit.nn import Sgd, mlp
 
 

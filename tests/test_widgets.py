@@ -5,7 +5,7 @@ import nbformat
 import pytest
 
 import kit
-from kit.widgets import MemoryPanel, TimingPanel, TrainingPanel, WorkerPanel, format_bytes, in_notebook
+from kit.monitor.widgets import MemoryPanel, TimingPanel, TrainingPanel, WorkerPanel, format_bytes, in_notebook
 
 
 def test_plain_text_outside_a_kernel_is_throttled_and_ends_with_the_final_state(capsys):
@@ -118,8 +118,8 @@ def test_a_closed_panel_leaves_static_html_in_the_saved_notebook(tmp_path, monke
 
 
 def test_progress_counts_every_step_of_compare_and_is_called_only_between_timed_runs():
-    from kit.measure import compare
-    from kit.widgets import Progress
+    from kit.measurement.measure import compare
+    from kit.monitor.widgets import Progress
 
     calls = {"a": 0, "b": 0}
     seen = []
@@ -146,7 +146,7 @@ def test_progress_counts_every_step_of_compare_and_is_called_only_between_timed_
 
 
 def test_progress_text_mode_says_what_how_far_and_how_long_and_ends_once(capsys):
-    from kit.widgets import Progress
+    from kit.monitor.widgets import Progress
 
     with Progress("training three nets", total=3, text_interval=3600) as bar:
         for _ in bar.iter(range(3)):
@@ -157,7 +157,7 @@ def test_progress_text_mode_says_what_how_far_and_how_long_and_ends_once(capsys)
 
 
 def test_progress_widget_leaves_a_static_final_line_and_refuses_bad_arguments():
-    from kit.widgets import Progress
+    from kit.monitor.widgets import Progress
 
     bar = Progress("timing", widgets=True, display=False, interval=3600)
     bar(1, 4, "repeat 1")
@@ -184,7 +184,7 @@ def test_a_final_panel_wraps_its_text_at_spaces_and_keeps_its_bar_whole():
     wrapped. Text cells wrap at spaces now; the bar's cell keeps its width."""
     import re
 
-    from kit.widgets import Progress
+    from kit.monitor.widgets import Progress
 
     bar = Progress("a long description of what is being timed", widgets=True, display=False, interval=3600)
     bar(3, 3)
@@ -200,7 +200,7 @@ def test_a_final_panel_wraps_its_text_at_spaces_and_keeps_its_bar_whole():
 def test_worker_panel_says_the_mean_over_the_run_beside_the_recent_median(monkeypatch):
     """Chapter 4 printed 'median step 8.16 ms' for a run of 1,350 steps in 82 s: the median was of
     the last 50 steps only. The row gives the run's mean step and names the median's window."""
-    import kit.widgets as widgets
+    import kit.monitor.widgets as widgets
 
     now = [0.0]
     monkeypatch.setattr(widgets.time, "perf_counter", lambda: now[0])  # a clock the test drives
@@ -230,7 +230,7 @@ def test_a_panel_says_its_times_are_one_unchecked_run_and_flags_a_busy_machine()
     import sys
     import time
 
-    from kit.measure import LOAD_LIMIT, LoadReading, unchecked_note
+    from kit.measurement.measure import LOAD_LIMIT, LoadReading, unchecked_note
 
     quiet, busy = LoadReading(others=LOAD_LIMIT / 2), LoadReading(others=LOAD_LIMIT * 2)
     assert "flagged" not in unchecked_note(quiet) and "one run, not repeated" in unchecked_note(quiet)

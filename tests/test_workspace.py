@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kit
-from kit.memory import heap_allocations
-from kit.workspace import (
+from kit.core.memory import heap_allocations
+from kit.workspaces.workspace import (
     AllocationPolicy,
     ArrayFromClosedScopeError,
     ArrayFromDestroyedWorkspaceError,
@@ -118,7 +118,7 @@ def test_destroy_releases_memory_for_real():
     try:
         ws2 = ws_named("BIG2", initial_size=8 << 20, policy_allocation=AllocationPolicy.STRICT)
 
-        def held_by_workspaces():  # only memory allocated in kit/memory.py, where an arena's block is made
+        def held_by_workspaces():  # only memory allocated in kit/core/memory.py, where an arena's block is made
             only = [tracemalloc.Filter(True, kit.memory.__file__)]
             return sum(s.size for s in tracemalloc.take_snapshot().filter_traces(only).statistics("filename"))
 
@@ -544,7 +544,7 @@ def test_an_array_carved_while_closed_never_becomes_valid_again():
 
 
 def _ring_capacities(cycles_of_bytes):
-    from kit.workspace import AllocationPolicy
+    from kit.workspaces.workspace import AllocationPolicy
 
     cfg = WorkspaceConfig(
         policy_reset=ResetPolicy.ENDOFBUFFER_REACHED,

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import kit
-from kit.devices import as_device, set_host_device_count
-from kit.memory import heap_allocations
-from kit.ndarray import DeviceMismatchError
-from kit.workspace import NoSuchWorkspaceError, WorkspaceConfig, WorkspaceConfigError, get_manager
+from kit.arrays.ndarray import DeviceMismatchError
+from kit.core.devices import as_device, set_host_device_count
+from kit.core.memory import heap_allocations
+from kit.workspaces.workspace import NoSuchWorkspaceError, WorkspaceConfig, WorkspaceConfigError, get_manager
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,14 @@ allocations kit's `spilled_count`. Where kit differs on purpose, the test says h
 from __future__ import annotations
 
 import kit
-from kit.workspace import ALIGNMENT, AllocationPolicy, LearningPolicy, ResetPolicy, SpillPolicy, WorkspaceConfig
+from kit.workspaces.workspace import (
+    ALIGNMENT,
+    AllocationPolicy,
+    LearningPolicy,
+    ResetPolicy,
+    SpillPolicy,
+    WorkspaceConfig,
+)
 
 
 def _aligned(n: int) -> int:

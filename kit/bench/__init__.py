@@ -24,7 +24,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kit import measure, tables
 from kit.bench.arrays import bench_arrays
 from kit.bench.common import run_metadata
 from kit.bench.d2l import bench_d2l
@@ -35,6 +34,7 @@ from kit.bench.spark import bench_spark
 from kit.bench.train import bench_train
 from kit.bench.workspaces import bench_workspaces, mlp_cycle
 from kit.files import atomic_write
+from kit.measurement import measure, tables
 
 __all__ = [
     "BENCHMARKS",

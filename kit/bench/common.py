@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 import kit
-from kit import measure, settings
+from kit import settings
+from kit.measurement import measure
 
 __all__ = [
     "STEP_WARMUP",

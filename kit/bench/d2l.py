@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 
 import kit
-from kit import measure
 from kit.bench.common import device_label
 from kit.bench.d2l_table import ACCURACY_GOAL, EPOCH_RATIO_GOAL, d2l_result_table, d2l_table
 from kit.data import ArrayIterator, DataNotFoundError, load_fashion_mnist
-from kit.listeners import TrainingListener
+from kit.measurement import measure
 from kit.nn import Sgd, resnet18
+from kit.training.listeners import TrainingListener
 
 __all__ = ["ACCURACY_GOAL", "EPOCH_RATIO_GOAL", "bench_d2l", "d2l_result_table", "d2l_table", "torch_resnet18"]
 

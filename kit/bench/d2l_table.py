@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kit import measure, tables
-from kit.reference_runs import run_label
+from kit.measurement import measure, tables
+from kit.measurement.reference_runs import run_label
 
 __all__ = ["ACCURACY_GOAL", "D2L_ROUNDING", "EPOCH_RATIO_GOAL", "d2l_result_table", "d2l_table", "same_run_gap"]
 

@@ -33,14 +33,15 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 import kit
-from kit import measure, settings
+from kit import settings
 from kit.bench.common import device_label
 from kit.bench.d2l import torch_resnet18
 from kit.data import DataSet
+from kit.measurement import measure
+from kit.monitor.timeline import memory_timeline
 from kit.nn import Sgd, WorkspaceMode, lenet, mlp, resnet18
 from kit.nn.recompute import WS_RECOMPUTE
 from kit.nn.workspace_mgr import WS_ALL_LAYERS_ACT, WS_LAYER_WORKING_MEM, WS_SINGLE
-from kit.timeline import memory_timeline
 
 __all__ = [
     "COLUMNS",

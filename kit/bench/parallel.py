@@ -24,10 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from kit import measure
 from kit.bench.common import device_label
-from kit.data import ArrayIterator, DataSet
-from kit.devices import (
+from kit.core.devices import (
     blas_threads,
     default_devices,
     host_device_count,
@@ -36,6 +34,8 @@ from kit.devices import (
     set_host_device_count,
     transfer_stats,
 )
+from kit.data import ArrayIterator, DataSet
+from kit.measurement import measure
 from kit.nn import Sgd, lenet, mlp
 from kit.parallel import InferenceMode, ParallelInference, ParallelWrapper
 

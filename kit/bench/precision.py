@@ -29,10 +29,10 @@ import numpy as np
 from threadpoolctl import threadpool_info
 
 import kit
-from kit import measure
 from kit.bench.common import STEP_WARMUP, device_label
 from kit.data import ArrayIterator, DataSet, load_digits, load_fashion_mnist
 from kit.data.datasets import find_fashion_mnist
+from kit.measurement import measure
 from kit.nn import Adam, Network, Sgd, mlp
 
 __all__ = [

@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from kit import measure
 from kit.bench.common import device_label
 from kit.bench.spark_peers import TARGET, peers_table
 from kit.data import ArrayIterator, DataSet
+from kit.measurement import measure
 from kit.nn import Sgd, mlp
 from kit.nn.zoo import resnet18
 from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, local_spark_context, to_rdd

@@ -29,12 +29,12 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 import kit
-from kit import measure
 from kit.bench.common import STEP_WARMUP, device_label, min_max_ms, row_verdict, same_dtype, time_calls
 from kit.bench.kernels import kernel_rows
 from kit.bench.train_conv import conv_rows
 from kit.bench.train_inference import inference_rows
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
+from kit.measurement import measure
 from kit.nn import Network, Sgd, WorkspaceMode, mlp
 from kit.settings import install_hint
 

@@ -14,10 +14,10 @@ import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import kit
-from kit import measure
 from kit.bench.common import STEP_WARMUP, min_max_ms, row_verdict, same_dtype
 from kit.bench.d2l import torch_resnet18
 from kit.data import DataSet
+from kit.measurement import measure
 from kit.nn import Conv2D, Sgd, WorkspaceMode, lenet, resnet18
 from kit.settings import install_hint
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from kit import measure
 from kit.bench.common import min_max_ms, row_verdict, same_dtype
+from kit.measurement import measure
 from kit.nn import mlp
 
 __all__ = ["OUTPUT_GOALS", "PLAN_GOAL", "inference_rows", "numpy_mlp_forward"]

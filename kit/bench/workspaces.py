@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 import kit
-from kit import measure
 from kit.bench.common import device_label
+from kit.measurement import measure
 
 __all__ = ["bench_workspaces", "mlp_cycle"]
 

@@ -36,12 +36,12 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from kit.checks import whole
+from kit.arrays.checks import whole
+from kit.core.devices import as_device, attach_thread_to_device
 from kit.data.dataset import DataSet, DataSetIterator, dataset_of
-from kit.devices import as_device, attach_thread_to_device
 from kit.lifecycle import ShutsDownOnExit
 from kit.state import STATE
-from kit.workspace import (
+from kit.workspaces.workspace import (
     AllocationPolicy,
     LearningPolicy,
     ResetPolicy,

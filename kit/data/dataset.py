@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from kit import backend
-from kit.checks import check_finite, whole
-from kit.context import scope_out_of_workspaces
-from kit.creation import asarray
-from kit.devices import as_device
-from kit.labels import class_indices, probability_rows
-from kit.ndarray import NDArray
+from kit.arrays.checks import check_finite, whole
+from kit.arrays.creation import asarray
+from kit.arrays.ndarray import NDArray
+from kit.core import backend
+from kit.core.context import scope_out_of_workspaces
+from kit.core.devices import as_device
+from kit.data.labels import class_indices, probability_rows
 
 __all__ = ["ArrayIterator", "DataSet", "DataSetIterator"]
 

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from kit.ndarray import NDArray
+from kit.arrays.ndarray import NDArray
+from kit.core.shapes import BOOL_DTYPE
 from kit.nn.kernels import (
     relu_backward_into,
     relu_into,
@@ -30,7 +31,6 @@ from kit.nn.kernels import (
 )
 from kit.nn.layers import ACT, BP, FF, GRAD, Layer
 from kit.nn.workspace_mgr import LayerWorkspaceMgr
-from kit.shapes import BOOL_DTYPE
 
 __all__ = ["ReLU", "Sigmoid", "Softmax", "Tanh", "relu_grad_into"]
 

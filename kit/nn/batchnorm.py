@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from kit.checks import real
-from kit.ndarray import NDArray
+from kit.arrays.checks import real
+from kit.arrays.ndarray import NDArray
+from kit.core.shapes import accumulator
 from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ParamSpec
 from kit.nn.workspace_mgr import LayerWorkspaceMgr
-from kit.shapes import accumulator
 
 __all__ = ["BatchNorm", "channel_sums"]
 

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kit import backend
+from kit.core import backend
 from kit.nn.mixed import LossScaler, master_dtype_for
 
 __all__ = ["FORMAT", "NetworkConfig", "NetworkConfigError"]

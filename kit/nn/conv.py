@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from kit.checks import whole
-from kit.ndarray import NDArray
+from kit.arrays.checks import whole
+from kit.arrays.ndarray import NDArray
 from kit.nn.batchnorm import channel_sums
 from kit.nn.im2col import col2im_add, im2col_into, out_size, pad_into
 from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ParamSpec

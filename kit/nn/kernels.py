@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.shapes import accumulator
+from kit.core.shapes import accumulator
 
 __all__ = [
     "copy_into",

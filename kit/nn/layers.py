@@ -35,8 +35,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kit.checks import real, whole
-from kit.ndarray import NDArray
+from kit.arrays.checks import real, whole
+from kit.arrays.ndarray import NDArray
 from kit.nn.kernels import (
     copy_into,
     dense_backward_into,

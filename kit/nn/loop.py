@@ -1,7 +1,7 @@
 """The one training loop: batches, epoch and iteration counters, listeners, stop conditions.
 
     >>> from kit.data import ArrayIterator, load_digits
-    >>> from kit.listeners import ScoreIterationListener
+    >>> from kit.training.listeners import ScoreIterationListener
     >>> from kit.nn import mlp
     >>> from kit.nn.loop import TrainingLoop
     >>> train, test = load_digits()                       # 1,438 training examples: 23 batches of 64

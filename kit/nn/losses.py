@@ -15,10 +15,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, ClassVar
 
-from kit.ndarray import NDArray
+from kit.arrays.ndarray import NDArray
+from kit.core.shapes import accumulator
 from kit.nn.kernels import copy_into, cross_entropy_into, mse_into, softmax_into
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
-from kit.shapes import accumulator
 
 __all__ = [
     "MSE",

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.checks import all_finite
+from kit.arrays.checks import all_finite
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["DYNAMIC", "LossScaleError", "LossScaler", "master_dtype_for", "precision_step", "scale_seed"]

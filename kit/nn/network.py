@@ -1,7 +1,7 @@
 """Network: layers over one flat parameter buffer and one flat gradient buffer.
 
     >>> from kit.data import ArrayIterator, load_digits
-    >>> from kit.listeners import ScoreIterationListener
+    >>> from kit.training.listeners import ScoreIterationListener
     >>> from kit.nn import Adam, Dense, Network, ReLU
     >>> train, test = load_digits()                # 1,797 8x8 digits shipped inside kit, 80/20 split
     >>> net = Network([Dense(128), ReLU(), Dense(10)], input_shape=(64,), updater=Adam(1e-3))
@@ -39,12 +39,12 @@ from typing import Any
 
 import numpy as np
 
-from kit import backend
-from kit.checks import all_finite, check_cast, check_finite, real, whole
-from kit.creation import aligned_zeros, asarray
-from kit.devices import as_device
-from kit.labels import probability_rows
-from kit.ndarray import NDArray
+from kit.arrays.checks import all_finite, check_cast, check_finite, real, whole
+from kit.arrays.creation import aligned_zeros, asarray
+from kit.arrays.ndarray import NDArray
+from kit.core import backend
+from kit.core.devices import as_device
+from kit.data.labels import probability_rows
 from kit.nn.init import initial_values
 from kit.nn.layers import Layer, Sequential
 from kit.nn.losses import Loss, SoftmaxCrossEntropy, rows_of_scores
@@ -59,7 +59,7 @@ from kit.nn.turn_lock import TurnLock
 from kit.nn.updaters import Adam, Updater, state_dtype
 from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
 from kit.state import STATE
-from kit.workspace import scope_out_of_workspaces
+from kit.workspaces.workspace import scope_out_of_workspaces
 
 __all__ = ["ModelFileError", "Network"]
 

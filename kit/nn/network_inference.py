@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from kit.creation import empty
+from kit.arrays.creation import empty
+from kit.arrays.ndarray import NDArray
 from kit.data.dataset import DataSet
-from kit.evaluation import Evaluation
-from kit.ndarray import NDArray
+from kit.nn.evaluation import Evaluation
 from kit.nn.plan import InferencePlan
-from kit.workspace import scope_out_of_workspaces
+from kit.workspaces.workspace import scope_out_of_workspaces
 
 __all__ = ["Inference"]
 

@@ -17,8 +17,8 @@ from typing import Any, Self
 
 import numpy as np
 
-from kit.checks import check_cast
-from kit.ndarray import NDArray
+from kit.arrays.checks import check_cast
+from kit.arrays.ndarray import NDArray
 from kit.nn.config import NetworkConfig
 from kit.nn.layers import layer_from_config
 from kit.nn.losses import loss_from_config

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from kit import memory
-from kit.checks import all_finite
+from kit.arrays.checks import all_finite
+from kit.core import memory
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
 from kit.nn.layers import call_forward
@@ -32,7 +32,7 @@ from kit.nn.mixed import LossScaleError, precision_step, scale_seed
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
 
 if TYPE_CHECKING:
-    from kit.ndarray import NDArray
+    from kit.arrays.ndarray import NDArray
 
 __all__ = ["Training"]
 

@@ -48,10 +48,10 @@ from typing import Any
 
 import numpy as np
 
-from kit.checks import all_finite, check_finite
-from kit.context import scope_out_of_workspaces
-from kit.creation import empty
-from kit.ndarray import NDArray, heap_result
+from kit.arrays.checks import all_finite, check_finite
+from kit.arrays.creation import empty
+from kit.arrays.ndarray import NDArray, heap_result
+from kit.core.context import scope_out_of_workspaces
 from kit.nn.layers import call_forward
 from kit.nn.plan_recording import PlanDeclinedError, PlanMismatchError, ReplayMgr, declined
 

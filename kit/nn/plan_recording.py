@@ -7,9 +7,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from kit.context import scope_out_of_workspaces
-from kit.creation import empty
-from kit.ndarray import NDArray
+from kit.arrays.creation import empty
+from kit.arrays.ndarray import NDArray
+from kit.core.context import scope_out_of_workspaces
 from kit.nn.layers import Layer
 from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
 

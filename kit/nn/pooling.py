@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from kit.checks import whole
-from kit.ndarray import NDArray
+from kit.arrays.checks import whole
+from kit.arrays.ndarray import NDArray
 from kit.nn.im2col import out_size, pad_into, pool_max_into, pool_scatter, pool_sum_into, tiles_exactly
 from kit.nn.layers import ACT, BP, FF, GRAD, Layer
 from kit.nn.workspace_mgr import LayerWorkspaceMgr

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.ndarray import NDArray, wrap
+from kit.arrays.ndarray import NDArray, wrap
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
 
 __all__ = ["WS_RECOMPUTE", "RecomputeView"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kit.ndarray import NDArray
+from kit.arrays.ndarray import NDArray
 from kit.nn.activations import ReLU, relu_grad_into
 from kit.nn.batchnorm import BatchNorm
 from kit.nn.conv import Conv2D

@@ -57,8 +57,8 @@ from typing import Any
 
 import numpy as np
 
-from kit.memory import count
-from kit.ndarray import NDArray
+from kit.arrays.ndarray import NDArray
+from kit.core.memory import count
 from kit.nn.layers import call_backward, call_forward
 from kit.nn.train_recording import (
     CALL,
@@ -74,7 +74,7 @@ from kit.nn.train_recording import (
     watching,
 )
 from kit.nn.workspace_mgr import WorkspaceMode
-from kit.workspace import Workspace
+from kit.workspaces.workspace import Workspace
 
 __all__ = ["TrainingPlan", "TrainingPlans", "training_declined"]
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kit.ndarray import NDArray, wrap
+from kit.arrays.ndarray import NDArray, wrap
 from kit.nn.layers import Layer, Sequential
 from kit.nn.losses import Loss
 from kit.nn.workspace_mgr import WS_ACTIVATION_GRAD, LayerWorkspaceMgr, WorkspaceMode
 from kit.state import STATE
-from kit.workspace import DebugMode, Workspace
+from kit.workspaces.workspace import DebugMode, Workspace
 
 __all__ = [
     "CALL",

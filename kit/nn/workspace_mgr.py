@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from kit.memory import allocate_heap
-from kit.ndarray import NDArray, heap_result, wrap
+from kit.arrays.ndarray import NDArray, heap_result, wrap
+from kit.core.memory import allocate_heap
 from kit.state import STATE
-from kit.workspace import (
+from kit.workspaces.workspace import (
     AllocationPolicy,
     DebugMode,
     LearningPolicy,

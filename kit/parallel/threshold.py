@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from kit import backend
+from kit.core import backend
 
 __all__ = [
     "BITMAP_ENCODING",

@@ -1,6 +1,6 @@
 """ParallelWrapper's workers: one thread pinned to one device with one replica, running tasks in order.
 
-    >>> from kit.devices import as_device
+    >>> from kit.core.devices import as_device
     >>> from kit.nn import mlp
     >>> from kit.parallel import ParallelWrapper
     >>> from kit.parallel.worker import Worker
@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from kit.context import scope_out_of_workspaces
+from kit.core.context import scope_out_of_workspaces
+from kit.core.devices import AnyDevice, attach_thread_to_device, detach_thread, transfer
 from kit.data.dataset import DataSet
-from kit.devices import AnyDevice, attach_thread_to_device, detach_thread, transfer
 from kit.nn.network import Network
 from kit.parallel.threshold import ThresholdAlgorithm, encoded_count, threshold_decode, threshold_encode
-from kit.workspace import destroy_all_workspaces_for_current_thread
+from kit.workspaces.workspace import destroy_all_workspaces_for_current_thread
 
 __all__ = ["WorkerError"]
 

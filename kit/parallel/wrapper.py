@@ -59,17 +59,17 @@ from typing import Any
 
 import numpy as np
 
-from kit.checks import whole
-from kit.context import scope_out_of_workspaces
-from kit.data.async_iter import AsyncPrefetchIterator
-from kit.data.dataset import DataSet
-from kit.devices import (
+from kit.arrays.checks import whole
+from kit.core.context import scope_out_of_workspaces
+from kit.core.devices import (
     as_device,
     blas_threads,
     cores_per_worker,
     default_devices,
     gpu_count,
 )
+from kit.data.async_iter import AsyncPrefetchIterator
+from kit.data.dataset import DataSet
 from kit.lifecycle import ShutsDownOnExit
 from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
 from kit.nn.losses import loss_from_config

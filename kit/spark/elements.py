@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.checks import check_finite
+from kit.arrays.checks import check_finite
 from kit.data.dataset import DataSet
 from kit.spark.checkpoint import example_digest
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from kit import memory
+from kit.core import memory
 from kit.data.dataset import DataSet
 from kit.nn.config import NetworkConfig
 from kit.nn.network import Network

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from kit.data.dataset import DataSet
-from kit.evaluation import ROC, Evaluation
+from kit.nn.evaluation import ROC, Evaluation
 from kit.spark.elements import check_element, partition_error
 from kit.spark.executor import network_for
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kit.data.dataset import DataSet
-from kit.labels import class_indices
+from kit.data.labels import class_indices
 from kit.spark import executor as ex
 
 __all__ = ["as_rdd", "to_rdd"]

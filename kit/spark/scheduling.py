@@ -34,8 +34,8 @@ import re
 import warnings
 from typing import Any
 
-from kit import backend
-from kit.devices import Device, gpu_count
+from kit.core import backend
+from kit.core.devices import Device, gpu_count
 
 __all__ = [
     "MoreWorkersThanSlotsWarning",

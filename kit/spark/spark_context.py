@@ -22,8 +22,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+from kit.measurement.tables import wrap
 from kit.settings import install_hint
-from kit.tables import wrap
 
 __all__ = [
     "SparkMasterWarning",

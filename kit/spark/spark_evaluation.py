@@ -2,7 +2,7 @@
 (confusion matrices, ROC rows, loss totals) come back merged up a tree, in partition order.
 
     >>> import numpy as np
-    >>> from kit.evaluation import Evaluation
+    >>> from kit.nn.evaluation import Evaluation
     >>> from kit.spark.spark_evaluation import merge_evaluations
     >>> ev = Evaluation(2)
     >>> merge_evaluations(ev, np.array([[3, 1], [0, 4]]))
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.evaluation import ROC, Evaluation
+from kit.nn.evaluation import ROC, Evaluation
 from kit.spark.aggregation import tree_aggregate
 from kit.spark.executor_eval import eval_task
 from kit.spark.rdd_data import as_rdd

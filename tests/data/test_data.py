@@ -10,7 +10,7 @@ import pytest
 import kit
 from kit.data import ArrayIterator, AsyncPrefetchIterator, AsyncShieldIterator, DataSet, load_digits, read_idx
 from kit.data import datasets as ds_module
-from kit.workspace import ArrayOverwrittenError
+from kit.workspaces.workspace import ArrayOverwrittenError
 
 
 def small(n=100, features=4, classes=3, seed=0):
@@ -300,7 +300,7 @@ def test_every_way_of_stopping_the_iterator_tells_its_consumer():
         wrapped.append(self)
         return real(self)
 
-    from kit.listeners import TrainingListener
+    from kit.training.listeners import TrainingListener
 
     class Stopper(TrainingListener):
         def iteration_done(self, model, iteration, epoch, **info):

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import kit
+from kit.arrays.ndarray import NDArray
 from kit.data import ArrayIterator, DataSet
-from kit.ndarray import NDArray
 from kit.nn import BatchNorm, Conv2D, Network, Residual
 from kit.nn.activations import ReLU, Sigmoid, Softmax, Tanh
 from kit.nn.layers import Dense, Dropout, Flatten, Layer, Sequential

@@ -35,7 +35,7 @@ from kit.nn import (
 )
 from kit.nn.layers import Layer, call_backward, call_forward
 from kit.nn.workspace_mgr import WS_ACTIVATION_GRAD, WS_ALL_LAYERS_ACT, ArrayType, LayerWorkspaceMgr, WorkspaceMode
-from kit.workspace import ALIGNMENT, StaleArrayError
+from kit.workspaces.workspace import ALIGNMENT, StaleArrayError
 
 B = 4  # examples
 
@@ -305,7 +305,7 @@ def test_a_layer_that_says_its_backward_does_not_read_its_output_does_not(name):
 def _live_heap_between_layers(net, ds):
     """NONE mode, recorded by kit.memory_timeline: the heap bytes alive after the forward pass and
     after each top-level layer's backward."""
-    from kit.timeline import memory_timeline
+    from kit.monitor.timeline import memory_timeline
 
     mgr = net.train_mgr
     x, y = net.checked_batch(ds)
@@ -383,7 +383,7 @@ def test_recompute_is_saved_in_the_configuration_and_checked():
 def test_every_learned_arena_is_its_largest_cycle_plus_the_stated_over_allocation(mode):
     """No arena of a trained network holds more than its largest cycle, over-allocated by its
     configuration's limit (and rounded up to whole 64-byte blocks)."""
-    from kit.workspace import AllocationPolicy
+    from kit.workspaces.workspace import AllocationPolicy
 
     rng = np.random.default_rng(5)
     net = Network(

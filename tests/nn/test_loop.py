@@ -7,7 +7,10 @@ import pytest
 from _datasets import random_dataset
 
 from kit.data import ArrayIterator, DataSet
-from kit.earlystopping import (
+from kit.nn import Network, Sgd, mlp
+from kit.nn.loop import EmptyDataError, NonFiniteScoreError, StepResult, TrainingLoop
+from kit.parallel import ParallelWrapper
+from kit.training.earlystopping import (
     ClassificationScoreCalculator,
     DataSetLossCalculator,
     EarlyStoppingConfig,
@@ -19,9 +22,6 @@ from kit.earlystopping import (
     MaxScoreIterationTerminationCondition,
     TerminationReason,
 )
-from kit.nn import Network, Sgd, mlp
-from kit.nn.loop import EmptyDataError, NonFiniteScoreError, StepResult, TrainingLoop
-from kit.parallel import ParallelWrapper
 
 
 def data(n=48, seed=0):
@@ -254,8 +254,8 @@ def test_early_stopping_reads_no_private_attribute_of_what_it_trains():
     import ast
     from pathlib import Path
 
-    import kit.earlystopping
-    import kit.earlystopping_config
+    import kit.training.earlystopping
+    import kit.training.earlystopping_config
 
     trees = [ast.parse(Path(m.__file__).read_text()) for m in (kit.earlystopping, kit.earlystopping_config)]
     reads = [

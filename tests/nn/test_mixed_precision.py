@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 
 from kit.data import ArrayIterator, DataSet, load_digits
-from kit.earlystopping import (
+from kit.nn import MSE, Adam, BatchNorm, Dense, ModelFileError, Network, ReLU, Sgd, Tanh, mlp
+from kit.nn.config import NetworkConfig, NetworkConfigError
+from kit.nn.loop import NonFiniteScoreError
+from kit.nn.mixed import LossScaleError, LossScaler
+from kit.parallel import ParallelInference, ParallelWrapper
+from kit.training.earlystopping import (
     DataSetLossCalculator,
     EarlyStoppingConfig,
     EarlyStoppingTrainer,
@@ -20,12 +25,7 @@ from kit.earlystopping import (
     LocalFileModelSaver,
     MaxEpochsTerminationCondition,
 )
-from kit.listeners import ScoreIterationListener
-from kit.nn import MSE, Adam, BatchNorm, Dense, ModelFileError, Network, ReLU, Sgd, Tanh, mlp
-from kit.nn.config import NetworkConfig, NetworkConfigError
-from kit.nn.loop import NonFiniteScoreError
-from kit.nn.mixed import LossScaleError, LossScaler
-from kit.parallel import ParallelInference, ParallelWrapper
+from kit.training.listeners import ScoreIterationListener
 
 MIXED = {"dtype": "float16", "master_dtype": "float32", "loss_scale": "dynamic"}
 

@@ -28,7 +28,7 @@ from kit.nn import (
     mlp,
 )
 from kit.nn.train_plan import training_declined
-from kit.workspace import DebugMode, StaleArrayError, set_debug_mode, track_allocation_sites
+from kit.workspaces.workspace import DebugMode, StaleArrayError, set_debug_mode, track_allocation_sites
 
 MODES = list(WorkspaceMode)
 

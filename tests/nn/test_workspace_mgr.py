@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kit
-from kit.devices import as_device
+from kit.core.devices import as_device
 from kit.nn import mlp
 from kit.nn.workspace_mgr import (
     WS_ACTIVATION_GRAD,
@@ -20,7 +20,7 @@ from kit.nn.workspace_mgr import (
     LayerWorkspaceMgr,
     WorkspaceMode,
 )
-from kit.workspace import ArrayFromClosedScopeError, WorkspaceScopeError
+from kit.workspaces.workspace import ArrayFromClosedScopeError, WorkspaceScopeError
 
 DEV = as_device(None)
 F32 = np.dtype(np.float32)

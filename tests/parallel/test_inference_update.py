@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from kit.devices import host_device_count
+from kit.core.devices import host_device_count
 from kit.nn import MSE, Adam, BatchNorm, Dense, Layer, Nesterovs, Network, ReLU, Sgd, mlp
 from kit.nn.workspace_mgr import ArrayType
 from kit.parallel import InferenceMode, ParallelInference

@@ -9,8 +9,8 @@ import pytest
 from _datasets import random_dataset
 
 import kit
+from kit.core.devices import gpu_count, host_device_count
 from kit.data import ArrayIterator, DataSet, load_digits
-from kit.devices import gpu_count, host_device_count
 from kit.nn import Adam, Sgd, mlp
 from kit.parallel import (
     AdaptiveThresholdAlgorithm,

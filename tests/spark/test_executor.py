@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from kit.core.devices import gpu_count
 from kit.data import ArrayIterator, DataSet
-from kit.devices import gpu_count
-from kit.evaluation import Evaluation
 from kit.nn import Adam, Network, Sgd, mlp
+from kit.nn.evaluation import Evaluation
 from kit.parallel.threshold import threshold_decode
 from kit.spark import executor as ex
 from kit.spark.executor_eval import eval_task

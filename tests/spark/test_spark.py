@@ -9,8 +9,8 @@ import pytest
 
 from kit import readings
 from kit.data import ArrayIterator, DataSet, load_digits
-from kit.evaluation import ROC, Evaluation
 from kit.nn import Adam, Sgd, mlp
+from kit.nn.evaluation import ROC, Evaluation
 from kit.parallel import ParallelWrapper
 from kit.spark import (
     ParameterAveragingTrainingMaster,

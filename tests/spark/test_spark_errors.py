@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from kit.data import DataSet, load_digits
-from kit.evaluation import ROC
 from kit.nn import Sgd, mlp
+from kit.nn.evaluation import ROC
 from kit.nn.loop import NonFiniteScoreError
 from kit.spark import (
     ParameterAveragingTrainingMaster,

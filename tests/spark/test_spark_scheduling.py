@@ -113,7 +113,7 @@ def test_an_executor_given_no_gpu_says_so():
     no GPU address, or an address but no GPU kit can use here, each said in words."""
     from pyspark.resource import ResourceInformation
 
-    from kit.devices import gpu_count
+    from kit.core.devices import gpu_count
     from kit.spark.executor import task_device
 
     with pytest.raises(RuntimeError, match=r"Spark gave this task no GPU address: the executors declare no 'gpu'"):

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from kit.creation import asarray
-from kit.devices import AnyDevice, current_device, host_source, transfer
-from kit.ndarray import NDArray
+from kit.arrays.creation import asarray
+from kit.arrays.ndarray import NDArray
+from kit.core.devices import AnyDevice, current_device, host_source, transfer
 
 __all__ = ["SHUT_DOWN", "SHUT_DOWN_REMEDY", "Request", "answer_batch", "deliver", "gather", "shut_down_error", "within"]
 

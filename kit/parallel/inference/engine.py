@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from kit.checks import check_finite
-from kit.devices import AnyDevice, attach_thread_to_device, detach_thread
+from kit.arrays.checks import check_finite
+from kit.core.devices import AnyDevice, attach_thread_to_device, detach_thread
 from kit.nn.network import Network
 from kit.parallel.inference.delivery import SHUT_DOWN, Request, answer_batch, gather, shut_down_error
 from kit.parallel.inference.lending import Lending
-from kit.workspace import destroy_all_workspaces_for_current_thread
+from kit.workspaces.workspace import destroy_all_workspaces_for_current_thread
 
 __all__ = ["BATCH_SIZES_KEPT", "SHUT_DOWN", "Counts", "Engine"]
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from kit.checks import whole
-from kit.creation import asarray
-from kit.devices import AnyDevice, BlasThreadShare, as_device, current_device
+from kit.arrays.checks import whole
+from kit.arrays.creation import asarray
+from kit.arrays.ndarray import NDArray
+from kit.core.devices import AnyDevice, BlasThreadShare, as_device, current_device
 from kit.lifecycle import ShutsDownOnExit
-from kit.ndarray import NDArray
 from kit.nn.network import Network
 from kit.parallel.inference.delivery import Request, deliver, shut_down_error, within
 from kit.parallel.inference.engine import Engine

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.devices import AnyDevice
+from kit.core.devices import AnyDevice
 from kit.parallel.inference.delivery import gather, shut_down_error
 
 __all__ = ["Lending"]

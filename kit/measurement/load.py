@@ -1,0 +1,142 @@
+"""Machine load: how much of the CPU other processes took while kit measured (kit.measure's first
+reason to flag a timing), read from psutil's machine-wide busy time minus this process's own.
+
+    >>> from kit.measurement.load import machine_load
+    >>> with machine_load() as load:
+    ...     _ = sum(range(10_000))
+    >>> 0.0 <= load.others <= 1.0
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import psutil
+
+from kit.measurement import tables
+
+__all__ = ["LOAD_LIMIT", "LoadMeter", "LoadReading", "format_load", "machine_load", "unchecked_note"]
+
+LOAD_LIMIT = 0.2  # fraction of the machine's CPU time other processes may use before a result is flagged
+
+
+def format_load(load: float) -> str:
+    """Other processes' share of the CPU as printed, on the right side of `LOAD_LIMIT` (a flagged
+    20.04 % reads `20.04%`, never `20%`: kit.tables.percent)."""
+    return tables.percent(load, LOAD_LIMIT)
+
+
+def _busy_seconds() -> float:
+    c = psutil.cpu_times()
+    # guest time is already inside user; steal is time the hypervisor gave to someone else
+    return sum(getattr(c, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+
+def _own_seconds() -> float:
+    """CPU seconds of this process itself, all its threads. Never its children's: `children_user`
+    / `children_system` jump by a child's whole lifetime when it is reaped, time the machine's
+    busy figure only partly (or never) saw inside the block, so subtracting them hid other load."""
+    t = os.times()
+    return t.user + t.system
+
+
+@dataclass
+class LoadReading:
+    """Other processes' CPU use during a block, as a fraction of the whole machine (0..1)."""
+
+    cores: int = field(default_factory=lambda: psutil.cpu_count() or 1)
+    wall: float = 0.0
+    others: float = 0.0  # fraction of cores x wall used by other processes
+    own: float = 0.0  # fraction used by this process (all its threads; its children count in `others`)
+
+    @property
+    def busy_cores(self) -> float:
+        """Cores' worth of other processes' work (0.5 = half a core busy on average)."""
+        return self.others * self.cores
+
+
+@contextmanager
+def machine_load(children_are_ours: bool = False) -> Iterator[LoadReading]:
+    """`with machine_load() as load: ...` then `load.others` (fraction of the machine other
+    processes used while the block ran; child processes count as other processes, reaped or not).
+
+    `children_are_ours=True` counts this process's descendants as its own work: for a workload
+    that runs in them (Spark's JVM and its Python workers, a process pool), whose CPU would
+    otherwise read as other processes' load and flag every timing. A descendant that ends inside
+    the block has its time counted as others' (flagged, never hidden)."""
+    if children_are_ours:
+        with _load_with_descendants() as reading:
+            yield reading
+        return
+    reading, meter = LoadReading(), LoadMeter()
+    try:
+        yield reading
+    finally:
+        meter.fill(reading)
+
+
+class LoadMeter:
+    """`machine_load` without a with-block: other processes' CPU use from the meter's creation to
+    each `read()`, for what lives across calls (a live panel, from its first tick to its close)."""
+
+    def __init__(self) -> None:
+        self._busy0, self._own0, self._t0 = _busy_seconds(), _own_seconds(), time.perf_counter()
+
+    def read(self) -> LoadReading:
+        return self.fill(LoadReading())
+
+    def fill(self, reading: LoadReading) -> LoadReading:
+        wall = time.perf_counter() - self._t0
+        busy, own = _busy_seconds() - self._busy0, _own_seconds() - self._own0
+        capacity = max(wall * reading.cores, 1e-9)
+        reading.wall = wall
+        reading.own = min(1.0, max(0.0, own / capacity))
+        # /proc/stat ticks at 10 ms: short blocks read coarsely, never below zero
+        reading.others = min(1.0, max(0.0, (busy - own) / capacity))
+        return reading
+
+
+def unchecked_note(reading: LoadReading) -> str:
+    """What a one-run timing shown live (a panel) can and cannot be read for: it was not repeated,
+    so it has no spread, and the machine's load while it ran, flagged above `LOAD_LIMIT`."""
+    note = f"one run, not repeated: other processes used {format_load(reading.others)} of the CPU while it ran"
+    if reading.others > LOAD_LIMIT:
+        return note + " (machine busy: flagged, read no time from it)"
+    return note + "; kit.measure's repeated timings say how much a time can vary"
+
+
+def _tree_seconds(me: psutil.Process) -> dict[int, float]:
+    """CPU seconds of this process and each live descendant, by pid."""
+    seconds = {}
+    for p in (me, *me.children(recursive=True)):
+        try:
+            t = p.cpu_times()
+            seconds[p.pid] = t.user + t.system
+        except psutil.Error:
+            continue
+    return seconds
+
+
+@contextmanager
+def _load_with_descendants() -> Iterator[LoadReading]:
+    reading = LoadReading()
+    me = psutil.Process()
+    before, busy0, t0 = _tree_seconds(me), _busy_seconds(), time.perf_counter()
+    try:
+        yield reading
+    finally:
+        reading.wall = time.perf_counter() - t0
+        after = _tree_seconds(me)
+        own = sum(s - before.get(pid, 0.0) for pid, s in after.items())
+        capacity = max(reading.wall * reading.cores, 1e-9)
+        reading.own = min(1.0, max(0.0, own / capacity))
+        reading.others = min(1.0, max(0.0, (_busy_seconds() - busy0 - own) / capacity))
+
+
+# ---------------------------------------------------------------------------------------
+# one variant's timing

@@ -1,0 +1,53 @@
+"""The scaling model: the epoch time N devices should take, from one-device measurements.
+
+    T(N) = batches * t_step(N) / N  +  (batches / (N * F)) * bytes_moved(N) / bandwidth
+where t_step(N) is one training step measured with the compute each worker would have (the
+CPU's cores shared out, or a whole GPU), F the averaging frequency, bytes_moved(N) = 2 (N - 1) P b k
+(each of the N - 1 other replicas' P parameters of b bytes gathered to the first device and the
+average broadcast back, k buffers with the updater state: what kit.devices.transfer_stats counts),
+and the bandwidth a measured device copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kit.core.devices import as_device, default_device
+from kit.measurement import measure
+
+__all__ = ["measure_bandwidth", "predict_epoch_seconds"]
+
+
+def measure_bandwidth(nbytes: int, device: Any = None, repeats: int = 7) -> float:
+    """Bytes per second of a device-to-device copy (read + write counted once, as moved)."""
+    dev = as_device(device) if device is not None else default_device()
+    xp = dev.xp
+    n = max(1, nbytes // 4)
+    with dev.activate():
+        a = xp.ones(n, dtype=np.float32)
+        b = xp.empty_like(a)
+        sync = xp.cuda.get_current_stream().synchronize if dev.kind == "gpu" else None
+        t = measure.measure(lambda: xp.copyto(b, a), repeats=repeats, min_time=0.02, sync=sync)
+    return n * 4 / t.median
+
+
+def predict_epoch_seconds(
+    batches: int,
+    n: int,
+    step_seconds: float,
+    frequency: int,
+    params: int,
+    bytes_per_value: int,
+    buffers: float,
+    bandwidth: float,
+    parallel: bool,
+) -> float:
+    """The scaling model (the formula above). `parallel`: whether the N workers really
+    run side by side (physical devices, or CPU cores shared out) or share one device."""
+    compute = batches * step_seconds / (n if parallel else 1)
+    if n == 1:
+        return compute
+    moved = 2 * (n - 1) * params * bytes_per_value * buffers  # the first replica's stay where they are
+    return compute + (batches / (n * frequency)) * moved / bandwidth

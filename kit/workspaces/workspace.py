@@ -1,0 +1,456 @@
+"""Memory workspaces: arenas for cyclic workloads, re-created from ND4J, with loud misuse.
+
+    >>> import kit
+    >>> x = kit.randn((64, 32)); w = kit.randn((32, 10))
+    >>> cfg = kit.WorkspaceConfig(policy_learning=kit.LearningPolicy.FIRST_LOOP)
+    >>> ws = kit.get_workspace_for_current_thread(cfg, "LOOP")
+    >>> for step in range(100):
+    ...     with ws:                          # a cycle: bump-pointer allocation in one arena
+    ...         h = (x @ w).tanh()            # views into the arena, written with out=
+    ...         keep = h.sum().detach()       # a heap copy that outlives the cycle
+    >>> h + 1                                 # a StaleArrayError: cycle 100 ended
+    Traceback (most recent call last):
+    kit.workspaces.workspace.ArrayFromClosedScopeError: add: this array (shape (64, 10), float32) lives in ...
+    >>> stats = ws.stats()                    # capacity, used, peak, spills, cycles, allocations
+    >>> stats["cycles"], stats["allocations"]
+    (100, 300)
+    >>> ws.destroy()                          # give the arena back
+
+Semantics (ND4J's Nd4jWorkspace, as its documentation and source describe them):
+- Entering the scope starts a cycle: offsets reset (BLOCK_LEFT), last cycle's spills freed.
+- Leaving it ends the cycle: every array of that cycle becomes invalid. Learning runs here
+  (FIRST_LOOP: size the arena from the first cycle; OVER_TIME: after N cycles; REALLOCATE:
+  grow to the largest cycle).
+- ENDOFBUFFER_REACHED makes a circular buffer: arrays stay valid after the scope until the
+  write pointer laps them, and only then do they raise.
+- Each array carries its workspace's generation object; every op compares it by identity, so
+  the check costs one attribute load. A stale array raises a StaleArrayError subclass naming
+  the workspace, the cycle it was made in, what invalidated it, the op, and the remedy.
+
+The module in rooms (each re-exported here, so `from kit.workspaces.workspace import X` works for all):
+`kit.workspace_config` (the policies, `WorkspaceConfig`, debug switches), `kit.workspace_errors`,
+`kit.workspace_cycles` (scopes, generations, the stale-array check and its words), this module
+(the `Workspace` and its arena: carving, spilling, wrapping around, learning its size; and
+`get_workspace_for_current_thread`), and `kit.workspace_registry` (the per-thread table).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+import numpy as np
+
+from kit.core import memory
+from kit.core.context import current_workspace, scope_out_of_workspaces
+from kit.core.devices import AnyDevice, as_device
+from kit.core.memory import data_address
+from kit.state import STATE
+from kit.workspaces.workspace_config import (
+    AllocationPolicy,
+    DebugMode,
+    LearningPolicy,
+    ResetPolicy,
+    SpillPolicy,
+    WorkspaceConfig,
+    get_debug_mode,
+    set_debug_mode,
+    track_allocation_sites,
+)
+from kit.workspaces.workspace_cycles import Cycles, Generation
+from kit.workspaces.workspace_errors import (
+    ArrayFromClosedScopeError,
+    ArrayFromDestroyedWorkspaceError,
+    ArrayFromOldCycleError,
+    ArrayOverwrittenError,
+    NoSuchWorkspaceError,
+    StaleArrayError,
+    WorkspaceConfigError,
+    WorkspaceError,
+    WorkspaceFullError,
+    WorkspaceScopeError,
+    WorkspaceThreadError,
+)
+from kit.workspaces.workspace_registry import (
+    all_workspaces,
+    destroy_all_workspaces_for_current_thread,
+    get_manager,
+    leverage_target,
+    parent_of_current_workspace,
+)
+
+__all__ = [
+    "AllocationPolicy",
+    "ArrayFromClosedScopeError",
+    "ArrayFromDestroyedWorkspaceError",
+    "ArrayFromOldCycleError",
+    "ArrayOverwrittenError",
+    "DebugMode",
+    "LearningPolicy",
+    "NoSuchWorkspaceError",
+    "ResetPolicy",
+    "SpillPolicy",
+    "StaleArrayError",
+    "Workspace",
+    "WorkspaceConfig",
+    "WorkspaceConfigError",
+    "WorkspaceError",
+    "WorkspaceFullError",
+    "WorkspaceScopeError",
+    "WorkspaceThreadError",
+    "all_workspaces",
+    "current_workspace",
+    "destroy_all_workspaces_for_current_thread",
+    "get_debug_mode",
+    "get_workspace_for_current_thread",
+    "leverage_target",
+    "parent_of_current_workspace",
+    "scope_out_of_workspaces",
+    "set_debug_mode",
+    "track_allocation_sites",
+]
+
+ALIGNMENT = memory.ALIGNMENT  # 64 bytes: where the arena and every carve from it start
+DEFAULT_ID = "DefaultWorkspace"
+
+
+class Workspace(Cycles):
+    """One arena on one device, owned by one thread. Use `with ws:` for each cycle."""
+
+    def __init__(self, config: WorkspaceConfig, name: str, device: AnyDevice) -> None:
+        self.config = config
+        self.name = name
+        self.device = device
+        self.physical = device.physical
+        self.thread_id = threading.get_ident()
+        self.thread_name = threading.current_thread().name
+        # arrays of a scoped workspace belong to its thread (the owner resets the arena when a
+        # cycle ends); a circular one's are handed to other threads by design (prefetching)
+        self._tid: int | None = None if config.circular else self.thread_id
+        # the config is frozen: what the scope hot path asks of it, read once
+        self._circular = config.circular
+        self._realloc = config.policy_spill is SpillPolicy.REALLOCATE
+        self.parent: Workspace | None = None
+        self._arena: Any = None
+        self._views: dict[tuple, Any] = {}
+        self._base = 0
+        self.capacity = 0
+        self._offset = 0
+        self._open = False
+        self._tag = 0  # re-entrant scope depth beyond the first
+        self._bypassed: list[bool] = []
+        self.destroyed = False
+        self.cycles = 0  # completed cycles
+        self._entered = 0  # started cycles
+        self._lap = 0
+        self._gen = Generation(0, 0)
+        self._cycle_bytes = 0
+        self.max_cycle_bytes = 0
+        self.last_cycle_bytes = 0
+        self.peak_used = 0
+        self.allocations = 0
+        self.spilled_bytes = 0
+        self.spilled_count = 0
+        self.cycle_spilled_bytes = 0
+        self.arena_allocations = 0
+        self.resets = 0
+        self.lent_tally: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)  # the tally when lend() opened a cycle
+        self._initialized = False
+        self._learned_cycle_bytes = 0
+        self._ring_block = 0
+        if config.initial_size > 0:
+            size = config.initial_size
+            if config.policy_allocation is AllocationPolicy.OVERALLOCATE:
+                size = int(size * (1 + config.overallocation_limit))
+            if config.max_size:
+                size = min(size, config.max_size)
+            self._allocate_arena(size)
+            self._initialized = True
+        with STATE.lock:
+            STATE.workspaces.add(self)
+
+    # ---- the arena -----------------------------------------------------------------
+    def _allocate_arena(self, nbytes: int) -> None:
+        nbytes = -(-int(nbytes) // ALIGNMENT) * ALIGNMENT
+        # the blocks freed since (an outgrown arena, the learning cycle's spills) are cached by CuPy's
+        # pool or kept by the C heap: the arena now owns this memory, so hand them back first
+        memory.give_back_freed(self.physical)
+        with self.physical.activate():
+            arena, self._arena = memory.aligned_bytes(self.physical.xp, nbytes)  # on an aligned address
+        self._views = {}
+        self._base = data_address(self._arena)
+        self.capacity = nbytes
+        self.arena_allocations += 1
+        memory.count(self.physical, nbytes + ALIGNMENT)
+        if STATE.recorder is not None:  # the arena is one heap allocation
+            STATE.recorder.arena(self, arena, nbytes + ALIGNMENT)
+
+    def alloc(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[Any, Workspace]:
+        """Carve an array from the arena (or spill, as the policy says)."""
+        off = self._offset
+        # A cyclic workload asks for the same (offset, shape, dtype) every cycle: reuse the view
+        # made last time (same memory, so same semantics; 3x cheaper than carving). The views
+        # are dropped whenever the arena is replaced, so a hit always lies inside this arena.
+        hit = self._views.get((off, shape, dtype))
+        if hit is not None and STATE.debug_mode is DebugMode.DISABLED:
+            data, size = hit
+            self._offset = end = off + size
+            self.allocations += 1
+            self._cycle_bytes += size
+            if end > self.peak_used:
+                self.peak_used = end
+            if STATE.track_sites:
+                self._remember_site(self._base + off, size)
+            if STATE.recorder is not None:
+                STATE.recorder.carve(self, off, size)
+            return data, self
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes == 0:  # an empty array holds no memory: nothing to carve
+            self.allocations += 1
+            if STATE.recorder is not None:
+                STATE.recorder.carve(self, off, 0)
+            with self.physical.activate():
+                return self.physical.xp.empty(shape, dtype), self
+        size = (nbytes + ALIGNMENT - 1) & -ALIGNMENT
+        self.allocations += 1
+        self._cycle_bytes += size
+        if off + size <= self.capacity and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
+            self._offset = end = off + size
+            if end > self.peak_used:
+                self.peak_used = end
+            data = self._arena[off : off + nbytes].view(dtype).reshape(shape)
+            if len(self._views) >= 8192:
+                self._views.clear()
+            self._views[(off, shape, dtype)] = (data, size)
+            if STATE.track_sites:
+                self._remember_site(self._base + off, nbytes)
+            if STATE.recorder is not None:
+                STATE.recorder.carve(self, off, size)
+            return data, self
+        if self._circular and 0 < size <= self.capacity and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
+            self._wrap_around()
+            self.allocations -= 1  # counted again by the retry
+            self._cycle_bytes -= size
+            return self.alloc(shape, dtype)
+        return self._spill(shape, dtype, nbytes, size), self
+
+    def _spill(self, shape: tuple[int, ...], dtype: np.dtype, nbytes: int, size: int) -> Any:
+        if self.config.policy_spill is SpillPolicy.FAIL and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
+            self._cycle_bytes -= size
+            self.allocations -= 1
+            raise WorkspaceFullError(
+                f"workspace {self.name!r} is full: {nbytes} bytes for an array of shape {shape} ({dtype}) do not "
+                f"fit ({self._offset} of {self.capacity} bytes used) and SpillPolicy.FAIL forbids spilling; "
+                f"raise initial_size/max_size, or use SpillPolicy.EXTERNAL or REALLOCATE"
+            )
+        self.spilled_bytes += size
+        self.cycle_spilled_bytes += size
+        self.spilled_count += 1
+        memory.count(self.physical, nbytes)
+        with self.physical.activate():
+            data = self.physical.xp.empty(shape, dtype)
+        if STATE.track_sites:
+            self._remember_site(data_address(data), nbytes)
+        if STATE.recorder is not None:
+            STATE.recorder.spill(self, data, size)
+        return data
+
+    def _wrap_around(self) -> None:
+        """Circular buffer: the write pointer returns to 0; arrays from the previous lap stay
+        valid until the pointer passes them."""
+        self._retire(f"circular workspace wrapped around in cycle {self._entered}", ArrayOverwrittenError)
+        if STATE.recorder is not None:
+            STATE.recorder.reset(self)
+        self._lap += 1
+        self._gen = Generation(self._entered, self._lap)
+        self._offset = 0
+        self.resets += 1
+
+    def _learn(self) -> None:
+        cfg = self.config
+        if STATE.debug_mode is DebugMode.SPILL_EVERYTHING:
+            return
+        if not self._initialized:
+            if cfg.policy_learning is LearningPolicy.FIRST_LOOP or (
+                cfg.policy_learning is LearningPolicy.OVER_TIME and self.cycles >= cfg.cycles_before_initialization
+            ):
+                self.initialize()
+        elif self._realloc and not self._circular:
+            # ND4J grows only when currentSize > 0, so an arena learned from an empty first
+            # cycle stays empty and spills forever; kit grows it too
+            if self.max_cycle_bytes > self.capacity:
+                self.initialize()
+        elif self._realloc:
+            # ND4J's "trimmed mode" (Nd4jWorkspace.alloc / initializeWorkspace): a ring learned
+            # from small first cycles (a prefetch queue whose first batch was short) grows when a
+            # cycle outgrows its block, the learned cycle x 1.3, instead of lapping live data; a
+            # cycle that fits the block keeps the learned ring
+            if self.max_cycle_bytes > self._ring_block:
+                self.initialize()
+
+    def initialize(self) -> None:
+        """Size the arena from the largest cycle seen (ND4J initializeWorkspace)."""
+        cfg = self.config
+        size = self.max_cycle_bytes
+        self._learned_cycle_bytes = size
+        if cfg.max_size:
+            size = min(size, cfg.max_size)
+        if cfg.circular:
+            size = int(size * 1.3)
+            self._ring_block = size  # ND4J's initialBlockSize: one cycle's room, before overallocation
+        if cfg.policy_allocation is AllocationPolicy.OVERALLOCATE:
+            size = int(size * (1 + cfg.overallocation_limit))
+        size = max(size, cfg.min_size)
+        if cfg.max_size:  # ND4J's init(): the cap holds after over-allocation too; the arena is whole
+            size = min(size, cfg.max_size - cfg.max_size % ALIGNMENT)  # aligned blocks, never past the cap
+        self._initialized = True
+        if size > self.capacity:
+            if self._open:
+                raise WorkspaceScopeError(f"workspace {self.name!r}: initialize() inside its own scope")
+            if not cfg.circular:
+                self._retire("the arena was reallocated", ArrayFromOldCycleError)
+                self._gen = Generation(0, self._lap)
+            # circular: arrays handed out earlier keep the old block alive and nothing will
+            # write there again, so they stay valid; new ones start at the new arena's front
+            self._arena = None
+            self._offset = 0
+            self._allocate_arena(size)
+
+    def destroy(self) -> None:
+        """Release the arena. Every array in it becomes invalid."""
+        self._check_thread("destroy")
+        if self._open:
+            raise WorkspaceScopeError(f"workspace {self.name!r} is open: leave its scope before destroying it")
+        self._retire("the workspace was destroyed", ArrayFromDestroyedWorkspaceError)
+        self._gen = Generation(-1, self._lap)
+        self._gen.ended, self._gen.kind = "the workspace was destroyed", ArrayFromDestroyedWorkspaceError
+        self._arena = None
+        self._views = {}
+        self.capacity = 0
+        self.destroyed = True
+        get_manager().forget(self)
+
+    # ---- a cycle outside the thread's chain of scopes ------------------------------
+    def lend(self) -> None:
+        """Open a cycle without making this workspace current: for a workspace lent to one array
+        whose lifetime does not nest with the scopes around it (kit.nn's activation-gradient
+        slots). Only `alloc` carves here; ordinary kit ops keep allocating where they did.
+        `take_back()` ends the cycle: its arrays become invalid, as at a scope's exit."""
+        self._check_thread("lend")
+        if self._open or self._circular or self.destroyed:
+            raise WorkspaceScopeError(
+                f"workspace {self.name!r}: lend() opens a cycle of a closed, non-circular workspace that is not "
+                f"destroyed; this one is {'open' if self._open else 'circular' if self._circular else 'destroyed'}"
+            )
+        self._open_cycle()
+        self.lent_tally = self.tally()  # what a planned training step counts this cycle from
+
+    def take_back(self) -> None:
+        """End the cycle `lend()` opened (nothing when it is closed already)."""
+        if self._open:
+            self._close_cycle()
+
+    # ---- a planned cycle (kit.nn.train_plan) ---------------------------------------
+    def tally(self) -> tuple[int, int, int, int, int]:
+        """(allocations, bytes carved this cycle, the offset now, spills, arenas made): what a
+        planned training step reads before and after the cycle it records."""
+        return self.allocations, self._cycle_bytes, self._offset, self.spilled_count, self.arena_allocations
+
+    def replay_cycle(self, allocations: int, nbytes: int, end: int) -> None:
+        """A whole cycle of this closed workspace, never made current: opened, then the carves a
+        recorded cycle made counted (`allocations` arrays of `nbytes` in all, aligned, ending at
+        offset `end`: allocations, the cycle's bytes, the offset and the peak, as `alloc`'s hits
+        would count them), then closed. A planned training step (kit.nn.train_plan) counts its
+        scopes' cycles here after its arithmetic, on the arena views its recorded cycles were
+        given, so the arena holds what those carves would have put there (its valid() made the
+        checks `with ws` makes); the counters, the generation and the learning end as a scope's
+        would. Not for an open workspace, nor a circular one (its carves land where its write
+        pointer is)."""
+        if self._open or self._circular:
+            raise WorkspaceScopeError(
+                f"workspace {self.name!r}: replay_cycle counts a whole cycle of a closed, non-circular workspace; "
+                f"this one is {'open' if self._open else 'circular'}: carve in `with ws:` instead"
+            )
+        self._open_cycle()
+        self.allocations += allocations
+        self._cycle_bytes += nbytes
+        self._offset = end
+        if end > self.peak_used:
+            self.peak_used = end
+        self._close_cycle()
+
+    # ---- reading -------------------------------------------------------------------
+    @property
+    def is_scope_active(self) -> bool:
+        return self._open
+
+    @property
+    def used(self) -> int:
+        return self._offset
+
+    @property
+    def current_cycle(self) -> int:
+        """The number of the cycle open now, or of the last one started (1 for the first)."""
+        return self._entered
+
+    @property
+    def generation(self) -> int:
+        return self._entered * 1_000_003 + self._lap
+
+    def cycle_of(self, gen: Generation) -> int:
+        return gen.cycle
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "device": str(self.device),
+            "thread": self.thread_name,
+            "capacity": self.capacity,
+            "used": self._offset,
+            "peak_used": self.peak_used,
+            "spilled_bytes": self.spilled_bytes,
+            "spilled_count": self.spilled_count,
+            "cycles": self.cycles,
+            "allocations": self.allocations,
+            "arena_allocations": self.arena_allocations,
+            "last_cycle_bytes": self.last_cycle_bytes,
+            "max_cycle_bytes": self.max_cycle_bytes,
+            "resets": self.resets,
+            "open": self._open,
+            "destroyed": self.destroyed,
+            "circular": self.config.circular,
+        }
+
+    def __repr__(self) -> str:
+        state = "destroyed" if self.destroyed else ("open" if self._open else "closed")
+        return (
+            f"Workspace({self.name!r}, {self.device}, {state}, capacity={self.capacity}, "
+            f"used={self._offset}, cycles={self.cycles})"
+        )
+
+
+def get_workspace_for_current_thread(
+    config: WorkspaceConfig | None = None, name: str = DEFAULT_ID, device: str | AnyDevice | None = None
+) -> Workspace:
+    """This thread's workspace `name` on `device` (default: the default device), created with
+    `config` if missing. A workspace belongs to one device: the same name on another device is
+    another workspace. As in ND4J, the configuration is used only at creation; a different one
+    for an existing name is an error here (ND4J ignores it silently)."""
+    if not isinstance(name, str) or not name:
+        raise WorkspaceConfigError(f"a workspace name is a non-empty string, got {name!r}")
+    if config is not None and not isinstance(config, WorkspaceConfig):
+        raise WorkspaceConfigError(f"config must be a WorkspaceConfig, got {type(config).__name__}")
+    mgr = get_manager()
+    dev = as_device(device)
+    ws = mgr.get(name, dev)
+    if ws is not None:
+        if config is not None and config != ws.config:
+            raise WorkspaceConfigError(
+                f"workspace {name!r} already exists on this thread on {dev.name} with {ws.config}; a different "
+                f"config ({config}) needs another name, or destroy() the old one first"
+            )
+        return ws
+    ws = Workspace(config or WorkspaceConfig(), name, dev)
+    mgr.workspaces[(name, dev.name)] = ws
+    return ws
