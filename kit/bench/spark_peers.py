@@ -31,9 +31,9 @@ import numpy as np
 
 from kit.data import ArrayIterator, DataSet
 from kit.data.datasets import find_fashion_mnist, load_fashion_mnist
-from kit.listeners import TrainingListener
 from kit.nn import Adam, mlp
 from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, to_rdd
+from kit.training.listeners import TrainingListener
 
 __all__ = ["TARGET", "peers_table"]
 

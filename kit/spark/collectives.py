@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kit import backend
+from kit.core import backend
 
 __all__ = ["COLLECTIVES", "Collective", "CollectiveTimeoutError", "available", "open_collective"]
 

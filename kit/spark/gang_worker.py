@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from kit import memory
+from kit.core import memory
 from kit.data.dataset import DataSet
 from kit.nn.network import Network
 from kit.spark import collectives

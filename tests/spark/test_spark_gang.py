@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from kit.data import ArrayIterator, DataSet, load_digits
-from kit.listeners import TrainingListener
 from kit.nn import Adam, mlp
 from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, SparkTrainingError, to_rdd
 from kit.spark.collectives import torch_missing
 from kit.spark.gang import GangFallbackWarning
+from kit.training.listeners import TrainingListener
 
 # the collectives that run here: Spark's allGather always, gloo where torch imports
 COLLECTIVES = ["allgather"] + ([] if torch_missing() else ["gloo"])
