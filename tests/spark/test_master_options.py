@@ -140,7 +140,10 @@ GANG_BAD = [
     ({"collective": "mpi"}, r"\(collective='mpi'\): must be one of 'auto', 'gloo', 'nccl', 'allgather'"),
     ({"collective": ["gloo"]}, r"\(collective=\['gloo'\]\): must be one of"),
     ({"exchange": "gradients"}, r"\(averaging_frequency=5, exchange='gradients'\): .*averaging_frequency=1"),
-    ({"exchange": "gradients", "averaging_frequency": 1, "execution": "rounds"}, r"\(execution='rounds', exchange='gradients'\): .*execution='gang' or 'auto'"),
+    (
+        {"exchange": "gradients", "averaging_frequency": 1, "execution": "rounds"},
+        r"\(execution='rounds', exchange='gradients'\): .*execution='gang' or 'auto'",
+    ),
 ]
 
 

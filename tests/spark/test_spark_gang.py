@@ -111,6 +111,19 @@ def test_a_gang_averaging_every_f_steps_gives_the_bits_the_rounds_give(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("where", ["spark storage", "directory"])
+def test_a_gang_reads_exported_rounds_as_it_reads_cached_ones(sc, rdd, rounds_reference, where, tmp_path):
+    """Every place kit.spark.prepared keeps the rounds (DIRECT's cache above; EXPORT's .npz bytes in
+    Spark's storage, or files in a directory here): the gang trains on the same mini-batches."""
+    ref = rounds_reference(2, True)
+    directory = {"export_directory": str(tmp_path / "export")} if where == "directory" else {}
+    gang = _fit(sc, rdd, epochs=2, approach="EXPORT", execution="gang", collective=COLLECTIVES[-1], **directory)
+    assert gang.get_training_stats().setup["execution"] == "gang"
+    for key, arr in ref.network.state_arrays().items():
+        np.testing.assert_array_equal(gang.network.state_arrays()[key].numpy(), arr.numpy(), err_msg=key)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("collective", COLLECTIVES)
 def test_a_gang_all_reducing_gradients_trains_as_one_process_on_the_global_batch(sc, rdd, data, collective):
     """DDP's semantics: worker w's step k is mini-batch 2k + w, so the global step k is examples
