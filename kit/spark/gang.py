@@ -40,7 +40,7 @@ from kit.nn.loop import NonFiniteScoreError
 from kit.spark import scheduling
 from kit.spark.executor import load_state, pack_state, state_keys
 from kit.spark.gang_worker import GangSpec, gang_task
-from kit.spark.master_options import EXCHANGES, EXECUTIONS, check_gang_options
+from kit.spark.master_options import EXCHANGES, EXECUTIONS, Repartition, check_gang_options
 from kit.spark.prepared import Prepared
 
 __all__ = ["EXCHANGES", "EXECUTIONS", "GangFallbackWarning", "check_gang_options", "run_gang", "use_gang"]
@@ -52,9 +52,9 @@ class GangFallbackWarning(UserWarning):
 
 def gang_workers(master: Any, sc: Any, rdd: Any) -> int:
     """The workers a fit of this master trains with (as kit.spark.scheduling.check_cluster counts them)."""
-    partitions = rdd.getNumPartitions()
-    if master.repartition.value == "NEVER" or (
-        master.repartition.value == "NUM_PARTITIONS_WORKERS_DIFFERS" and partitions == master.workers_for(sc)
+    partitions, repartition = rdd.getNumPartitions(), master.options.repartition
+    if repartition is Repartition.NEVER or (
+        repartition is Repartition.NUM_PARTITIONS_WORKERS_DIFFERS and partitions == master.workers_for(sc)
     ):
         return partitions
     return master.workers_for(sc)
