@@ -24,13 +24,14 @@ def test_an_old_top_level_name_is_the_module_in_its_wing(old):
     assert namespace[old] is importlib.import_module(where)
 
 
-def test_every_wing_module_is_in_the_table_and_named_by_its_wing():
-    """A wing's docstring is its table of contents: it names each module the wing holds."""
-    moved = {f"{wing}.{old}" for old, wing in kit._MOVED.items()}
+def test_every_wing_module_is_named_by_its_wing():
+    """A wing's docstring is its table of contents: it names each module the wing holds (modules
+    made after the move, such as kit.workspaces.workspace_arena, too; only the moved ones are in
+    kit._MOVED, the table of old top-level names)."""
     for wing in ("kit.core", "kit.workspaces", "kit.arrays", "kit.measurement", "kit.monitor", "kit.training"):
         package = importlib.import_module(wing)
         names = [info.name for info in pkgutil.iter_modules(package.__path__)]
-        assert names and all(f"{wing}.{name}" in moved for name in names), (wing, names)
+        assert names, wing
         unnamed = [name for name in names if name not in (package.__doc__ or "")]
         assert not unnamed, f"{wing}'s docstring does not name {unnamed}"
 
