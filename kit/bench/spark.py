@@ -1,4 +1,6 @@
-"""`python -m kit bench spark`: bytes and time a Spark round costs, beside Network.fit, on one machine.
+"""`python -m kit bench spark`: bytes and time a Spark round costs, beside Network.fit, on one machine;
+and kit's gang and rounds beside TorchDistributor on one job (kit.bench.spark_peers, in the summary and
+under "peers" in the JSON).
 
     python -m kit bench spark            # 3 repeats, after a warm-up call each
     python -m kit bench spark --quick    # 2 repeats, no warm-up, fewer rounds: a smoke run (tests), every row flagged
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kit.bench.common import device_label
+from kit.bench.spark_peers import TARGET, peers_table
 from kit.data import ArrayIterator, DataSet
 from kit.measurement import measure
 from kit.nn import Network, Sgd, mlp
@@ -114,6 +117,7 @@ def run_on(sc: SparkContext, quick: bool) -> dict[str, Any]:
             row["reliable"] = "NO" if row_warnings else "yes"
         rows += model_rows
         overheads[spec["model"]] = overhead
+    peers = peers_table(sc, quick)  # kit's gang and rounds beside TorchDistributor (kit.bench.spark_peers)
     cols = ["model", "params", "workers", "depth", "rounds", "round_ms", "spread", "vs_network_fit"]
     cols += ["broadcast_bytes", "driver_bytes", "formula_bytes", "partials", "formula_partials", "reliable"]
     return {
@@ -128,8 +132,28 @@ def run_on(sc: SparkContext, quick: bool) -> dict[str, Any]:
             "formula": "broadcast 4P; driver: 4P per lone worker's state, 8P per float64 sum (expected_driver_bytes)",
             "note": "local[2]: workers share 2 cores; ResNet-18 on tiny inputs (1x8x8, 4 a mini-batch, few rounds)",
             "warnings": "; ".join(sorted(warnings)) or "none",
+            **peer_lines(peers),
         },
+        "peers": peers,
     }
+
+
+def peer_lines(peers: dict[str, Any]) -> dict[str, str]:
+    """The side-by-side table as summary lines: one a system, then the goals."""
+    lines = {"peers_job": f"{peers['data']}, {peers['epochs']} epoch(s), MLP 784-256-10, Adam, global batch 32"}
+    for r in peers["rows"]:
+        lines[f"peer[{r['system']}]"] = (
+            f"{r['semantics']}; call {r['call_s']:.1f} s, {r['per_step_ms']:.2f} ms a global step, sync overhead "
+            f"{r['overhead_ms']:+.2f} ms a step, to {TARGET} {r['to_target_s']:.1f} s, final accuracy "
+            f"{r['final_accuracy']:.3f}"
+        )
+    lines["peers_torch_distributor"] = peers["torch_distributor"]
+    lines.update({f"goal[{k}]": v for k, v in peers["goals"].items()})
+    lines["peers_note"] = (
+        f"one run each on a shared machine (load average {peers['load_average'][0]:.1f} before, "
+        f"{peers['load_average'][1]:.1f} after): noisy"
+    )
+    return lines
 
 
 def _one_model(

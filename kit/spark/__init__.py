@@ -23,6 +23,8 @@ SparkNetwork.feed_forward_with_key, output and predict (kit.spark.scoring).
 DL4J names: SparkNetwork = SparkDl4jMultiLayer, ParameterAveragingTrainingMaster and
 SharedTrainingMaster keep theirs, get_training_stats = getSparkTrainingStats,
 export_stats_html = StatsUtils.exportStatsAsHtml. Needs the `spark` extra (PySpark) and Java 17.
+kit's `execution="gang"` (kit.spark.gang) trains a whole fit in one barrier stage, the workers
+averaging or all-reducing gradients among themselves (torch.distributed's Gloo, or Spark's allGather).
 Importing this package does not import PySpark; starting a context does, and so does the first
 use of NetworkClassifier or NetworkClassificationModel (kit.spark.ml, loaded then: PEP 562).
 """
@@ -31,6 +33,7 @@ import importlib
 from typing import Any
 
 from kit.spark.checkpoint import CheckpointError
+from kit.spark.gang import GangFallbackWarning
 from kit.spark.masters import (
     ParameterAveragingTrainingMaster,
     RDDTrainingApproach,
@@ -62,6 +65,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CheckpointError",
+    "GangFallbackWarning",
     "MoreWorkersThanSlotsWarning",
     "NetworkClassificationModel",
     "NetworkClassifier",

@@ -39,7 +39,12 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
     then start their updater from zero, which with Adam and averaging_frequency 5 costs accuracy
     (chapter 7 measures it), for a broadcast a third the size.
     `worker_prefetch_num_batches` is accepted for DL4J compatibility: a kit worker stacks its
-    round's mini-batches before fitting, so there is nothing to prefetch."""
+    round's mini-batches before fitting, so there is nothing to prefetch.
+    kit's `execution` ("auto", "gang", "rounds"), `exchange` ("parameters", or "gradients": DDP's
+    all-reduce every step) and `collective` ("auto", "gloo", "nccl", "allgather"): one barrier
+    stage for the whole fit, workers exchanging among themselves (kit.spark.gang); execution=None is
+    "rounds" for exchange="parameters" (the round-by-round stats and listeners chapter 7 reads) and
+    "auto" for "gradients"."""
 
     Options = AveragingOptions
 

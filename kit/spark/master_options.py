@@ -32,9 +32,12 @@ from kit.parallel.wrapper import TrainingMode  # ParallelWrapper's: the same two
 from kit.spark import scheduling
 from kit.spark.aggregation import check_depth
 from kit.spark.checkpoint import check_directory, check_every
+from kit.spark.collectives import COLLECTIVES
 from kit.spark.wire import ThresholdSettings
 
 __all__ = [
+    "EXCHANGES",
+    "EXECUTIONS",
     "AveragingOptions",
     "MasterOptions",
     "RDDTrainingApproach",
@@ -42,6 +45,10 @@ __all__ = [
     "SharedOptions",
     "ThresholdSettings",
 ]
+
+
+EXECUTIONS = ("auto", "gang", "rounds")  # kit.spark.gang: one barrier stage a fit, or one job a round
+EXCHANGES = ("parameters", "gradients")
 
 
 class Repartition(enum.Enum):
@@ -152,6 +159,9 @@ class AveragingOptions(MasterOptions):
     averaging_frequency: int = 5
     _: KW_ONLY
     save_updater: bool = True
+    execution: str | None = None  # kit.spark.gang: None is "rounds" for "parameters", "auto" for "gradients"
+    exchange: str = "parameters"
+    collective: str = "auto"
 
     @property
     def steps_per_round(self) -> int:
@@ -160,6 +170,9 @@ class AveragingOptions(MasterOptions):
     def _check_own(self) -> None:
         check_int(self.master, "averaging_frequency", self.averaging_frequency, 1)
         self._set("save_updater", check_bool(self.master, "save_updater", self.save_updater))
+        gang = check_gang_options(self.master, self.execution, self.exchange, self.collective, self.averaging_frequency)
+        for key, value in zip(("execution", "exchange", "collective"), gang):
+            self._set(key, value)
 
     def checkpoint_settings(self) -> dict[str, Any]:
         return {**super().checkpoint_settings(), "save_updater": self.save_updater}
@@ -202,6 +215,32 @@ class SharedOptions(MasterOptions):
 
     def checkpoint_settings(self) -> dict[str, Any]:
         return {**super().checkpoint_settings(), "threshold": self.threshold_settings.as_kwargs()}
+
+
+def check_gang_options(name: str, execution: Any, exchange: Any, collective: Any, frequency: int) -> tuple[str, ...]:
+    """The gang's keyword options (kit.spark.gang), checked at construction; each error names the
+    value and the choices. execution=None: "rounds" for exchange="parameters", "auto" for "gradients"."""
+    if execution is None:
+        execution = "auto" if exchange == "gradients" else "rounds"
+    for arg, value, choices in (
+        ("execution", execution, EXECUTIONS),
+        ("exchange", exchange, EXCHANGES),
+        ("collective", collective, COLLECTIVES),
+    ):
+        if not isinstance(value, str) or value not in choices:
+            raise ValueError(f"{name}({arg}={value!r}): must be one of {', '.join(map(repr, choices))}")
+    if exchange == "gradients" and frequency != 1:
+        raise ValueError(
+            f"{name}(averaging_frequency={frequency}, exchange='gradients'): gradients are all-reduced every step "
+            "(DDP's semantics), so give averaging_frequency=1, or exchange='parameters' to average every "
+            f"{frequency} steps"
+        )
+    if exchange == "gradients" and execution == "rounds":
+        raise ValueError(
+            f"{name}(execution='rounds', exchange='gradients'): the per-round path averages parameters; a "
+            "gradient all-reduce every step needs the gang: execution='gang' or 'auto'"
+        )
+    return execution, exchange, collective
 
 
 def local_path(directory: str) -> str:

@@ -65,7 +65,7 @@ import numpy as np
 
 from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
 from kit.nn.network import Network
-from kit.spark import checkpoint
+from kit.spark import checkpoint, gang
 from kit.spark.masters import TrainingMaster
 from kit.spark.rdd_data import as_rdd, to_rdd
 from kit.spark.scoring import Scoring
@@ -169,12 +169,12 @@ class SparkNetwork(Evaluating, Scoring):
             return rdd.collect()
 
     @contextlib.contextmanager
-    def watched(self, what: str) -> Iterator[None]:
+    def watched(self, what: str, timeout: float | None = None) -> Iterator[None]:
         """Spark jobs started inside run in one job group, bounded by the master's round_timeout:
         past it the group is cancelled and SparkTrainingError says how many executors are alive.
         Any failure cancels the group (no job is left running) and is said in words."""
         group = f"kit-{uuid.uuid4().hex[:12]}"
-        timeout = self.training_master.round_timeout
+        timeout = self.training_master.round_timeout if timeout is None else timeout
         expired = threading.Event()
 
         def expire() -> None:
@@ -217,8 +217,13 @@ class SparkNetwork(Evaluating, Scoring):
         `checkpoint_directory`, bit for bit as if the fit had not stopped: give the interrupted
         call again (`epochs` counts from the epoch that fit began at), with a network of the same
         configuration (its state is replaced by the checkpoint's), and the same data."""
-        with self.session(data, epochs, resume) as rounds:
-            if rounds.epochs_left > 0:
+        listeners, rdd = list(listeners), as_rdd(data, self.features_col, self.label_col)
+        _check_fit_args(epochs, resume)
+        in_gang = gang.use_gang(self, rdd, listeners)  # decided at the call, before the data are prepared
+        with self.session(rdd, epochs, resume) as rounds:
+            if rounds.epochs_left > 0 and in_gang:
+                gang.run_gang(self, self._run, rounds)  # one barrier stage for the whole fit (kit.spark.gang)
+            elif rounds.epochs_left > 0:
                 self.make_loop(listeners=listeners).run(rounds, rounds.epochs_left)
         return self.network
 

@@ -35,7 +35,13 @@ COMMON = {
     "gpus_per_task": (0.5, 0.5),
 }
 OWN = {
-    ParameterAveragingTrainingMaster: {"averaging_frequency": (3, 3), "save_updater": (False, False)},
+    ParameterAveragingTrainingMaster: {
+        "averaging_frequency": (3, 3),
+        "save_updater": (False, False),
+        "execution": ("gang", "gang"),  # kit.spark.gang's: None is "rounds" for exchange="parameters"
+        "exchange": ("gradients", "gradients"),  # needs averaging_frequency=1 (EXTRA)
+        "collective": ("allgather", "allgather"),
+    },
     SharedTrainingMaster: {
         "batches_per_round": (3, 3),
         "initial_threshold": (1e-3, 1e-3),
@@ -44,6 +50,7 @@ OWN = {
         "decay_rate": (0.9, 0.9),
     },
 }
+EXTRA = {"exchange": {"averaging_frequency": 1}}  # what a row's value needs beside it
 ROWS = [(cls, name) for cls in OWN for name in (*COMMON, *OWN[cls])]
 
 
@@ -70,6 +77,7 @@ def test_the_table_names_every_argument_of_both_masters():
                 "checkpoint_every",
                 "repartition",
                 "rdd_training_approach",
+                "execution",  # None: resolved from exchange
             )
 
 
@@ -77,6 +85,7 @@ def test_the_table_names_every_argument_of_both_masters():
 def test_each_argument_is_carried_by_the_frozen_options(cls, name, tmp_path):
     given, held = _value(cls, name, tmp_path)
     extra = {"checkpoint_directory": str(tmp_path / "checkpoints")} if name == "checkpoint_every" else {}
+    extra.update(EXTRA.get(name, {}))
     tm = cls(**{name: given}, **extra)
     default = cls()
     assert getattr(tm.options, name) == held and getattr(tm, name) == held
@@ -123,3 +132,31 @@ def test_the_checkpoint_settings_are_what_they_were_before_the_options():
         "max_target_sparsity": 1e-2,
         "decay_rate": 0.5 ** (1 / 20),
     }
+
+
+GANG_BAD = [
+    ({"execution": "fast"}, r"\(execution='fast'\): must be one of 'auto', 'gang', 'rounds'"),
+    ({"exchange": "states"}, r"\(exchange='states'\): must be one of 'parameters', 'gradients'"),
+    ({"collective": "mpi"}, r"\(collective='mpi'\): must be one of 'auto', 'gloo', 'nccl', 'allgather'"),
+    ({"collective": ["gloo"]}, r"\(collective=\['gloo'\]\): must be one of"),
+    ({"exchange": "gradients"}, r"\(averaging_frequency=5, exchange='gradients'\): .*averaging_frequency=1"),
+    (
+        {"exchange": "gradients", "averaging_frequency": 1, "execution": "rounds"},
+        r"\(execution='rounds', exchange='gradients'\): .*execution='gang' or 'auto'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "said"), GANG_BAD, ids=[str(k) for k, _ in GANG_BAD])
+def test_the_gang_options_are_checked_in_the_options_at_the_call(kwargs, said):
+    with pytest.raises(ValueError, match=rf"^ParameterAveragingTrainingMaster{said}"):
+        ParameterAveragingTrainingMaster(**kwargs)
+    with pytest.raises(ValueError, match=said):
+        AveragingOptions(**kwargs)
+
+
+def test_the_gang_options_defaults_resolve_execution_from_the_exchange():
+    assert ParameterAveragingTrainingMaster().options.execution == "rounds"
+    gradients = ParameterAveragingTrainingMaster(16, 1, exchange="gradients")
+    assert (gradients.execution, gradients.exchange, gradients.collective) == ("auto", "gradients", "auto")
+    assert not hasattr(SharedTrainingMaster(), "execution")  # the gang is parameter averaging's

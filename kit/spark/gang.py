@@ -1,0 +1,238 @@
+"""One long gang per fit: a single Spark barrier stage whose tasks train for the whole fit.
+
+    >>> from kit.spark import ParameterAveragingTrainingMaster
+    >>> tm = ParameterAveragingTrainingMaster(16, 1, execution="gang", exchange="gradients")
+    >>> tm.execution, tm.exchange, tm.collective          # DDP's semantics, on gloo where torch imports
+    ('gang', 'gradients', 'auto')
+    >>> ParameterAveragingTrainingMaster(16, 5, exchange="gradients")
+    Traceback (most recent call last):
+    ValueError: ParameterAveragingTrainingMaster(averaging_frequency=5, exchange='gradients'): ...
+
+kit's rounds (kit.spark.training_master) run one Spark job per averaging: a broadcast, a stage,
+a tree aggregation, some 100 ms of Spark for a few ms of training. A gang runs one job for the
+fit: the data of all rounds go to one partition per worker, `rdd.barrier().mapPartitions` starts
+every worker at once, and the workers exchange state among themselves (kit.spark.collectives:
+torch.distributed's Gloo, NCCL through CuPy, or Spark's allGather) until the last epoch; the
+driver gets rank 0's final state and every worker's scores and timings (kit.spark.gang_worker).
+
+`execution` (keyword-only on ParameterAveragingTrainingMaster): "auto" runs a gang where one can
+run and the rounds otherwise, with GangFallbackWarning naming why; "gang" refuses, naming why;
+"rounds" is the per-round path. What a gang cannot do (`why_not_gang`): barrier execution under
+dynamic allocation or with more workers than task slots, listeners (they see the model between
+rounds, on the driver), checkpoints between rounds, a mixed-precision loss scaler.
+
+`exchange`: "parameters" (DL4J's averaging every `averaging_frequency` steps, updater state
+averaged too with save_updater) or "gradients" (DDP: a gradient all-reduce every step, each
+worker's optimizer state kept; averaging_frequency must be 1). Every wait of a worker on its
+peers is bounded by the master's round_timeout; the driver's wait on the whole gang by
+round_timeout times (rounds + 2).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+
+from kit.nn.loop import NonFiniteScoreError
+from kit.spark import scheduling
+from kit.spark.executor import load_state, pack_state, state_keys
+from kit.spark.gang_worker import GangSpec, gang_task
+from kit.spark.master_options import EXCHANGES, EXECUTIONS, Repartition, check_gang_options
+from kit.spark.prepared import Prepared
+
+__all__ = ["EXCHANGES", "EXECUTIONS", "GangFallbackWarning", "check_gang_options", "run_gang", "use_gang"]
+
+
+class GangFallbackWarning(UserWarning):
+    """execution="auto" trains in rounds because a gang cannot run here (the message says why)."""
+
+
+def gang_workers(master: Any, sc: Any, rdd: Any) -> int:
+    """The workers a fit of this master trains with (as kit.spark.scheduling.check_cluster counts them)."""
+    partitions, repartition = rdd.getNumPartitions(), master.options.repartition
+    if repartition is Repartition.NEVER or (
+        repartition is Repartition.NUM_PARTITIONS_WORKERS_DIFFERS and partitions == master.workers_for(sc)
+    ):
+        return partitions
+    return master.workers_for(sc)
+
+
+def why_not_gang(master: Any, sc: Any, rdd: Any, network: Any, listeners: list[Any]) -> str | None:
+    """Why this fit cannot run as a gang, in words, or None."""
+    if getattr(master, "execution", "rounds") == "rounds":
+        return "execution='rounds'"
+    why = barrier_blocker(sc.getConf(), gang_workers(master, sc, rdd), scheduling.cluster_slots(sc), sc.master)
+    if why:
+        return why
+    if master.checkpoint_every:
+        return f"checkpoint_every={master.checkpoint_every}: checkpoints are written between rounds, on the driver"
+    if listeners:
+        return f"{len(listeners)} listener(s) given: listeners see the model between rounds, on the driver"
+    if network.loss_scaler is not None:
+        return "a mixed-precision network: its loss scaler's state is merged between rounds"
+    return None
+
+
+def barrier_blocker(conf: Any, workers: int, slots: int, spark_master: str) -> str | None:
+    """Why Spark cannot run a barrier stage of `workers` tasks with this SparkConf and `slots`
+    task slots, or None.
+
+        >>> from pyspark import SparkConf
+        >>> barrier_blocker(SparkConf(loadDefaults=False), 2, 2, "local[2]") is None
+        True
+        >>> dynamic = SparkConf(loadDefaults=False).set("spark.dynamicAllocation.enabled", "true")
+        >>> print(barrier_blocker(dynamic, 2, 8, "yarn"))
+        Spark's dynamic allocation is on (spark.dynamicAllocation.enabled=true): barrier stages cannot run
+        >>> print(barrier_blocker(SparkConf(loadDefaults=False), 3, 2, "local[2]"))
+        3 workers need 3 tasks at once but the cluster (local[2]) has 2 task slot(s)
+    """
+    if str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
+        return "Spark's dynamic allocation is on (spark.dynamicAllocation.enabled=true): barrier stages cannot run"
+    if workers > slots:
+        return (
+            f"{workers} workers need {workers} tasks at once but the cluster ({spark_master}) has {slots} task slot(s)"
+        )
+    return None
+
+
+def use_gang(owner: Any, rdd: Any, listeners: list[Any]) -> bool:
+    """Whether this fit runs as a gang: execution "gang" refuses what cannot, "auto" warns and falls back."""
+    master = owner.training_master
+    why = why_not_gang(master, owner.sc, rdd, owner.network, listeners)
+    if why is None:
+        return True
+    name, execution = type(master).__name__, getattr(master, "execution", "rounds")  # SharedTrainingMaster: rounds
+    if execution == "gang":
+        raise ValueError(
+            f"{name}(execution='gang'): this fit cannot run as one barrier stage: {why}; use execution='auto' "
+            "(a gang where one can run, rounds otherwise) or 'rounds'"
+        )
+    if execution == "auto":
+        warnings.warn(
+            f"{name}(execution='auto') trains in rounds (one Spark job an averaging): {why}"
+            + (
+                "; the rounds average the parameters every step, not the gradients (DDP's semantics need a gang)"
+                if getattr(master, "exchange", "parameters") == "gradients"
+                else ""
+            ),
+            GangFallbackWarning,
+            stacklevel=3,
+        )
+    return False
+
+
+def _gang_rdd(sc: Any, prepared: Prepared) -> Any:
+    """Every round of worker w in partition w: the stored (worker * stored_rounds + round, payload)
+    partitions moved by one shuffle, or the exported files' (round, path) records."""
+    if prepared.stored_rounds:
+        per = prepared.stored_rounds
+        return prepared.rdd.partitionBy(prepared.workers, lambda key, per=per: key // per)
+    by_worker = [
+        [(k, path) for (w2, k), path in sorted(prepared.paths.items()) if w2 == w] for w in range(prepared.workers)
+    ]
+    return sc.parallelize(by_worker, prepared.workers).flatMap(lambda records: records)
+
+
+def _spec(owner: Any, prepared: Prepared, first: int, epochs: int, keys: tuple[str, ...]) -> GangSpec:
+    master, net = owner.training_master, owner.network
+    return GangSpec(
+        config_json=owner.config_json,
+        keys=keys,
+        sizes=tuple(net.state_arrays()[k].shape[0] for k in keys),
+        workers=prepared.workers,
+        rounds=prepared.rounds,
+        first_round=first,
+        epochs=epochs,
+        batches_per_round=master.averaging_frequency,
+        source=prepared.source,
+        num_classes=net.output_shape[0],
+        base_iteration=owner.worker_iteration,
+        exchange=master.exchange,
+        save_updater=master.save_updater,
+        collective=master.collective,
+        timeout=master.round_timeout,
+        stored_rounds=prepared.stored_rounds,
+        workspace_mode=master.worker_workspace_mode,
+        periodic_gc=master.worker_periodic_gc,
+        gc_window_ms=master.worker_gc_window_ms,
+        gpus_per_task=master.gpus_per_task,
+        snapshots=int(getattr(master, "gang_snapshots", 0)),
+        fault=getattr(master, "gang_fault", None),
+    )
+
+
+def run_gang(owner: Any, run: Any, rounds: Any) -> None:
+    """The fit's remaining epochs as one barrier job; the network then holds rank 0's final state."""
+    sc, net, master = owner.sc, owner.network, owner.training_master
+    prepared, epochs = run.prepared, rounds.epochs_left
+    keys = state_keys(net)
+    spec = _spec(owner, prepared, rounds.first, epochs, keys)
+    t0 = time.perf_counter()
+    bc = sc.broadcast(pack_state(net, keys))
+    try:
+        job = scheduling_job(master, sc, _gang_rdd(sc, prepared).barrier().mapPartitionsWithIndex(gang_task(spec, bc)))
+        syncs = epochs * prepared.rounds
+        with owner.watched("gang", timeout=master.round_timeout * (syncs + 2)):
+            results = sorted(job.collect(), key=lambda r: r["worker"])
+    finally:
+        bc.destroy()
+    _apply(owner, run, results, epochs, prepared.rounds - rounds.first + (epochs - 1) * prepared.rounds)
+    run.stats.setup["execution"] = "gang"
+    run.stats.setup["gang"] = _gang_stats(results, spec, (time.perf_counter() - t0) * 1e3)
+    run.stats.workers.extend(r["stats"] for r in results)
+    if spec.snapshots:  # (time, rounds done, parameters): kit.bench.spark_peers
+        owner.gang_snapshots = results[0].get("snapshots", []) if results else []
+
+
+def scheduling_job(master: Any, sc: Any, job: Any) -> Any:
+    """The gang's job with the master's GPU resource profile (kit.spark.scheduling's), if it asks for GPUs."""
+    if not master.gpus_per_task:
+        return job
+    from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
+
+    cpus = int(sc.getConf().get("spark.task.cpus", "1"))
+    requests = TaskResourceRequests().cpus(cpus).resource("gpu", master.gpus_per_task)
+    return job.withResources(ResourceProfileBuilder().require(requests).build)
+
+
+def _apply(owner: Any, run: Any, results: list[dict[str, Any]], epochs: int, rounds_run: int) -> None:
+    """Rank 0's state into the network, the counters moved as the rounds would have moved them."""
+    bad = [r for r in results if r["diverged"]]
+    if bad:
+        where = bad[0]["diverged"]
+        raise NonFiniteScoreError(
+            f"Spark gang: a worker's loss or state was not finite at epoch {owner.epoch + where['epoch']}, round "
+            f"{where['round']}; every worker stopped there and the network keeps its state from before the fit. "
+            "Lower the learning rate or scale the features"
+        )
+    first = results[0]
+    net = owner.network
+    keys = tuple(first["state_keys"])
+    load_state(net, first["state"], keys, tuple(net.state_arrays()[k].shape[0] for k in keys))
+    owner.worker_iteration = first["iteration"]
+    owner.iteration += rounds_run
+    owner.epoch += epochs
+    per_step = [r["scores"] for r in results if r["scores"]]
+    if per_step:
+        owner.last_score = float(np.mean([s[-1] for s in per_step]))
+    run.position.update(epoch=owner.epoch, round=0)
+
+
+def _gang_stats(results: list[dict[str, Any]], spec: GangSpec, wall_ms: float) -> dict[str, Any]:
+    """What the gang did: its collective, steps and all-reduces, and the time spent waiting in them."""
+    s = [r["stats"] for r in results]
+    steps = max((w["steps"] for w in s), default=0)
+    return {
+        "exchange": spec.exchange,
+        "collective": s[0].get("collective") if s else None,
+        "workers": len(s),
+        "steps": steps,
+        "syncs": max((w["syncs"] for w in s), default=0),
+        "sync_ms_per_step": max((w["sync_ms"] for w in s), default=0.0) / max(steps, 1),
+        "train_ms": max((w.get("train_ms", 0.0) for w in s), default=0.0),
+        "setup_ms": max((w.get("setup_ms", 0.0) for w in s), default=0.0),
+        "wall_ms": wall_ms,
+    }
