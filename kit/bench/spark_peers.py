@@ -281,7 +281,7 @@ def peers_table(sc: Any, quick: bool, epochs: int | None = None) -> dict[str, An
 
 
 def goals(rows: list[dict[str, Any]], load_average: Sequence[float] = (0.0,)) -> dict[str, str]:
-    """Issue 44's goals from the rows (kit's gang every step against TorchDistributor), by kit's one
+    """The side-by-side's goals from the rows (kit's gang every step against TorchDistributor), by kit's one
     rule (kit.measurement.goals.goal_verdict). One run each: a timing goal has no verdict where the
     machine was loaded (load average >= its cores at either end) or a system's own single process
     came out slower per step than its two workers (a negative sync overhead: the baseline was slowed).
