@@ -299,13 +299,13 @@ def goals(rows: list[dict[str, Any]], load_average: Sequence[float] = (0.0,)) ->
         'met (0.81 vs 0.81)'
     """
     by = {r["system"]: r for r in rows}
-    kit, peer = by.get("kit gang, every step"), by.get("TorchDistributor (DDP)")
-    if kit is None or peer is None:
+    ours, peer = by.get("kit gang, every step"), by.get("TorchDistributor (DDP)")
+    if ours is None or peer is None:
         return {"all": "not compared: TorchDistributor did not run"}
     why = ""
     if max(load_average) >= (os.cpu_count() or 1):
         why = f"no verdict: the machine was loaded (load average {max(load_average):.1f} on {os.cpu_count()} cores)"
-    elif min(kit["overhead_ms"], peer["overhead_ms"]) < 0:
+    elif min(ours["overhead_ms"], peer["overhead_ms"]) < 0:
         why = "no verdict: a single-process baseline ran slower per step than its two workers"
 
     def said(op: str, a: float, b: float, timing: bool) -> str:
@@ -319,9 +319,9 @@ def goals(rows: list[dict[str, Any]], load_average: Sequence[float] = (0.0,)) ->
         return f"{goal_verdict(a, op, b)} {figures}"
 
     return {
-        "overhead_per_step_ms <= TorchDistributor's": said("<=", kit["overhead_ms"], peer["overhead_ms"], True),
-        f"time_to_{TARGET}_s <= TorchDistributor's": said("<=", kit["to_target_s"], peer["to_target_s"], True),
+        "overhead_per_step_ms <= TorchDistributor's": said("<=", ours["overhead_ms"], peer["overhead_ms"], True),
+        f"time_to_{TARGET}_s <= TorchDistributor's": said("<=", ours["to_target_s"], peer["to_target_s"], True),
         "final_accuracy >= TorchDistributor's - 0.005": said(
-            ">=", kit["final_accuracy"], peer["final_accuracy"] - 0.005, False
+            ">=", ours["final_accuracy"], peer["final_accuracy"] - 0.005, False
         ).replace(f"vs {peer['final_accuracy'] - 0.005:.4g})", f"vs {peer['final_accuracy']:.4g})"),
     }
