@@ -42,7 +42,6 @@ UNTESTED = {
     "kit.nn.config",
     "kit.nn.im2col",
     "kit.nn.kernels",
-    "kit.nn.losses",
     "kit.nn.mixed",
     "kit.nn.network_inference",
     "kit.nn.network_state",
@@ -73,7 +72,6 @@ UNTESTED = {
     "kit.training.earlystopping_config",
     "kit.workspaces.workspace_config",
     "kit.workspaces.workspace_cycles",
-    "kit.workspaces.workspace_errors",
     "kit.workspaces.workspace_registry",
 }
 
