@@ -48,7 +48,6 @@ UNTESTED = {
     "kit.nn.network_training",
     "kit.nn.pooling",
     "kit.nn.updaters",
-    "kit.nn.zoo",
     "kit.parallel.inference.delivery",
     "kit.parallel.inference.engine",
     "kit.parallel.inference.facade",
