@@ -22,7 +22,6 @@ UNTESTED = {
     "kit.arrays.ndarray_host",
     "kit.arrays.ndarray_operators",
     "kit.arrays.ndarray_views",
-    "kit.arrays.ops",
     "kit.bench.common",
     "kit.bench.kernels",
     "kit.bench.parallel",
