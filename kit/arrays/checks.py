@@ -43,7 +43,6 @@ def _host(raw: RawArray) -> np.ndarray:
 
 
 _sum, _max, _min = np.add.reduce, np.maximum.reduce, np.minimum.reduce
-_F32 = np.dtype(np.float32)
 _vdot = np.vdot
 _DOT_MAX = 4096  # OpenBLAS runs a dot of up to 10,000 values on the calling thread
 
