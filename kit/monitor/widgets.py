@@ -53,11 +53,7 @@ from kit.monitor.panels import (
     panel_html,
     table_html,
 )
-
-try:
-    from kit.monitor.readings import stats as _memory_stats
-except ImportError:  # kit before readings moved out of kit.memory
-    from kit.core.memory import stats as _memory_stats  # type: ignore[no-redef]
+from kit.monitor.readings import stats as _memory_stats
 
 if TYPE_CHECKING:
     from kit.nn.network import Network
@@ -72,6 +68,11 @@ __all__ = [
     "format_bytes",
     "in_notebook",
 ]
+
+
+def _pool(g: dict[str, Any]) -> str:
+    """A GPU's memory pool, used of total."""
+    return f"{g['device']} pool {format_bytes(g['pool_used_bytes'])}/{format_bytes(g['pool_total_bytes'])}"
 
 
 class MemoryPanel(Panel):
@@ -128,10 +129,7 @@ class MemoryPanel(Panel):
         parts.append(f"heap allocs {s['heap_allocations']}")
         parts.append(f"cache hits {s['cache_hits']}")
         parts.append(f"RSS {format_bytes(s['rss_bytes'])}")
-        for g in s["gpus"]:
-            parts.append(
-                f"{g['device']} pool {format_bytes(g['pool_used_bytes'])}/{format_bytes(g['pool_total_bytes'])}"
-            )
+        parts += [_pool(g) for g in s["gpus"]]
         return "memory: " + " | ".join(parts)
 
     @staticmethod
@@ -142,10 +140,7 @@ class MemoryPanel(Panel):
         )
 
     def _footer_text(self, s: dict[str, Any]) -> str:
-        gpu = "".join(
-            f", {g['device']} pool {format_bytes(g['pool_used_bytes'])}/{format_bytes(g['pool_total_bytes'])}"
-            for g in s["gpus"]
-        )
+        gpu = "".join(f", {_pool(g)}" for g in s["gpus"])
         return (
             f"heap allocations through kit: {s['heap_allocations']} ({format_bytes(s['heap_bytes'])}), "
             f"cache hits {s['cache_hits']}, RSS {format_bytes(s['rss_bytes'])}{gpu}"
