@@ -8,12 +8,7 @@
 - MLP 784-256-10 inference at batch 1 and 256: Network.output (which answers from a plan by itself),
   an explicit planned forward (Network.plan_inference) and NumPy (goals: planned batch 1 <= 1.3 x
   NumPy; Network.output <= 1.3 x at batch 1, <= 1.05 x at batch 256; kit/bench/train_inference.py);
-- convolution nets against PyTorch on the CPU (the `bench` extra, `pip install -e ".[bench]"` in a checkout; on
-  Linux `pip install torch --index-url https://download.pytorch.org/whl/cpu` is the small CPU wheel):
-  a LeNet training step (batch 64, 1 x 28 x 28) in each workspace mode, and ResNet-18's forward
-  + backward (batch 16); one thread each (threadpoolctl for kit's BLAS, torch.set_num_threads),
-  rounds interleaved, median [min-max], goal <= 1.5 x PyTorch; the BLAS kernel that ran is named
-  (kit/bench/train_conv.py);
+- convolution nets against PyTorch on the CPU (the `bench` extra; kit/bench/train_conv.py);
 - the kernel alternatives behind Conv2D and MaxPool2D (kit/bench/kernels.py);
 - ETL: an epoch behind a slow source, with and without asynchronous prefetch.
 """

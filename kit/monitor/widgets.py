@@ -21,13 +21,9 @@ this module has the memory panel and the two training listeners built on them (`
     workspace loop: 100/100 in ...
     >>> ws.destroy()
 
-In a kernel they are core ipywidgets (FloatProgress, HTML, HBox, VBox) displayed once and then
-updated through `.value` (ipywidgets 7.7 on Colab and 8 in JupyterLab 4). While live, each says at
-its head whether the cell that shows it still runs (kit.panel_live), and keeps every number beside
-its unit (kit.panels.keep_units). When a panel closes it **replaces itself with a static HTML
-rendering of its final state** (through its display id), so a saved notebook, GitHub, nbviewer and
-an HTML export show the final numbers instead of a widget's raw `VBox(children=...)` text. Outside a
-kernel the panels print throttled plain-text lines, and the final state.
+In a kernel they are core ipywidgets (FloatProgress, HTML, HBox, VBox: ipywidgets 7.7 on Colab and 8
+in JupyterLab 4), shown and closed as kit.panels says: a closed panel leaves static HTML, so a saved
+notebook, GitHub and nbviewer show its final numbers, not a widget's `VBox(children=...)` text.
 """
 
 from __future__ import annotations
