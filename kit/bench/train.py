@@ -26,6 +26,7 @@ from threadpoolctl import threadpool_limits
 import kit
 from kit.bench.common import STEP_WARMUP, device_label, min_max_ms, row_verdict, same_dtype, time_calls
 from kit.bench.kernels import kernel_rows
+from kit.bench.memory import torch_network
 from kit.bench.train_conv import conv_rows
 from kit.bench.train_inference import inference_rows
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
@@ -93,23 +94,17 @@ def numpy_mlp_step(
     return float(loss)
 
 
-def _torch_step(
-    batch: int, sizes: tuple[int, ...], n_out: int, lr: float, dtype: Any = np.float32
-) -> Callable[[], float] | None:
+def _torch_step(batch: int, lr: float, dtype: Any = np.float32) -> Callable[[], float] | None:
+    """PyTorch's MLP 784-512-256-10 (kit.bench.memory.torch_network): one SGD step on a random batch."""
     try:
         import torch
     except ImportError:
         return None
     torch.manual_seed(0)
-    layers: list[Any] = []
-    prev = sizes[0]
-    for width in sizes[1:]:
-        layers += [torch.nn.Linear(prev, width), torch.nn.ReLU()]
-        prev = width
-    model = torch.nn.Sequential(*layers, torch.nn.Linear(prev, n_out))
+    model = torch_network("mlp")
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    x = torch.rand(batch, sizes[0])
-    y = torch.randint(0, n_out, (batch,))
+    x = torch.rand(batch, 784)
+    y = torch.randint(0, 10, (batch,))
     loss_fn = torch.nn.CrossEntropyLoss()
     same_dtype("PyTorch MLP", dtype, x, *model.parameters())
 
@@ -129,7 +124,7 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
     batch, hidden, n_in, n_out, lr = 128, (512, 256), 784, 10, 0.01
     rows: list[dict[str, Any]] = []
     # ---- MLP: kit vs NumPy (batch 64 and 128, every workspace mode, one BLAS thread each) ---------
-    torch_step = _torch_step(batch, (n_in, *hidden), n_out, lr, dtype=mlp(n_in, hidden=hidden, n_out=n_out).dtype)
+    torch_step = _torch_step(batch, lr, dtype=mlp(n_in, hidden=hidden, n_out=n_out).dtype)
     mlp_goal: dict[str, str] = {}
     for size in (64, 128):
         size_rows, verdict = _mlp_rows(size, n_in, hidden, n_out, lr, number, repeats)
