@@ -163,11 +163,7 @@ def copy_chapters(target: Path) -> list[Path]:
             "choose another folder, or move those files away first"
         )
     target.mkdir(parents=True, exist_ok=True)
-    copies = []
-    for path in chapters:
-        shutil.copyfile(path, target / path.name)
-        copies.append(target / path.name)
-    return copies
+    return [Path(shutil.copyfile(path, target / path.name)) for path in chapters]
 
 
 def lab_directory(given: str | None) -> tuple[Path, Path | None]:
