@@ -31,7 +31,6 @@ UNTESTED = {
     "kit.core.cpu_threads",
     "kit.core.device_objects",
     "kit.core.device_transfers",
-    "kit.core.shapes",
     "kit.data.datasets",
     "kit.measurement.load",
     "kit.measurement.reference_runs",
