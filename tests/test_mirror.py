@@ -55,7 +55,6 @@ UNTESTED = {
     "kit.spark.checkpoint_store",
     "kit.spark.collectives",
     "kit.spark.elements",
-    "kit.spark.executor_eval",
     "kit.spark.gang_worker",
     "kit.spark.masters",
     "kit.spark.network",
