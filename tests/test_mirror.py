@@ -33,7 +33,6 @@ UNTESTED = {
     "kit.core.device_transfers",
     "kit.data.datasets",
     "kit.measurement.load",
-    "kit.measurement.reference_runs",
     "kit.monitor.panel_live",
     "kit.monitor.panels",
     "kit.monitor.timeline_views",
