@@ -36,7 +36,6 @@ UNTESTED = {
     "kit.monitor.panel_live",
     "kit.monitor.panels",
     "kit.monitor.timeline_views",
-    "kit.nn.config",
     "kit.nn.im2col",
     "kit.nn.kernels",
     "kit.nn.mixed",
