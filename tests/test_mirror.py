@@ -28,7 +28,6 @@ UNTESTED = {
     "kit.bench.spark",
     "kit.bench.train_conv",
     "kit.bench.train_inference",
-    "kit.core.cpu_threads",
     "kit.core.device_objects",
     "kit.core.device_transfers",
     "kit.data.datasets",
