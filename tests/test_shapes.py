@@ -75,8 +75,11 @@ def test_norm_axis_and_reduced_shape_give_numpys_reduction_shape(axis, keepdims)
     assert reduced_shape(shape, axes, keepdims) == np.zeros(shape).sum(axis=axis, keepdims=keepdims).shape
 
 
-@pytest.mark.parametrize(("axis", "said"), [(3, "axis 3 is out of bounds for an array of shape"), (-4, "axis -4"),
-                                            ((0, -3), "repeated axis")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("axis", "said"),
+    [(3, "axis 3 is out of bounds for an array of shape"), (-4, "axis -4"), ((0, -3), "repeated axis"),
+     (1.0, "axis 1.0 must be an int"), ("0", "axis '0' must be an int"), ((0, 1.5), "axis 1.5 is out of")],
+)  # fmt: skip
 def test_norm_axis_refuses_axes_the_array_does_not_have(axis, said):
     with pytest.raises(ShapeError, match=said):
         norm_axis(axis, 3, "sum", (4, 2, 3))
