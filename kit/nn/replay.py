@@ -241,6 +241,12 @@ class _Recorder(LayerWorkspaceMgr):
             self.scopes.append((slot, before, slot.tally()))
             del self._lent[id(slot)]
 
+    def pin(self, grad: NDArray) -> None:
+        self.real.pin(grad)
+
+    def unpin(self, grad: NDArray) -> None:
+        self.real.unpin(grad)
+
     @contextlib.contextmanager
     def _scope(self, ws: Any) -> Iterator[Any]:
         if not isinstance(ws, Workspace):

@@ -107,9 +107,9 @@ def _nets():
         ("softmax-mse", lambda: Network([Dense(5), Softmax()], (12,), loss=MSE()), (12,), True, True),
         ("dropout", lambda: Network([Dense(16), ReLU(), Dropout(0.5), Dense(5)], (12,)), (12,), True, True),
         ("flatten-inside", lambda: Network([Dense(12), Flatten(), Dense(5)], (12,)), (12,), True, True),
-        ("lenet-conv-pool", lambda: lenet(num_classes=5, size=12), (1, 12, 12), False, False),
-        ("batchnorm", lambda: Network([Dense(16), BatchNorm(), ReLU(), Dense(5)], (12,)), (12,), False, False),
-        ("residual", lambda: Network([Residual(1), GlobalAvgPool(), Dense(5)], img), img, False, False),
+        ("lenet-conv-pool", lambda: lenet(num_classes=5, size=12), (1, 12, 12), True, True),
+        ("batchnorm", lambda: Network([Dense(16), BatchNorm(), ReLU(), Dense(5)], (12,)), (12,), True, True),
+        ("residual", lambda: Network([Residual(1), GlobalAvgPool(), Dense(5)], img), img, True, True),
         (
             "mixed-precision",
             lambda: mlp(12, hidden=(8,), n_out=5, dtype="float16", master_dtype="float32", loss_scale="dynamic"),
