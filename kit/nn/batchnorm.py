@@ -21,7 +21,12 @@ from kit.arrays.checks import real
 from kit.arrays.ndarray import NDArray
 from kit.core.backend import RawArray
 from kit.core.shapes import accumulator
-from kit.nn.image_kernels import batchnorm_backward_into, batchnorm_eval_into, batchnorm_train_into, channel_scratch_size
+from kit.nn.image_kernels import (
+    batchnorm_backward_into,
+    batchnorm_eval_into,
+    batchnorm_train_into,
+    channel_scratch_size,
+)
 from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ParamSpec
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
