@@ -26,7 +26,8 @@ from kit.nn import (
     lenet,
     mlp,
 )
-from kit.nn.replay import InferencePlan, PlanDeclinedError, replay_off
+from kit.nn.replay import PlanDeclinedError, replay_off
+from kit.nn.replay_inference import InferencePlan
 from kit.nn.workspace_mgr import ArrayType
 from kit.parallel import InferenceMode, ParallelInference
 

@@ -153,7 +153,7 @@ def test_no_layer_or_loss_defines_an_entry_point_for_replay():
         assert not methods & {"record", "replay", "step"}, cls.__name__
     nn_dir = os.path.dirname(replay_module.__file__)
     leftovers = {"plan.py", "train_plan.py", "plan_recording.py", "train_recording.py"} & set(os.listdir(nn_dir))
-    assert not leftovers  # one record/replay module
+    assert not leftovers  # recording, replay and replayed inference: kit.nn.recording, replay, replay_inference
 
 
 def test_kit_replay_reads_yes_and_no_and_refuses_anything_else():
