@@ -107,7 +107,7 @@ def declined(net: Any, training: bool = False) -> str | None:
         if not _replayable(layer):
             return (
                 f"replayed {what}: layer {i} ({type(layer).__name__}, or a layer inside it) computes outside "
-                "kit.nn.kernels (replayable = False): its steps run the layers"
+                "kit.nn.kernels, or recomputes in a workspace of its own (replayable = False): its steps run the layers"
             )
     if not net.loss.replayable:
         return f"replayed {what}: the loss {type(net.loss).__name__} computes outside kit.nn.kernels"

@@ -45,12 +45,19 @@ def _image(*makers, mode="SEPARATE"):
     return lambda: Network([*(make() for make in makers), head(), Dense(5)], (2, 8, 8), updater=Sgd(0.05), **modes)
 
 
+def _small_resnet():
+    """resnet18's parts at a tenth of its width: a stem, a block, a block that halves with a projection."""
+    stem = [Conv2D(4, 3, padding=1), BatchNorm(), ReLU(), MaxPool2D(3, stride=1, padding=1)]
+    blocks = [Residual(4), Residual(8, use_1x1conv=True, stride=2)]
+    return Network([*stem, *blocks, GlobalAvgPool(), Dense(5)], (1, 8, 8), updater=Sgd(0.01))
+
+
 def _nets():
     """(name, network maker, input shape): each image layer kind, alone or in its family."""
     img = (2, 8, 8)
     return [
         ("lenet", lambda: lenet(num_classes=5, size=12, updater=Sgd(0.05)), (1, 12, 12)),
-        ("resnet18-small", lambda: resnet18(num_classes=5, size=4, updater=Sgd(0.01)), (1, 4, 4)),
+        ("resnet-small", _small_resnet, (1, 8, 8)),
         ("conv-same", _image(lambda: Conv2D(3, 3, padding=1)), img),
         ("conv-stride2-col2im", _image(lambda: Conv2D(3, 3, stride=2, padding=1)), img),
         ("conv-large-bank", _image(lambda: Conv2D(260, 3, padding=1)), img),
@@ -154,3 +161,18 @@ def test_at_iteration_20_the_kernels_replay_and_the_layers_do_not_run_unless_the
     assert off.counts["Conv2D.forward"] == 3 and off.counts["BatchNorm.forward"] == 3
     assert off.counts["MaxPool2D.forward"] == 1 and off.counts["Residual.forward"] == 1
     assert off.counts["conv2d_into"] == 3  # the layers call the same kernels
+
+
+def test_d2l_resnet18_answers_and_trains_replayed_with_the_layers_bits():
+    replayed, plain = (resnet18(num_classes=5, size=4, updater=Sgd(0.01)) for _ in range(2))
+    data = _data((1, 4, 4), n=2)
+    with replay_off():
+        expected = [plain.fit_batch(data) for _ in range(4)]
+    assert [replayed.fit_batch(data) for _ in range(4)] == expected
+    assert replayed.train_plans.used > 0, replayed.train_plans.declined
+    x = data.features.numpy()
+    for _ in range(3):
+        with replay_off():
+            answer = plain.output(x).numpy()
+        np.testing.assert_array_equal(replayed.output(x).numpy(), answer)
+    assert replayed.output_plans.used == 2, replayed.output_plans.declined
