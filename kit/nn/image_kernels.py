@@ -1,12 +1,12 @@
-"""Kernels of the image layers: Conv2D, the poolings, BatchNorm and the residual block's add.
+"""Kernels of the image layers: Conv2D, BatchNorm and the residual block's add.
 
     >>> import numpy as np
-    >>> from kit.nn.image_kernels import global_avg_pool_into
-    >>> x = np.arange(8.0).reshape(1, 2, 2, 2)
-    >>> y = np.empty((1, 2))                      # the caller owns every array
-    >>> global_avg_pool_into(np, x, y)
+    >>> from kit.nn.image_kernels import add_relu_into
+    >>> h, shortcut = np.array([1.0, -3.0]), np.array([0.5, 1.0])
+    >>> y = np.empty(2)                            # the caller owns every array
+    >>> add_relu_into(np, h, shortcut, y)
     >>> y
-    array([[1.5, 5.5]])
+    array([1.5, 0. ])
 
 The habit of kit.nn.kernels, whose `kernel` decorator is the seam kit.nn.replay records at: each
 function takes the array module `xp` and raw arrays its layer made with its workspace manager,
@@ -19,27 +19,24 @@ the batch itself), and cuts the chunks, the padded frames and the views inside. 
 new batch (and, with workspaces off, each array made anew on the heap) where the recorded one was,
 by identity: a view made outside a kernel would go on reading the recorded step's array. Working
 arrays sized for a convolution's first, largest chunk are flat; each chunk takes the prefix it
-needs (`_take`). The im2col layout and the pooling passes are in kit/nn/im2col.py.
+needs (`_take`). The im2col layout, and the pooling layers' kernels, are in kit/nn/im2col.py.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from kit.core.backend import RawArray, Xp
-from kit.nn.im2col import col2im_add, im2col_into, pad_into, pool_max_into, pool_scatter, pool_sum_into
+from kit.nn.im2col import col2im_add, im2col_into, pad_into
 from kit.nn.kernels import kernel
 
 __all__ = [
     "ConvShape",
     "add_into",
     "add_relu_into",
-    "avg_pool_backward_into",
-    "avg_pool_into",
     "batchnorm_backward_into",
     "batchnorm_eval_into",
     "batchnorm_train_into",
@@ -47,10 +44,6 @@ __all__ = [
     "channel_sums_into",
     "conv2d_backward_into",
     "conv2d_into",
-    "global_avg_pool_backward_into",
-    "global_avg_pool_into",
-    "max_pool_backward_into",
-    "max_pool_into",
 ]
 
 
@@ -267,76 +260,6 @@ def _input_grad_by_col2im(
     into.fill(0)
     col2im_add(cols, s, into)
     xp.copyto(dx, into[:, :, p : p + h, p : p + wd].transpose(1, 0, 2, 3))
-
-
-# ---- pooling: k, s, p are the window, its stride and padding; xpad the padded frame (p > 0) -----
-@kernel
-def max_pool_into(
-    xp: Xp, x: RawArray, k: int, s: int, p: int, y: RawArray, xpad: RawArray | None, idx: RawArray | None,
-    scratch: RawArray | None,
-) -> None:  # fmt: skip
-    """y = the maximum of each window of x (padded with -inf); idx, when given, the offset of each
-    window's first maximum (scratch: like idx)."""
-    pool_max_into(xp, pad_into(x, p, -np.inf, xpad) if p else x, k, s, y, idx, scratch)
-
-
-def _scatter(
-    xp: Xp, piece: Callable[[int, RawArray], None], k: int, s: int, p: int, tiles: bool, dx: RawArray,
-    target: RawArray | None, tmp: RawArray,
-) -> None:  # fmt: skip
-    """dx from each offset's share (im2col.pool_scatter), through the padded `target` if p."""
-    h, w = dx.shape[2], dx.shape[3]
-    pool_scatter(xp, piece, k, s, target if p else dx, tiles, tmp)
-    if p:
-        xp.copyto(dx, target[:, :, p : p + h, p : p + w])
-
-
-@kernel
-def max_pool_backward_into(
-    xp: Xp, e: RawArray, idx: RawArray, won: RawArray, k: int, s: int, p: int, tiles: bool, dx: RawArray,
-    target: RawArray | None, tmp: RawArray,
-) -> None:  # fmt: skip
-    """dx = each window's eps at its first maximum (offset idx), 0 elsewhere; won: boolean scratch."""
-
-    def piece(offset: int, out: RawArray) -> None:
-        xp.equal(idx, offset, out=won)  # where this offset won its window
-        xp.multiply(e, won, out=out)
-
-    _scatter(xp, piece, k, s, p, tiles, dx, target, tmp)
-
-
-@kernel
-def avg_pool_into(xp: Xp, x: RawArray, k: int, s: int, p: int, y: RawArray, xpad: RawArray | None) -> None:
-    """y = the mean of each window, padding counted as zeros (count_include_pad)."""
-    pool_sum_into(xp, pad_into(x, p, 0.0, xpad) if p else x, k, s, y)
-    y *= 1.0 / (k * k)
-
-
-@kernel
-def avg_pool_backward_into(
-    xp: Xp, e: RawArray, share: RawArray, k: int, s: int, p: int, tiles: bool, dx: RawArray,
-    target: RawArray | None, tmp: RawArray,
-) -> None:  # fmt: skip
-    """dx = eps / k^2 at every pixel of each window (added where windows overlap)."""
-    xp.multiply(e, 1.0 / (k * k), out=share)  # the same for every pixel
-
-    def piece(offset: int, out: RawArray) -> None:
-        xp.copyto(out, share)
-
-    _scatter(xp, piece, k, s, p, tiles, dx, target, tmp)
-
-
-@kernel
-def global_avg_pool_into(xp: Xp, x: RawArray, y: RawArray) -> None:
-    """y (B, C) = the mean of each channel of x (B, C, H, W)."""
-    xp.mean(x, axis=(2, 3), out=y)
-
-
-@kernel
-def global_avg_pool_backward_into(xp: Xp, e: RawArray, dx: RawArray) -> None:
-    """dx (B, C, H, W) = e (B, C) / (H * W) at every pixel."""
-    xp.copyto(dx, e[:, :, None, None])
-    dx *= 1.0 / (dx.shape[2] * dx.shape[3])
 
 
 # ---- BatchNorm: stat (2, C) = [mean, 1/std], kept for backward -----------------------------------

@@ -8,8 +8,7 @@
 Both window poolings are k*k elementwise passes over strided views of the input (for windows
 that tile it, the views of the reshape (B, C, OH, k, OW, k)); max pooling keeps the offset of
 each window's first maximum, one byte per output, so that backward writes each gradient straight
-to its pixel (kit/nn/image_kernels.py has the kernels, kit/nn/im2col.py the passes, `python -m kit
-bench train` the alternatives).
+to its pixel (kit/nn/im2col.py has the kernels, `python -m kit bench train` the alternatives).
 """
 
 from __future__ import annotations
@@ -21,14 +20,15 @@ import numpy as np
 from kit.arrays.checks import whole
 from kit.arrays.ndarray import NDArray
 from kit.core.backend import RawArray
-from kit.nn.im2col import out_size, tiles_exactly
-from kit.nn.image_kernels import (
+from kit.nn.im2col import (
     avg_pool_backward_into,
     avg_pool_into,
     global_avg_pool_backward_into,
     global_avg_pool_into,
     max_pool_backward_into,
     max_pool_into,
+    out_size,
+    tiles_exactly,
 )
 from kit.nn.layers import ACT, BP, FF, GRAD, Layer
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr

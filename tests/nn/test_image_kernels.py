@@ -1,7 +1,7 @@
-"""kit.nn.image_kernels: Conv2D, the poolings, BatchNorm and the residual add compute there, so a
-step of a network made of them is replayed (kit.nn.replay) with the same bits as its layers give,
-in every workspace mode; and at iteration 20 a replayed step runs the kernels, not the layers'
-forward, while the switch off runs the layers."""
+"""kit.nn.image_kernels (Conv2D, BatchNorm, the residual add) and kit.nn.im2col's pooling kernels:
+every image layer computes there, so a step of a network made of them is replayed (kit.nn.replay)
+with the same bits as its layers give, in every workspace mode; and at iteration 20 a replayed
+step runs the kernels, not the layers' forward, while the switch off runs the layers."""
 
 import contextlib
 import sys
@@ -23,6 +23,7 @@ from kit.nn import (
     ReLU,
     Residual,
     Sgd,
+    im2col,
     image_kernels,
     lenet,
     resnet18,
@@ -132,8 +133,9 @@ class _Calls:
 
 
 def _watched():
-    kernels = ("conv2d_into", "conv2d_backward_into", "batchnorm_train_into", "max_pool_into", "add_relu_into")
+    kernels = ("conv2d_into", "conv2d_backward_into", "batchnorm_train_into", "add_relu_into")
     codes = {name: getattr(image_kernels, name).__wrapped__.__code__ for name in kernels}
+    codes["max_pool_into"] = im2col.max_pool_into.__wrapped__.__code__
     for layer in (Conv2D, BatchNorm, MaxPool2D, Residual):
         codes[f"{layer.__name__}.forward"] = layer.forward.__code__
     return codes
