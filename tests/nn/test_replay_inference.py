@@ -1,4 +1,4 @@
-"""Replayed inference (kit.nn.replay): the same answers as Network.output, one allocation per call
+"""Replayed inference (kit.nn.replay_inference): the same answers as Network.output, one allocation per call
 (the answer), parameters read in place, bad input refused."""
 
 import weakref
