@@ -191,6 +191,7 @@ class SharedOptions(MasterOptions):
     min_target_sparsity: float = 1e-4
     max_target_sparsity: float = 1e-2
     decay_rate: float = 0.5 ** (1 / 20)
+    keep_state_on_driver: bool = False  # True: each worker's state travels every round (kit.spark.worker_store)
 
     @property
     def steps_per_round(self) -> int:
@@ -204,6 +205,7 @@ class SharedOptions(MasterOptions):
 
     def _check_own(self) -> None:
         check_int(self.master, "batches_per_round", self.batches_per_round, 1)
+        self._set("keep_state_on_driver", check_bool(self.master, "keep_state_on_driver", self.keep_state_on_driver))
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -48,6 +48,7 @@ OWN = {
         "min_target_sparsity": (1e-3, 1e-3),
         "max_target_sparsity": (0.1, 0.1),
         "decay_rate": (0.9, 0.9),
+        "keep_state_on_driver": (True, True),
     },
 }
 EXTRA = {"exchange": {"averaging_frequency": 1}}  # what a row's value needs beside it
