@@ -53,6 +53,7 @@ from kit.parallel.threshold import (
     threshold_encode,
 )
 from kit.parallel.wrapper import TrainingMode
+from kit.spark import worker_store
 from kit.spark.aggregation import array_bytes
 from kit.spark.elements import (
     BadElementError,
@@ -72,7 +73,6 @@ from kit.spark.elements import (
     tag_elements,
 )
 from kit.spark.scheduling import task_device, this_task_device
-from kit.spark import worker_store
 from kit.spark.wire import RoundResult, RoundSource, RoundSpec, SharedWorkerState, WorkerStats, task_attempt
 from kit.state import STATE
 
@@ -261,7 +261,9 @@ def _own_state(
     if sent is None:
         stats.state_from = "new"
     elif expected is not None and sent.rounds != expected:
-        stats.state_from = f"driver (round {sent.rounds} of this worker; this executor held no copy of round {expected})"
+        stats.state_from = (
+            f"driver (round {sent.rounds} of this worker; this executor held no copy of round {expected})"
+        )
     else:
         stats.state_from = f"driver (round {sent.rounds} of this worker)"
     return sent
@@ -318,7 +320,7 @@ def _shared_steps(
         old = weights(net).numpy().copy()  # mixed precision: the float32 master weights
         result.scores.append(float(net.fit_batch(ds)))
         result.skipped.append(bool(net.last_step_skipped))
-        state.residual += old - weights(net).numpy()  # 0 for a step the loss scaler skipped
+        state.residual += (old - weights(net).numpy()) * spec.update_scale  # 0 for a step the loss scaler skipped
         state.tau = algo.calculate_threshold(net.iteration, 0, state.tau, state.last_dense, state.last_sparsity)
         message = threshold_encode(state.residual, state.tau)
         applied = np.zeros_like(old)

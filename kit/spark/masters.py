@@ -6,7 +6,7 @@
     (<Repartition.ALWAYS: 'ALWAYS'>, <RDDTrainingApproach.EXPORT: 'EXPORT'>)
     >>> tm = SharedTrainingMaster(batch_size_per_worker=32, batches_per_round=5)
     >>> tm.threshold["initial_threshold"], tm.worker_prefetch_num_batches
-    (0.0001, 2)
+    (0.001, 2)
 
 Both prepare the data once per fit (repartition into one partition per worker, cache or export
 to files), then run rounds. A round is one step of kit's TrainingLoop on the driver:
@@ -25,12 +25,14 @@ applies what it encoded; the messages come back through the same tree, still enc
 sum would be larger than the sparse messages), and the driver applies their sum in worker
 order, then broadcasts the parameters for the next round (they changed by every worker's
 messages; an executor cannot be relied on to hold the last round's). Each worker's residual,
-updater state and threshold are its own for the whole training, as in DL4J: they go back to
-the driver with the messages and out again with the next round, so they last across rounds,
-epochs and fits whichever executor (or host) runs the task, and a retried task starts from
-exactly the state the failed one started from. The network's updater state is broadcast only
-while some worker has none of its own yet (it is where such a worker starts). The network's
-updater state after a fit is worker 0's.
+updater state and threshold are its own for the whole training, as in DL4J: they stay in a
+file on the executor that ran the worker's round (kit.spark.worker_store), kept under the
+rounds done, and go to the driver at each epoch's end (every round with checkpoints, or with
+`keep_state_on_driver`); a task on an executor without them goes on from the driver's copy
+(said in the stats and a warning), a retried one on the same executor from exactly the state
+the failed one started from. The network's updater state is broadcast only while some worker
+has none of its own yet (it is where such a worker starts). The network's updater state after
+a fit is worker 0's.
 
 Assignment of data (both masters, `repartition` ALWAYS): example i of the RDD (in order, every
 element's examples one by one, whatever the elements hold) goes to mini-batch

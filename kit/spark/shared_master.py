@@ -4,7 +4,7 @@ updates, and each keeps its residual, updater state and threshold across rounds.
     >>> from kit.spark import SharedTrainingMaster
     >>> tm = SharedTrainingMaster(batch_size_per_worker=32, batches_per_round=5)
     >>> tm.mode, tm.threshold["initial_threshold"], tm.worker_prefetch_num_batches
-    (<TrainingMode.SHARED_GRADIENTS: 'SHARED_GRADIENTS'>, 0.0001, 2)
+    (<TrainingMode.SHARED_GRADIENTS: 'SHARED_GRADIENTS'>, 0.001, 2)
 
 The round, step by step, is told in kit.spark.masters (which re-exports this class); what both
 masters share (preparing the data, running the round's job) is kit.spark.training_master; the
@@ -39,10 +39,19 @@ class LostWorkerStateWarning(UserWarning):
 class SharedTrainingMaster(TrainingMaster):
     """DL4J 1.0's SharedTrainingMaster (gradient sharing), its exchange done through Spark:
     threshold-encoded updates with residuals, AdaptiveThresholdAlgorithm (initial threshold
-    1e-4, target sparsity 1e-4..1e-2), worker_prefetch_num_batches 2, periodic GC on executors
-    with a 5000 ms window (DL4J's workerTogglePeriodicGC / workerPeriodicGCFrequency). Its
-    arguments are `SharedOptions`' fields (kit.spark.master_options).
-    `batches_per_round`: mini-batches each worker fits between two exchanges (one Spark job)."""
+    1e-3 as in DL4J; target sparsity 1e-4..1/16), worker_prefetch_num_batches 2, periodic GC on
+    executors with a 5000 ms window (DL4J's workerTogglePeriodicGC / workerPeriodicGCFrequency).
+    Its arguments are `SharedOptions`' fields (kit.spark.master_options).
+    `batches_per_round`: mini-batches each worker fits between two exchanges (one Spark job).
+    kit's defaults, so that it learns as parameter averaging does and moves fewer bytes:
+    `average_updates=True`: each worker encodes its update divided by the number of workers, so
+    a round moves the parameters by the workers' mean update, as averaging does (False: DL4J's
+    sum, a step as many times Adam's as there are workers). `max_target_sparsity=1/16`: a dense
+    message (2 bits a parameter, a sixteenth of the float32 parameters) is within the band, so
+    the threshold stays near the size of Adam's steps instead of rising until 1 % of the
+    parameters move a step (DL4J's 1e-2). `keep_state_on_driver=False`: each worker's residual
+    and updater state stay on its executor between rounds (kit.spark.worker_store); True sends
+    them to the driver and back every round."""
 
     Options = SharedOptions
 
@@ -128,7 +137,10 @@ class SharedTrainingMaster(TrainingMaster):
         plan = owner.__dict__.get("shared_round_plan") or {"store": None, "expected": {}, "sync": True}
         spec = super()._spec(owner, data, k, keys, sizes)
         expected = tuple(sorted(plan["expected"].items()))
-        return dataclasses.replace(spec, store=plan["store"], expected=expected, sync_state=plan["sync"])
+        scale = 1 / data.workers if self.options.average_updates else 1.0
+        return dataclasses.replace(
+            spec, store=plan["store"], expected=expected, sync_state=plan["sync"], update_scale=scale
+        )
 
     @staticmethod
     def _sends_updater_state(states: dict[int, Any], workers: int) -> bool:

@@ -86,6 +86,7 @@ class RoundSpec:
     store: str | None = None
     expected: tuple[tuple[int, int], ...] = ()
     sync_state: bool = True
+    update_scale: float = 1.0  # SharedTrainingMaster: each step's update times this goes into the residual
 
 
 @dataclass
