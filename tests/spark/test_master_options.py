@@ -44,7 +44,7 @@ OWN = {
     },
     SharedTrainingMaster: {
         "batches_per_round": (3, 3),
-        "initial_threshold": (1e-3, 1e-3),
+        "initial_threshold": (2e-3, 2e-3),
         "min_target_sparsity": (1e-3, 1e-3),
         "max_target_sparsity": (0.1, 0.1),
         "decay_rate": (0.9, 0.9),
