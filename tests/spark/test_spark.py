@@ -171,8 +171,8 @@ def test_shared_training_master_learns_and_reports_encoding(sc, digits):
     workers = [w for w in spark_net.get_training_stats().workers if w["examples"]]
     assert {w["worker"] for w in workers} == {0, 1}
     assert all(0 < w["sparsity"] < 1 and w["tau"] > 0 for w in workers)
-    # the residual, updater state and threshold stay with each worker: the driver holds them between rounds
-    assert all(w["state_from"].startswith("driver (round ") for w in workers if w["round"] > 0)
+    # the residual, updater state and threshold stay with each worker: its executor keeps them between rounds
+    assert all(w["state_from"].startswith("executor (round ") for w in workers if w["round"] > 0)
 
 
 @pytest.mark.slow  # whole fits; tests/spark/test_spark_columns.py holds the layouts in the fast run

@@ -87,7 +87,8 @@ def test_shared_training_keeps_each_workers_state_across_epochs_and_fits(sc, dig
     # the numbers say so too: in epoch 2, every worker goes on from its own earlier rounds
     workers = [w for w in spark.get_training_stats().workers if w["examples"]]
     second = [w["state_from"] for w in workers if w["epoch"] == 1]
-    assert second and all(s.startswith("driver (round ") and not s.startswith("driver (round 0") for s in second)
+    # (from the executor that keeps it: kit.spark.worker_store)
+    assert second and all(s.startswith("executor (round ") and not s.startswith("executor (round 0") for s in second)
 
 
 def test_the_networks_updater_state_after_shared_training_is_a_workers(sc, digits):
