@@ -308,8 +308,12 @@ def _work_counts(stats: WorkerStats, net: Network, allocs0: int, gc0: dict[str, 
 def _shared_steps(
     spec: RoundSpec, net: Network, batches: list[DataSet], result: RoundResult, own: SharedWorkerState | None
 ) -> None:
-    """SharedTrainingMaster: each step's update goes into the residual, is threshold-encoded,
-    applied locally and sent. The worker's own state (residual, updater state, threshold) comes
+    """SharedTrainingMaster: each step's update (times `update_scale`) goes into the residual, is
+    threshold-encoded and sent. With DL4J's sum (scale 1) the worker moves by what it sent; with
+    averaged updates it keeps its whole step, as a parameter-averaging worker does, so the round
+    moves the model by the workers' mean update as averaging would, less the residuals (moving by
+    its sent 1/workers share alone, it took its next gradients on a path a step behind and learned
+    worse: issue 44). The worker's own state (residual, updater state, threshold) comes
     from the driver and goes back to it with the messages: it lasts the whole training, across
     rounds, epochs and fits, wherever Spark runs the task, and a retried task starts from exactly
     the state the failed one had."""
@@ -323,11 +327,13 @@ def _shared_steps(
         state.residual += (old - weights(net).numpy()) * spec.update_scale  # 0 for a step the loss scaler skipped
         state.tau = algo.calculate_threshold(net.iteration, 0, state.tau, state.last_dense, state.last_sparsity)
         message = threshold_encode(state.residual, state.tau)
-        applied = np.zeros_like(old)
         if message is not None:
-            threshold_decode(message, applied)
             messages.append(message)
-        net.set_params(old - applied)
+        if spec.update_scale == 1.0:  # DL4J's sum: the worker moves by what it sent
+            applied = np.zeros_like(old)
+            if message is not None:
+                threshold_decode(message, applied)
+            net.set_params(old - applied)
         count = encoded_count(message)
         counts.append(count)
         state.last_dense = message is not None and int(message[3]) == 1

@@ -45,8 +45,9 @@ class SharedTrainingMaster(TrainingMaster):
     `batches_per_round`: mini-batches each worker fits between two exchanges (one Spark job).
     kit's defaults, so that it learns as parameter averaging does and moves fewer bytes:
     `average_updates=True`: each worker encodes its update divided by the number of workers, so
-    a round moves the parameters by the workers' mean update, as averaging does (False: DL4J's
-    sum, a step as many times Adam's as there are workers). `max_target_sparsity=1/16`: a dense
+    a round moves the parameters by the workers' mean update, as averaging does, and each worker
+    keeps its whole step between exchanges, as an averaging worker does (False: DL4J's sum, a step
+    as many times Adam's as there are workers, each worker moving by what it sent). `max_target_sparsity=1/16`: a dense
     message (2 bits a parameter, a sixteenth of the float32 parameters) is within the band, so
     the threshold stays near the size of Adam's steps instead of rising until 1 % of the
     parameters move a step (DL4J's 1e-2). `keep_state_on_driver=False`: each worker's residual

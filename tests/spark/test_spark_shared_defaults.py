@@ -53,10 +53,12 @@ def test_shared_defaults_move_fewer_bytes_a_round_than_averaging(job):
 
 
 def test_shared_defaults_learn_like_averaging(job):
-    """Within 2 points of averaging on this small seeded job (at 0.5 they were 0.507 and 0.499;
-    the issue's Fashion-MNIST job is measured in the report, not here)."""
+    """Within half a point of averaging on this small seeded job. While each worker moved between
+    exchanges by its sent 1/workers share alone, it took its gradients a step behind: 0.499 against
+    averaging's 0.507 here (on the issue's Fashion-MNIST job, simulated in process: 0.802 against
+    0.812 after two epochs); keeping its whole step, as an averaging worker does: 0.504 (0.825)."""
     shared, averaging = job["shared"]["accuracy"], job["averaging"]["accuracy"]
-    assert shared >= averaging - 0.02
+    assert shared >= averaging - 0.005
     assert shared > 0.3  # learned: ten classes, 0.1 by chance
 
 
