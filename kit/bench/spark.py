@@ -118,6 +118,7 @@ def run_on(sc: SparkContext, quick: bool) -> dict[str, Any]:
         rows += model_rows
         overheads[spec["model"]] = overhead
     peers = peers_table(sc, quick)  # kit's gang and rounds beside TorchDistributor (kit.bench.spark_peers)
+    peers.pop("right")  # per-example results: the chapter's McNemar tests read them, the JSON does not
     cols = ["model", "params", "workers", "depth", "rounds", "round_ms", "spread", "vs_network_fit"]
     cols += ["broadcast_bytes", "driver_bytes", "formula_bytes", "partials", "formula_partials", "reliable"]
     return {
