@@ -18,7 +18,9 @@ afterwards, so scoring costs no system time. Per global step: the time from the 
 to the last over the steps between (start-up and the first quarter epoch left out); sync
 overhead: that minus the system's own single process's; time to the target: from the call (data
 preparation and start-up included) to the first kept point scoring >= TARGET. One run each on a
-shared machine: the load average is in the result; the figures are noisy.
+shared machine: the load average is in the result; the figures are noisy. Chapter 7 runs the same
+code on its own rows (CHAPTER_SYSTEMS: kit's defaults, the same with save_updater flipped, DDP's
+semantics, PyTorch's) and sizes; kit.bench.spark_chapter turns that result into its table and words.
 """
 
 from __future__ import annotations
