@@ -48,3 +48,7 @@ def test_goal_lines(rows, load, expected):
 
 def test_no_peer_no_goals():
     assert goals(_rows(1.0, 1.0)[:1]) == {"all": "not compared: TorchDistributor did not run"}
+
+
+def test_no_kit_row_no_goals_and_says_which():
+    assert goals(_rows(1.0, 1.0)[1:]) == {"all": "not compared: kit gang, every step did not run"}

@@ -360,7 +360,7 @@ def goals(rows: list[dict[str, Any]], load_average: Sequence[float] = (0.0,)) ->
     by = {r["system"]: r for r in rows}
     ours, peer = by.get("kit gang, every step"), by.get("TorchDistributor (DDP)")
     if ours is None or peer is None:
-        return {"all": "not compared: TorchDistributor did not run"}
+        return {"all": f"not compared: {'TorchDistributor' if peer is None else 'kit gang, every step'} did not run"}
     why = ""
     if max(load_average) >= (os.cpu_count() or 1):
         why = f"no verdict: the machine was loaded (load average {max(load_average):.1f} on {os.cpu_count()} cores)"
