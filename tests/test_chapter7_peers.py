@@ -24,6 +24,7 @@ from kit.bench import spark_chapter
 from kit.bench.spark_peers import TARGET, goals
 from kit.measurement.goals import FLAGGED
 from kit.measurement.load import LoadReading
+from kit.measurement.tables import WIDTH
 
 CH7 = "07_training_on_spark.ipynb"
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +33,7 @@ RUN_CELL, SHOW_CELL, UPDATER_CELL = (
     "# the side-by-side's table",
     "# the updater kept against restarted",
 )
+# the bench's row names, and the chapter's short labels for them
 DEFAULTS, FIT, DDP, PEER, TORCH = (
     spark_chapter.DEFAULTS,
     spark_chapter.FIT,
@@ -39,6 +41,7 @@ DEFAULTS, FIT, DDP, PEER, TORCH = (
     spark_chapter.PEER,
     spark_chapter.TORCH,
 )
+L_DEFAULTS, L_FIT, L_DDP, L_PEER, L_TORCH = (spark_chapter.label(n) for n in (DEFAULTS, FIT, DDP, PEER, TORCH))
 
 
 # --- a run made here: every branch of the sentences ------------------------------------------------------------
@@ -99,14 +102,15 @@ def test_the_sentences_say_what_the_rows_hold(torch_ran, default_kept, busy):
     load = LoadReading(wall=1.0, others=0.5 if busy == "others-busy" else 0.0)
     reasons = spark_chapter.flag_reasons(peers, load)
     assert bool(reasons) == (busy != "calm")
-    table = spark_chapter.peers_view(peers, reasons)
+    tables = spark_chapter.peers_view(peers, reasons)
     said = [str(s) for s in spark_chapter.peers_sentences(peers, reasons)]
-    check_against_table(_rows_of(table.columns, table.rows), said)
-    assert all(r[2].endswith(FLAGGED) == bool(reasons) for r in table.rows)  # call (s): flagged iff the run was
+    check_against_table(_merged(tables), said)
+    assert all(r[1].endswith(FLAGGED) == bool(reasons) for r in tables[1].rows)  # call (s): flagged iff the run was
+    assert all(len(line) <= WIDTH for t in tables for line in t.text().splitlines())  # fits a notebook's column
     updater = spark_chapter.updater_view(peers, reasons)
     updater_said = [str(s) for s in spark_chapter.updater_sentences(peers, reasons)]
-    check_against_table(_rows_of(updater.columns, updater.rows), updater_said)
-    kept = [r[0] for r in updater.rows if "save_updater=False" not in r[0]]
+    check_against_table(_merged(updater), updater_said)
+    kept = [r[0] for r in updater[0].rows if "save_updater=False" not in r[0]]
     assert updater_said[1].startswith(f"**{kept[0]}**")  # the kept updater is named first, whichever is default
 
 
@@ -117,15 +121,24 @@ def _rows_of(columns: list[str], rows: list[list[str]]) -> dict[str, dict[str, s
     return {r[0]: dict(zip(columns, r)) for r in rows}
 
 
+def _merged(tables) -> dict[str, dict[str, str]]:
+    """One dict a system (by its label) from the cell's tables."""
+    rows: dict[str, dict[str, str]] = {}
+    for t in tables:
+        for name, row in _rows_of(t.columns, t.rows).items():
+            rows.setdefault(name, {}).update(row)
+    return rows
+
+
 def check_against_table(table: dict[str, dict[str, str]], said: list[str]) -> None:
     """Each sentence's figures against the table's rows (raises AssertionError naming the sentence)."""
     text = "\n".join(said)
-    assert ("TorchDistributor did not run here" in text) == (PEER not in table and FIT in table), text
-    assert ("TorchDistributor ran here" in text) == (PEER in table), text
+    assert ("TorchDistributor did not run here" in text) == (L_PEER not in table and L_FIT in table), text
+    assert ("TorchDistributor ran here" in text) == (L_PEER in table), text
     flagged = any(c.endswith(FLAGGED) for r in table.values() for c in r.values())
     for s in said:
         if s.startswith("kit's defaults"):
-            assert f"ran as: {table[DEFAULTS]['ran as']}" in s, s
+            assert f"ran as: {table[L_DEFAULTS]['ran as']}" in s, s
         for a, k, n, b, j in re.findall(r"\*\*(.+?)\*\* classified ([\d,]+) of ([\d,]+) .*?\*\*(.+?)\*\* ([\d,]+) ", s):
             assert table[a]["right"] == f"{k} of {n}" and table[b]["right"] == f"{j} of {n}", s
         if "One run each" in s:  # a timing sentence: never from a flagged run, every figure the table's
@@ -134,7 +147,7 @@ def check_against_table(table: dict[str, dict[str, str]], said: list[str]) -> No
             for figure in re.findall(r"([+-]?\d+\.\d+) (?:ms|s)\b", s):
                 assert figure in cells, (figure, s)
         if s.startswith(f"Goal: kit's defaults within {spark_chapter.POINTS} points"):
-            gap = (_share(table[FIT]["right"]) - _share(table[DEFAULTS]["right"])) * 100
+            gap = (_share(table[L_FIT]["right"]) - _share(table[L_DEFAULTS]["right"])) * 100
             assert f"({abs(gap):.1f} points {'below' if gap > 0 else 'above'} it)" in s, s
             assert s.split("Network.fit: ")[1].startswith("met" if gap <= spark_chapter.POINTS else "NOT met"), s
     if flagged:
@@ -147,6 +160,7 @@ def _share(right: str) -> float:
 
 
 def _html_table(output: dict) -> dict[str, dict[str, str]]:
+    """One stored table's rows by their first cell, each a dict by column."""
     page = "".join(output["data"]["text/html"])
     rows = [
         [html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", tr, re.S)]
@@ -157,22 +171,26 @@ def _html_table(output: dict) -> dict[str, dict[str, str]]:
 
 def _stored(starts: str) -> tuple[dict[str, dict[str, str]], list[str]]:
     (c,) = [c for c in cells(CH7) if c["cell_type"] == "code" and "".join(c["source"]).startswith(starts)]
-    tables = [o for o in c["outputs"] if "text/html" in o.get("data", {})]
+    tables = [_html_table(o) for o in c["outputs"] if "text/html" in o.get("data", {})]
     said = ["".join(o["data"].get("text/markdown", "")) for o in c["outputs"] if "text/markdown" in o.get("data", {})]
-    assert len(tables) == 1 and said, f"chapter 7's cell {starts!r} holds no stored table and sentences"
-    return _html_table(tables[0]), said
+    assert len(tables) == 2 and said, f"chapter 7's cell {starts!r} holds no stored tables and sentences"
+    rows: dict[str, dict[str, str]] = {}
+    for t in tables:
+        for name, row in t.items():
+            rows.setdefault(name, {}).update(row)
+    return rows, said
 
 
 @pytest.mark.parametrize("starts", [SHOW_CELL, UPDATER_CELL])
 def test_the_stored_sentences_match_the_stored_tables(starts):
     table, said = _stored(starts)
-    assert FIT in table or starts == UPDATER_CELL
+    assert L_FIT in table or starts == UPDATER_CELL
     check_against_table(table, said)
 
 
 def test_the_stored_updater_table_holds_both_settings():
     table, said = _stored(UPDATER_CELL)
-    assert DEFAULTS in table and sum(s.startswith("kit averaging, save_updater=") for s in table) == 1, table
+    assert L_DEFAULTS in table and sum(s.startswith("save_updater=") for s in table) == 1, table
     assert any("classified" in s for s in said), said
 
 
@@ -209,7 +227,7 @@ def _run_cells(block: bool, timeout: float) -> str:
 def test_the_cells_say_so_when_torch_cannot_be_imported():
     out = _run_cells(block=True, timeout=300)
     assert "TorchDistributor did not run here: torch is not importable" in out, out
-    assert PEER not in out.split("TorchDistributor:")[0] and FIT in out, out
+    assert not re.search(rf"^{L_PEER}\s+\|", out, re.M) and re.search(rf"^{L_FIT}\s+\|", out, re.M), out
     assert "pip install torch pandas pyarrow" in out, out
 
 
@@ -218,8 +236,8 @@ def test_the_cells_run_torch_distributor_when_torch_imports():
     pytest.importorskip("torch")
     pytest.importorskip("pyspark.ml.torch.distributor")
     out = _run_cells(block=False, timeout=600)
-    assert "TorchDistributor ran here" in out and PEER in out and TORCH in out, out
-    assert "did not run" not in out, out
+    assert "TorchDistributor ran here" in out and L_TORCH in out and "TorchDistributor: ran" in out, out
+    assert "TorchDistributor did not run" not in out, out
     assert f"to {TARGET}" in out
 
 
@@ -230,16 +248,16 @@ def test_the_cells_run_torch_distributor_when_torch_imports():
 )
 def test_the_check_rejects_a_sentence_the_table_contradicts(old, new):
     peers = _peers(True, True)
-    table = spark_chapter.peers_view(peers, [])
+    table = _merged(spark_chapter.peers_view(peers, []))
     said = [str(s).replace(old, new, 1) for s in spark_chapter.peers_sentences(peers, [])]
     assert any(old in str(s) for s in spark_chapter.peers_sentences(peers, [])), old
     with pytest.raises(AssertionError):
-        check_against_table(_rows_of(table.columns, table.rows), said)
+        check_against_table(table, said)
 
 
 def test_the_check_rejects_a_timing_figure_the_table_does_not_hold():
     peers = _peers(True, True)
-    table = _rows_of(spark_chapter.peers_view(peers, []).columns, spark_chapter.peers_view(peers, []).rows)
+    table = _merged(spark_chapter.peers_view(peers, []))
     said = [str(s) for s in spark_chapter.peers_sentences(peers, [])]
     timing = [i for i, s in enumerate(said) if "One run each" in s]
     assert timing, said

@@ -23,7 +23,7 @@ from kit.measurement.load import LOAD_LIMIT, LoadReading, format_load
 from kit.measurement.prose import Sentence, accuracy_difference, no_conclusion, sentence
 from kit.measurement.tables import Table
 
-__all__ = ["flag_reasons", "peers_sentences", "peers_view", "updater_sentences", "updater_view"]
+__all__ = ["flag_reasons", "label", "peers_sentences", "peers_view", "updater_sentences", "updater_view"]
 
 DEFAULTS, FIT, DDP, PEER, TORCH = (
     "kit averaging, defaults",
@@ -32,8 +32,16 @@ DEFAULTS, FIT, DDP, PEER, TORCH = (
     "TorchDistributor (DDP)",
     "PyTorch (one process)",
 )
-COLUMNS = ["system", "ran as", "call (s)", "per step (ms)", "sync overhead (ms)", f"to {TARGET} (s)", "accuracy"]
-COLUMNS += ["right"]
+# two narrow tables (a text table fits a notebook's column), one row a system, by its short label
+WHAT = ["system", "ran as", "accuracy", "right"]
+TIMES = ["system", "call (s)", "per step (ms)", "sync (ms)", f"to {TARGET} (s)"]
+LABELS = {
+    FIT: "Network.fit",
+    DEFAULTS: "kit defaults",
+    DDP: "kit gang every step",
+    TORCH: "PyTorch",
+    PEER: "TorchDistributor",
+}
 POINTS = 0.5  # issue 44's goal: the defaults within half a point of Network.fit
 
 
@@ -59,16 +67,22 @@ def _right(peers: dict[str, Any], system: str) -> str:
     return f"{int(ok.sum()):,} of {ok.size:,}"
 
 
-def _cells(peers: dict[str, Any], r: dict[str, Any], reasons: Sequence[str]) -> list[str]:
+def label(system: str) -> str:
+    """A row's short name in the chapter's tables and sentences ("save_updater=False" for the flipped row)."""
+    return LABELS.get(system, system.removeprefix("kit averaging, "))
+
+
+def _what(peers: dict[str, Any], r: dict[str, Any]) -> list[str]:
+    return [label(r["system"]), r["semantics"], f"{r['final_accuracy']:.3f}", _right(peers, r["system"])]
+
+
+def _times(r: dict[str, Any], reasons: Sequence[str]) -> list[str]:
     return [
-        r["system"],
-        r["semantics"],
+        label(r["system"]),
         _figure(r["call_s"], 1, reasons),
         _figure(r["per_step_ms"], 2, reasons),
         _figure(r["overhead_ms"], 2, reasons, sign=True),
         _figure(r["to_target_s"], 1, reasons),
-        f"{r['final_accuracy']:.3f}",
-        _right(peers, r["system"]),
     ]
 
 
@@ -79,21 +93,28 @@ def _title(peers: dict[str, Any]) -> str:
     )
 
 
-def peers_view(peers: dict[str, Any], reasons: Sequence[str]) -> Table:
-    """The side-by-side: one row a system, timing figures flagged where the run was."""
+def peers_view(peers: dict[str, Any], reasons: Sequence[str]) -> list[Table]:
+    """The side-by-side as two tables (what each system ran as and scored; its times, flagged where
+    the run was), one row a system."""
     notes = [f"TorchDistributor: {peers['torch_distributor']}"]
     notes += [f"not run: {name}: {why}" for name, why in peers.get("skipped", {}).items()]
-    notes += [f"{r['system']}: {w}" for r in peers["rows"] for w in r.get("fallback", [])]
-    notes.append(
-        "per step: from the first kept point to the last (start-up left out); sync overhead: that minus the "
-        f"system's own single process's; to {TARGET}: from the call, '-' where not reached; "
-        f"right: test examples classified right"
+    notes += [f"{label(r['system'])}: {w}" for r in peers["rows"] for w in r.get("fallback", [])]
+    notes.append("accuracy and right: on the test set (right: test examples classified right)")
+    what = Table(
+        WHAT, [_what(peers, r) for r in peers["rows"]], notes=notes, title=_title(peers), text_columns=WHAT[:2]
     )
+    return [what, _times_table(peers, peers["rows"], reasons)]
+
+
+def _times_table(peers: dict[str, Any], rows: list[dict[str, Any]], reasons: Sequence[str]) -> Table:
     la = peers["load_average"]
-    notes.append(f"load average {la[0]:.1f} before, {la[1]:.1f} after, on {os.cpu_count()} core(s)")
-    notes += [f"flagged: {why}" for why in reasons]
-    rows = [_cells(peers, r, reasons) for r in peers["rows"]]
-    return Table(COLUMNS, rows, notes=notes, title=_title(peers), text_columns=["system", "ran as"])
+    notes = [
+        "per step: from the first kept point to the last (start-up left out); sync: that minus the system's own "
+        f"single process's; to {TARGET}: from the call, '-' where not reached",
+        f"load average {la[0]:.1f} before, {la[1]:.1f} after, on {os.cpu_count()} core(s)",
+        *(f"flagged: {why}" for why in reasons),
+    ]
+    return Table(TIMES, [_times(r, reasons) for r in rows], notes=notes, text_columns=["system"])
 
 
 def _by(peers: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -106,9 +127,12 @@ def _timing_sentence(by: dict[str, dict[str, Any]]) -> Sentence:
         if name in by and base in by:
             r, b = by[name], by[base]
             parts.append(
-                f"{name} {r['per_step_ms']:.2f} ms, {r['overhead_ms']:+.2f} ms over {base}'s {b['per_step_ms']:.2f} ms"
+                f"{label(name)} {r['per_step_ms']:.2f} ms, {r['overhead_ms']:+.2f} ms over {label(base)}'s "
+                f"{b['per_step_ms']:.2f} ms"
             )
-    reached = [f"{r['system']} after {r['to_target_s']:.1f} s" for r in by.values() if not math.isnan(r["to_target_s"])]
+    reached = [
+        f"{label(r['system'])} after {r['to_target_s']:.1f} s" for r in by.values() if not math.isnan(r["to_target_s"])
+    ]
     return sentence(
         "One run each (an observation, not a benchmark): per global step, "
         + "; ".join(parts)
@@ -138,7 +162,7 @@ def peers_sentences(peers: dict[str, Any], reasons: Sequence[str]) -> list[Sente
     said.append(no_conclusion(list(reasons)) if reasons else _timing_sentence(by))
     for a, b in ((DEFAULTS, FIT), (DDP, PEER)):
         if a in by and b in by:
-            said.append(accuracy_difference(peers["right"][a], peers["right"][b], a, b))
+            said.append(accuracy_difference(peers["right"][a], peers["right"][b], label(a), label(b)))
     if DEFAULTS in by and FIT in by:
         gap = (by[FIT]["final_accuracy"] - by[DEFAULTS]["final_accuracy"]) * 100
         said.append(
@@ -161,12 +185,11 @@ def _updater_pair(peers: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     return (by[DEFAULTS], other) if kept_default else (other, by[DEFAULTS])
 
 
-def updater_view(peers: dict[str, Any], reasons: Sequence[str]) -> Table:
+def updater_view(peers: dict[str, Any], reasons: Sequence[str]) -> list[Table]:
     """The two settings of save_updater, the rest the master's defaults, same seed and data."""
-    pair = _updater_pair(peers) or ()
-    rows = [_cells(peers, r, reasons) for r in pair]
-    notes = [f"flagged: {why}" for why in reasons]
-    return Table(COLUMNS, rows, notes=notes, title=_title(peers), text_columns=["system", "ran as"])
+    pair = list(_updater_pair(peers) or ())
+    what = Table(WHAT, [_what(peers, r) for r in pair], title=_title(peers), text_columns=WHAT[:2])
+    return [what, _times_table(peers, pair, reasons)]
 
 
 def updater_sentences(peers: dict[str, Any], reasons: Sequence[str]) -> list[Sentence]:
@@ -177,21 +200,25 @@ def updater_sentences(peers: dict[str, Any], reasons: Sequence[str]) -> list[Sen
     kept, restarted = pair
     said = [
         sentence(
-            f"Same seed, same examples in the same order; only save_updater differs. {kept['system']} ran as: "
-            f"{kept['semantics']}; {restarted['system']}: {restarted['semantics']}."
+            f"Same seed, same examples in the same order; only save_updater differs. {label(kept['system'])} ran "
+            f"as: {kept['semantics']}; {label(restarted['system'])}: {restarted['semantics']}."
         ),
         accuracy_difference(
-            peers["right"][kept["system"]], peers["right"][restarted["system"]], kept["system"], restarted["system"]
+            peers["right"][kept["system"]],
+            peers["right"][restarted["system"]],
+            label(kept["system"]),
+            label(restarted["system"]),
         ),
     ]
     if reasons:
         said.append(no_conclusion(list(reasons)))
     else:
+        k, r = kept, restarted
         said.append(
             sentence(
-                f"One run each (an observation, not a benchmark): {kept['system']} took {kept['call_s']:.1f} s "
-                f"({kept['per_step_ms']:.2f} ms a global step), {restarted['system']} {restarted['call_s']:.1f} s "
-                f"({restarted['per_step_ms']:.2f} ms)."
+                f"One run each (an observation, not a benchmark): {label(k['system'])} took {k['call_s']:.1f} s "
+                f"({k['per_step_ms']:.2f} ms a global step), {label(r['system'])} {r['call_s']:.1f} s "
+                f"({r['per_step_ms']:.2f} ms)."
             )
         )
     return said

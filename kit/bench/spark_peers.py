@@ -141,7 +141,8 @@ def kit_spark(sc: Any, rdd: Any, epochs: int, steps: int, **options: Any) -> dic
     else:  # fell back to rounds without a listener: the end of the fit only
         snaps = [(end, epochs * steps, spark.network.params().numpy().copy())]
     fallback = [str(w.message) for w in caught if issubclass(w.category, GangFallbackWarning)]
-    how = f"{ran}, {tm.exchange} every {freq} step(s), updater {'kept' if tm.save_updater else 'restarted'}"
+    every = "every step" if freq == 1 else f"every {freq} steps"
+    how = f"{ran}: {tm.exchange} {every}, updater {'kept' if tm.save_updater else 'restarted'}"
     return {"t0": t0, "end": end, "snapshots": snaps, "setup": setup, "ran_as": how, "fallback": fallback}
 
 
