@@ -27,7 +27,7 @@ from kit.measurement.load import LoadReading
 from kit.measurement.tables import WIDTH
 
 CH7 = "07_training_on_spark.ipynb"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUN_CELL, SHOW_CELL, UPDATER_CELL = (
     "# the side-by-side: kit's bench code",
     "# the side-by-side's table",
