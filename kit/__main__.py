@@ -1,14 +1,4 @@
-"""Command line: `python -m kit info`, `python -m kit bench NAME`, `python -m kit lab`, `python -m kit book`.
-
-python -m kit info                 # backend, versions, devices, BLAS, memory
-python -m kit bench -h             # the benchmarks, one line each
-python -m kit bench arrays         # wrapper overhead per op vs raw NumPy
-python -m kit bench workspaces     # plain vs caching allocator vs workspace
-python -m kit bench arrays --quick # fewer repeats (CI, smoke runs; KIT_QUICK=1 does the same)
-python -m kit chapters DIR         # copy the chapter notebooks into DIR (a wheel ships them)
-python -m kit lab                  # JupyterLab on the chapters (adds --allow-root when run as root)
-python -m kit book                 # the chapters as a static HTML book (Sphinx), from their stored outputs
-python -m kit --version            # the installed version of gpu-workspaces-kit (pip's name for kit)
+"""Command line: `python -m kit info`, `bench NAME`, `chapters DIR`, `lab`, `book` (`-h` says each in a line).
 
 The console script `kit` is the same command. A bad setting in the environment (kit.settings)
 is one line on stderr and exit status 2, as a bad argument is; so is a command whose extra is not
@@ -173,11 +163,7 @@ def copy_chapters(target: Path) -> list[Path]:
             "choose another folder, or move those files away first"
         )
     target.mkdir(parents=True, exist_ok=True)
-    copies = []
-    for path in chapters:
-        shutil.copyfile(path, target / path.name)
-        copies.append(target / path.name)
-    return copies
+    return [Path(shutil.copyfile(path, target / path.name)) for path in chapters]
 
 
 def lab_directory(given: str | None) -> tuple[Path, Path | None]:

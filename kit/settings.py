@@ -255,15 +255,7 @@ def cupy_tf32(env: Mapping[str, str] | None = None) -> bool:
 
 def seed(env: Mapping[str, str] | None = None) -> int:
     """KIT_SEED: the base seed of every device's generator (0 when unset)."""
-    raw = _raw(env, "KIT_SEED")
-    if raw is None:
-        return 0
-    try:
-        return int(raw)
-    except ValueError:
-        raise SettingError(
-            "KIT_SEED", raw, "is not an integer: it seeds every device's generator", "e.g. KIT_SEED=1, or kit.seed(1)"
-        ) from None
+    return _integer(env, "KIT_SEED", 0, "it seeds every device's generator", "e.g. KIT_SEED=1, or kit.seed(1)")
 
 
 def backend_name(env: Mapping[str, str] | None = None) -> str | None:
@@ -285,19 +277,20 @@ def backend_strict(env: Mapping[str, str] | None = None) -> bool:
 
 def backend_priority(variable: str, default: int, env: Mapping[str, str] | None = None) -> int:
     """BACKEND_PRIORITY_CPU / BACKEND_PRIORITY_GPU: ND4J's backend priorities (integers)."""
+    why = "ND4J's backend priorities are integers and the highest wins "
+    why += "(defaults BACKEND_PRIORITY_CPU=0, BACKEND_PRIORITY_GPU=100)"
+    return _integer(env, variable, default, why, f"e.g. {variable}=0, or unset it")
+
+
+def _integer(env: Mapping[str, str] | None, variable: str, default: int, why: str, remedy: str) -> int:
+    """The variable as an integer (`default` when unset), or SettingError saying `why` it must be one."""
     raw = _raw(env, variable)
     if raw is None:
         return default
     try:
         return int(raw)
     except ValueError:
-        raise SettingError(
-            variable,
-            raw,
-            "is not an integer: ND4J's backend priorities are integers and the highest wins "
-            "(defaults BACKEND_PRIORITY_CPU=0, BACKEND_PRIORITY_GPU=100)",
-            f"e.g. {variable}=0, or unset it",
-        ) from None
+        raise SettingError(variable, raw, f"is not an integer: {why}", remedy) from None
 
 
 def commit(env: Mapping[str, str] | None = None) -> str | None:

@@ -13,14 +13,10 @@
     Traceback (most recent call last):
     ValueError: Evaluation: predictions contain NaN or infinity (1 values in 1 rows; first at row 2)
 
-`all_finite` is the cheap probe. On a NumPy batch it takes the largest and the smallest value
-(two vectorised reductions; NaN wins both, and they are finite exactly when every value is, so
-no overflow needs settling); on a small batch the sum
-of squares (BLAS's one-thread dot), on CuPy one sum (float16 in float32). A sum is finite when
-every value is, so only a non-finite sum (NaN or infinity somewhere, or a sum of huge finite values
-that overflowed) pays for the element-wise test that settles it. `check_finite` raises a ValueError
-that names how many values are bad and where the first one is (an index, or with `per_row` the
-row: a row is an example). Both take raw NumPy or CuPy arrays; integer and boolean arrays are always finite.
+`all_finite` is the cheap probe (a reduction or two, run on every training step: its comments say
+which and why); only a non-finite result pays for the element-wise test that settles it.
+`check_finite` names how many values are bad and where the first one is (an index, or with
+`per_row` the row: an example). Both take raw NumPy or CuPy arrays.
 """
 
 from __future__ import annotations
@@ -43,7 +39,6 @@ def _host(raw: RawArray) -> np.ndarray:
 
 
 _sum, _max, _min = np.add.reduce, np.maximum.reduce, np.minimum.reduce
-_F32 = np.dtype(np.float32)
 _vdot = np.vdot
 _DOT_MAX = 4096  # OpenBLAS runs a dot of up to 10,000 values on the calling thread
 

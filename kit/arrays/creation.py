@@ -53,19 +53,15 @@ __all__ = [
 Shape = int | tuple[int, ...] | list[int]
 
 
-def _shape(shape: Shape, op: str) -> tuple[int, ...]:
-    return as_shape(shape, op)  # whole numbers only: (2.5, 3) and ("3",) are refused, never truncated
-
-
 def empty(shape: Shape, dtype: DTypeLike = None, device: str | AnyDevice | None = None) -> NDArray:
     dev = as_device(device)
-    out, owner = allocate(_shape(shape, "empty"), backend.resolve_dtype(dtype), dev)
+    out, owner = allocate(as_shape(shape, "empty"), backend.resolve_dtype(dtype), dev)
     return wrap(out, dev, owner)
 
 
 def _filled(op: str, shape: Shape, value: float, dtype: DTypeLike, device: str | AnyDevice | None) -> NDArray:
     dev = as_device(device)
-    out, owner = allocate(_shape(shape, op), backend.resolve_dtype(dtype), dev)
+    out, owner = allocate(as_shape(shape, op), backend.resolve_dtype(dtype), dev)
     out.fill(value)
     return wrap(out, dev, owner)
 
@@ -87,7 +83,7 @@ def aligned_zeros(shape: Shape, dtype: DTypeLike = None, device: str | AnyDevice
         (0, 0.0)
     """
     dev = as_device(device)
-    out, owner = allocate_aligned(_shape(shape, "aligned_zeros"), backend.resolve_dtype(dtype), dev)
+    out, owner = allocate_aligned(as_shape(shape, "aligned_zeros"), backend.resolve_dtype(dtype), dev)
     out.fill(0)
     return wrap(out, dev, owner)
 
@@ -213,7 +209,7 @@ def _random(kind: str, shape: Shape, dtype: DTypeLike, device: str | AnyDevice |
     dt = backend.resolve_dtype(dtype)
     if dt.kind != "f" and dt != backend.resolve_dtype(None):
         raise TypeError(f"{kind}: random values need a floating dtype, got {dt.name}")
-    shp = _shape(shape, kind)
+    shp = as_shape(shape, kind)
     out, owner = allocate(shp, dt, dev)
     gen = dev.rng()
     draw = gen.random if kind == "rand" else gen.standard_normal

@@ -1,14 +1,5 @@
 """Benchmarks behind `python -m kit bench NAME`: ratios taken side by side, medians of repeats.
 
-    python -m kit bench arrays       # kit op vs the same raw NumPy/CuPy op, small and large
-    python -m kit bench workspaces   # plain vs caching allocator vs workspace, MLP-sized cycle
-    python -m kit bench train        # training steps: kit vs NumPy (vs PyTorch), modes, ETL
-    python -m kit bench parallel     # ParallelWrapper 1 vs 2 workers, averaging frequency, inference
-    python -m kit bench spark        # what a Spark round costs, beside Network.fit
-    python -m kit bench d2l          # d2l's ResNet-18 on Fashion-MNIST, 10 epochs, kit beside PyTorch
-    python -m kit bench precision    # float32, float16 and mixed precision: bytes, step time, accuracy
-    python -m kit bench memory       # a training step's peak memory by kind, kit beside PyTorch
-
 `BENCHMARKS` names each with its one-line description (what `bench -h` lists). Timings are never
 asserted in tests (shared, noisy machines); each benchmark interleaves the variants in every
 repeat, so drift hits them alike, and reports the median. `--json FILE` writes the result with

@@ -22,7 +22,6 @@ must keep, as the leaner side shows it.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -137,21 +136,7 @@ def step_memory(side: str, net: str, batch: int, mode: str = "SEPARATE") -> dict
             ds = DataSet(kit.asarray(x), kit.asarray(y), num_classes=10)
             step = lambda: model.fit_batch(ds)  # noqa: E731
         else:
-            import torch
-
-            torch.set_num_threads(1)
-            torch.manual_seed(0)
-            where = "cuda" if gpu else "cpu"
-            model = torch_network(net).to(where)
-            opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            loss_fn = torch.nn.CrossEntropyLoss()
-            tx, ty = torch.from_numpy(x).to(where), torch.from_numpy(y).to(where)
-
-            def step() -> None:
-                opt.zero_grad(set_to_none=False)
-                loss_fn(model(tx), ty).backward()
-                opt.step()
-
+            step, (model, loss_fn, tx, ty) = _torch_training(net, x, y, 0.1, "cuda" if gpu else "cpu")
         out: dict[str, Any] = {"peak_growth": _device_growth(side, step) if gpu else _resident_growth(step)}
         if side == "kit":
             out["kinds"] = kit_breakdown(model, ds)
@@ -163,21 +148,27 @@ def step_memory(side: str, net: str, batch: int, mode: str = "SEPARATE") -> dict
 
 def torch_training_step(net: str, x: np.ndarray, y: np.ndarray, lr: float = 0.1) -> Callable[[], None]:
     """A call that trains PyTorch's `net` one SGD step on (x, y), one intra-op thread, on the CPU."""
+    return _torch_training(net, x, y, lr, "cpu")[0]
+
+
+def _torch_training(net: str, x: np.ndarray, y: np.ndarray, lr: float, where: str) -> tuple[Callable[[], None], tuple]:
+    """PyTorch's `net` on `where` (one intra-op thread), and a call that trains it one SGD step on
+    (x, y); with (model, loss function, x, y as tensors)."""
     import torch
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = torch_network(net)
+    model = torch_network(net).to(where)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loss_fn = torch.nn.CrossEntropyLoss()
-    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+    tx, ty = torch.from_numpy(x).to(where), torch.from_numpy(y).to(where)
 
     def step() -> None:
         opt.zero_grad(set_to_none=False)
         loss_fn(model(tx), ty).backward()
         opt.step()
 
-    return step
+    return step, (model, loss_fn, tx, ty)
 
 
 def _resident_growth(step: Callable[[], object]) -> int:
@@ -278,8 +269,7 @@ def kit_breakdown(net: Network, ds: DataSet) -> dict[str, int]:
             _score, eps = net.loss.value_and_grad(out, y, mgr)
         net.body.backward(eps, mgr)
     stats = mgr.stats()
-    names = {s: stats[s] for s in stats}
-    act_stats = names.get(WS_ALL_LAYERS_ACT) or names.get(WS_SINGLE)
+    act_stats = stats.get(WS_ALL_LAYERS_ACT) or stats.get(WS_SINGLE)
     if act_stats is not None:
         kinds["activation_workspace_peak"] = act_stats["peak_used"]
         kinds["arena_room_beyond_cycle"] = sum(max(0, s["capacity"] - s["peak_used"]) for s in stats.values())
@@ -296,8 +286,7 @@ def _in_fresh_process(side: str, net: str, batch: int, mode: str) -> dict[str, A
         "import json, sys; from kit.bench.memory import step_memory; "
         f"print('RESULT' + json.dumps(step_memory({side!r}, {net!r}, {batch}, {mode!r})))"
     )
-    env = dict(os.environ)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"bench memory: the {side} {net} b{batch} process failed:\n{done.stderr[-2000:]}")
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("RESULT"))

@@ -8,12 +8,7 @@
 - MLP 784-256-10 inference at batch 1 and 256: Network.output (which answers from a plan by itself),
   an explicit planned forward (Network.plan_inference) and NumPy (goals: planned batch 1 <= 1.3 x
   NumPy; Network.output <= 1.3 x at batch 1, <= 1.05 x at batch 256; kit/bench/train_inference.py);
-- convolution nets against PyTorch on the CPU (the `bench` extra, `pip install -e ".[bench]"` in a checkout; on
-  Linux `pip install torch --index-url https://download.pytorch.org/whl/cpu` is the small CPU wheel):
-  a LeNet training step (batch 64, 1 x 28 x 28) in each workspace mode, and ResNet-18's forward
-  + backward (batch 16); one thread each (threadpoolctl for kit's BLAS, torch.set_num_threads),
-  rounds interleaved, median [min-max], goal <= 1.5 x PyTorch; the BLAS kernel that ran is named
-  (kit/bench/train_conv.py);
+- convolution nets against PyTorch on the CPU (the `bench` extra; kit/bench/train_conv.py);
 - the kernel alternatives behind Conv2D and MaxPool2D (kit/bench/kernels.py);
 - ETL: an epoch behind a slow source, with and without asynchronous prefetch.
 """
@@ -31,6 +26,7 @@ from threadpoolctl import threadpool_limits
 import kit
 from kit.bench.common import STEP_WARMUP, device_label, min_max_ms, row_verdict, same_dtype, time_calls
 from kit.bench.kernels import kernel_rows
+from kit.bench.memory import torch_network
 from kit.bench.train_conv import conv_rows
 from kit.bench.train_inference import inference_rows
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
@@ -98,23 +94,17 @@ def numpy_mlp_step(
     return float(loss)
 
 
-def _torch_step(
-    batch: int, sizes: tuple[int, ...], n_out: int, lr: float, dtype: Any = np.float32
-) -> Callable[[], float] | None:
+def _torch_step(batch: int, lr: float, dtype: Any = np.float32) -> Callable[[], float] | None:
+    """PyTorch's MLP 784-512-256-10 (kit.bench.memory.torch_network): one SGD step on a random batch."""
     try:
         import torch
     except ImportError:
         return None
     torch.manual_seed(0)
-    layers: list[Any] = []
-    prev = sizes[0]
-    for width in sizes[1:]:
-        layers += [torch.nn.Linear(prev, width), torch.nn.ReLU()]
-        prev = width
-    model = torch.nn.Sequential(*layers, torch.nn.Linear(prev, n_out))
+    model = torch_network("mlp")
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    x = torch.rand(batch, sizes[0])
-    y = torch.randint(0, n_out, (batch,))
+    x = torch.rand(batch, 784)
+    y = torch.randint(0, 10, (batch,))
     loss_fn = torch.nn.CrossEntropyLoss()
     same_dtype("PyTorch MLP", dtype, x, *model.parameters())
 
@@ -134,7 +124,7 @@ def bench_train(quick: bool = False) -> dict[str, Any]:
     batch, hidden, n_in, n_out, lr = 128, (512, 256), 784, 10, 0.01
     rows: list[dict[str, Any]] = []
     # ---- MLP: kit vs NumPy (batch 64 and 128, every workspace mode, one BLAS thread each) ---------
-    torch_step = _torch_step(batch, (n_in, *hidden), n_out, lr, dtype=mlp(n_in, hidden=hidden, n_out=n_out).dtype)
+    torch_step = _torch_step(batch, lr, dtype=mlp(n_in, hidden=hidden, n_out=n_out).dtype)
     mlp_goal: dict[str, str] = {}
     for size in (64, 128):
         size_rows, verdict = _mlp_rows(size, n_in, hidden, n_out, lr, number, repeats)

@@ -16,6 +16,7 @@ from threadpoolctl import threadpool_info, threadpool_limits
 import kit
 from kit.bench.common import STEP_WARMUP, min_max_ms, row_verdict, same_dtype
 from kit.bench.d2l import torch_resnet18
+from kit.bench.memory import torch_network
 from kit.data import DataSet
 from kit.measurement import measure
 from kit.nn import Conv2D, Network, Sgd, WorkspaceMode, lenet, resnet18
@@ -42,10 +43,7 @@ def _torch_conv_steps(
     except ImportError:
         return None
     torch.manual_seed(0)
-    le = nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10),
-    )  # fmt: skip
+    le = torch_network("lenet")
     opt = torch.optim.SGD(le.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
     lx, ly = torch.rand(lenet_batch, 1, 28, 28), torch.randint(0, 10, (lenet_batch,))

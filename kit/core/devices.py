@@ -29,11 +29,7 @@ them (`transfer_stats()`). They always print as "simulated on the host".
 Placement rules live here too: `default_devices(n)` (worker i -> device i % n) and
 `cores_per_worker(n)` (the BLAS threads each of n concurrent workers gets on the CPU).
 
-The module in rooms, each re-exported here: `kit.device_objects` (Device, LogicalDevice, which
-devices exist, host-device simulation), `kit.device_transfers` (the counted transfer path),
-`kit.device_rng` (a generator per device), `kit.cpu_threads` (BLAS threads per CPU worker), and
-this module: the devices of this machine, thread <-> device affinity, `with kit.device(...)`,
-and the placement rule `default_devices`.
+Its rooms (device_objects, device_transfers, device_rng, cpu_threads) are re-exported here.
 """
 
 from __future__ import annotations

@@ -22,9 +22,7 @@ gradients and updater state) comes from `allocate_aligned`: on the heap, startin
     67108864
     >>> kit.memory.set_max_host_cache(0)            # off again (the default)
 
-ND4J's MemoryManager GC window: `toggle_periodic_gc(True)` and `set_auto_gc_window(ms)`
-make kit's loops call `gc.collect()` at most once per window (`maybe_gc()`), and count the
-time it took (kit.gc_window, re-exported here).
+ND4J's periodic GC window is kit.core.gc_window, re-exported here.
 """
 
 from __future__ import annotations

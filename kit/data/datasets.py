@@ -63,18 +63,6 @@ FASHION_MNIST_FILES = {
     "t10k-images-idx3-ubyte.gz": ("5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b", 7840016),
     "t10k-labels-idx1-ubyte.gz": ("0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34", 10008),
 }
-FASHION_CLASSES = (
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-)
 
 
 class DataNotFoundError(FileNotFoundError):

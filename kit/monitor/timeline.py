@@ -15,15 +15,9 @@
     >>> fig = tl.plot()                                    # the last cycle of the busiest workspace, bar by bar
     >>> path = tl.save_trace("fit.json")                   # open in chrome://tracing or ui.perfetto.dev
 
-Each event is a dict (its fields are described on `MemoryTimeline`) of one `kind`: "alloc" (carved
-from an arena, or a heap allocation), "spill" (a workspace allocation that did not fit and went to
-the heap), "reset" (a workspace's write pointer back to 0), "release" (host heap memory freed, seen
-through a weak reference: exact, since views keep their base alive, and free when off) or "replay"
-(an answer replayed at the kernel seam, kit.nn.replay, on the arrays kept when it was recorded; a
-training step runs its layers while a timeline records, so its allocations are all here). Threads are
-told apart by identity, never merged by name. `tl.cycles` holds one dict per workspace cycle that
-ended while recording; `summary()` counts per workspace and thread; `plot()` draws one cycle;
-`save_trace(path)` writes Chrome's trace event format.
+Each event is a dict of one `kind` (`MemoryTimeline` describes them), "replay" among them: an answer
+replayed at the kernel seam (kit.nn.replay); a training step runs its layers while a timeline records,
+so its allocations are all here. Threads are told apart by identity, never merged by name.
 
 Why it costs nothing when off: the allocation sites (allocate_heap, Workspace.alloc and its scopes,
 LayerWorkspaceMgr.create) read `kit.state.STATE.recorder` once and record only when it is set.

@@ -27,6 +27,7 @@ class TimelineError(RuntimeError):
 _TYPE_ORDER = ("INPUT", "ACTIVATIONS", "ACTIVATION_GRAD", "FF_WORKING_MEM", "BP_WORKING_MEM", "UPDATER_WORKING_MEM")
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
 _UNTYPED = "#c7c7c7"
+_COUNTED = {"spill": "spills", "reset": "resets", "release": "releases", "replay": "replays"}  # kind: summary column
 
 
 class TimelineViews:
@@ -38,7 +39,7 @@ class TimelineViews:
         offset + nbytes of a carved array, spills and spilled bytes, resets, releases."""
         rows: dict[tuple, dict[str, Any]] = {}
         for e in self.events:
-            key = (e["workspace"], e["thread"], e["device"])
+            key = _key(e)
             row = rows.get(key)
             if row is None:
                 row = rows[key] = {"workspace": key[0], "thread": key[1], "device": key[2], "cycles": 0}
@@ -48,22 +49,17 @@ class TimelineViews:
                 row.update(allocations=0, bytes=0, peak_offset=peak, spills=0, spilled_bytes=0, resets=0, releases=0)
                 row["replays"] = 0
             kind, n = e["kind"], e["nbytes"]
+            if kind in _COUNTED:
+                row[_COUNTED[kind]] += 1
             if kind in ("alloc", "spill"):
                 row["allocations"] += 1
                 row["bytes"] += n
             if kind == "spill":
-                row["spills"] += 1
                 row["spilled_bytes"] += n
             elif kind == "alloc" and e["offset"] is not None:
                 row["peak_offset"] = max(row["peak_offset"], e["offset"] + n)
-            elif kind == "reset":
-                row["resets"] += 1
-            elif kind == "release":
-                row["releases"] += 1
-            elif kind == "replay":
-                row["replays"] += 1
         for c in self.cycles:
-            key = (c["workspace"], c["thread"], c["device"])
+            key = _key(c)
             if key in rows:
                 rows[key]["cycles"] += 1
         return sorted(rows.values(), key=lambda r: (r["workspace"] is None, r["workspace"] or "", r["thread"]))

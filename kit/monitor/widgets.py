@@ -21,13 +21,9 @@ this module has the memory panel and the two training listeners built on them (`
     workspace loop: 100/100 in ...
     >>> ws.destroy()
 
-In a kernel they are core ipywidgets (FloatProgress, HTML, HBox, VBox) displayed once and then
-updated through `.value` (ipywidgets 7.7 on Colab and 8 in JupyterLab 4). While live, each says at
-its head whether the cell that shows it still runs (kit.panel_live), and keeps every number beside
-its unit (kit.panels.keep_units). When a panel closes it **replaces itself with a static HTML
-rendering of its final state** (through its display id), so a saved notebook, GitHub, nbviewer and
-an HTML export show the final numbers instead of a widget's raw `VBox(children=...)` text. Outside a
-kernel the panels print throttled plain-text lines, and the final state.
+In a kernel they are core ipywidgets (FloatProgress, HTML, HBox, VBox: ipywidgets 7.7 on Colab and 8
+in JupyterLab 4), shown and closed as kit.panels says: a closed panel leaves static HTML, so a saved
+notebook, GitHub and nbviewer show its final numbers, not a widget's `VBox(children=...)` text.
 """
 
 from __future__ import annotations
@@ -53,11 +49,7 @@ from kit.monitor.panels import (
     panel_html,
     table_html,
 )
-
-try:
-    from kit.monitor.readings import stats as _memory_stats
-except ImportError:  # kit before readings moved out of kit.memory
-    from kit.core.memory import stats as _memory_stats  # type: ignore[no-redef]
+from kit.monitor.readings import stats as _memory_stats
 
 if TYPE_CHECKING:
     from kit.nn.network import Network
@@ -72,6 +64,11 @@ __all__ = [
     "format_bytes",
     "in_notebook",
 ]
+
+
+def _pool(g: dict[str, Any]) -> str:
+    """A GPU's memory pool, used of total."""
+    return f"{g['device']} pool {format_bytes(g['pool_used_bytes'])}/{format_bytes(g['pool_total_bytes'])}"
 
 
 class MemoryPanel(Panel):
@@ -128,10 +125,7 @@ class MemoryPanel(Panel):
         parts.append(f"heap allocs {s['heap_allocations']}")
         parts.append(f"cache hits {s['cache_hits']}")
         parts.append(f"RSS {format_bytes(s['rss_bytes'])}")
-        for g in s["gpus"]:
-            parts.append(
-                f"{g['device']} pool {format_bytes(g['pool_used_bytes'])}/{format_bytes(g['pool_total_bytes'])}"
-            )
+        parts += [_pool(g) for g in s["gpus"]]
         return "memory: " + " | ".join(parts)
 
     @staticmethod
@@ -142,10 +136,7 @@ class MemoryPanel(Panel):
         )
 
     def _footer_text(self, s: dict[str, Any]) -> str:
-        gpu = "".join(
-            f", {g['device']} pool {format_bytes(g['pool_used_bytes'])}/{format_bytes(g['pool_total_bytes'])}"
-            for g in s["gpus"]
-        )
+        gpu = "".join(f", {_pool(g)}" for g in s["gpus"])
         return (
             f"heap allocations through kit: {s['heap_allocations']} ({format_bytes(s['heap_bytes'])}), "
             f"cache hits {s['cache_hits']}, RSS {format_bytes(s['rss_bytes'])}{gpu}"

@@ -173,6 +173,16 @@ class ThresholdAlgorithm:
     def clone(self) -> ThresholdAlgorithm:
         return type(self)(**self.__dict__)
 
+    def _steered(self, last: float | None, dense: bool | None, sparsity: float | None, lo: float, hi: float) -> float:
+        """tau kept while the last sparsity is within [lo, hi] (a dense step counts as 1/16); too
+        sparse: tau *= decay, too dense: tau /= decay; the first step: the initial threshold."""
+        if last is None:
+            return self.initial_threshold
+        sparsity = 1 / 16 if dense else (sparsity or 0.0)
+        if sparsity < lo:
+            return last * self.decay_rate
+        return last / self.decay_rate if sparsity > hi else last
+
 
 class FixedThresholdAlgorithm(ThresholdAlgorithm):
     def __init__(self, threshold: float = 1e-3) -> None:
@@ -185,8 +195,7 @@ class FixedThresholdAlgorithm(ThresholdAlgorithm):
 
 
 class AdaptiveThresholdAlgorithm(ThresholdAlgorithm):
-    """Keep tau while the last sparsity is within [min_target, max_target]; below it (too
-    sparse) tau *= decay, above it (too dense) tau /= decay. A dense step counts as 1/16."""
+    """Keep tau while the last sparsity is within [min_target, max_target] (`_steered`)."""
 
     def __init__(
         self,
@@ -208,14 +217,8 @@ class AdaptiveThresholdAlgorithm(ThresholdAlgorithm):
         self.max_target_sparsity, self.decay_rate = float(max_target_sparsity), float(decay_rate)
 
     def calculate_threshold(self, iteration, epoch, last_threshold, last_was_dense, last_sparsity):
-        if last_threshold is None:
-            return self.initial_threshold
-        sparsity = 1 / 16 if last_was_dense else (last_sparsity or 0.0)
-        if sparsity < self.min_target_sparsity:
-            return last_threshold * self.decay_rate
-        if sparsity > self.max_target_sparsity:
-            return last_threshold / self.decay_rate
-        return last_threshold
+        lo, hi = self.min_target_sparsity, self.max_target_sparsity
+        return self._steered(last_threshold, last_was_dense, last_sparsity, lo, hi)
 
 
 class TargetSparsityThresholdAlgorithm(ThresholdAlgorithm):
@@ -231,14 +234,8 @@ class TargetSparsityThresholdAlgorithm(ThresholdAlgorithm):
         self.initial_threshold, self.sparsity_target, self.decay_rate = initial_threshold, sparsity_target, decay_rate
 
     def calculate_threshold(self, iteration, epoch, last_threshold, last_was_dense, last_sparsity):
-        if last_threshold is None:
-            return self.initial_threshold
-        sparsity = 1 / 16 if last_was_dense else (last_sparsity or 0.0)
-        if sparsity < self.sparsity_target:
-            return last_threshold * self.decay_rate
-        if sparsity > self.sparsity_target:
-            return last_threshold / self.decay_rate
-        return last_threshold
+        target = self.sparsity_target
+        return self._steered(last_threshold, last_was_dense, last_sparsity, target, target)
 
 
 class ResidualPostProcessor(Protocol):

@@ -122,12 +122,8 @@ class PerformanceListener(TrainingListener):
     ) -> None:
         if not isinstance(frequency, int) or frequency < 1:
             raise ValueError(f"PerformanceListener(frequency={frequency!r}): must be > 0")
-        self.frequency, self.report_score, self.report_gc, self.report_etl = (
-            frequency,
-            report_score,
-            report_gc,
-            report_etl,
-        )
+        self.frequency, self.report_score = frequency, report_score
+        self.report_gc, self.report_etl = report_gc, report_etl
         self.stream = stream
         self.lines: list[str] = []
         self.records: list[dict[str, float]] = []

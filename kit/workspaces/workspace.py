@@ -27,12 +27,8 @@ Semantics (ND4J's Nd4jWorkspace, as its documentation and source describe them):
   the check costs one attribute load. A stale array raises a StaleArrayError subclass naming
   the workspace, the cycle it was made in, what invalidated it, the op, and the remedy.
 
-The module in rooms, all in kit.workspaces (each re-exported here, so `from kit.workspaces.workspace
-import X` works for all): `workspace_config` (the policies, `WorkspaceConfig`, debug switches),
-`workspace_errors`, `workspace_arena` (the `Arena` a workspace owns: its block, the write pointer,
-learning its size), `workspace_cycles` (scopes, generations, the stale-array check and its words),
-this module (the `Workspace`: carving through its arena, spilling, wrapping around; and
-`get_workspace_for_current_thread`), and `workspace_registry` (the per-thread table).
+The other rooms of kit.workspaces are re-exported here: `from kit.workspaces.workspace import X`
+works for all.
 """
 
 from __future__ import annotations
@@ -320,9 +316,6 @@ class Workspace(Cycles):
     @property
     def generation(self) -> int:
         return self._entered * 1_000_003 + self._lap
-
-    def cycle_of(self, gen: Generation) -> int:
-        return gen.cycle
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -161,8 +161,7 @@ class ParallelInference(ShutsDownOnExit):
         thread (keep them short; one that submits again is queued even past `queue_limit`). In
         INPLACE mode the forward pass runs here, in this call, and the Future is done on return;
         waiting for a free replica is what waiting for room is in the other modes (bounded by
-        `timeout`, a TimeoutError or the shut-down error raised here). `timeout` follows
-        `output`'s rule (None, inf, 0, and ValueError for a negative one or NaN)."""
+        `timeout`, a TimeoutError or the shut-down error raised here); `output`'s timeout rule."""
         deadline = _deadline(timeout, "submit")
         future: concurrent.futures.Future = concurrent.futures.Future()
         future.set_running_or_notify_cancel()
@@ -187,8 +186,7 @@ class ParallelInference(ShutsDownOnExit):
         a full queue, which it awaits on the loop, and for the answer), then TimeoutError; a
         request still queued when it times out or its task is cancelled is taken back. INPLACE
         runs the forward pass in the loop's default executor (the loop must not block), and the
-        timeout bounds the whole wait, forward pass included. `timeout` follows `output`'s rule
-        (None, inf, 0, and ValueError for a negative one or NaN)."""
+        timeout bounds the whole wait, forward pass included; `output`'s timeout rule."""
         deadline = _deadline(timeout, "output_async")
         arr, single, source = self._prepare(x)
         if arr is None:
@@ -319,8 +317,7 @@ class ParallelInference(ShutsDownOnExit):
         """Refuse new requests, answer every waiting one with a clear error (queued, waiting for
         room, or, INPLACE, waiting for a replica), restore the BLAS limit and join every worker (a
         batch already running finishes first; a worker still running after `timeout` seconds is
-        named in a warning and left to finish). `timeout` follows `output`'s rule: None or
-        math.inf join without limit, 0 does not wait, a negative one or NaN raises ValueError."""
+        named in a warning and left to finish); `output`'s timeout rule."""
         deadline = _deadline(timeout, "shutdown")
         if self._closed:
             return
@@ -354,12 +351,8 @@ def _worker_devices(
 
 
 def _deadline(timeout: object, call: str) -> float | None:
-    """The one timeout rule of every call that waits (`output`, `submit`, `output_async`, and
-    `shutdown` for its joins), in every mode: None or +inf (or more than threading.TIMEOUT_MAX,
-    ~292 years) wait without limit; a number >= 0 is the seconds the call may wait, counted from
-    now (0: no waiting at all, so what is not ready at once times out); a negative number or NaN
-    raises ValueError and a non-number TypeError, at the call, naming the value, before anything
-    is queued. Returns the time.monotonic() deadline (None: no limit)."""
+    """The one timeout rule (`ParallelInference.output` says it) as a time.monotonic() deadline, None
+    for no limit (also past threading.TIMEOUT_MAX, ~292 years); a bad value raises at the call."""
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
