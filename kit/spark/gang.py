@@ -231,12 +231,7 @@ def _apply(owner: Any, run: Any, results: list[dict[str, Any]], epochs: int, rou
     """Rank 0's state into the network, the counters moved as the rounds would have moved them."""
     bad = [r for r in results if r["diverged"]]
     if bad:
-        where = bad[0]["diverged"]
-        raise NonFiniteScoreError(
-            f"Spark gang: a worker's loss or state was not finite at epoch {owner.epoch + where['epoch']}, round "
-            f"{where['round']}; every worker stopped there and the network keeps its state from before the fit. "
-            "Lower the learning rate or scale the features"
-        )
+        raise NonFiniteScoreError(_diverged(owner, bad))
     first = results[0]
     net = owner.network
     keys = tuple(first["state_keys"])
@@ -248,6 +243,20 @@ def _apply(owner: Any, run: Any, results: list[dict[str, Any]], epochs: int, rou
     if per_step:
         owner.last_score = float(np.mean([s[-1] for s in per_step]))
     run.position.update(epoch=owner.epoch, round=0)
+
+
+def _diverged(owner: Any, bad: list[dict[str, Any]]) -> str:
+    """The words of a gang's NonFiniteScoreError, naming the worker that diverged as the rounds do
+    (kit.nn.loop's "(epoch e, worker w): the loss is nan")."""
+    own = [r for r in bad if r["diverged"].get("worker", -1) >= 0] or bad  # the worker that saw it, not its peers
+    where, worker = own[0]["diverged"], own[0]["diverged"].get("worker", -1)
+    last = own[0]["scores"][-1] if own[0]["scores"] else float("nan")
+    what = f"the loss is {last}" if not np.isfinite(last) else "its state is no longer finite"
+    return (
+        f"Spark gang (epoch {owner.epoch + where['epoch']}, worker {worker}): {what} in round {where['round']}; "
+        "every worker stopped there and the network keeps its state from before the fit. Lower the learning rate or "
+        "scale the features"
+    )
 
 
 def _gang_stats(results: list[dict[str, Any]], spec: GangSpec, wall_ms: float) -> dict[str, Any]:
