@@ -39,7 +39,7 @@ def run_seconds(execution: dict) -> float | None:
 def normalise(nb: nbformat.NotebookNode, display_name: str) -> None:
     """What a reader's JupyterLab would change on open, changed already: the kernelspec's display
     name, no widget state, no execution timestamps (each code cell keeps only how long it ran, in
-    `metadata.kit.run_s`, which tests/test_chapter_progress.py reads), and an id on every cell
+    `metadata.kit.run_s`, which tests/chapters/test_chapter_progress.py reads), and an id on every cell
     (nbformat 4.5; a cell inserted by a script may have none, and JupyterLab would add one)."""
     nb.metadata["kernelspec"] = {"display_name": display_name, "language": "python", "name": "python3"}
     nb.metadata.pop("widgets", None)

@@ -408,3 +408,94 @@ def test_compare_runs_as_many_untimed_calls_as_warmup_says_and_counts_them_in_it
     for bad in (-1, 1.5, "3", None):
         with pytest.raises(ValueError, match=r"compare\(warmup="):
             measure.compare({"a": fn("a")}, repeats=1, number=1, warmup=bad)
+
+
+# a figure from a flagged measurement carries the flag, and no goal gives it a verdict
+
+
+VERDICTS = ("-> met", "-> NOT met", "not shown either way")
+
+
+GOAL_FORMS = [
+    ("<=", 1.3, 2.0, None, None),
+    ("<=", 2.5, 1.5, None, None),
+    (">=", 4.0, 3.0, (3.5, 4.5), None),
+    ("<", 1.06, 1.0, (0.9, 1.2), None),
+    (">", 0.9, 1.0, None, [0.8, 0.85, 0.9, 0.95, 1.1]),
+    ("<=", 1.02, 1.03, None, [0.99, 1.0, 1.01, 1.02, 1.03, 1.04, 1.05]),
+]
+
+
+@pytest.mark.parametrize(("op", "value", "limit", "per_repeat", "repeats"), GOAL_FORMS)
+def test_every_goal_form_from_a_flagged_measurement_flags_its_figure_and_gives_no_verdict(
+    op, value, limit, per_repeat, repeats
+):
+    clean = measure.goal("g", value, op, limit, "ms", True, per_repeat, repeats)
+    flagged = measure.goal("g", value, op, limit, "ms", False, per_repeat, repeats)
+    assert any(v in clean for v in VERDICTS) and "(flagged)" not in clean
+    assert not any(v in flagged for v in VERDICTS), flagged
+    figure = clean.split(": ", 1)[1].split(" ms", 1)[0]
+    assert flagged.startswith(f"g: {figure} ms (flagged)") and measure.NO_VERDICT in flagged
+    assert flagged.endswith("[unreliable measurement: see the warnings]")  # what kit.reference reads
+    interval = per_repeat or (repeats and measure.median_interval(repeats)[:2])
+    assert measure.goal_verdict(value, op, limit, interval or None, reliable=False) == measure.NO_VERDICT
+    assert measure.goal_verdict(value, op, limit, interval or None) in clean
+
+
+def test_a_goal_on_per_repeat_ratios_that_straddle_the_target_is_not_a_verdict():
+    line = measure.goal("workspace time / plain time", 1.06, "<=", 1, per_repeat=(0.93, 1.15))
+    assert line.endswith("1.06 (per repeat 0.93-1.15) -> within the spread: not shown either way (goal <= 1)")
+    assert "NOT met" in measure.goal("t", 1.06, "<=", 1, per_repeat=(1.01, 1.15))
+    assert "-> met" in measure.goal("t", 0.9, "<=", 1, per_repeat=(0.85, 0.99))
+    # no range: the verdict reads the figure alone, as before
+    assert measure.goal("t", 1.06, "<=", 1) == "t: 1.06 -> NOT met (goal <= 1)"
+
+
+# histogram_bins: bins that show the distribution (no bin holds more than a quarter of the values)
+
+
+def _old_bins_share(ms: np.ndarray) -> float:
+    """The share of the fullest bin under the chapter's old rule: 30 linear bins over the fastest 99 %."""
+    body = ms[ms <= np.quantile(ms, 0.99)]
+    counts, _ = np.histogram(body, bins=30)
+    return counts.max() / len(ms)
+
+
+def _distributions() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(45)
+    return {
+        # the finding's run: 450 iterations, a tight body and 2 % of spikes (410 landed in one bin)
+        "body and spikes": np.concatenate([rng.normal(0.45, 0.01, 441), rng.uniform(1.5, 8.0, 9)]),
+        "lognormal": rng.lognormal(-0.8, 0.3, 450),
+        "bimodal": np.concatenate([rng.normal(0.4, 0.01, 300), rng.normal(0.9, 0.02, 150)]),
+        "exponential tail": 0.3 + rng.exponential(0.05, 450),
+        "uniform": rng.uniform(0.3, 0.6, 450),
+        "timer steps": np.round(rng.normal(0.45, 0.03, 450), 3),  # values repeat at the clock's resolution
+        "few values": rng.normal(0.45, 0.02, 12),
+    }
+
+
+@pytest.mark.parametrize("name", list(_distributions()))
+def test_histogram_bins_hold_every_value_and_no_bin_more_than_a_quarter(name):
+    ms = np.abs(_distributions()[name]) + 1e-3
+    edges = measure.histogram_bins(ms)
+    counts, _ = np.histogram(ms, edges)
+    assert counts.sum() == len(ms) and edges[0] == ms.min() and edges[-1] == ms.max()
+    assert np.all(np.diff(edges) > 0) and np.allclose(np.diff(np.log(edges)), np.log(edges[1] / edges[0]))
+    assert counts.max() <= measure.MAX_BIN_SHARE * len(ms), (name, counts.max(), len(edges) - 1)
+
+
+def test_the_old_bins_put_most_iterations_in_one_bin_where_the_new_ones_do_not():
+    ms = _distributions()["body and spikes"]
+    assert _old_bins_share(ms) > 0.8  # the finding, reproduced
+    counts, _ = np.histogram(ms, measure.histogram_bins(ms))
+    assert counts.max() / len(ms) <= 0.25
+
+
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [([], "0 values"), ([0.0, 1.0], "the smallest 0"), ([1.0, float("nan")], "some NaN or infinite"), ([-1.0], "-1")],
+)
+def test_histogram_bins_refuses_what_is_not_a_time_naming_it(values, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        measure.histogram_bins(values)

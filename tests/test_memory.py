@@ -1,6 +1,10 @@
 """kit.memory: counters, the caching allocator (hits, limits, safety) and the GC window."""
 
+from __future__ import annotations
+
+import contextlib
 import gc
+import sys
 import threading
 
 import numpy as np
@@ -260,3 +264,150 @@ def test_an_updater_swapped_in_gets_its_state_on_cache_lines():
     assert sorted(net.updater_state) == ["m", "v"]
     for name, buf in net.updater_state.items():
         assert _address(buf.data) % memory.ALIGNMENT == 0 and not buf.data.any(), name
+
+
+# where a result's memory comes from, as chapter 1 section 3 says it: the calls each op makes, traced
+# (sys.setprofile on kit.memory.allocate and kit.memory.count, the real functions), op by op, on the
+# plain heap, in a workspace, with the cache on and while a memory timeline records
+
+
+class _Calls:
+    """How many times each traced function of kit.memory was entered while the block ran."""
+
+    def __init__(self) -> None:
+        self.codes = {memory.allocate.__code__: "allocate", memory.count.__code__: "count"}
+        self.n = dict.fromkeys(self.codes.values(), 0)
+
+    def _profile(self, frame, event, arg):
+        if event == "call":
+            name = self.codes.get(frame.f_code)
+            if name is not None:
+                self.n[name] += 1
+
+    def __enter__(self) -> _Calls:
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.setprofile(None)
+
+
+def _traced(fn):
+    with _Calls() as calls:
+        result = fn()
+    return result, calls.n
+
+
+def _arrays():
+    kit.seed(0)
+    x, y = kit.rand((4, 6)) + 0.5, kit.rand((4, 6)) + 0.5
+    return x, y, kit.rand((6, 3)), x > 1.0, y > 1.0
+
+
+NUMPY_ALLOCATES = {
+    "x + y": lambda x, y, w, p, q: x + y,
+    "x - y": lambda x, y, w, p, q: x - y,
+    "x * y": lambda x, y, w, p, q: x * y,
+    "x / y": lambda x, y, w, p, q: x / y,
+    "x // y": lambda x, y, w, p, q: x // y,
+    "x % y": lambda x, y, w, p, q: x % y,
+    "x ** y": lambda x, y, w, p, q: x**y,
+    "x < y": lambda x, y, w, p, q: x < y,
+    "x >= y": lambda x, y, w, p, q: x >= y,
+    "x == y": lambda x, y, w, p, q: x == y,
+    "p & q": lambda x, y, w, p, q: p & q,
+    "p | q": lambda x, y, w, p, q: p | q,
+    "x + 1": lambda x, y, w, p, q: x + 1,
+    "2.0 * x": lambda x, y, w, p, q: 2.0 * x,
+    "1 - x": lambda x, y, w, p, q: 1 - x,
+    "-x": lambda x, y, w, p, q: -x,
+    "abs(x)": lambda x, y, w, p, q: abs(x),
+    "x.exp()": lambda x, y, w, p, q: x.exp(),
+    "x.tanh()": lambda x, y, w, p, q: x.tanh(),
+    "x.log()": lambda x, y, w, p, q: x.log(),
+    "x.sqrt()": lambda x, y, w, p, q: x.sqrt(),
+    "x.maximum(y)": lambda x, y, w, p, q: x.maximum(y),
+    "x @ w": lambda x, y, w, p, q: x @ w,
+    "x.sum()": lambda x, y, w, p, q: x.sum(),
+    "x.sum(axis=0)": lambda x, y, w, p, q: x.sum(axis=0),
+    "x.mean(axis=1)": lambda x, y, w, p, q: x.mean(axis=1),
+    "x.max(axis=1)": lambda x, y, w, p, q: x.max(axis=1),
+    "x.min()": lambda x, y, w, p, q: x.min(),
+}
+
+
+ALLOCATE_ALWAYS = {
+    "kit.ones((3,))": lambda x, y, w, p, q: kit.ones((3,)),
+    "kit.zeros((2, 2))": lambda x, y, w, p, q: kit.zeros((2, 2)),
+    "x.clip(0, 1)": lambda x, y, w, p, q: x.clip(0.0, 1.0),
+    "x.argmax(axis=1)": lambda x, y, w, p, q: x.argmax(axis=1),
+    "float16 sum": lambda x, y, w, p, q: x.astype("float16").sum(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY_ALLOCATES))
+def test_on_the_plain_cpu_heap_numpy_allocates_and_kit_counts(name):
+    x, y, w, p, q = _arrays()
+    before = kit.memory.heap_allocations(this_thread=True)
+    out, calls = _traced(lambda: NUMPY_ALLOCATES[name](x, y, w, p, q))
+    assert calls == {"allocate": 0, "count": 1}, name
+    assert kit.memory.heap_allocations(this_thread=True) - before == 1
+    assert out._owner is None and out._data.base is None  # NumPy's own array, not a view of one kit made
+
+
+@pytest.mark.parametrize("name", sorted(ALLOCATE_ALWAYS))
+def test_ops_section_3_does_not_name_ask_kit_memory_allocate_on_the_heap(name):
+    x, y, w, p, q = _arrays()
+    _, calls = _traced(lambda: ALLOCATE_ALWAYS[name](x, y, w, p, q))
+    assert calls["allocate"] >= 1, name
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY_ALLOCATES))
+def test_inside_a_workspace_every_op_asks_kit_memory_allocate_and_is_carved(name):
+    x, y, w, p, q = _arrays()
+    ws = kit.get_workspace_for_current_thread(kit.WorkspaceConfig(), f"ISSUE45_{name}")
+    try:
+        for _ in range(2):  # the first cycle learns the arena's size; the second carves from it
+            with ws:
+                out, calls = _traced(lambda: NUMPY_ALLOCATES[name](x, y, w, p, q))
+                assert out._owner is ws
+        assert calls == {"allocate": 1, "count": 0}, name  # carved: no heap allocation to count
+    finally:
+        ws.destroy()
+
+
+@pytest.mark.parametrize("regime", ["cache", "timeline"])
+def test_with_the_cache_on_or_a_timeline_recording_every_op_asks_kit_memory_allocate(regime):
+    x, y, w, p, q = _arrays()
+    stack = contextlib.ExitStack()
+    if regime == "cache":
+        kit.memory.set_max_host_cache(16 << 20)
+        stack.callback(kit.memory.set_max_host_cache, 0)
+    else:
+        stack.enter_context(kit.memory_timeline())
+    with stack:
+        for name, op in NUMPY_ALLOCATES.items():
+            _, calls = _traced(lambda op=op: op(x, y, w, p, q))
+            assert calls == {"allocate": 1, "count": 1}, name  # allocate_heap counts it
+
+
+def test_chapter_1_loops_make_one_counted_numpy_result_per_op_and_no_allocate_call():
+    # the opening loop, tanh(x @ w + b), and section 3's count, (x + 1) * 2
+    kit.seed(0)
+    x0, w0, b0 = kit.rand((64, 256)), kit.rand((256, 128)), kit.zeros((128,))
+    _, calls = _traced(lambda: (x0 @ w0 + b0).tanh())
+    assert calls == {"allocate": 0, "count": 3}
+    x = kit.arange(6, dtype="float32").reshape(2, 3)
+    _, calls = _traced(lambda: ((x + 1) * 2)[:, 1:].T)
+    assert calls == {"allocate": 0, "count": 2}
+
+
+@pytest.mark.skipif(not kit.backend.gpu_status()[0], reason="no usable GPU here: section 3's GPU sentence")
+def test_on_a_gpu_cupy_allocates_operators_of_one_dtype_and_reductions_and_allocate_the_rest():
+    dev = next(d for d in kit.devices() if d.kind == "gpu")
+    with kit.device(dev):
+        x, y = kit.rand((4, 6)) + 0.5, kit.rand((4, 6)) + 0.5
+        for op in (lambda: x + y, lambda: x * y, lambda: x < y, lambda: x.sum(), lambda: x.max(axis=1)):
+            assert _traced(op)[1] == {"allocate": 0, "count": 1}
+        for op in (lambda: x / y, lambda: x + 1, lambda: x.exp(), lambda: x.astype("float16").sum()):
+            assert _traced(op)[1]["allocate"] >= 1

@@ -1,6 +1,7 @@
 """kit.prose: sentences from measurements never claim what the measurement cannot carry."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -102,3 +103,23 @@ def test_flags_name_timings_whose_names_are_numbers():
 
     noisy = [Timing(f, [1.0, 3.0, 2.0], 1) for f in (1, 2, 5)]
     assert flags(noisy) == ["1, 2 and 5: spread ±50% is wider than ±25%"]
+
+
+def _bare_counts(text: str) -> list[str]:
+    """Whole numbers of four digits or more written without a separator."""
+    return re.findall(r"(?<![\d.,])\d{4,}(?![\d.,%])", text)
+
+
+def test_every_count_in_every_branch_has_thousands_separators():
+    n = 2000
+    a = [True] * 1442 + [False] * (n - 1442)
+    same = accuracy_difference(a, a, "A", "B")
+    noise = accuracy_difference(a, [True] * 1441 + [False] * (n - 1441), "A", "B")
+    real = accuracy_difference(a, [True] * 1200 + [False] * (n - 1200), "A", "B")
+    assert "1,442 of 2,000 test examples" in same and same.endswith("no difference.")
+    assert "1 of 2,000 examples apart" in noise and "noise" in noise
+    assert "better by 242 of 2,000 examples" in real
+    wide = accuracy_difference([True] * 12000 + [False] * 1000, [True] * 10000 + [False] * 3000, "A", "B")
+    assert "better by 2,000 of 13,000 examples" in wide and "10,000 (76.9%)" in wide
+    for text in (same, noise, real, wide):
+        assert _bare_counts(text) == [], text

@@ -7,7 +7,7 @@ against the stored outputs of the chapter it speaks of, the run a reader sees on
 README says what the new run says.
 
 Which words report a result: a number or a comparative word (the scanner of
-tests/test_chapter_claims.py), or a word of outcome (`OUTCOME`: stalls, lags, falls behind,
+tests/chapters/test_chapter_claims.py), or a word of outcome (`OUTCOME`: stalls, lags, falls behind,
 skipped, stopped, checked, verified, ...). Every statement of the README that speaks of a chapter
 (a row of the chapter table, split at its semicolons; elsewhere a sentence naming "chapter N") is
 scanned (a product's version, "Java 17", is a name), and every such word must lie inside a
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_chapter_claims import claims
+from chapters.test_chapter_claims import claims
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()

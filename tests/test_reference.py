@@ -8,8 +8,9 @@ import json
 from importlib import resources
 
 import pytest
+from _reports import flagged_report as _flagged_report
 
-from kit import reference
+from kit import measure, reference
 
 
 def write_report(folder, name, gpu="NVIDIA H100 80GB HBM3", date="2026-12-01T09:30:00+00:00", parts=None):
@@ -331,3 +332,50 @@ def test_the_d2l_sentence_says_a_shortfall_inside_d2ls_rounding_is_no_difference
     assert "falls short" in far and "rounding" not in far
     assert "reaches" in met and "rounding" not in met
     assert ACCURACY_GOAL - 0.906 < D2L_ROUNDING
+
+
+# a reference run's own flags reach its column and every sentence that quotes it
+
+
+def test_a_reference_figure_its_own_report_flags_is_marked_in_its_column_and_refused_by_quote(tmp_path):
+    _flagged_report(tmp_path)
+    path = "benchmarks.workspaces.result.rows[regime={}].{}"
+    picks = {
+        "ratio": path.format("workspace", "ratio_to_plain"),
+        "plain ms": path.format("plain", "ms_per_iter"),
+        "allocations": path.format("workspace", "kit_heap_allocs_per_iter"),
+        "small": "benchmarks.arrays.result.summary.small_added_us_median",
+        "large": "benchmarks.arrays.result.summary.large_overhead_pct_median",
+    }
+    measured = {"ratio": 1.06, "plain ms": 0.67, "allocations": 0, "small": 1.1, "large": 3.0, "half": 0.13,
+                "other": 1.0}  # fmt: skip
+    ref = reference.beside(measured, picks, directory=tmp_path, device="cpu:0")
+    cells = {r[0]: r for r in ref._cells()}
+    assert cells["ratio"][2] == "0.833 (flagged)"  # the row's spread, ±28%, is over the limit
+    assert cells["small"][2] == "2.5 (flagged)"  # the goal line it feeds is marked unreliable
+    assert cells["half"][2] == "0.99 (flagged)"  # the chapter run recorded it as flagged
+    # a count is not a timing; an unflagged row, goal or chapter figure stays unmarked
+    for name, shown in (("allocations", "0"), ("plain ms", "1.18"), ("large", "1"), ("other", "2")):
+        assert cells[name][2] == shown, name
+    assert "spread ±28% is wider than ±25%" in ref.note and "'added per small op (median)'" in ref.note
+    assert "(flagged)" in ref._repr_html_()
+    [(_run, value, why)] = ref.quote("ratio")
+    assert value == 0.833 and "±28%" in why
+    assert ref.quote("plain ms")[0][2] == ""
+
+
+def test_gpu_check_records_the_figures_a_chapter_showed_as_flagged():
+    busy = measure.Timing("w", [0.010, 0.011, 0.010], 10, load=0.5)
+    reference.beside({"read30 q": busy, "read30 clean": 1.0}, device="cpu:0")
+    flags = reference.reported_flags()
+    assert "read30 q" in flags and "read30 clean" not in flags
+
+
+def test_the_shipped_h100_reference_marks_its_own_flagged_figures():
+    runs = [r for r in reference.reference_runs() if "h100" in r.get("file", "")]
+    for run in runs:
+        pick = "benchmarks.workspaces.result.rows[regime=workspace].ratio_to_plain"
+        if reference.lookup(run, pick) is not None and "unreliable" in str(
+            reference.lookup(run, "benchmarks.workspaces.result.summary.goal_time")
+        ):
+            assert reference.reference_flag(run, pick)

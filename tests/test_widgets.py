@@ -250,3 +250,26 @@ def test_a_panel_says_its_times_are_one_unchecked_run_and_flags_a_busy_machine()
     assert "machine busy: flagged" in final._repr_html_() and "one run, not repeated" in repr(final)
     worker = WorkerPanel(1, widgets=False, display=False).static()
     assert "one run, not repeated" in worker._repr_html_()
+
+
+# a progress line whose work raises says it stopped (none is left at 0 %)
+
+
+def test_a_progress_line_whose_work_raises_says_it_stopped():
+    from kit.monitor.widgets import Progress
+
+    with pytest.raises(RuntimeError), Progress("starting Spark", total=1, widgets=False, display=False) as bar:
+        raise RuntimeError("no Java")
+    assert bar.stopped == "RuntimeError"
+    assert "stopped after 0/1 steps" in bar.last_text and "%" not in bar.last_text
+    static = bar.static()
+    assert "stopped" in static.html and "width:0.0%" not in static.html  # no empty bar drawn
+
+
+def test_a_progress_line_whose_work_ends_still_says_how_far_it_got():
+    from kit.monitor.widgets import Progress
+
+    with Progress("two steps", total=2, widgets=False, display=False) as bar:
+        bar.tick()
+        bar.tick()
+    assert bar.stopped == "" and "2/2 steps (100%)" in bar.last_text

@@ -90,7 +90,12 @@ def _dname(d: np.dtype | type | None) -> str:
 def norm_axis(axis: int | Iterable[int] | None, ndim: int, op: str, shape: tuple) -> tuple[int, ...] | None:
     if axis is None:
         return None
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if isinstance(axis, (int, np.integer)):
+        axes = (axis,)
+    elif isinstance(axis, (tuple, list)):
+        axes = tuple(axis)
+    else:
+        raise ShapeError(f"{op}: axis {axis!r} must be an int, a tuple of ints or None (for every axis)")
     out = []
     for ax in axes:
         if not isinstance(ax, (int, np.integer)) or not -ndim <= ax < ndim:

@@ -8,42 +8,33 @@
     >>> tm.threshold["initial_threshold"], tm.worker_prefetch_num_batches
     (0.0001, 2)
 
-Both prepare the data once per fit (repartition into one partition per worker, cache or export
-to files), then run rounds. A round is one step of kit's TrainingLoop on the driver:
+Both prepare the data once per fit (kit.spark.prepared), then run rounds; a round is one step of
+kit's TrainingLoop on the driver.
 
-ParameterAveragingTrainingMaster (DL4J 0.x's default): broadcast the flat parameters (and the
-updater state when `save_updater`) as one float array; each worker sets them into the network
-it built from the JSON config, fits `averaging_frequency` mini-batches of
-`batch_size_per_worker` examples, and sends its flat state back up a tree
-(`aggregation_depth`, kit.spark.aggregation): executors sum neighbouring workers' states in
-float64, in worker order, and the driver divides the sum by the workers that had data in the
-round and starts the next round from the mean.
+ParameterAveragingTrainingMaster (DL4J 0.x's default): the driver broadcasts the flat parameters
+(and the updater state when `save_updater`) as one float array; each worker fits
+`averaging_frequency` mini-batches of `batch_size_per_worker` examples and sends its flat state
+back up a tree (`aggregation_depth`, kit.spark.aggregation) that sums in float64, in worker order;
+the next round starts from the mean over the workers that had data.
 
-SharedTrainingMaster (DL4J 1.0's default, gradient sharing): each worker adds every step's
-update to its residual, threshold-encodes it (kit.parallel.threshold, adaptive threshold) and
-applies what it encoded; the messages come back through the same tree, still encoded (a dense
-sum would be larger than the sparse messages), and the driver applies their sum in worker
-order, then broadcasts the parameters for the next round (they changed by every worker's
-messages; an executor cannot be relied on to hold the last round's). Each worker's residual,
-updater state and threshold are its own for the whole training, as in DL4J: they go back to
-the driver with the messages and out again with the next round, so they last across rounds,
-epochs and fits whichever executor (or host) runs the task, and a retried task starts from
-exactly the state the failed one started from. The network's updater state is broadcast only
-while some worker has none of its own yet (it is where such a worker starts). The network's
-updater state after a fit is worker 0's.
+SharedTrainingMaster (DL4J 1.0's default, gradient sharing): each worker adds every step's update
+to its residual, threshold-encodes it (kit.parallel.threshold) and applies what it encoded; the
+messages come back up the same tree still encoded (smaller than a dense sum), the driver applies
+their sum in worker order and broadcasts the parameters (an executor may not hold the last
+round's). As in DL4J a worker's residual, updater state and threshold are its own for the whole
+training: they travel with its messages and its next round, so they last across rounds, epochs
+and fits whichever executor runs the task, and a retried task starts from the state the failed
+one started from. The network's updater state is broadcast only while a worker has none of its
+own, and after a fit it is worker 0's.
 
-Assignment of data (both masters, `repartition` ALWAYS): example i of the RDD (in order, every
-element's examples one by one, whatever the elements hold) goes to mini-batch
-i // batch_size_per_worker, and mini-batch b to worker b % num_workers, in order; so
-in the first epoch, round r of worker w trains on the same mini-batches as ParallelWrapper's
-worker w between its averagings. Spark starts a new round at each epoch while ParallelWrapper
-counts its averaging period across the boundary, so later epochs keep this only when each
-worker's mini-batches per epoch are a multiple of the frequency. With NEVER each existing
-partition is one worker and keeps its order.
+Data (`repartition` ALWAYS): example i of the RDD, in order, goes to mini-batch
+i // batch_size_per_worker, and mini-batch b to worker b % num_workers; so in the first epoch round
+r of worker w trains on ParallelWrapper's worker w's mini-batches between its averagings (in later
+epochs only when a worker's mini-batches per epoch are a multiple of the frequency: Spark starts a
+round at each epoch). With NEVER each existing partition is one worker and keeps its order.
 
-Where each part lives (all re-exported here): kit.spark.master_options (each master's frozen
-options, the enums and the argument checks), kit.spark.prepared (`Prepared`: a fit's data, stored once),
-kit.spark.training_master (`TrainingMaster`: what both masters share), and one module a master:
+The parts, all re-exported here: kit.spark.master_options (the frozen options, enums and checks),
+kit.spark.prepared, kit.spark.training_master (what both masters share), and one module a master,
 kit.spark.averaging_master and kit.spark.shared_master.
 """
 

@@ -1,7 +1,6 @@
 """SparkNetwork: train and evaluate a kit Network on Apache Spark (DL4J's SparkDl4jMultiLayer).
 
-Usage (it starts a local Spark, a JVM that takes seconds to come up, so it is not run as a doctest;
-`train`, `test` and `net` as in kit.spark's example):
+Usage (not a doctest: Spark's JVM takes seconds to start; `train`, `test`, `net` as in kit.spark):
 
     sc = local_spark_context("local[2]")
     rdd = to_rdd(sc, train)                      # RDD of (features, labels) NumPy pairs
@@ -11,45 +10,33 @@ Usage (it starts a local Spark, a JVM that takes seconds to come up, so it is no
     spark_net.evaluate(to_rdd(sc, test)).accuracy()  # merged across partitions (tree aggregation)
     spark_net.network                            # the trained model, on the driver
 
-The data: an RDD whose elements are `(features, labels)` pairs of NumPy arrays with a leading
-examples axis: features (n, *input_shape), labels (n,) class indices or (n, C) one-hot rows;
-elements may hold any number of examples, each its own: a mini-batch is always
-`batch_size_per_worker` examples (DL4J splits and merges DataSets the same way; the master's
-`rdd_data_set_num_examples` is a hint kept for DL4J's API and changes no mini-batch). A
-DataFrame works too: its features_col and label_col columns (MLlib's "features" and "label" by
-default), read through Arrow a batch at a time (kit.spark.arrow_data). `to_rdd` makes an RDD from
-a kit DataSet.
+The data: an RDD of `(features, labels)` NumPy pairs with a leading examples axis (labels as class
+indices or one-hot rows), each element holding any number of examples: a mini-batch is always
+`batch_size_per_worker` examples, as DL4J splits and merges DataSets (the master's
+`rdd_data_set_num_examples` is kept for DL4J's API and changes no mini-batch). A DataFrame's
+features_col and label_col (MLlib's "features" and "label") are read through Arrow a batch at a
+time (kit.spark.arrow_data); `to_rdd` makes an RDD from a kit DataSet.
 
-Training drives kit's TrainingLoop on the driver: one loop step is one round of the training
-master (one Spark job), so listeners see DL4J's numbering, one `iteration_done` per worker
-per round (with `worker=`), as with ParallelWrapper. With one worker, averaging frequency 1
-and `save_updater=True` (or an updater that keeps no state, such as Sgd without momentum),
-fit() equals Network.fit on the same mini-batches; with DL4J's default save_updater=False each
-round's updater starts afresh, so Adam, Nesterov and the like take other steps. After fit,
-`network.iteration` counts the updater steps each worker took (what Adam's bias correction
-needs to continue), and the next fit goes on from the network's counters, local training
-in between included.
+Training drives kit's TrainingLoop on the driver: one loop step is one round of the master (one
+Spark job), and listeners see DL4J's numbering, one `iteration_done` per worker per round (with
+`worker=`), as with ParallelWrapper. With one worker, frequency 1 and `save_updater=True` (or an
+updater that keeps no state), fit() equals Network.fit on the same mini-batches, in mixed precision
+too, skipped steps included, bit for bit; with DL4J's default save_updater=False each round's
+updater starts afresh. After fit `network.iteration` counts each worker's updater steps (what
+Adam's bias correction needs), and the next fit goes on from the network's counters.
 
-Mixed precision (kit.nn.mixed: dtype float16, master_dtype float32, a loss scale) trains as
-with ParallelWrapper: what crosses the wire as the parameters is the float32 master weights
-(averaged, or moved by shared training's threshold-encoded updates), and the executors write
-their float16 copies from them. Each executor starts a round from the driver's loss-scaler state
-and skips its own overflowing steps; parameter averaging then gives the network one state, the
-most careful of the workers' (smallest scale, most skipped steps), and shared training keeps each
-worker's scaler with its residual, the network taking worker 0's. With one worker, frequency 1
-and save_updater=True, a mixed-precision fit equals Network.fit bit for bit, skipped steps
-included.
+Mixed precision (kit.nn.mixed) trains as with ParallelWrapper: the float32 master weights cross the
+wire and the executors write their float16 copies from them; each executor starts a round from the
+driver's loss-scaler state and skips its own overflowing steps. Averaging keeps the most careful
+worker's scaler (smallest scale, most skipped steps); shared training keeps each worker's with its
+residual, the network taking worker 0's.
 
-A task that fails (bad labels, NaN features, a crash) stops fit() with SparkTrainingError
-naming the partition, and the job group is cancelled so no Spark job is left running. A driver
-that dies loses nothing past the master's last checkpoint (`checkpoint_every`): a new driver's
-`fit(rdd, epochs=N, resume=True)` goes on from it bit for bit (kit.spark.checkpoint).
-
-Where the parts live (each re-exported here): kit.spark.spark_context (starting Spark),
-kit.spark.rdd_data (to_rdd, as_rdd), kit.spark.spark_errors (SparkTrainingError and its words),
-kit.spark.spark_evaluation (evaluation, a mixin of SparkNetwork), kit.spark.scoring (inference:
-feed_forward_with_key, output, predict; a mixin too); this module holds SparkNetwork's
-jobs and training: sessions, rounds, checkpoints.
+A failing task (bad labels, NaN features, a crash) stops fit() with SparkTrainingError naming the
+partition, and the job group is cancelled. A driver that dies loses nothing past the last
+checkpoint (`checkpoint_every`): a new driver's `fit(rdd, epochs=N, resume=True)` goes on from it
+bit for bit (kit.spark.checkpoint). The parts, each re-exported here: kit.spark.spark_context,
+rdd_data, spark_errors, spark_evaluation and scoring (mixins: evaluation; inference); this module
+holds the jobs and training: sessions, rounds, checkpoints.
 """
 
 from __future__ import annotations

@@ -160,3 +160,13 @@ def test_with_a_boundary_nothing_is_lost_and_no_message_exceeds_it(quarters, tau
         threshold_decode(m, decoded)
     assert m is None and np.all(np.abs(x) < tau)
     np.testing.assert_array_equal(decoded + x, original)
+
+
+def test_threshold_capacity_is_the_bitmap_message_length():
+    """Chapter 4 explains "capacity 5" as the bitmap message's room in int32s: the 4-int header and
+    n // 16 + 1 for the 2-bit codes (the message itself fills all of it or one less)."""
+    from kit.parallel import threshold_encode
+
+    for n in (6, 16, 40, 100):
+        message = threshold_encode(np.full(n, 0.01, np.float32), tau=1e-3)
+        assert message[3] == 1 and message[0] == 4 + n // 16 + 1 >= len(message) >= message[0] - 1

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 # a padded column header: a literal string given a width, e.g. {'req/s':>8s} or {'':16s}
 _PADDED_HEADER = re.compile(r"""\{\s*(['"])[^'"]*\1\s*:\s*[<>^]?\d+s?\s*\}""")
 

@@ -1,5 +1,5 @@
-"""Chapter 7 draws the stats timeline itself in the colours of export_stats_html's page, through a
-public name (it imported the private `_COLORS`)."""
+"""kit.spark.stats: chapter 7 draws the stats timeline in the colours of export_stats_html's page,
+through a public name."""
 
 import kit.spark.stats as stats
 

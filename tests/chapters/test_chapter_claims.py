@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 PENDING: set[str] = set()  # chapters whose prose is not yet generated or checked: expected to fail
 
 COMPARATIVES = (

@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-CHAPTERS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("0*.ipynb"))
+CHAPTERS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("0*.ipynb"))
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)

@@ -4,12 +4,14 @@ line. "Long" is read from the stored full run itself (scripts/store_chapters.py 
 each cell ran, from nbclient's timestamps, as `metadata.kit.run_s`), so a cell that grew slow
 fails here until it gets a `kit.widgets.Progress` or another kit panel."""
 
+import ast
 import json
 from pathlib import Path
 
 import pytest
+from _chapter_cells import cells
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 CHAPTERS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 LONG_S = 5.0  # the issue's "about 5 s"
 
@@ -87,3 +89,27 @@ def test_storing_keeps_each_cells_run_time_and_no_timestamps():
     assert "execution" not in nb.cells[0].metadata
     assert _seconds(nb.cells[0]) == 6.0
     assert _seconds(nb.cells[1]) is None  # a cell that did not run has no time
+
+
+def test_every_progress_line_of_every_chapter_closes_with_its_work():
+    """A Progress closed by hand after a loop is left open (and at its last count) when the loop
+    raises; in a `with` block it closes and says it stopped. Every Progress the chapters make is
+    opened by a `with` statement."""
+    loose = []
+    chapters = sorted(path.name for path in NOTEBOOKS.glob("0*.ipynb"))
+    assert len(chapters) == 8
+    for chapter in chapters:
+        for c in cells(chapter):
+            source = "".join(c["source"])
+            if c["cell_type"] != "code" or "Progress(" not in source:
+                continue
+            tree = ast.parse(source)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "Progress":
+                    opened_by_with = any(
+                        isinstance(w, ast.With) and any(item.context_expr is node for item in w.items)
+                        for w in ast.walk(tree)
+                    )
+                    if not opened_by_with:
+                        loose.append(f"{chapter}: {ast.get_source_segment(source, node)[:80]}")
+    assert not loose, "open these in a with block:\n" + "\n".join(loose)
