@@ -207,9 +207,10 @@ class SparkNetwork(Evaluating, Scoring):
         kept = self.training_master.prepared  # a DataFrame's RDD too: its prepared rounds are found again
         listeners, rdd = list(listeners), as_rdd(data, self.features_col, self.label_col, kept)
         _check_fit_args(epochs, resume)
-        in_gang = gang.use_gang(self, rdd, listeners)  # decided at the call, before the data are prepared
+        why_rounds = gang.use_gang(self, rdd, listeners)  # decided at the call, before the data are prepared
         with self.session(rdd, epochs, resume) as rounds:
-            if rounds.epochs_left > 0 and in_gang:
+            gang.record_execution(self._run.stats, why_rounds)
+            if rounds.epochs_left > 0 and why_rounds is None:
                 gang.run_gang(self, self._run, rounds)  # one barrier stage for the whole fit (kit.spark.gang)
             elif rounds.epochs_left > 0:
                 self.make_loop(listeners=listeners).run(rounds, rounds.epochs_left)
