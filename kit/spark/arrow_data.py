@@ -196,7 +196,7 @@ def read_task(schema: Any, names: tuple[str, str], examples_per_element: int) ->
                 row += len(x)
                 for start in range(0, len(x), examples_per_element):
                     yield x[start : start + examples_per_element], y[start : start + examples_per_element]
-        except BaseException as exc:
+        except Exception as exc:
             raise partition_error(partition, "reading the DataFrame", exc) from exc
 
     return run

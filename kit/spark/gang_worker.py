@@ -84,7 +84,7 @@ def gang_task(spec: GangSpec, state_bc: Any) -> Any:
             yield _Worker(spec, BarrierTaskContext.get(), it).train(state_bc.value)
         except PartitionError:
             raise
-        except BaseException as exc:
+        except Exception as exc:
             raise partition_error(partition, "gang", exc) from exc
 
     return run
