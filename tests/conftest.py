@@ -55,6 +55,41 @@ def _clean_kit_state():
     kit.state.reset()
 
 
+@pytest.fixture(scope="session")
+def sc():
+    """One local[2] SparkContext per test process (starting Spark costs seconds), shared by every
+    file that trains on Spark in-process: tests/spark, the labels' and chapter 7's checks. Only this
+    fixture stops it. A file that called `local_spark_context()` would get this running context back,
+    and stopping it would leave every later file in the process a dead `sc` (the cause of the
+    two-process failures, where files share processes in an order that varies from run to run)."""
+    from kit.spark import local_spark_context, spark_missing
+
+    why = spark_missing()
+    if why:
+        pytest.skip(why)
+    context = local_spark_context(
+        "local[2]",
+        app_name="kit-tests",
+        driver_memory="512m",
+        conf={"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false"},
+    )
+    yield context
+    context.stop()
+
+
+@pytest.fixture(autouse=True)
+def _sc_still_running(request):
+    """A test that uses `sc` finds it running, or is told which rule was broken (not a timeout later)."""
+    if "sc" in request.fixturenames:
+        context = request.getfixturevalue("sc")
+        if context._jsc is None:
+            pytest.fail(
+                "the session's SparkContext `sc` was stopped by an earlier test in this process; only the `sc` "
+                "fixture in tests/conftest.py may stop it (use `sc`, never stop what local_spark_context() returns)"
+            )
+    yield
+
+
 @pytest.fixture(params=[1, 2, 3], ids=["1-host-device", "2-host-devices", "3-host-devices"])
 def host_devices(request):
     """Run a multi-device test on the CPU as one device (logical slots), then as 2 and 3

@@ -20,7 +20,6 @@ from kit.spark import (
     ParameterAveragingTrainingMaster,
     SparkNetwork,
     SparkTrainingError,
-    local_spark_context,
     spark_missing,
     to_rdd,
 )
@@ -31,26 +30,6 @@ Y = np.array([2, 0, 1, 1, 0, 2])  # the classes every good form below means
 N = len(Y)
 X = np.random.default_rng(0).random((N, 4)).astype(np.float32)
 P = np.full((N, C), 1 / C)  # predictions: their values do not matter here
-
-
-@pytest.fixture(scope="module")
-def sc():
-    """Spark in local mode, as tests/spark use it; left running if another test started it."""
-    why = spark_missing()
-    if why:
-        pytest.skip(why)
-    from pyspark import SparkContext
-
-    running = SparkContext._active_spark_context is not None
-    context = local_spark_context(
-        "local[2]",
-        app_name="kit-tests",
-        driver_memory="512m",
-        conf={"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "false"},
-    )
-    yield context
-    if not running:
-        context.stop()
 
 
 # ---- the two defects -------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from _builds import repo_build_lock
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -203,7 +204,8 @@ def test_the_sdist_holds_every_tracked_file_runs_its_tests_and_builds_a_wheel_wi
     """The sdist had kit and little else: no tests' conftest or test packages, no notebooks, scripts or
     environment.yml. Now it holds every file git tracks; its tests run from it; its wheel has the chapters."""
     pytest.importorskip("build", reason="the dev extra has build")
-    r = _run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", tmp_path / "dist", REPO])
+    with repo_build_lock():  # the wheel's test may build from the checkout in the other process
+        r = _run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", tmp_path / "dist", REPO])
     assert r.returncode == 0, r.stderr[-3000:]
     (sdist,) = (tmp_path / "dist").glob("gpu_workspaces_kit-*.tar.gz")
     with tarfile.open(sdist) as archive:

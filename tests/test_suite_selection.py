@@ -1,5 +1,6 @@
 """The README's plain `pytest` is the fast default; tests marked `slow` run when asked for (CI: `pytest -m slow`)."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,50 @@ def test_a_test_id_that_spells_an_address_is_refused_at_collection(tmp_path, par
     )
     assert (done.returncode != 0) == refused, done.stdout[-2000:] + done.stderr[-2000:]
     assert ("test ids name a memory address" in done.stdout + done.stderr) == refused
+
+
+def _spark_context_misuse(source: str) -> list[str]:
+    """Lines where test code (not a script in a string, which runs in a process of its own) starts or
+    stops a SparkContext in the test process: `local_spark_context(...)` hands back the session's
+    running `sc`, so a test that stops what it got leaves every later file in that process a dead
+    context. Calls made to see them refused (inside `with pytest.raises(...)`) start nothing."""
+    tree = ast.parse(source)
+    refused: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.With) and any("raises" in ast.unparse(item.context_expr) for item in node.items):
+            refused |= {id(inner) for inner in ast.walk(node)}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or id(node) in refused:
+            continue
+        name = ast.unparse(node.func)
+        if name.split(".")[-1] == "local_spark_context" or name in {"sc.stop", "context.stop", "spark_context.stop"}:
+            found.append(f"line {node.lineno}: {name}(...)")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("source", "flagged"),
+    [
+        ("sc = local_spark_context('local[2]')\nsc.stop()\n", 2),  # the chapter 7 test's old fixture
+        ("def f(sc):\n    sc.stop()\n", 1),
+        ("import kit.spark\nkit.spark.local_spark_context()\n", 1),
+        ("with pytest.raises(TypeError):\n    local_spark_context(2)\n", 0),  # refused at the call
+        ("SCRIPT = 'sc = local_spark_context()\\nsc.stop()'\n", 0),  # a script for a subprocess
+        ("def f(sc):\n    sc.parallelize([1]).count()\n", 0),
+    ],
+    ids=["start-and-stop", "stop-the-fixture", "module-path", "refused", "in-a-script", "uses-it"],
+)
+def test_the_spark_context_rule_tells_starting_and_stopping_from_using(source, flagged):
+    assert len(_spark_context_misuse(source)) == flagged
+
+
+def test_only_the_sc_fixture_starts_or_stops_spark_in_the_test_process():
+    """With `-n 2` the test files share two processes in an order that varies; one file stopping the
+    context it got made later files in its process fail on a stopped `sc` (tests/conftest.py)."""
+    misuse = {
+        str(path.relative_to(ROOT)): found
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if path != ROOT / "tests" / "conftest.py" and (found := _spark_context_misuse(path.read_text()))
+    }
+    assert misuse == {}, f"use the `sc` fixture (tests/conftest.py) instead: {misuse}"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from _builds import repo_build_lock
 from packaging.requirements import Requirement
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +41,8 @@ def wheel(tmp_path_factory):
     setuptools and trove-classifiers)."""
     pytest.importorskip("build", reason="the dev extra has build")
     out = tmp_path_factory.mktemp("wheel")
-    r = _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", str(out), str(REPO)])
+    with repo_build_lock():  # the sdist's test may build from the checkout in the other process
+        r = _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "-o", str(out), str(REPO)])
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     (path,) = out.glob("gpu_workspaces_kit-*.whl")
     return path

@@ -143,10 +143,16 @@ def peer_lines(peers: dict[str, Any]) -> dict[str, str]:
     """The side-by-side table as summary lines: one a system, then the goals."""
     lines = {"peers_job": f"{peers['data']}, {peers['epochs']} epoch(s), MLP 784-256-10, Adam, global batch 32"}
     for r in peers["rows"]:
+        ran = f" ({r['execution']} ran)" if r.get("execution", "-") != "-" else ""
+        split = (
+            f" (gang: {r['gang_sync_ms']:.2f} ms a step in the collective, {r['gang_rest_ms']:.2f} ms the rest)"
+            if "gang_sync_ms" in r
+            else ""
+        )
         lines[f"peer[{r['system']}]"] = (
-            f"{r['semantics']}; call {r['call_s']:.1f} s, {r['per_step_ms']:.2f} ms a global step, sync overhead "
-            f"{r['overhead_ms']:+.2f} ms a step, to {TARGET} {r['to_target_s']:.1f} s, final accuracy "
-            f"{r['final_accuracy']:.3f}"
+            f"{r['semantics']}{ran}; call {r['call_s']:.1f} s, {r['per_step_ms']:.2f} ms a global step, sync "
+            f"overhead {r['overhead_ms']:+.2f} ms a step{split}, to {TARGET} {r['to_target_s']:.1f} s, final "
+            f"accuracy {r['final_accuracy']:.3f}"
         )
     lines["peers_torch_distributor"] = peers["torch_distributor"]
     lines.update({f"goal[{k}]": v for k, v in peers["goals"].items()})

@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from kit.bench.spark_peers import PER_WORKER, TARGET
+from kit.bench.spark_peers import DEFAULT_ROW, PER_WORKER, SINGLE_ROW, TARGET
 from kit.measurement.goals import flagged_figure, goal_verdict
 from kit.measurement.load import LOAD_LIMIT, LoadReading, format_load
 from kit.measurement.prose import Sentence, accuracy_difference, no_conclusion, sentence
@@ -26,8 +26,8 @@ from kit.measurement.tables import Table
 __all__ = ["flag_reasons", "label", "peers_sentences", "peers_view", "updater_sentences", "updater_view"]
 
 DEFAULTS, FIT, DDP, PEER, TORCH = (
-    "kit averaging, defaults",
-    "kit Network.fit (one process)",
+    DEFAULT_ROW,
+    SINGLE_ROW,
     "kit gang, every step",
     "TorchDistributor (DDP)",
     "PyTorch (one process)",

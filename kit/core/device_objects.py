@@ -113,7 +113,7 @@ class Device(_DeviceBase):
     """A physical device: 'cpu:N' or 'gpu:N'. Interned; use `Device(spec)` or `as_device`.
     cpu:1 and up exist only as simulated host devices (`set_host_device_count`)."""
 
-    __slots__ = ("__weakref__", "_rng", "_rng_lock", "_xp", "index", "kind", "name", "physical")
+    __slots__ = ("__weakref__", "_rng", "_rng_lock", "index", "kind", "name", "physical", "xp")
     logical = False
 
     def __new__(cls, spec: str | Device) -> Device:
@@ -139,18 +139,20 @@ class Device(_DeviceBase):
                 found = object.__new__(cls)
                 found.kind, found.index, found.name = kind, int(index), key
                 found.physical = found  # a physical device is its own physical device
-                found._xp = None
+                if kind == "cpu":  # a plain attribute: read at every layer call, no property in between
+                    found.xp = np
                 found._rng = None
                 found._rng_lock = threading.Lock()
                 STATE.devices[key] = found
         return found
 
-    @property
-    def xp(self) -> Any:
-        """The array module for this device: numpy or cupy."""
-        if self._xp is None:
-            self._xp = np if self.kind == "cpu" else backend.cupy()
-        return self._xp
+    def __getattr__(self, name: str) -> Any:
+        """`xp`, the array module for this device, on a GPU: cupy, imported at its first use (a
+        CPU device's is numpy, set when the device is made)."""
+        if name != "xp":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.xp = xp = backend.cupy()
+        return xp
 
     @property
     def is_gpu(self) -> bool:

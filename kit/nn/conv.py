@@ -4,8 +4,8 @@
     MaxPool2D(2), AvgPool2D(2)    (B, C, H, W) -> (B, C, H/2, W/2)
     GlobalAvgPool()               (B, C, H, W) -> (B, C)
 
-BatchNorm is in kit/nn/batchnorm.py (with the per-channel sums Conv2D shares), d2l's residual
-block in kit/nn/residual.py.
+BatchNorm is in kit/nn/batchnorm.py, d2l's residual block in kit/nn/residual.py; the arithmetic
+of all of them is in kit/nn/image_kernels.py, where a replayed step (kit.nn.replay) runs it.
 
 Conv2D: one strided copy turns every k x k window of the padded input into the columns of a
 (C*k*k, B*OH*OW) matrix (kit/nn/im2col.py says why this layout); the convolution is then a
@@ -29,34 +29,21 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+import numpy as np
+
 from kit.arrays.checks import whole
 from kit.arrays.ndarray import NDArray
-from kit.nn.batchnorm import channel_sums
-from kit.nn.im2col import col2im_add, im2col_into, out_size, pad_into
+from kit.core.backend import RawArray
+from kit.core.device_objects import Device
+from kit.nn.im2col import out_size
+from kit.nn.image_kernels import ConvShape, channel_scratch_size, channel_sums_into, conv2d_backward_into, conv2d_into
 from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ParamSpec
 from kit.nn.pooling import AvgPool2D, GlobalAvgPool, MaxPool2D
-from kit.nn.workspace_mgr import LayerWorkspaceMgr
+from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["AvgPool2D", "Conv2D", "GlobalAvgPool", "MaxPool2D"]
 
 PER_EXAMPLE_MAX_WEIGHTS = 4096  # filter banks up to this many weights multiply per example
-
-
-class Scratch:
-    """The working arrays of one layer call, made once (for the first, largest chunk) and viewed
-    for each later chunk: a chunk loop inside one working-memory scope carves each array once,
-    not once per chunk."""
-
-    def __init__(self, mgr: LayerWorkspaceMgr, kind: Any, dtype: Any, device: Any) -> None:
-        self.mgr, self.kind, self.dtype, self.device = mgr, kind, dtype, device
-        self.flat: dict[str, Any] = {}
-
-    def get(self, name: str, shape: tuple[int, ...]) -> Any:
-        size = math.prod(shape)
-        flat = self.flat.get(name)
-        if flat is None or flat.size < size:
-            flat = self.flat[name] = self.mgr.create(self.kind, (size,), self.dtype, self.device).data
-        return flat[:size].reshape(shape)
 
 
 class Conv2D(Layer):
@@ -69,6 +56,7 @@ class Conv2D(Layer):
     fit `column_bytes`, True up to keep_columns_max_bytes, False never."""
 
     output_read_by_backward = False  # backward reads x, W and eps
+    replayable = True  # its arithmetic is kit.nn.image_kernels'
     keep_columns: ClassVar[bool | None] = None
     keep_columns_max_bytes: ClassVar[int] = 128 << 20
     column_bytes: ClassVar[int] = 8 << 20
@@ -123,16 +111,6 @@ class Conv2D(Layer):
         budget = self.column_bytes_gpu if gpu else self.column_bytes
         return max(1, min(batch, budget // per_example))
 
-    def _columns(self, x: Any, xp: Any, scratch: Scratch, cols: Any = None) -> Any:
-        """The (C*k*k, n*OH*OW) im2col matrix of x (n, C, H, W), in `cols` or scratch."""
-        n = x.shape[0]
-        c, h, w = self.input_shape  # type: ignore[misc]
-        _, oh, ow = self.output_shape  # type: ignore[misc]
-        k, p = self.kernel, self.padding
-        xpad = pad_into(x, p, 0.0, scratch.get("xpad", (n, c, h + 2 * p, w + 2 * p))) if p else x
-        out = cols if cols is not None else scratch.get("cols", (c, k, k, n, oh, ow))
-        return im2col_into(xp, xpad, k, self.stride, oh, ow, out)
-
     @property
     def per_example(self) -> bool:
         """Small filter banks (LeNet's, ResNet's stem) multiply per example: OpenBLAS runs one
@@ -142,138 +120,82 @@ class Conv2D(Layer):
         c = self.input_shape[0]  # type: ignore[index]
         return self.out_channels * c * self.kernel * self.kernel <= PER_EXAMPLE_MAX_WEIGHTS
 
+    def geometry(self, step: int) -> ConvShape:
+        """What conv2d_into needs besides the arrays, for chunks of `step` examples."""
+        return ConvShape(self.kernel, self.stride, self.padding, step, self.per_example)
+
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
-        xp, dev, raw = x.device.xp, x.device, x.data
+        dev, dt = x.device, x.dtype
         self._x = x if mgr.backward_follows else None  # inference keeps nothing of the batch
         b = x.shape[0]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
-        c, k = self.input_shape[0], self.kernel  # type: ignore[index]
-        size = c * k * k * b * oh * ow * x.dtype.itemsize
+        c, h, w = self.input_shape  # type: ignore[misc]
+        k, p = self.kernel, self.padding
+        size = c * k * k * b * oh * ow * dt.itemsize
         limit = self.column_bytes if self.keep_columns is None else self.keep_columns_max_bytes
         keep = training and mgr.backward_follows and self.keep_columns is not False and size <= limit
-        scratch = Scratch(mgr, FF, x.dtype, dev)
-        kept_arr = mgr.create(ACT, (c, k, k, b, oh, ow), x.dtype, dev) if keep else None
-        kept = None if kept_arr is None else kept_arr.data
-        w2 = self.params["W"].data.reshape(oc, -1)  # (OC, C*k*k)
-        bias = self.params["b"].data.reshape(1, oc, 1, 1)
-        y = mgr.create(ACT, (b, oc, oh, ow), x.dtype, dev)
-        step = b if keep else self.chunk(b, x.dtype.itemsize, dev.kind != "cpu")
-        for s0 in range(0, b, step):
-            n = min(step, b - s0)
-            cols = self._columns(raw[s0 : s0 + n], xp, scratch, kept)  # (C*k*k, n*OH*OW)
-            out = y.data[s0 : s0 + n]
-            if self.per_example:  # (OC, Ckk) @ (Ckk, OH*OW) for each example, straight into y
-                xp.matmul(w2, cols.reshape(-1, n, oh * ow).transpose(1, 0, 2), out=out.reshape(n, oc, -1))
-                out += bias
-            else:
-                yt = scratch.get("yt", (oc, n * oh * ow))
-                xp.matmul(w2, cols, out=yt)  # one product for the chunk
-                xp.add(yt.reshape(oc, n, oh, ow).transpose(1, 0, 2, 3), bias, out=out)  # back to NCHW, + bias
-        self._cols = kept_arr.reshape(c * k * k, -1) if kept_arr is not None else None
+        kept = mgr.create(ACT, (c, k, k, b, oh, ow), dt, dev) if keep else None
+        y = mgr.create(ACT, (b, oc, oh, ow), dt, dev)
+        n = b if keep else self.chunk(b, dt.itemsize, dev.kind != "cpu")
+        xpad = _flat(mgr, FF, (n, c, h + 2 * p, w + 2 * p), dt, dev) if p else None
+        cols = kept.data if kept is not None else _flat(mgr, FF, (c, k, k, n, oh, ow), dt, dev)
+        yt = None if self.per_example else _flat(mgr, FF, (oc, n * oh * ow), dt, dev)
+        params = self.params
+        conv2d_into(dev.xp, x.data, params["W"].data, params["b"].data, y.data, self.geometry(n), xpad, cols, yt)
+        self._cols = kept
         self.kept_bytes = kept.nbytes if keep else 0
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray | None:
-        xp, dev, dt = eps.device.xp, eps.device, eps.dtype
+        dev, dt = eps.device, eps.dtype
         x = self._x.data
         self._x = None  # used up: nothing of the batch stays with the layer after its backward
-        kept = self._cols.data if self._cols is not None else None  # (C*k*k, B*OH*OW)
-        self._cols = None
+        kept, self._cols = self._cols, None
         b = x.shape[0]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
-        scratch = Scratch(mgr, BP, dt, dev)
-        e_all = eps.data
-        channel_sums(e_all, self.grads["b"].data, mgr, BP, dev)  # the bias gradient: eps summed per channel
-        gw = self.grads["W"].data.reshape(oc, -1)
+        c, h, w = self.input_shape  # type: ignore[misc]
+        k, p = self.kernel, self.padding
+        e, gb = eps.data, self.grads["b"].data
+        sums = channel_scratch_size(e.shape, e.dtype, gb.dtype, False)
+        channel_sums_into(dev.xp, e, gb, _flat(mgr, BP, (sums,), gb.dtype, dev), False)  # eps per channel: the bias's
         dx = None if self.skip_input_grad else mgr.create(GRAD, x.shape, dt, dev)
-        _c, h, w = self.input_shape  # type: ignore[misc]
         by_convolution = self.stride == 1 and (h, w) == (oh, ow)
-        flipped = self._turned_filters(xp, mgr, dev, dt) if dx is not None and by_convolution else None
-        step = b if kept is not None else self.chunk(b, dt.itemsize, dev.kind != "cpu")
-        for s0 in range(0, b, step):
-            n = min(step, b - s0)
-            if kept is not None:
-                cols = kept
-            else:
-                cols = self._columns(x[s0 : s0 + n], xp, scratch)
-            into = gw if s0 == 0 else scratch.get("gw", gw.shape)  # later chunks add their share
-            if self.per_example:  # eps stays NCHW: (n, OC, OH*OW)
-                e = e_all[s0 : s0 + n].reshape(n, oc, oh * ow)
-                per = scratch.get("per", (n, *gw.shape))  # each example's weight gradient
-                xp.matmul(e, cols.reshape(-1, n, oh * ow).transpose(1, 2, 0), out=per)
-                xp.sum(per, axis=0, out=into)
-            else:  # eps channel-major like the columns: (OC, n*OH*OW)
-                e = scratch.get("e", (oc, n, oh, ow))
-                xp.copyto(e, e_all[s0 : s0 + n].transpose(1, 0, 2, 3))
-                e = e.reshape(oc, -1)
-                xp.matmul(e, cols.T, out=into)
-            if s0:
-                gw += into
-            if dx is not None:
-                if by_convolution:
-                    self._input_grad_by_convolution(e, dx.data[s0 : s0 + n], flipped, scratch, dev)
-                else:
-                    self._input_grad_by_col2im(e, dx.data[s0 : s0 + n], scratch, dev)
+        flipped = mgr.create(BP, (c, oc, k, k), dt, dev).data if dx is not None and by_convolution else None
+        n = b if kept is not None else self.chunk(b, dt.itemsize, dev.kind != "cpu")
+        xpad = _flat(mgr, BP, (n, c, h + 2 * p, w + 2 * p), dt, dev) if p and kept is None else None
+        cols = kept.data if kept is not None else _flat(mgr, BP, (c, k, k, n, oh, ow), dt, dev)
+        work = _flat(mgr, BP, (n, oc, c * k * k) if self.per_example else (oc, n, oh, ow), dt, dev)
+        frame, gcols, dxt = self._input_grad_scratch(dx is not None, by_convolution, n, mgr, dt, dev)
+        more = _flat(mgr, BP, (oc, c * k * k), dt, dev) if n < b else None
+        gw = self.grads["W"].data
+        conv2d_backward_into(
+            dev.xp, x, e, self.params["W"].data, gw, None if dx is None else dx.data, self.geometry(n),
+            cols, xpad, work, more, flipped, frame, gcols, dxt,
+        )  # fmt: skip
         return dx
 
-    def _turned_filters(self, xp: Any, mgr: LayerWorkspaceMgr, dev: Any, dt: Any) -> Any:
-        """The filters turned 180 degrees with in/out channels swapped, (C, OC*k*k): the input
-        gradient of a stride-1 'same' convolution is eps convolved with them."""
-        c, oc, k = self.input_shape[0], self.out_channels, self.kernel  # type: ignore[index]
-        flipped = mgr.create(BP, (c, oc, k, k), dt, dev).data
-        xp.copyto(flipped, self.params["W"].data.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
-        return flipped.reshape(c, -1)
-
-    def _input_grad_by_convolution(self, e: Any, dx: Any, flipped: Any, scratch: Scratch, dev: Any) -> None:
-        """Stride 1, 'same' size: dx is eps (padded by k-1-p) convolved with the filters turned
-        180 degrees and with in/out channels swapped -- one more im2col and one product, with no
-        k*k read-modify-write passes over dx. e: (n, OC, OH*OW) per example, else (OC, n*OH*OW)."""
-        xp = dev.xp
-        b = dx.shape[0]
-        c, h, w = self.input_shape  # type: ignore[misc]
-        oc = self.out_channels
-        k, q = self.kernel, self.kernel - 1 - self.padding
-        per_example = self.per_example
-        if k == 1:  # a 1x1 convolution's columns of eps are eps itself
-            ecols = e if per_example else e.reshape(oc, -1)
-        else:
-            # eps as 4-D images, (B, OC, H, W) per example or (OC, B, H, W), padded by q
-            img = e.reshape(b, oc, h, w) if per_example else e.reshape(oc, b, h, w)
-            frame = (img.shape[0], img.shape[1], h + 2 * q, w + 2 * q)
-            epad = pad_into(img, q, 0.0, scratch.get("epad", frame)) if q else img
-            buf = scratch.get("ecols", (oc, k, k, b, h, w))
-            ecols = im2col_into(xp, epad, k, 1, h, w, buf, batch_axis=0 if per_example else 1)  # (OC*k*k, B*H*W)
-            if per_example:
-                ecols = ecols.reshape(-1, b, h * w).transpose(1, 0, 2)  # (B, OC*k*k, H*W)
-        if per_example:
-            xp.matmul(flipped, ecols, out=dx.reshape(b, c, -1))
-            return
-        dxt = scratch.get("dxt", (c, b * h * w))
-        xp.matmul(flipped, ecols, out=dxt)
-        xp.copyto(dx, dxt.reshape(c, b, h, w).transpose(1, 0, 2, 3))
-
-    def _input_grad_by_col2im(self, e: Any, dx: Any, scratch: Scratch, dev: Any) -> None:
-        """dcols = W^T eps, then each window's column added back to its pixels (col2im)."""
-        xp = dev.xp
-        b = dx.shape[0]
+    def _input_grad_scratch(
+        self, needed: bool, by_convolution: bool, n: int, mgr: LayerWorkspaceMgr, dt: np.dtype, dev: Device
+    ) -> tuple[RawArray | None, RawArray | None, RawArray | None]:
+        """The input gradient's working memory for chunks of n: (padded eps or the col2im target,
+        its columns, the product before NCHW), None where the path needs none."""
+        if not needed:
+            return None, None, None
         c, h, w = self.input_shape  # type: ignore[misc]
         oc, oh, ow = self.output_shape  # type: ignore[misc]
-        k, s, p = self.kernel, self.stride, self.padding
-        w2t = self.params["W"].data.reshape(oc, -1).T
-        if self.per_example:  # (B, C, k, k, OH, OW) columns, added into (B, C, Hp, Wp)
-            dcols = scratch.get("dcols", (b, c, k, k, oh, ow))
-            xp.matmul(w2t, e, out=dcols.reshape(b, c * k * k, -1))
-            dcols = dcols.transpose(1, 2, 3, 0, 4, 5)
-            target = scratch.get("target", (b, c, h + 2 * p, w + 2 * p)) if p else dx
-            target.fill(0)
-            col2im_add(dcols, s, target.transpose(1, 0, 2, 3))
-            if p:
-                xp.copyto(dx, target[:, :, p : p + h, p : p + w])
-            return
-        dcols = scratch.get("dcols", (c, k, k, b, oh, ow))  # channel-major
-        xp.matmul(w2t, e, out=dcols.reshape(c * k * k, -1))
-        target = scratch.get("target", (c, b, h + 2 * p, w + 2 * p))
-        target.fill(0)
-        col2im_add(dcols, s, target)
-        xp.copyto(dx, target[:, :, p : p + h, p : p + w].transpose(1, 0, 2, 3))
+        k, p, per_example = self.kernel, self.padding, self.per_example
+        if by_convolution:
+            q = k - 1 - p
+            epad = _flat(mgr, BP, (n, oc, h + 2 * q, w + 2 * q), dt, dev) if k > 1 and q else None
+            ecols = _flat(mgr, BP, (oc, k, k, n, h, w), dt, dev) if k > 1 else None
+            dxt = None if per_example else _flat(mgr, BP, (c, n * h * w), dt, dev)
+            return epad, ecols, dxt
+        dcols = _flat(mgr, BP, (c, k, k, n, oh, ow), dt, dev)
+        target = _flat(mgr, BP, (n, c, h + 2 * p, w + 2 * p), dt, dev) if p or not per_example else None
+        return target, dcols, None
+
+
+def _flat(mgr: LayerWorkspaceMgr, kind: ArrayType, shape: tuple[int, ...], dt: np.dtype, dev: Device) -> RawArray:
+    """Flat working memory for an array of `shape` (a kernel views its first chunk's prefix)."""
+    return mgr.create(kind, (math.prod(shape),), dt, dev).data

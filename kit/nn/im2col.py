@@ -5,8 +5,10 @@
     pool_max_into(xp, xpad, k, s, y, idx, scratch)     # k*k elementwise maxima, first winner kept
     pool_scatter(xp, pieces, k, s, target, tiles)      # backward of any pooling
 
-The layers in kit/nn/conv.py own the memory (every output comes from their workspace manager);
-these functions only fill it. Shapes are written with the batch axis.
+The layers in kit/nn/conv.py and kit/nn/pooling.py own the memory (every output comes from their
+workspace manager); these functions only fill it. The pooling layers call the `kernel`-wrapped
+ones at the end (max_pool_into ...), where kit.nn.replay records a step (kit.nn.image_kernels
+says why each takes its arrays whole). Shapes are written with the batch axis.
 
 Why this layout (CNHW: channels, kernel offsets, then batch and pixels): the columns become one
 (C*k*k, B*OH*OW) matrix, so forward, the weight gradient and the input gradient are each a single
@@ -24,9 +26,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
+from kit.core.backend import RawArray, Xp
+from kit.nn.kernels import kernel
+
 __all__ = [
+    "avg_pool_backward_into",
+    "avg_pool_into",
     "col2im_add",
+    "global_avg_pool_backward_into",
+    "global_avg_pool_into",
     "im2col_into",
+    "max_pool_backward_into",
+    "max_pool_into",
     "offset_views",
     "out_size",
     "pad_into",
@@ -143,3 +156,73 @@ def pool_scatter(
         else:
             piece(offset, tmp)
             xp.add(view, tmp, out=view)
+
+
+# ---- pooling: k, s, p are the window, its stride and padding; xpad the padded frame (p > 0) -----
+@kernel
+def max_pool_into(
+    xp: Xp, x: RawArray, k: int, s: int, p: int, y: RawArray, xpad: RawArray | None, idx: RawArray | None,
+    scratch: RawArray | None,
+) -> None:  # fmt: skip
+    """y = the maximum of each window of x (padded with -inf); idx, when given, the offset of each
+    window's first maximum (scratch: like idx)."""
+    pool_max_into(xp, pad_into(x, p, -np.inf, xpad) if p else x, k, s, y, idx, scratch)
+
+
+def _scatter(
+    xp: Xp, piece: Callable[[int, RawArray], None], k: int, s: int, p: int, tiles: bool, dx: RawArray,
+    target: RawArray | None, tmp: RawArray,
+) -> None:  # fmt: skip
+    """dx from each offset's share (im2col.pool_scatter), through the padded `target` if p."""
+    h, w = dx.shape[2], dx.shape[3]
+    pool_scatter(xp, piece, k, s, target if p else dx, tiles, tmp)
+    if p:
+        xp.copyto(dx, target[:, :, p : p + h, p : p + w])
+
+
+@kernel
+def max_pool_backward_into(
+    xp: Xp, e: RawArray, idx: RawArray, won: RawArray, k: int, s: int, p: int, tiles: bool, dx: RawArray,
+    target: RawArray | None, tmp: RawArray,
+) -> None:  # fmt: skip
+    """dx = each window's eps at its first maximum (offset idx), 0 elsewhere; won: boolean scratch."""
+
+    def piece(offset: int, out: RawArray) -> None:
+        xp.equal(idx, offset, out=won)  # where this offset won its window
+        xp.multiply(e, won, out=out)
+
+    _scatter(xp, piece, k, s, p, tiles, dx, target, tmp)
+
+
+@kernel
+def avg_pool_into(xp: Xp, x: RawArray, k: int, s: int, p: int, y: RawArray, xpad: RawArray | None) -> None:
+    """y = the mean of each window, padding counted as zeros (count_include_pad)."""
+    pool_sum_into(xp, pad_into(x, p, 0.0, xpad) if p else x, k, s, y)
+    y *= 1.0 / (k * k)
+
+
+@kernel
+def avg_pool_backward_into(
+    xp: Xp, e: RawArray, share: RawArray, k: int, s: int, p: int, tiles: bool, dx: RawArray,
+    target: RawArray | None, tmp: RawArray,
+) -> None:  # fmt: skip
+    """dx = eps / k^2 at every pixel of each window (added where windows overlap)."""
+    xp.multiply(e, 1.0 / (k * k), out=share)  # the same for every pixel
+
+    def piece(offset: int, out: RawArray) -> None:
+        xp.copyto(out, share)
+
+    _scatter(xp, piece, k, s, p, tiles, dx, target, tmp)
+
+
+@kernel
+def global_avg_pool_into(xp: Xp, x: RawArray, y: RawArray) -> None:
+    """y (B, C) = the mean of each channel of x (B, C, H, W)."""
+    xp.mean(x, axis=(2, 3), out=y)
+
+
+@kernel
+def global_avg_pool_backward_into(xp: Xp, e: RawArray, dx: RawArray) -> None:
+    """dx (B, C, H, W) = e (B, C) / (H * W) at every pixel."""
+    xp.copyto(dx, e[:, :, None, None])
+    dx *= 1.0 / (dx.shape[2] * dx.shape[3])

@@ -53,7 +53,8 @@ from kit.nn.network_inference import Inference
 from kit.nn.network_state import NetworkState
 from kit.nn.network_training import Training
 from kit.nn.persistence import ModelFileError
-from kit.nn.replay import OutputPlans, TrainingPlans
+from kit.nn.replay import TrainingPlans
+from kit.nn.replay_inference import OutputPlans
 from kit.nn.turn_lock import TurnLock
 from kit.nn.updaters import Adam, Updater, state_dtype
 from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode

@@ -22,13 +22,13 @@ from kit.arrays.creation import empty
 from kit.arrays.ndarray import NDArray
 from kit.data.dataset import DataSet
 from kit.nn.evaluation import Evaluation
-from kit.nn.replay import InferencePlan
+from kit.nn.replay_inference import InferencePlan
 from kit.workspaces.workspace import scope_out_of_workspaces
 
 if TYPE_CHECKING:
     from kit.core.devices import AnyDevice
     from kit.nn.losses import Loss
-    from kit.nn.replay import OutputPlans
+    from kit.nn.replay_inference import OutputPlans
     from kit.nn.turn_lock import TurnLock
     from kit.nn.workspace_mgr import LayerWorkspaceMgr
 

@@ -32,6 +32,7 @@ from kit.nn.layers import call_forward
 from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
 from kit.nn.mixed import LossScaleError, precision_step, scale_seed
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
+from kit.state import STATE
 
 if TYPE_CHECKING:
     from kit.arrays.ndarray import NDArray
@@ -96,7 +97,7 @@ class Training:
             raise TypeError(
                 f"training needs DataSets (features, labels), got {type(ds).__name__}: wrap with DataSet(x, y)"
             )
-        if ds.num_examples == 0:
+        if ds.features.shape[0] == 0:  # ds.num_examples, without its property call: this runs every step
             raise ValueError("fit: a mini-batch with 0 examples; there is nothing to learn from an empty DataSet")
         x = self._features(ds.features)
         y = self._labels(ds.labels, x.shape[0])
@@ -204,7 +205,8 @@ class Training:
             self.last_score = score
             if advance:
                 self.iteration += 1
-        memory.maybe_gc()
+        if STATE.gc["enabled"]:  # the GC window (kit.core.gc_window), off by default: asked only when on
+            memory.maybe_gc()
         return score
 
     def train_step(self, batches: Sequence[DataSet]) -> list[StepResult]:

@@ -19,9 +19,19 @@ import numpy as np
 
 from kit.arrays.checks import whole
 from kit.arrays.ndarray import NDArray
-from kit.nn.im2col import out_size, pad_into, pool_max_into, pool_scatter, pool_sum_into, tiles_exactly
+from kit.core.backend import RawArray
+from kit.nn.im2col import (
+    avg_pool_backward_into,
+    avg_pool_into,
+    global_avg_pool_backward_into,
+    global_avg_pool_into,
+    max_pool_backward_into,
+    max_pool_into,
+    out_size,
+    tiles_exactly,
+)
 from kit.nn.layers import ACT, BP, FF, GRAD, Layer
-from kit.nn.workspace_mgr import LayerWorkspaceMgr
+from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["AvgPool2D", "GlobalAvgPool", "MaxPool2D"]
 
@@ -51,26 +61,22 @@ class _Pool2D(Layer):
         _c, h, w = self.input_shape  # type: ignore[misc]
         return tiles_exactly(h, w, self.kernel, self.stride, self.padding)
 
-    def _padded_input(self, x: NDArray, mgr: LayerWorkspaceMgr, fill: float, kind: Any = FF) -> Any:
+    def _frame(self, x: NDArray, mgr: LayerWorkspaceMgr, kind: ArrayType = FF) -> RawArray | None:
+        """The padded input's frame (working memory), None without padding."""
         if not self.padding:
-            return x.data
+            return None
         b, c, h, w = x.shape
         p = self.padding
-        return pad_into(x.data, p, fill, mgr.create(kind, (b, c, h + 2 * p, w + 2 * p), x.dtype, x.device).data)
+        return mgr.create(kind, (b, c, h + 2 * p, w + 2 * p), x.dtype, x.device).data
 
-    def _scatter(self, eps: NDArray, mgr: LayerWorkspaceMgr, piece: Any) -> NDArray:
-        """dx from each offset's share (see im2col.pool_scatter), through a padded frame if any."""
-        xp, dev = eps.device.xp, eps.device
-        b = eps.shape[0]
+    def _scatter_arrays(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> tuple[NDArray, RawArray | None, RawArray]:
+        """dx, the padded frame it is gathered in (None without padding), and one share (B, C, OH, OW)."""
+        dev, dt = eps.device, eps.dtype
         c, h, w = self.input_shape  # type: ignore[misc]
         p = self.padding
-        dx = mgr.create(GRAD, (b, c, h, w), eps.dtype, dev)
-        target = mgr.create(BP, (b, c, h + 2 * p, w + 2 * p), eps.dtype, dev).data if p else dx.data
-        tmp = mgr.create(BP, eps.shape, eps.dtype, dev).data
-        pool_scatter(xp, piece, self.kernel, self.stride, target, self._tiles, tmp)
-        if p:
-            xp.copyto(dx.data, target[:, :, p : p + h, p : p + w])
-        return dx
+        dx = mgr.create(GRAD, (eps.shape[0], c, h, w), dt, dev)
+        target = mgr.create(BP, (eps.shape[0], c, h + 2 * p, w + 2 * p), dt, dev).data if p else None
+        return dx, target, mgr.create(BP, eps.shape, dt, dev).data
 
 
 class MaxPool2D(_Pool2D):
@@ -78,6 +84,7 @@ class MaxPool2D(_Pool2D):
     pixel argmax picks), whose offset a training forward keeps as one byte per output."""
 
     output_read_by_backward = False  # backward reads the winners' offsets
+    replayable = True
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
@@ -87,63 +94,58 @@ class MaxPool2D(_Pool2D):
         y = mgr.create(ACT, (x.shape[0], *self.output_shape), x.dtype, x.device)  # type: ignore[misc]
         self._idx = self._winners(x, y.data, mgr, ACT, FF) if training else None  # kept for backward
         if not training:
-            pool_max_into(
-                x.device.xp, self._padded_input(x, mgr, -np.inf), self.kernel, self.stride, y.data, None, None
-            )
+            k, s, p = self.kernel, self.stride, self.padding
+            max_pool_into(x.device.xp, x.data, k, s, p, y.data, self._frame(x, mgr), None, None)
         return y
 
-    def _winners(self, x: NDArray, y: Any, mgr: LayerWorkspaceMgr, kind: Any, scratch_kind: Any) -> NDArray:
+    def _winners(self, x: NDArray, y: RawArray, mgr: LayerWorkspaceMgr, kind: ArrayType, scratch: ArrayType) -> NDArray:
         """y = the window maxima; returns the offset of each window's first maximum, made as `kind`."""
         idx_type = np.uint8 if self.kernel * self.kernel <= 256 else np.int32
         idx = mgr.create(kind, y.shape, idx_type, x.device)
-        scratch = mgr.create(scratch_kind, y.shape, idx_type, x.device).data
-        xpad = self._padded_input(x, mgr, -np.inf, scratch_kind)
-        pool_max_into(x.device.xp, xpad, self.kernel, self.stride, y, idx.data, scratch)
+        work = mgr.create(scratch, y.shape, idx_type, x.device).data
+        k, s, p = self.kernel, self.stride, self.padding
+        max_pool_into(x.device.xp, x.data, k, s, p, y, self._frame(x, mgr, scratch), idx.data, work)
         return idx
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-        xp, e = eps.device.xp, eps.data
         if self._idx is None:  # forward ran in inference mode: find the winners now
             maxima = mgr.create(BP, eps.shape, eps.dtype, eps.device).data
             self._idx = self._winners(self._x, maxima, mgr, BP, BP)
         idx = self._idx.data
         won = mgr.create(BP, eps.shape, np.bool_, eps.device).data
         self._idx = self._x = None  # used up
-
-        def piece(offset: int, out: Any) -> None:
-            xp.equal(idx, offset, out=won)  # where this offset won its window
-            xp.multiply(e, won, out=out)
-
-        return self._scatter(eps, mgr, piece)
+        dx, target, tmp = self._scatter_arrays(eps, mgr)
+        k, s, p = self.kernel, self.stride, self.padding
+        max_pool_backward_into(eps.device.xp, eps.data, idx, won, k, s, p, self._tiles, dx.data, target, tmp)
+        return dx
 
 
 class AvgPool2D(_Pool2D):
     """Average over each window, padding counted as zeros (count_include_pad)."""
 
     output_read_by_backward = False  # backward reads nothing of the forward
+    replayable = True
 
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
         y = mgr.create(ACT, (x.shape[0], *self.output_shape), x.dtype, x.device)  # type: ignore[misc]
-        pool_sum_into(x.device.xp, self._padded_input(x, mgr, 0.0), self.kernel, self.stride, y.data)
-        y.data *= 1.0 / (self.kernel * self.kernel)
+        k, s, p = self.kernel, self.stride, self.padding
+        avg_pool_into(x.device.xp, x.data, k, s, p, y.data, self._frame(x, mgr))
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-        xp, dev = eps.device.xp, eps.device
-        share = mgr.create(BP, eps.shape, eps.dtype, dev).data
-        xp.multiply(eps.data, 1.0 / (self.kernel * self.kernel), out=share)  # the same for every pixel
-
-        def piece(offset: int, out: Any) -> None:
-            xp.copyto(out, share)
-
-        return self._scatter(eps, mgr, piece)
+        share = mgr.create(BP, eps.shape, eps.dtype, eps.device).data
+        dx, target, tmp = self._scatter_arrays(eps, mgr)
+        k, s, p = self.kernel, self.stride, self.padding
+        avg_pool_backward_into(eps.device.xp, eps.data, share, k, s, p, self._tiles, dx.data, target, tmp)
+        return dx
 
 
 class GlobalAvgPool(Layer):
     """(B, C, H, W) -> (B, C): the mean of each channel."""
 
     output_read_by_backward = False
+    replayable = True
 
     def _output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
         if len(input_shape) != 3:
@@ -153,13 +155,11 @@ class GlobalAvgPool(Layer):
     def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
         self._check_input(x)
         y = mgr.create(ACT, x.shape[:2], x.dtype, x.device)
-        x.device.xp.mean(x.data, axis=(2, 3), out=y.data)
+        global_avg_pool_into(x.device.xp, x.data, y.data)
         return y
 
     def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-        xp = eps.device.xp
         c, h, w = self.input_shape  # type: ignore[misc]
         dx = mgr.create(GRAD, (eps.shape[0], c, h, w), eps.dtype, eps.device)
-        xp.copyto(dx.data, eps.data[:, :, None, None])
-        dx.data *= 1.0 / (h * w)
+        global_avg_pool_backward_into(eps.device.xp, eps.data, dx.data)
         return dx

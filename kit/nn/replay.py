@@ -32,10 +32,12 @@ every iteration. `kit.widgets.TrainingPanel` says how many of the steps it saw w
 memory timeline marks each replayed answer ("replay" events) and holds training replays off.
 
 Replayed only where the arithmetic is all kernel calls (`Layer.replayable`, `Loss.replayable`:
-Dense, the activations, Dropout, Flatten, Sequential, the losses; not Conv2D, pooling, BatchNorm,
-Residual, a subclass with its own forward or backward), and not: mixed precision (the loss scale
+every kit layer and loss, kit.nn.kernels' and kit.nn.image_kernels'; not a recomputed residual
+block, nor a subclass with its own forward or backward), and not: mixed precision (the loss scale
 moves), training on a GPU (unchecked there), a batch that needs converting (convert the data
-once), a view of the batch handed to a kernel, or while a tool watches every array.
+once), a view of the batch handed to a kernel, or while a tool watches every array. Recording
+is kit.nn.recording, the replayed `Network.output` kit.nn.replay_inference; here: the switch,
+the tape, and the training step.
 """
 
 from __future__ import annotations
@@ -46,25 +48,21 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from threading import get_ident
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from kit import settings
-from kit.arrays.checks import all_finite, check_finite
-from kit.arrays.creation import empty
-from kit.arrays.ndarray import NDArray, heap_result, wrap
-from kit.core.context import scope_out_of_workspaces
+from kit.arrays.ndarray import NDArray, wrap
 from kit.core.memory import count
-from kit.nn.kernels import TAPE
-from kit.nn.layers import Layer, call_forward
-from kit.nn.workspace_mgr import WS_ACTIVATION_GRAD, LayerWorkspaceMgr, WorkspaceMode
+from kit.nn.layers import Layer
+from kit.nn.recording import Recorder, record
+from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
 from kit.state import STATE
-from kit.workspaces.workspace import DebugMode, Workspace
+from kit.workspaces.workspace import DebugMode
 
 __all__ = [
-    "InferencePlan",
-    "OutputPlans",
+    "PlanCache",
     "PlanDeclinedError",
     "Tape",
     "TrainingPlans",
@@ -73,8 +71,6 @@ __all__ = [
     "replay_off",
     "switch",
 ]
-
-T = TypeVar("T")
 
 
 class _Switch:
@@ -111,7 +107,7 @@ def declined(net: Any, training: bool = False) -> str | None:
         if not _replayable(layer):
             return (
                 f"replayed {what}: layer {i} ({type(layer).__name__}, or a layer inside it) computes outside "
-                "kit.nn.kernels (replayable = False): its steps run the layers"
+                "kit.nn.kernels, or recomputes in a workspace of its own (replayable = False): its steps run the layers"
             )
     if not net.loss.replayable:
         return f"replayed {what}: the loss {type(net.loss).__name__} computes outside kit.nn.kernels"
@@ -127,17 +123,6 @@ def watching() -> bool:
     return (
         STATE.recorder is not None or STATE.track_sites or STATE.debug_mode is not DebugMode.DISABLED or STATE.cache.on
     )
-
-
-def record(run: Callable[[], T]) -> tuple[T, list[tuple[Any, tuple[Any, ...], Any]]]:
-    """Run `run()` with kit.nn.kernels noting every kernel called on this thread: its result, the
-    calls (a recording inside another notes its calls in its own list only)."""
-    before, TAPE.calls = TAPE.calls, []
-    calls = TAPE.calls
-    try:
-        return run(), calls
-    finally:
-        TAPE.calls = before
 
 
 class Tape:
@@ -184,86 +169,6 @@ class Tape:
         return total
 
 
-# ---- the managers a step is recorded (and its update replayed) with -----------------------------
-_NO_SCOPE = contextlib.nullcontext()
-
-
-class _KeepMgr(LayerWorkspaceMgr):
-    """Inference: every array on the heap, kept by the plan (up to `max_bytes`: past them the
-    pass finishes on the heap as an unplanned one would, and nothing is kept)."""
-
-    def __init__(self, device: Any, max_bytes: int | None) -> None:
-        super().__init__(WorkspaceMode.NONE, "plan/", device, backward_follows=False)
-        self.max_bytes, self.recorded, self.over = max_bytes, 0, False
-
-    def create(self, array_type: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
-        with scope_out_of_workspaces():
-            buffer = empty(shape, dtype, device)
-        self.recorded += buffer.nbytes
-        if not self.over and self.max_bytes is not None and self.recorded > self.max_bytes:
-            self.over = True
-            if TAPE.calls is not None:  # keep none of the pass's arrays alive through its calls
-                TAPE.calls.clear()
-                TAPE.calls = None
-        return buffer
-
-    def iteration(self) -> Any:
-        return _NO_SCOPE
-
-    layer_call = updater = iteration
-
-
-class _Recorder(LayerWorkspaceMgr):
-    """Training: hands out what the network's own manager does, noting each array made and each
-    scope closed (allocations, bytes, offset, spills, arenas at open and close), in order."""
-
-    def __init__(self, real: LayerWorkspaceMgr) -> None:  # a view of `real`: no workspaces of its own
-        self.real, self.mode, self.separate, self.device = real, real.mode, real.separate, real.device
-        self.backward_follows = True
-        self.made: list[Any] = []
-        self.scopes: list[tuple[Workspace, tuple[int, ...], tuple[int, ...]]] = []
-        self.reentered = False  # a scope was entered while open already (the plan is not kept)
-        self._lent: dict[int, tuple[int, ...]] = {}  # gradient slots lent now: their tally at lending
-
-    def create(self, array_type: Any, shape: tuple[int, ...], dtype: Any, device: Any) -> NDArray:
-        arr = self.real.create(array_type, shape, dtype, device)
-        self.made.append(arr.data)
-        slot = arr.workspace
-        if slot is not None and slot.name.startswith(self.real.prefix + WS_ACTIVATION_GRAD):
-            self._lent[id(slot)] = slot.lent_tally
-        return arr
-
-    def release(self, grad: Any, keep: Any = None) -> None:
-        slot = None if grad is None else grad.workspace
-        before = self._lent.get(id(slot)) if slot is not None else None
-        self.real.release(grad, keep)
-        if before is not None and not slot.is_scope_active:  # the slot's cycle ended: a scope's
-            self.scopes.append((slot, before, slot.tally()))
-            del self._lent[id(slot)]
-
-    @contextlib.contextmanager
-    def _scope(self, ws: Any) -> Iterator[Any]:
-        if not isinstance(ws, Workspace):
-            yield ws
-            return
-        self.reentered = self.reentered or ws.is_scope_active
-        with ws:
-            before = ws.tally()
-            try:
-                yield ws
-            finally:
-                self.scopes.append((ws, before, ws.tally()))
-
-    def iteration(self) -> Any:
-        return self._scope(self.real.iteration())
-
-    def layer_call(self) -> Any:
-        return self._scope(self.real.layer_call())
-
-    def updater(self) -> Any:
-        return self._scope(self.real.updater())
-
-
 class _UpdateMgr(LayerWorkspaceMgr):
     """The live update's manager at each replay: the arrays the recorded update was given, in
     order (an int: a slot of this iteration's heap arrays, NONE mode)."""
@@ -308,7 +213,7 @@ class TrainingPlan:
 
     def record(self, x: NDArray, y: NDArray) -> float:
         """One ordinary iteration on the network's own features and labels, noted; its score."""
-        net, rec = self.net, _Recorder(self.net.train_mgr)
+        net, rec = self.net, Recorder(self.net.train_mgr)
         with rec.iteration():
             score, calls = record(lambda: net._forward_backward(x, y, rec))
             in_step = len(rec.made)
@@ -357,7 +262,7 @@ class TrainingPlan:
         return score
 
 
-class _Plans:
+class PlanCache:
     """Plans by batch size, the least recently used dropped first, for what they were made for."""
 
     def __init__(self, net: Any, limit: int) -> None:
@@ -406,7 +311,7 @@ class _Plans:
             self._plans.popitem(last=False)
 
 
-class TrainingPlans(_Plans):
+class TrainingPlans(PlanCache):
     """`net.train_plans`: a batch size's first iteration runs the layers (the workspaces learn
     their sizes), its second is recorded (again later while an arena still spills or grows), later
     ones are replayed. `used` counts replays, `recorded` recordings; `clear()` drops every plan."""
@@ -455,173 +360,3 @@ def _ready(ds: Any, net: Any) -> bool:
     (a conversion is an allocation of the iteration, which a replay does not repeat)."""
     features, labels = getattr(ds, "features", None), getattr(ds, "labels", None)
     return all(a.__class__ is NDArray and a.device is net.device and a.dtype is net.dtype for a in (features, labels))
-
-
-# ---- inference ------------------------------------------------------------------------------------
-class InferencePlan:
-    """`Network.plan_inference(batch_size)`: a forward pass for `batch_size` examples, recorded once
-    on buffers it keeps, replayed. Parameters are read in place (training between calls is seen);
-    the answer is a heap copy; a NumPy input of the network's dtype is read where it lies."""
-
-    def __init__(self, net: Any, batch_size: int, first: Any = None, max_bytes: int | None = None) -> None:
-        """`first`: the batch to record on (else zeros), whose answer `_answer()` gives; past
-        `max_bytes` of buffers nothing is kept (`complete` False) but the answer still comes."""
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"plan_inference(batch_size={batch_size!r}): must be a positive integer")
-        reason = declined(net)
-        if reason is not None:
-            raise PlanDeclinedError(reason)
-        self.net, self.batch_size, self._dtype = net, batch_size, net.dtype
-        self.input_shape = (batch_size, *net.input_shape)
-        self._cpu = net.device.kind == "cpu"
-        with scope_out_of_workspaces():
-            self._input = empty(self.input_shape, net.dtype, net.device)
-            self._result = empty((batch_size, *net.output_shape), net.dtype, net.device)
-        room = None if max_bytes is None else max_bytes - self._input.nbytes - self._result.nbytes
-        mgr = _KeepMgr(net.device, room)
-        if first is None:
-            self._input.data.fill(0)
-        else:
-            self._load(first)
-        with net.lock:
-            _, calls = record(lambda: self._pass(mgr))
-        self.complete = not mgr.over
-        self.tape = Tape(calls, [self._input._data])
-        if not self.tape.complete:  # a kernel reads a view of the input: always copy into it
-            self.tape = Tape(calls, [])
-        self.buffer_bytes = mgr.recorded + self._input.nbytes + self._result.nbytes
-
-    def _pass(self, mgr: _KeepMgr) -> None:
-        x = self._input
-        for layer in self.net.body.layers:
-            x = call_forward(layer, x, mgr, False)
-        self.net.loss.activate(x, self._result, mgr)
-
-    def output(self, x: Any) -> NDArray:
-        """Predictions for a batch of exactly `batch_size` examples (a heap copy of the answer)."""
-        raw = x.numpy() if isinstance(x, NDArray) else np.asarray(x)
-        if raw.shape != self.input_shape:
-            raise ValueError(f"this plan serves batches of shape {self.input_shape}, got {raw.shape}: plan another")
-        if raw.dtype.kind not in "fiu":
-            raise TypeError(f"features must be real numbers, got dtype {raw.dtype}")
-        with self.net.lock:
-            return self._run(raw)
-
-    def _run(self, raw: Any) -> NDArray:
-        """The answer for `raw` (of the input shape); the caller holds the network's lock."""
-        if raw.__class__ is np.ndarray and raw.dtype is self._dtype and self._cpu and self.tape.fills:
-            if not all_finite(raw):
-                check_finite(raw, "features")  # names the first bad value
-            self.tape.run([raw])  # the kernels read the caller's array
-        else:
-            self._load(raw)
-            self.tape.run([self._input._data])
-        if STATE.recorder is not None:  # a memory timeline: this answer allocated none of the arrays it used
-            STATE.recorder.replay(self.net.device, self.buffer_bytes)
-        return self._answer()
-
-    def _load(self, raw: Any) -> None:
-        """Copy `raw` into the plan's input (cast to the network's dtype) and check it there."""
-        if self._cpu:
-            target = self._input._data
-            target[...] = raw  # casts as copyto(casting="unsafe") does, without its Python wrapper
-        else:
-            target = self._input.data
-            if isinstance(raw, np.ndarray):
-                self._input.assign(raw.astype(self._dtype, copy=False))
-            else:
-                self.net.device.xp.copyto(target, raw, casting="unsafe")
-        if not all_finite(target):
-            check_finite(target, "features")  # names the first bad value
-
-    def _answer(self) -> NDArray:
-        """The result as a heap copy: the next call overwrites the plan's own."""
-        if self._cpu:  # NumPy's copy, counted like every heap result
-            return heap_result(self._result._data.copy(), self._result._device)
-        with scope_out_of_workspaces():
-            return self._result.dup()
-
-
-class OutputPlans(_Plans):
-    """`net.output_plans`: the plans `Network.output` answers with in inference, one per batch size
-    (from a size's second call: that call records, and its pass is the answer), at most `limit`
-    of at most `max_bytes` of buffers in all (`resize`). `used` counts planned answers."""
-
-    def __init__(self, net: Any, limit: int = 8, max_bytes: int = 64 << 20) -> None:
-        super().__init__(net, limit)
-        self._example_shape = net.input_shape
-        self.max_bytes = max_bytes
-        self._too_big = 0  # batches of this many rows or more: over max_bytes (0: none yet)
-
-    def resize(self, limit: int | None = None, max_bytes: int | None = None) -> None:
-        """New bounds: at most `limit` plans (0 plans nothing), at most `max_bytes` of buffers in all
-        (a batch whose plan alone needs more runs unplanned). Plans over them are dropped now."""
-        with self.net.lock:
-            if limit is not None:
-                self.limit = limit
-            if max_bytes is not None:
-                self.max_bytes, self._too_big = max_bytes, 0
-            self._trim()
-
-    def _trim(self) -> None:
-        super()._trim()
-        while self._plans and self.buffer_bytes > self.max_bytes:
-            self._plans.popitem(last=False)
-
-    @property
-    def buffer_bytes(self) -> int:
-        return sum(plan.buffer_bytes for plan in self._plans.values())
-
-    def clear(self) -> None:
-        super().clear()
-        self._too_big = 0
-
-    def answer(self, x: Any) -> NDArray | None:
-        """The planned answer for x, or None where no plan applies (Network.output then runs the
-        layers): the switch off, another device or dtype, a shape the network refuses, a batch size
-        seen once, too many bytes, a network that declines. The caller holds the lock."""
-        if not switch.on:
-            return None
-        net = self._net()
-        if type(x) is np.ndarray:  # NumPy numbers, or an NDArray of the network's device and dtype
-            raw = x
-            if raw.dtype.kind not in "fiu":
-                return None
-        elif isinstance(x, NDArray) and x._device is net.device and x.dtype == net.dtype:
-            raw = x.data
-        else:
-            return None
-        shape = raw.shape
-        if shape[1:] != self._example_shape or not shape[0]:
-            return None
-        batch = shape[0]
-        if self._too_big and batch >= self._too_big:
-            return None
-        if not self._current(net, (net.loss, net.flat_params._data, net.device, net.dtype, *net.body.layers), False):
-            return None
-        plan = self._plans.get(batch)
-        if plan is None:
-            return self._new(batch, raw)
-        if len(self._plans) > 1:
-            self._plans.move_to_end(batch)
-        answer = plan._run(raw)
-        self.used += 1
-        return answer
-
-    def _new(self, batch: int, raw: Any) -> NDArray | None:
-        """Record a plan for `batch` on `raw` and give its answer, or None: a batch size seen once, no room."""
-        if batch not in self._seen:  # a batch size asked for once (the last of an epoch) is not worth a plan
-            self._seen[batch] = 0
-            if len(self._seen) > 4 * max(self.limit, 1):
-                self._seen.popitem(last=False)
-            return None
-        if self.limit < 1:
-            return None
-        plan = InferencePlan(self.net, batch, first=raw, max_bytes=self.max_bytes)
-        self.recorded += 1
-        if plan.complete:
-            self._keep(batch, plan)
-        else:
-            self._too_big = batch if not self._too_big else min(batch, self._too_big)
-        self.used += 1
-        return plan._answer()

@@ -12,6 +12,7 @@ from kit.arrays.ndarray import NDArray
 from kit.nn.activations import ReLU, relu_grad_into
 from kit.nn.batchnorm import BatchNorm
 from kit.nn.conv import Conv2D
+from kit.nn.image_kernels import add_into, add_relu_into
 from kit.nn.layers import ACT, GRAD, Layer, call_backward, call_forward, mark_in_place
 from kit.nn.recompute import RecomputeView
 from kit.nn.workspace_mgr import LayerWorkspaceMgr
@@ -21,7 +22,11 @@ __all__ = ["Residual"]
 
 class Residual(Layer):
     """d2l's residual block: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), with a 1x1
-    convolution on the shortcut when the shape changes (use_1x1conv)."""
+    convolution on the shortcut when the shape changes (use_1x1conv). Replayed (kit.nn.replay)
+    unless recomputed: a recomputed block's activations live in a workspace of its own, whose
+    cycles a replay does not repeat."""
+
+    replayable = True
 
     def __init__(
         self,
@@ -36,6 +41,7 @@ class Residual(Layer):
             raise TypeError(f"Residual(recompute={recompute!r}): True or False")
         self.channels, self.use_1x1conv, self.stride = channels, use_1x1conv, stride
         self.weight_init, self.recompute = weight_init, recompute
+        self.replayable = not recompute
         self._x: NDArray | None = None  # the input a recomputed block keeps
         self.main = [
             Conv2D(channels, 3, stride=stride, padding=1, weight_init=weight_init),
@@ -80,16 +86,14 @@ class Residual(Layer):
             with view.scope():
                 h, s = self._paths(x, view, training)
                 y = mgr.create(ACT, h.shape, h.dtype, h.device)
-                xp.add(h.data, s.data, out=y.data)
-            xp.maximum(y.data, 0, out=y.data)
+                add_relu_into(xp, h.data, s.data, y.data)
             self._y = y
             return y
         self._x = None  # nothing to recompute
         h, s = self._paths(x, mgr, training)
         # the sum and its ReLU over the last BatchNorm's output, in place: its backward does not read it
         y = h if not self.main[-1].output_read_by_backward else mgr.create(ACT, h.shape, h.dtype, h.device)
-        xp.add(h.data, s.data, out=y.data)
-        xp.maximum(y.data, 0, out=y.data)
+        add_relu_into(xp, h.data, s.data, y.data)
         self._y = y if mgr.backward_follows else None
         return y
 
@@ -132,7 +136,7 @@ class Residual(Layer):
             ds = call_backward(self.shortcut[0], g, mgr) if self.shortcut else g
         finally:
             mgr.unpin(g)
-        xp.add(d.data, ds.data, out=d.data)  # d is this block's own: the sum goes in place
+        add_into(xp, d.data, ds.data, d.data)  # d is this block's own: the sum goes in place
         mgr.release(ds)
         mgr.release(g)
         return d

@@ -287,10 +287,12 @@ class LayerWorkspaceMgr:
         released already, or pinned (`pin`) by a block that reads it again."""
         if grad is None or not self.separate:
             return
-        slot = grad.workspace
-        if slot is None or not slot.is_scope_active or slot.thread_id != threading.get_ident() or not grad.is_valid:
+        slot = grad._owner  # grad.workspace, written out: this runs for every gradient of every step
+        if slot.__class__ is not Workspace:
             return
-        if (keep is not None and keep.workspace is slot) or slot in self._local.pinned:
+        if not slot.is_scope_active or slot.thread_id != threading.get_ident() or not grad.is_valid:
+            return
+        if (keep is not None and keep._owner is slot) or slot in self._local.pinned:
             return
         slots = self._local.grad_slots
         if slots is not None and slot in slots:

@@ -53,6 +53,7 @@ from kit.parallel.threshold import (
     threshold_encode,
 )
 from kit.parallel.wrapper import TrainingMode
+from kit.spark import worker_store
 from kit.spark.aggregation import array_bytes
 from kit.spark.elements import (
     BadElementError,
@@ -166,7 +167,7 @@ def round_task(spec: RoundSpec, state_bc: Any, workers_bc: Any = None) -> Any:
             yield _train_round(spec, state_bc, partition, it, workers_bc)
         except PartitionError:
             raise
-        except BaseException as exc:
+        except Exception as exc:
             raise partition_error(partition, f"round {spec.round}", exc) from exc
 
     return run
@@ -202,7 +203,7 @@ def _train_round(spec: RoundSpec, state_bc: Any, partition: int, it: Iterator[An
     everyone, received = _start_round(spec, net, state_bc, workers_bc)
     marks.append(time.perf_counter())
     allocs0 = memory.heap_allocations()
-    _fit_steps(spec, net, batches, result, everyone.get(worker))
+    _fit_steps(spec, net, batches, result, _own_state(spec, worker, everyone.get(worker), result.stats))
     result.sizes = [ds.num_examples for ds in batches]
     result.iterations = net.iteration - spec.base_iteration
     marks.append(time.perf_counter())
@@ -240,6 +241,32 @@ def _start_round(
             arr.assign(np.zeros(arr.shape, arr.dtype))
     net.iteration = spec.base_iteration
     return everyone, array_bytes(flat) + array_bytes(everyone)
+
+
+def _own_state(
+    spec: RoundSpec, worker: int, sent: SharedWorkerState | None, stats: WorkerStats
+) -> SharedWorkerState | None:
+    """SharedTrainingMaster: the worker's own state after the rounds it has done, from this
+    executor's store (kit.spark.worker_store) or from the driver's copy; None on its first round.
+    `stats.state_from` says which, and a driver's copy older than the round expects is said too."""
+    if spec.mode is not TrainingMode.SHARED_GRADIENTS:
+        return None
+    expected = dict(spec.expected).get(worker)
+    kept = None
+    if spec.store is not None and expected is not None:
+        kept = worker_store.load(worker_store.executor_directory(), spec.store, worker, expected)
+    if kept is not None:
+        stats.state_from = f"executor (round {kept.rounds} of this worker)"
+        return kept
+    if sent is None:
+        stats.state_from = "new"
+    elif expected is not None and sent.rounds != expected:
+        stats.state_from = (
+            f"driver (round {sent.rounds} of this worker; this executor held no copy of round {expected})"
+        )
+    else:
+        stats.state_from = f"driver (round {sent.rounds} of this worker)"
+    return sent
 
 
 def _fit_steps(
@@ -293,7 +320,7 @@ def _shared_steps(
         old = weights(net).numpy().copy()  # mixed precision: the float32 master weights
         result.scores.append(float(net.fit_batch(ds)))
         result.skipped.append(bool(net.last_step_skipped))
-        state.residual += old - weights(net).numpy()  # 0 for a step the loss scaler skipped
+        state.residual += (old - weights(net).numpy()) * spec.update_scale  # 0 for a step the loss scaler skipped
         state.tau = algo.calculate_threshold(net.iteration, 0, state.tau, state.last_dense, state.last_sparsity)
         message = threshold_encode(state.residual, state.tau)
         applied = np.zeros_like(old)
@@ -310,9 +337,11 @@ def _shared_steps(
     stats = result.stats
     stats.tau, stats.encoded = float(state.tau), int(sum(counts))
     stats.sparsity = float(np.mean(counts) / net.num_params)
-    stats.state_from = "new" if own is None else f"driver (round {own.rounds} of this worker)"
     state.rounds += 1
-    result.messages, result.worker_state = messages, state
+    if spec.store is not None:
+        worker_store.save(worker_store.executor_directory(), spec.store, result.worker, state)
+    result.messages = messages
+    result.worker_state = state if spec.sync_state or spec.store is None else None
 
 
 def _worker_state(net: Network, own: SharedWorkerState | None) -> SharedWorkerState:

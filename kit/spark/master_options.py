@@ -6,7 +6,7 @@
     ValueError: SharedTrainingMaster(batch_size_per_worker=0): must be an integer >= 1
     >>> tm = SharedTrainingMaster(32, 5)
     >>> tm.options.batch_size_per_worker, tm.options.mode, tm.options.threshold_settings.initial_threshold
-    (32, <TrainingMode.SHARED_GRADIENTS: 'SHARED_GRADIENTS'>, 0.0001)
+    (32, <TrainingMode.SHARED_GRADIENTS: 'SHARED_GRADIENTS'>, 0.001)
 
 `AveragingOptions` and `SharedOptions` ARE the masters' signatures: a master's constructor takes
 exactly their fields (the first two positional, the rest by keyword), so the list of arguments,
@@ -159,7 +159,7 @@ class AveragingOptions(MasterOptions):
     averaging_frequency: int = 5
     _: KW_ONLY
     save_updater: bool = True
-    execution: str | None = None  # kit.spark.gang: None is "rounds" for "parameters", "auto" for "gradients"
+    execution: str = "auto"  # kit.spark.gang: a gang where one can run, the rounds (warned, said why) otherwise
     exchange: str = "parameters"
     collective: str = "auto"
 
@@ -187,10 +187,12 @@ class SharedOptions(MasterOptions):
     batches_per_round: int = 5
     _: KW_ONLY
     worker_prefetch_num_batches: int = 2
-    initial_threshold: float = 1e-4
+    initial_threshold: float = 1e-3  # DL4J's AdaptiveThresholdAlgorithm default since 1.0.0-beta4
     min_target_sparsity: float = 1e-4
-    max_target_sparsity: float = 1e-2
+    max_target_sparsity: float = 1 / 16  # a dense (2-bit) message is within the band (DL4J's: 1e-2)
     decay_rate: float = 0.5 ** (1 / 20)
+    keep_state_on_driver: bool = False  # True: each worker's state travels every round (kit.spark.worker_store)
+    average_updates: bool = True  # each worker encodes its update / workers (the round moves by their mean)
 
     @property
     def steps_per_round(self) -> int:
@@ -204,6 +206,8 @@ class SharedOptions(MasterOptions):
 
     def _check_own(self) -> None:
         check_int(self.master, "batches_per_round", self.batches_per_round, 1)
+        self._set("keep_state_on_driver", check_bool(self.master, "keep_state_on_driver", self.keep_state_on_driver))
+        self._set("average_updates", check_bool(self.master, "average_updates", self.average_updates))
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -214,14 +218,13 @@ class SharedOptions(MasterOptions):
             self._set(key, value)
 
     def checkpoint_settings(self) -> dict[str, Any]:
-        return {**super().checkpoint_settings(), "threshold": self.threshold_settings.as_kwargs()}
+        threshold = {**self.threshold_settings.as_kwargs(), "average_updates": self.average_updates}
+        return {**super().checkpoint_settings(), "threshold": threshold}
 
 
 def check_gang_options(name: str, execution: Any, exchange: Any, collective: Any, frequency: int) -> tuple[str, ...]:
     """The gang's keyword options (kit.spark.gang), checked at construction; each error names the
-    value and the choices. execution=None: "rounds" for exchange="parameters", "auto" for "gradients"."""
-    if execution is None:
-        execution = "auto" if exchange == "gradients" else "rounds"
+    value and the choices."""
     for arg, value, choices in (
         ("execution", execution, EXECUTIONS),
         ("exchange", exchange, EXCHANGES),
@@ -320,11 +323,12 @@ def check_threshold(
         "decay_rate": check_real(name, "decay_rate", decay_rate),
     }
     if not t["initial_threshold"] > 0:
-        raise ValueError(f"{name}(initial_threshold={initial_threshold!r}): must be > 0 (DL4J's default: 1e-4)")
+        raise ValueError(f"{name}(initial_threshold={initial_threshold!r}): must be > 0 (DL4J's default: 1e-3)")
     if not 0 < t["min_target_sparsity"] < t["max_target_sparsity"] <= 1:
         raise ValueError(
             f"{name}(min_target_sparsity={min_target_sparsity!r}, max_target_sparsity={max_target_sparsity!r}): "
-            "need 0 < min_target_sparsity < max_target_sparsity <= 1 (DL4J's defaults: 1e-4 and 1e-2)"
+            "need 0 < min_target_sparsity < max_target_sparsity <= 1 (kit's defaults: 1e-4 and 1/16; DL4J's: 1e-4 "
+            "and 1e-2)"
         )
     if not 0.5 <= t["decay_rate"] < 1:
         raise ValueError(

@@ -6,7 +6,7 @@
     (<Repartition.ALWAYS: 'ALWAYS'>, <RDDTrainingApproach.EXPORT: 'EXPORT'>)
     >>> tm = SharedTrainingMaster(batch_size_per_worker=32, batches_per_round=5)
     >>> tm.threshold["initial_threshold"], tm.worker_prefetch_num_batches
-    (0.0001, 2)
+    (0.001, 2)
 
 Both prepare the data once per fit (kit.spark.prepared), then run rounds; a round is one step of
 kit's TrainingLoop on the driver.
@@ -19,13 +19,10 @@ the next round starts from the mean over the workers that had data.
 
 SharedTrainingMaster (DL4J 1.0's default, gradient sharing): each worker adds every step's update
 to its residual, threshold-encodes it (kit.parallel.threshold) and applies what it encoded; the
-messages come back up the same tree still encoded (smaller than a dense sum), the driver applies
-their sum in worker order and broadcasts the parameters (an executor may not hold the last
-round's). As in DL4J a worker's residual, updater state and threshold are its own for the whole
-training: they travel with its messages and its next round, so they last across rounds, epochs
-and fits whichever executor runs the task, and a retried task starts from the state the failed
-one started from. The network's updater state is broadcast only while a worker has none of its
-own, and after a fit it is worker 0's.
+messages come back up the same tree still encoded, the driver applies their sum in worker order
+and broadcasts the parameters. As in DL4J a worker's residual, updater state and threshold are its
+own for the whole training: they stay on the executor that ran its round (kit.spark.worker_store)
+and reach the driver at each epoch's end; a task elsewhere goes on from the driver's copy (said).
 
 Data (`repartition` ALWAYS): example i of the RDD, in order, goes to mini-batch
 i // batch_size_per_worker, and mini-batch b to worker b % num_workers; so in the first epoch round

@@ -80,6 +80,13 @@ class RoundSpec:
     scaler: tuple[float, ...] | None = None  # mixed precision: the driver's LossScaler.state()
     stored_rounds: int = 0  # CACHED and STORED: record key = worker * stored_rounds + round
     gpus_per_task: float | None = None  # the job's resource profile asked for GPUs: train on the one Spark gave
+    # SharedTrainingMaster (kit.spark.worker_store): the fit's token for the workers' states kept on the
+    # executors (None: the driver sends each its state), the rounds each worker has done, and whether
+    # the workers send their whole state back this round (else their messages only)
+    store: str | None = None
+    expected: tuple[tuple[int, int], ...] = ()
+    sync_state: bool = True
+    update_scale: float = 1.0  # SharedTrainingMaster: each step's update times this goes into the residual
 
 
 @dataclass

@@ -294,7 +294,7 @@ class Workspace(Cycles):
         self._open_cycle()
         self.allocations += allocations
         self._cycle_bytes += nbytes
-        self.arena.move_to(end)
+        self.arena.offset = end
         if end > self.peak_used:
             self.peak_used = end
         self._close_cycle()

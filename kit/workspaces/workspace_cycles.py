@@ -145,7 +145,7 @@ class Cycles:
         self._open = True
         self._entered += 1
         if not self._circular:
-            self.arena.move_to(0)
+            self.arena.offset = 0  # the front (Arena.move_to, written out: every cycle)
             self._gen = Generation(self._entered, self._lap)
         elif self._gen.cycle == 0:
             self._gen.cycle = self._entered
@@ -199,11 +199,14 @@ class Cycles:
             # between cycles: a generation of its own, which the next exit retires in turn (an array
             # carved while closed, through Workspace.alloc, must not become valid again later)
             self._gen = Generation(0, self._lap)
-            self.arena.move_to(0)
+            self.arena.offset = 0  # the front (Arena.move_to, written out: every cycle)
             self.resets += 1
         arena = self.arena
-        if (self._realloc or not arena.sized) and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
-            self._resize(arena.learn(self.max_cycle_bytes, self.cycles))  # the learning policy's answer
+        # the learning policy's say: while unsized, or (REALLOCATE) when a cycle outgrew the block (a
+        # circular arena's room is its ring block, which it knows); a sized arena is not asked otherwise
+        due = not arena.sized or (self._realloc and (self._circular or self.max_cycle_bytes > arena.capacity))
+        if due and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
+            self._resize(arena.learn(self.max_cycle_bytes, self.cycles))
 
     def _resize(self, size: int) -> None:
         """A larger block for the arena when `size` (what it learned) exceeds the one it has.

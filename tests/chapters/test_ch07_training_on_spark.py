@@ -126,16 +126,11 @@ def test_the_opening_no_longer_counts_the_broadcast_once_per_worker():
 
 
 @pytest.fixture(scope="module")
-def spark_context():
-    """One local[2] context for the module's fits (its start is most of their time)."""
-    from kit.spark import local_spark_context, spark_missing
-
-    if spark_missing():
-        pytest.skip(spark_missing())
-    sc = local_spark_context("local[2]", app_name="kit-test-opening", quiet=True)
-    sc.parallelize(range(2), 2).count()  # the Python workers started here, not in the first test
-    yield sc
-    sc.stop()
+def spark_context(sc):
+    """The session's local[2] context (tests/conftest.py; its start is most of the fits' time), with
+    its Python workers started here, not in the first test. Never stopped here: it is shared."""
+    sc.parallelize(range(2), 2).count()
+    return sc
 
 
 @pytest.mark.slow

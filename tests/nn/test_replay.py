@@ -107,9 +107,9 @@ def _nets():
         ("softmax-mse", lambda: Network([Dense(5), Softmax()], (12,), loss=MSE()), (12,), True, True),
         ("dropout", lambda: Network([Dense(16), ReLU(), Dropout(0.5), Dense(5)], (12,)), (12,), True, True),
         ("flatten-inside", lambda: Network([Dense(12), Flatten(), Dense(5)], (12,)), (12,), True, True),
-        ("lenet-conv-pool", lambda: lenet(num_classes=5, size=12), (1, 12, 12), False, False),
-        ("batchnorm", lambda: Network([Dense(16), BatchNorm(), ReLU(), Dense(5)], (12,)), (12,), False, False),
-        ("residual", lambda: Network([Residual(1), GlobalAvgPool(), Dense(5)], img), img, False, False),
+        ("lenet-conv-pool", lambda: lenet(num_classes=5, size=12), (1, 12, 12), True, True),
+        ("batchnorm", lambda: Network([Dense(16), BatchNorm(), ReLU(), Dense(5)], (12,)), (12,), True, True),
+        ("residual", lambda: Network([Residual(1), GlobalAvgPool(), Dense(5)], img), img, True, True),
         (
             "mixed-precision",
             lambda: mlp(12, hidden=(8,), n_out=5, dtype="float16", master_dtype="float32", loss_scale="dynamic"),
@@ -153,7 +153,7 @@ def test_no_layer_or_loss_defines_an_entry_point_for_replay():
         assert not methods & {"record", "replay", "step"}, cls.__name__
     nn_dir = os.path.dirname(replay_module.__file__)
     leftovers = {"plan.py", "train_plan.py", "plan_recording.py", "train_recording.py"} & set(os.listdir(nn_dir))
-    assert not leftovers  # one record/replay module
+    assert not leftovers  # recording, replay and replayed inference: kit.nn.recording, replay, replay_inference
 
 
 def test_kit_replay_reads_yes_and_no_and_refuses_anything_else():

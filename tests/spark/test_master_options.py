@@ -38,16 +38,18 @@ OWN = {
     ParameterAveragingTrainingMaster: {
         "averaging_frequency": (3, 3),
         "save_updater": (False, False),
-        "execution": ("gang", "gang"),  # kit.spark.gang's: None is "rounds" for exchange="parameters"
+        "execution": ("gang", "gang"),  # kit.spark.gang's: the default is "auto"
         "exchange": ("gradients", "gradients"),  # needs averaging_frequency=1 (EXTRA)
         "collective": ("allgather", "allgather"),
     },
     SharedTrainingMaster: {
         "batches_per_round": (3, 3),
-        "initial_threshold": (1e-3, 1e-3),
+        "initial_threshold": (2e-3, 2e-3),
         "min_target_sparsity": (1e-3, 1e-3),
         "max_target_sparsity": (0.1, 0.1),
         "decay_rate": (0.9, 0.9),
+        "keep_state_on_driver": (True, True),
+        "average_updates": (False, False),
     },
 }
 EXTRA = {"exchange": {"averaging_frequency": 1}}  # what a row's value needs beside it
@@ -77,7 +79,6 @@ def test_the_table_names_every_argument_of_both_masters():
                 "checkpoint_every",
                 "repartition",
                 "rdd_training_approach",
-                "execution",  # None: resolved from exchange
             )
 
 
@@ -110,7 +111,7 @@ def test_the_mode_is_parallel_wrappers_enum_and_the_threshold_is_typed():
     averaging, shared = ParameterAveragingTrainingMaster(), SharedTrainingMaster(initial_threshold=1e-3)
     assert averaging.mode is TrainingMode.AVERAGING and shared.mode is TrainingMode.SHARED_GRADIENTS
     assert averaging.options.threshold_settings is None
-    assert shared.options.threshold_settings == ThresholdSettings(1e-3, 1e-4, 1e-2, 0.5 ** (1 / 20))
+    assert shared.options.threshold_settings == ThresholdSettings(1e-3, 1e-4, 1 / 16, 0.5 ** (1 / 20))
     shared.threshold["initial_threshold"] = 1.0  # a copy: the options do not move
     assert shared.threshold["initial_threshold"] == 1e-3
 
@@ -127,10 +128,11 @@ def test_the_checkpoint_settings_are_what_they_were_before_the_options():
     shared = SharedTrainingMaster(20, 3).training_settings()
     assert shared["batches_per_round"] == 3 and shared["save_updater"] is None
     assert shared["threshold"] == {
-        "initial_threshold": 1e-4,
+        "initial_threshold": 1e-3,
         "min_target_sparsity": 1e-4,
-        "max_target_sparsity": 1e-2,
+        "max_target_sparsity": 1 / 16,
         "decay_rate": 0.5 ** (1 / 20),
+        "average_updates": True,
     }
 
 
@@ -155,8 +157,8 @@ def test_the_gang_options_are_checked_in_the_options_at_the_call(kwargs, said):
         AveragingOptions(**kwargs)
 
 
-def test_the_gang_options_defaults_resolve_execution_from_the_exchange():
-    assert ParameterAveragingTrainingMaster().options.execution == "rounds"
+def test_the_gang_options_default_to_a_gang_where_one_can_run():
+    assert ParameterAveragingTrainingMaster().options.execution == "auto"  # issue 44: the gang is the default
     gradients = ParameterAveragingTrainingMaster(16, 1, exchange="gradients")
     assert (gradients.execution, gradients.exchange, gradients.collective) == ("auto", "gradients", "auto")
     assert not hasattr(SharedTrainingMaster(), "execution")  # the gang is parameter averaging's

@@ -61,6 +61,7 @@ def _averaging(sc, data, workers, depth, dtype="float32", updater=None, approach
         save_updater=updater is not None,
         aggregation_depth=depth,
         collect_training_stats=True,
+        execution="rounds",  # the tree is the per-round path's (a gang's workers sum among themselves)
     )
     spark = SparkNetwork(sc, net, tm)
     spark.fit(to_rdd(sc, data))  # 320 examples: every worker trains 2 mini-batches of 10 in every round
@@ -154,7 +155,9 @@ def test_shared_training_broadcasts_the_updater_state_only_while_a_worker_has_no
     for always in (False, True):
         sent.clear()
         net = mlp(64, hidden=(16,), n_out=10, updater=Adam(1e-2), seed=0)
-        tm = SharedTrainingMaster(20, 3, num_workers=2, collect_training_stats=True, initial_threshold=1e-3)
+        tm = SharedTrainingMaster(
+            20, 3, num_workers=2, collect_training_stats=True, initial_threshold=1e-3, keep_state_on_driver=True
+        )
         spark = SparkNetwork(sc, net, tm)
         if always:  # the old behaviour: the updater state in every round's broadcast
             monkeypatch.setattr(SharedTrainingMaster, "_sends_updater_state", staticmethod(lambda states, n: True))
@@ -189,7 +192,12 @@ def test_shared_training_results_come_back_through_the_tree_unsummed(sc, digits)
         assert r["partials"] == 2 and r["tree_levels"] == 1
         # each worker's messages and own state reach the driver whole: the sum of what they sent
         assert r["driver_received_bytes"] == r["tree_bytes"] == sum(w["sent_bytes"] for w in workers)
-        assert all(w["sent_bytes"] >= 4 * net.num_params for w in workers)  # at least its residual
+        # the whole state (at least the residual) at an epoch's end; between, the messages only
+        if r["states_synced"]:
+            assert all(w["sent_bytes"] >= 4 * net.num_params for w in workers)
+        else:
+            assert all(w["sent_bytes"] < 4 * net.num_params for w in workers)
+    assert {r["states_synced"] for r in stats.rounds} == {True, False}
 
 
 def test_evaluation_merges_up_the_same_tree(sc, digits):

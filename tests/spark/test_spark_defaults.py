@@ -25,6 +25,7 @@ def digits():
 
 def _averaging_fit(sc, data, **options):
     net = mlp(64, hidden=(16,), n_out=10, updater=Adam(1e-2), seed=3)
+    options.setdefault("execution", "rounds")  # the broadcast bytes below are the rounds' (one per averaging)
     tm = ParameterAveragingTrainingMaster(20, 5, num_workers=2, collect_training_stats=True, **options)
     spark = SparkNetwork(sc, net, tm)
     spark.fit(to_rdd(sc, data), epochs=1)
@@ -73,6 +74,15 @@ def test_the_averaging_default_keeps_the_updater_state_across_averagings(sc, dig
                 "worker_prefetch_num_batches": 2,
                 "aggregation_depth": 2,
                 "collect_training_stats": False,
+                "batches_per_round": 5,
+                "threshold": {  # DL4J's initial threshold; dense (2-bit) messages within the band
+                    "initial_threshold": 1e-3,
+                    "min_target_sparsity": 1e-4,
+                    "max_target_sparsity": 1 / 16,
+                    "decay_rate": 0.5 ** (1 / 20),
+                },
+                "average_updates": True,  # the round moves by the workers' mean update, as averaging does
+                "keep_state_on_driver": False,  # residuals and Adam moments stay on the executors
             },
         ),
     ],

@@ -1,7 +1,8 @@
-"""kit.spark on a real standalone cluster started by this test (issue 22): one master and two
+"""kit.spark on a real standalone cluster started by this module (issue 22): one master and two
 workers bound to 127.0.0.1, each worker in its own mount namespace with a private tmpfs over the
-driver's TMPDIR, as on separate hosts that cannot see the driver's disk. The driver runs in a
-subprocess (its own SparkContext). Skips, saying why, where `unshare` is not permitted."""
+driver's TMPDIR, as on separate hosts that cannot see the driver's disk. Each test runs a driver in
+a subprocess (its own SparkContext, its own application on the one cluster); the last one kills the
+workers. Skips, saying why, where `unshare` is not permitted."""
 
 import json
 import os
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,25 +33,11 @@ DRIVER = textwrap.dedent(
     from kit.spark import ParameterAveragingTrainingMaster, SharedTrainingMaster, SparkNetwork, SparkTrainingError
     from kit.spark import local_spark_context, to_rdd
 
-    master, shared_dir, worker_pids = sys.argv[1], sys.argv[2], [int(p) for p in sys.argv[3].split(",")]
-    sc = local_spark_context(master, app_name="kit-standalone", driver_memory="512m",
-                             conf={"spark.executorEnv.PYTHONPATH": os.environ["KIT_ROOT"],
-                                   "spark.executor.memory": "512m", "spark.cores.max": "2",
-                                   "spark.ui.showConsoleProgress": "false",
-                                   # both workers are on 127.0.0.1, so Spark would read the other's shuffle
-                                   # files straight from its disk ("host-local"): on separate hosts it fetches
-                                   # them over the network, which is what this cluster must do
-                                   "spark.shuffle.readHostLocalDisk": "false"})
-    out = {}
-    try:
-        deadline = time.monotonic() + 120  # both workers' executors registered
-        while len(sc.statusTracker().getExecutorInfos()) < 3 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        out["executors"] = len(sc.statusTracker().getExecutorInfos()) - 1
-        out["ui"] = sc.uiWebUrl is not None  # Spark's own UI stays on by default
-        train, test = load_digits()
-        data = DataSet(train.features.numpy()[:320], train.labels.numpy()[:320])
-        rdd = to_rdd(sc, data, num_slices=2)
+    master, shared_dir, part = sys.argv[1], sys.argv[2], sys.argv[3]
+    worker_pids = [int(p) for p in sys.argv[4].split(",")]
+
+
+    def averaging(sc, rdd, data, out):
         # parameter averaging with DL4J's defaults (EXPORT, repartition ALWAYS) vs ParallelWrapper
         net = mlp(64, hidden=(16,), n_out=10, updater=Sgd(0.1), seed=0)
         ref = net.clone()
@@ -72,6 +60,9 @@ DRIVER = textwrap.dedent(
         except ValueError as exc:
             out["driver_only_export"] = str(exc)
         out["driver_only_left"] = os.listdir(only_here)
+
+
+    def shared_then_kill(sc, rdd, test, out):
         # shared training with its defaults, 2 epochs: learns
         net3 = mlp(64, hidden=(16,), n_out=10, updater=Adam(1e-2), seed=0)
         before = net3.score(test)
@@ -89,7 +80,6 @@ DRIVER = textwrap.dedent(
                         os.killpg(pid, signal.SIGKILL)
 
         tm = ParameterAveragingTrainingMaster(20, 1, num_workers=2, rdd_training_approach="DIRECT", round_timeout=20)
-        kept = None
         try:
             SparkNetwork(sc, net4, tm).fit(rdd, epochs=5, listeners=[KillWorkers()])
             out["after_kill"] = "no error"
@@ -100,6 +90,30 @@ DRIVER = textwrap.dedent(
         while sc.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
             time.sleep(0.2)
         out["active_jobs"] = list(sc.statusTracker().getActiveJobsIds())
+
+
+    sc = local_spark_context(master, app_name="kit-standalone", driver_memory="512m",
+                             conf={"spark.executorEnv.PYTHONPATH": os.environ["KIT_ROOT"],
+                                   "spark.executor.memory": "512m", "spark.cores.max": "2",
+                                   "spark.ui.showConsoleProgress": "false",
+                                   # both workers are on 127.0.0.1, so Spark would read the other's shuffle
+                                   # files straight from its disk ("host-local"): on separate hosts it fetches
+                                   # them over the network, which is what this cluster must do
+                                   "spark.shuffle.readHostLocalDisk": "false"})
+    out = {}
+    try:
+        deadline = time.monotonic() + 120  # both workers' executors registered
+        while len(sc.statusTracker().getExecutorInfos()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        out["executors"] = len(sc.statusTracker().getExecutorInfos()) - 1
+        out["ui"] = sc.uiWebUrl is not None  # Spark's own UI stays on by default
+        train, test = load_digits()
+        data = DataSet(train.features.numpy()[:320], train.labels.numpy()[:320])
+        rdd = to_rdd(sc, data, num_slices=2)
+        if part == "averaging":
+            averaging(sc, rdd, data, out)
+        else:
+            shared_then_kill(sc, rdd, test, out)
     finally:
         print("RESULT " + json.dumps(out), flush=True)
         sc.stop()
@@ -123,11 +137,23 @@ def _wait_for_port(port: int, proc: subprocess.Popen, seconds: float) -> bool:
     return False
 
 
-@pytest.mark.timeout(600)
-def test_a_standalone_cluster_whose_workers_cannot_see_the_drivers_disk(tmp_path):
+@dataclass(frozen=True)
+class Cluster:
+    url: str  # spark://127.0.0.1:PORT
+    env: dict[str, str]
+    driver_tmp: Path  # the driver's TMPDIR: hidden from the workers
+    shared: Path  # outside it: every worker sees it, as a shared mount
+    worker_pids: str  # the workers' process groups, for the test that kills them
+    scripts: Path
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """The master and two workers, started once for the module's drivers, killed after the last."""
     why = spark_missing()
     if why:
         pytest.skip(why)
+    tmp_path = tmp_path_factory.mktemp("standalone")
     probe = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", f"mount -t tmpfs tmpfs {tmp_path}"],
         capture_output=True,
@@ -140,8 +166,8 @@ def test_a_standalone_cluster_whose_workers_cannot_see_the_drivers_disk(tmp_path
 
     home = Path(pyspark.__file__).parent
     spark_class = str(home / "bin" / "spark-class")
-    driver_tmp = tmp_path / "driver-tmp"  # the driver's TMPDIR: hidden from the workers
-    shared = tmp_path / "shared"  # outside it: every worker sees it, as a shared mount
+    driver_tmp = tmp_path / "driver-tmp"
+    shared = tmp_path / "shared"
     driver_tmp.mkdir()
     shared.mkdir()
     env = {**os.environ, "SPARK_HOME": str(home), "KIT_ROOT": str(ROOT), "PYTHONPATH": str(ROOT)}
@@ -181,32 +207,8 @@ def test_a_standalone_cluster_whose_workers_cannot_see_the_drivers_disk(tmp_path
             )
         script = tmp_path / "driver.py"
         script.write_text(DRIVER)
-        worker_pids = ",".join(str(p.pid) for p in procs[1:])
-        proc = subprocess.run(
-            [sys.executable, str(script), f"spark://127.0.0.1:{port}", str(shared), worker_pids],
-            capture_output=True,
-            text=True,
-            timeout=480,
-            cwd=ROOT,
-            env={**env, "TMPDIR": str(driver_tmp)},
-        )
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-        assert lines, proc.stdout[-2000:] + proc.stderr[-4000:]
-        out = json.loads(lines[-1][len("RESULT ") :])
-        assert out.get("executors") == 2, (out, proc.stderr[-3000:])
-        assert out["ui"], out
-        assert "averaging_diff" in out, proc.stderr[-3000:]
-        assert out["averaging_diff"] < 1e-4, out
-        assert out["export_url_diff"] < 1e-6, out
-        refused = out["driver_only_export"]
-        assert "ParameterAveragingTrainingMaster(export_directory=" in refused and "cannot use" in refused, out
-        assert "export-only-here" in refused and "export_directory=None" in refused, out
-        assert out["driver_only_left"] == [], out  # the run directory the executors could not see is gone
-        before, after = out["shared_score"]
-        assert after < before, out  # learns (DL4J's threshold 1e-4 moves slowly: the direction, not a size)
-        assert out["shared_state_from"] == ["driver", "new"], out
-        assert out["after_kill"].startswith("Spark "), out  # SparkTrainingError, in words, not a hang
-        assert out["net4_finite"] and out["active_jobs"] == [], out
+        pids = ",".join(str(p.pid) for p in procs[1:])
+        yield Cluster(f"spark://127.0.0.1:{port}", env, driver_tmp, shared, pids, script)
     finally:
         for p in reversed(procs):
             try:
@@ -214,3 +216,45 @@ def test_a_standalone_cluster_whose_workers_cannot_see_the_drivers_disk(tmp_path
             except ProcessLookupError:
                 pass
             p.wait(timeout=30)
+
+
+def _drive(cluster: Cluster, part: str) -> tuple[dict, str]:
+    """Runs one driver (one application) on the cluster: what it measured, and its stderr's tail."""
+    proc = subprocess.run(
+        [sys.executable, str(cluster.scripts), cluster.url, str(cluster.shared), part, cluster.worker_pids],
+        capture_output=True,
+        text=True,
+        timeout=480,
+        cwd=ROOT,
+        env={**cluster.env, "TMPDIR": str(cluster.driver_tmp)},
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-4000:]
+    out = json.loads(lines[-1][len("RESULT ") :])
+    assert out.get("executors") == 2, (out, proc.stderr[-3000:])
+    return out, proc.stderr[-3000:]
+
+
+@pytest.mark.timeout(600)
+def test_averaging_on_workers_that_cannot_see_the_drivers_disk_equals_parallel_wrapper(cluster):
+    out, stderr = _drive(cluster, "averaging")
+    assert out["ui"], out
+    assert "averaging_diff" in out, stderr
+    assert out["averaging_diff"] < 1e-4, out
+    assert out["export_url_diff"] < 1e-6, out
+    refused = out["driver_only_export"]
+    assert "ParameterAveragingTrainingMaster(export_directory=" in refused and "cannot use" in refused, out
+    assert "export-only-here" in refused and "export_directory=None" in refused, out
+    assert out["driver_only_left"] == [], out  # the run directory the executors could not see is gone
+
+
+@pytest.mark.timeout(600)
+def test_shared_training_learns_there_and_killed_workers_end_the_fit_in_words(cluster):
+    """Last in the module: it kills the workers."""
+    out, stderr = _drive(cluster, "shared-then-kill")
+    assert "shared_score" in out, stderr
+    before, after = out["shared_score"]
+    assert after < before, out  # learns (DL4J's threshold 1e-4 moves slowly: the direction, not a size)
+    assert out["shared_state_from"] == ["driver", "new"], out
+    assert out["after_kill"].startswith("Spark "), out  # SparkTrainingError, in words, not a hang
+    assert out["net4_finite"] and out["active_jobs"] == [], out
