@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from kit.bench.spark_peers import TARGET, goals
+from kit.bench.spark_peers import DEFAULT_ROW, SINGLE_ROW, TARGET, goals
 
 CORES = os.cpu_count() or 1
 
@@ -48,3 +48,24 @@ def test_goal_lines(rows, load, expected):
 
 def test_no_peer_no_goals():
     assert goals(_rows(1.0, 1.0)[:1]) == {"all": "not compared: TorchDistributor did not run"}
+
+
+def test_no_kit_row_no_goals_and_says_which():
+    assert goals(_rows(1.0, 1.0)[1:]) == {"all": "not compared: kit gang, every step did not run"}
+
+
+@pytest.mark.parametrize(
+    ("default", "single", "expected"),
+    [(0.845, 0.847, "met"), (0.842, 0.847, "met"), (0.819, 0.847, "NOT met"), (0.86, 0.847, "met")],
+    ids=["within", "at-the-edge", "restarted-updater", "above"],
+)
+def test_the_defaults_goal_reads_the_default_row_against_network_fit(default, single, expected):
+    rows = [
+        *_rows(2.0, 2.6),
+        {"system": DEFAULT_ROW, "final_accuracy": default},
+        {"system": SINGLE_ROW, "final_accuracy": single},
+    ]
+    line = goals(rows)["defaults' final_accuracy >= Network.fit's - 0.005"]
+    assert line.startswith(expected) and f"({default:.4g} vs {single:.4g})" in line, line
+    assert "defaults' final_accuracy >= Network.fit's - 0.005" in goals(rows[2:])  # without TorchDistributor too
+    assert not any(k.startswith("defaults'") for k in goals(_rows(2.0, 2.6)))  # no default row: no line

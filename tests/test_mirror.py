@@ -51,7 +51,6 @@ UNTESTED = {
     "kit.spark.averaging_master",
     "kit.spark.checkpoint_store",
     "kit.spark.collectives",
-    "kit.spark.elements",
     "kit.spark.gang_worker",
     "kit.spark.masters",
     "kit.spark.network",

@@ -118,6 +118,7 @@ def run_on(sc: SparkContext, quick: bool) -> dict[str, Any]:
         rows += model_rows
         overheads[spec["model"]] = overhead
     peers = peers_table(sc, quick)  # kit's gang and rounds beside TorchDistributor (kit.bench.spark_peers)
+    peers.pop("right")  # per-example results: the chapter's McNemar tests read them, the JSON does not
     cols = ["model", "params", "workers", "depth", "rounds", "round_ms", "spread", "vs_network_fit"]
     cols += ["broadcast_bytes", "driver_bytes", "formula_bytes", "partials", "formula_partials", "reliable"]
     return {
@@ -142,10 +143,16 @@ def peer_lines(peers: dict[str, Any]) -> dict[str, str]:
     """The side-by-side table as summary lines: one a system, then the goals."""
     lines = {"peers_job": f"{peers['data']}, {peers['epochs']} epoch(s), MLP 784-256-10, Adam, global batch 32"}
     for r in peers["rows"]:
+        ran = f" ({r['execution']} ran)" if r.get("execution", "-") != "-" else ""
+        split = (
+            f" (gang: {r['gang_sync_ms']:.2f} ms a step in the collective, {r['gang_rest_ms']:.2f} ms the rest)"
+            if "gang_sync_ms" in r
+            else ""
+        )
         lines[f"peer[{r['system']}]"] = (
-            f"{r['semantics']}; call {r['call_s']:.1f} s, {r['per_step_ms']:.2f} ms a global step, sync overhead "
-            f"{r['overhead_ms']:+.2f} ms a step, to {TARGET} {r['to_target_s']:.1f} s, final accuracy "
-            f"{r['final_accuracy']:.3f}"
+            f"{r['semantics']}{ran}; call {r['call_s']:.1f} s, {r['per_step_ms']:.2f} ms a global step, sync "
+            f"overhead {r['overhead_ms']:+.2f} ms a step{split}, to {TARGET} {r['to_target_s']:.1f} s, final "
+            f"accuracy {r['final_accuracy']:.3f}"
         )
     lines["peers_torch_distributor"] = peers["torch_distributor"]
     lines.update({f"goal[{k}]": v for k, v in peers["goals"].items()})

@@ -23,8 +23,10 @@ SparkNetwork.feed_forward_with_key, output and predict (kit.spark.scoring).
 DL4J names: SparkNetwork = SparkDl4jMultiLayer, ParameterAveragingTrainingMaster and
 SharedTrainingMaster keep theirs, get_training_stats = getSparkTrainingStats,
 export_stats_html = StatsUtils.exportStatsAsHtml. Needs the `spark` extra (PySpark) and Java 17.
-kit's `execution="gang"` (kit.spark.gang) trains a whole fit in one barrier stage, the workers
-averaging or all-reducing gradients among themselves (torch.distributed's Gloo, or Spark's allGather).
+By default (`execution="auto"`, kit.spark.gang) ParameterAveragingTrainingMaster trains a whole fit
+in one barrier stage, the workers averaging or all-reducing gradients among themselves
+(torch.distributed's Gloo, or Spark's allGather); where no barrier stage can run it trains in rounds,
+one Spark job an averaging, and warns why.
 Importing this package does not import PySpark; starting a context does, and so does the first
 use of NetworkClassifier or NetworkClassificationModel (kit.spark.ml, loaded then: PEP 562).
 """

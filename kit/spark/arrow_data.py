@@ -9,12 +9,14 @@
     Traceback (most recent call last):
     ValueError: column 'features': rows hold 1 to 2 values (row 0 of the batch holds 1, row 1 holds 2); kit needs ...
 
-`dataframe_batches(df, features, label)` is `df.select(features, label).mapInArrow(...)`: each
-executor receives Arrow record batches (spark.sql.execution.arrow.maxRecordsPerBatch rows each)
-and turns a whole batch into NumPy at once: array<float>/array<double> columns (nested arrays
-too: (n, h, w)), and pyspark.ml Vectors, dense and sparse, which Arrow carries as MLlib's
-struct<type, size, indices, values> (sparse rows scattered into a dense (n, size) array). The
-result is kit's RDD format, documented here for whoever reads it:
+`dataframe_batches(df, features, label)` is Spark's own Arrow writer in the JVM
+(`Dataset.toArrowBatchRdd`, what collecting as Arrow uses) read by a Python task: the rows cross
+from the JVM to Python once, as record batches of `examples_per_element` rows (mapInArrow would
+send its output back to the JVM, to cross again into the RDD). Each Python task turns a whole
+batch into NumPy at once: array<float>/array<double> columns (nested arrays too: (n, h, w)),
+and pyspark.ml Vectors, dense and sparse, which Arrow carries as MLlib's struct<type, size,
+indices, values> (sparse rows scattered into a dense (n, size) array). The result is kit's
+RDD format, documented here for whoever reads it:
 
     an RDD whose elements are (features ndarray [n, *input_shape], labels ndarray [n] or [n, C])
 
@@ -27,7 +29,6 @@ Python per row) is kept for PySpark without pyarrow. `kit.spark.rdd_data.as_rdd`
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,7 +37,7 @@ import numpy as np
 from kit.data.labels import class_indices
 from kit.spark.elements import BadElementError, partition_error
 
-__all__ = ["EXAMPLES_PER_ELEMENT", "arrow_missing", "column_to_numpy", "dataframe_batches", "npy_bytes"]
+__all__ = ["EXAMPLES_PER_ELEMENT", "arrow_batch_rdd", "arrow_missing", "column_to_numpy", "dataframe_batches"]
 
 EXAMPLES_PER_ELEMENT = 1024
 VECTOR_FIELDS = ("type", "size", "indices", "values")  # MLlib's VectorUDT.sqlType, as Arrow carries it
@@ -150,17 +151,6 @@ def column_to_numpy(array: Any, name: str) -> np.ndarray:
     return _numbers(array, name)
 
 
-def npy_bytes(array: np.ndarray) -> bytes:
-    """NumPy's .npy format (dtype and shape kept, no pickle)."""
-    out = io.BytesIO()
-    np.save(out, np.ascontiguousarray(array), allow_pickle=False)
-    return out.getvalue()
-
-
-def _from_npy(data: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(data), allow_pickle=False)
-
-
 def _check_rows(x: np.ndarray, y: np.ndarray, names: tuple[str, str], partition: int, first_row: int) -> None:
     """Finite features and scalar labels by kit.labels' rule, a bad one named by its partition and row."""
     features, label = names
@@ -189,44 +179,53 @@ def _label_error(y: np.ndarray) -> str:
     return ""
 
 
-def batch_task(names: tuple[str, str], examples_per_element: int) -> Any:
-    """mapInArrow's function: record batches of (features, label) in, record batches of
-    (x: .npy bytes, y: .npy bytes) out, one per `examples_per_element` rows."""
+def read_task(schema: Any, names: tuple[str, str], examples_per_element: int) -> Any:
+    """On an executor: the partition's Arrow record batches (IPC bytes, as the JVM wrote them) in,
+    (features [n, ...], labels [n, ...]) pairs out, n <= `examples_per_element`."""
 
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
+    def run(partition: int, batches: Iterator[bytes]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         import pyarrow as pa
-        from pyspark import TaskContext
 
-        context = TaskContext.get()
-        partition = context.partitionId() if context else 0
         row = 0
         try:
-            for batch in batches:
+            for message in batches:
+                batch = pa.ipc.read_record_batch(pa.py_buffer(message), schema)
                 x = column_to_numpy(batch.column(0), names[0])
                 y = column_to_numpy(batch.column(1), names[1])
                 _check_rows(x, y, names, partition, row)
                 row += len(x)
                 for start in range(0, len(x), examples_per_element):
-                    xs, ys = (
-                        npy_bytes(x[start : start + examples_per_element]),
-                        npy_bytes(y[start : start + examples_per_element]),
-                    )
-                    yield pa.RecordBatch.from_arrays(
-                        [pa.array([xs], pa.binary()), pa.array([ys], pa.binary())], ["x", "y"]
-                    )
-        except BaseException as exc:
+                    yield x[start : start + examples_per_element], y[start : start + examples_per_element]
+        except Exception as exc:
             raise partition_error(partition, "reading the DataFrame", exc) from exc
 
     return run
 
 
-def _pair(row: Any) -> tuple[np.ndarray, np.ndarray]:
-    return _from_npy(row[0]), _from_npy(row[1])
+def arrow_batch_rdd(selected: Any, rows_per_batch: int) -> Any:
+    """The JVM RDD of `selected`'s rows as Arrow record batches (Spark's Dataset.toArrowBatchRdd,
+    what collect-as-Arrow uses: `rows_per_batch` rows a batch where this Spark takes the number,
+    else spark.sql.execution.arrow.maxRecordsPerBatch)."""
+    from py4j.protocol import Py4JError
+
+    zone = selected.sparkSession.conf.get("spark.sql.session.timeZone")
+    try:
+        return selected._jdf.toArrowBatchRdd(rows_per_batch, zone, False, False)
+    except Py4JError:  # a Spark without the four-argument form: the session's batch size
+        return selected._jdf.toArrowBatchRdd()
 
 
 def dataframe_batches(df: Any, features: str, label: str, examples_per_element: int = EXAMPLES_PER_ELEMENT) -> Any:
     """The RDD of (features [n, ...], labels [n, ...]) NumPy pairs, read column-wise through Arrow
-    (the columns already checked on the driver by kit.spark.rdd_data.dataframe_columns)."""
+    (the columns already checked on the driver by kit.spark.rdd_data.dataframe_columns). The rows
+    cross from the JVM to Python once: the JVM writes Arrow record batches and the Python tasks
+    read them (not mapInArrow, whose output would go back to the JVM and cross again)."""
+    from pyspark import RDD
+    from pyspark.serializers import NoOpSerializer
+    from pyspark.sql.pandas.types import to_arrow_schema
+
     selected = df.select(features, label)
-    out = selected.mapInArrow(batch_task((features, label), examples_per_element), "x binary, y binary")
-    return out.rdd.map(_pair)
+    schema = to_arrow_schema(selected.schema)  # the batches carry no schema: the JVM's, from the same types
+    sc = df.sparkSession.sparkContext
+    batches = RDD(arrow_batch_rdd(selected, examples_per_element).toJavaRDD(), sc, NoOpSerializer())
+    return batches.mapPartitionsWithIndex(read_task(schema, (features, label), examples_per_element), True)

@@ -42,9 +42,11 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
     round's mini-batches before fitting, so there is nothing to prefetch.
     kit's `execution` ("auto", "gang", "rounds"), `exchange` ("parameters", or "gradients": DDP's
     all-reduce every step) and `collective` ("auto", "gloo", "nccl", "allgather"): one barrier
-    stage for the whole fit, workers exchanging among themselves (kit.spark.gang); execution=None is
-    "rounds" for exchange="parameters" (the round-by-round stats and listeners chapter 7 reads) and
-    "auto" for "gradients"."""
+    stage for the whole fit, workers exchanging among themselves (kit.spark.gang). The default
+    "auto" runs that gang wherever Spark can run a barrier stage, and the per-round Spark jobs
+    otherwise (listeners, checkpoints, too few task slots...), with GangFallbackWarning naming why;
+    execution="rounds" asks for the rounds (their per-round stats) outright. The fit's stats say
+    which ran: `setup["execution"]`, and `setup["rounds_because"]` for rounds."""
 
     Options = AveragingOptions
 

@@ -137,7 +137,7 @@ def count_examples(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int
         for source, element in it:
             n += len(_pair(source, element)[0])
         yield partition, n, task_attempt()
-    except BaseException as exc:
+    except Exception as exc:
         raise partition_error(partition, "prepare", exc) from exc
 
 
@@ -159,7 +159,7 @@ def cut_task(per_batch: int, num_classes: int, offsets: list[int] | None) -> Any
         try:
             start = offsets[partition] if offsets is not None else 0
             yield from _cut(it, start, per_batch, num_classes)
-        except BaseException as exc:
+        except Exception as exc:
             raise partition_error(partition, "prepare", exc) from exc
 
     return run
@@ -204,7 +204,7 @@ def count_task(partition: int, it: Iterator[Any]) -> Iterator[tuple[int, int, in
             example_digest(hasher, batch)
             n, batches = n + len(batch[0]), batches + 1
         yield partition, n, batches, hasher.hexdigest(), task_attempt()
-    except BaseException as exc:
+    except Exception as exc:
         raise partition_error(partition, "count", exc) from exc
 
 
@@ -220,7 +220,7 @@ def round_records(per_round: int, stored_rounds: int) -> Any:
         try:
             for k, batches in enumerate(_rounds_of(it, per_round)):
                 yield partition * stored_rounds + k, batches
-        except BaseException as exc:
+        except Exception as exc:
             raise partition_error(partition, "cache", exc) from exc
 
     return run
@@ -236,7 +236,7 @@ def export_records(per_round: int, stored_rounds: int) -> Any:
                 out = io.BytesIO()
                 _save_npz(out, batches)
                 yield partition * stored_rounds + k, out.getvalue()
-        except BaseException as exc:
+        except Exception as exc:
             raise partition_error(partition, "export", exc) from exc
 
     return run
@@ -257,7 +257,7 @@ def export_task(directory: str, per_round: int) -> Any:
                 path = os.path.join(directory, f"w{partition}_r{k}.npz")
                 _save_npz(path, batches)
                 yield partition, k, path, n, hasher.hexdigest(), task_attempt()
-        except BaseException as exc:
+        except Exception as exc:
             raise partition_error(partition, "export", exc) from exc
 
     return run

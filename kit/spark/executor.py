@@ -167,7 +167,7 @@ def round_task(spec: RoundSpec, state_bc: Any, workers_bc: Any = None) -> Any:
             yield _train_round(spec, state_bc, partition, it, workers_bc)
         except PartitionError:
             raise
-        except BaseException as exc:
+        except Exception as exc:
             raise partition_error(partition, f"round {spec.round}", exc) from exc
 
     return run

@@ -27,7 +27,7 @@ def eval_task(config_json: str, params_bc: Any, kinds: tuple[str, ...], batch_si
     def run(partition: int, it: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
         try:
             yield _evaluate(config_json, params_bc, kinds, batch_size, num_classes, partition, it)
-        except BaseException as exc:
+        except Exception as exc:
             raise partition_error(partition, "evaluation", exc) from exc
 
     return run

@@ -15,11 +15,12 @@ every worker at once, and the workers exchange state among themselves (kit.spark
 torch.distributed's Gloo, NCCL through CuPy, or Spark's allGather) until the last epoch; the
 driver gets rank 0's final state and every worker's scores and timings (kit.spark.gang_worker).
 
-`execution` (keyword-only on ParameterAveragingTrainingMaster): "auto" runs a gang where one can
-run and the rounds otherwise, with GangFallbackWarning naming why; "gang" refuses, naming why;
-"rounds" is the per-round path. What a gang cannot do (`why_not_gang`): barrier execution under
-dynamic allocation or with more workers than task slots, listeners (they see the model between
-rounds, on the driver), checkpoints between rounds, a mixed-precision loss scaler.
+`execution` (keyword-only on ParameterAveragingTrainingMaster): "auto", the default, runs a gang
+where one can run and the rounds otherwise, with GangFallbackWarning naming why; "gang" refuses,
+naming why; "rounds" is the per-round path. The fit's stats say which ran (`record_execution`).
+What a gang cannot do (`why_not_gang`): what Spark refuses to a barrier stage (dynamic
+allocation, more workers than task slots), listeners (they see the model between rounds, on the
+driver), checkpoints between rounds, a mixed-precision loss scaler.
 
 `exchange`: "parameters" (DL4J's averaging every `averaging_frequency` steps, updater state
 averaged too with save_updater) or "gradients" (DDP: a gradient all-reduce every step, each
@@ -43,7 +44,15 @@ from kit.spark.gang_worker import GangSpec, gang_task
 from kit.spark.master_options import EXCHANGES, EXECUTIONS, Repartition, check_gang_options
 from kit.spark.prepared import Prepared
 
-__all__ = ["EXCHANGES", "EXECUTIONS", "GangFallbackWarning", "check_gang_options", "run_gang", "use_gang"]
+__all__ = [
+    "EXCHANGES",
+    "EXECUTIONS",
+    "GangFallbackWarning",
+    "check_gang_options",
+    "record_execution",
+    "run_gang",
+    "use_gang",
+]
 
 
 class GangFallbackWarning(UserWarning):
@@ -62,7 +71,9 @@ def gang_workers(master: Any, sc: Any, rdd: Any) -> int:
 
 def why_not_gang(master: Any, sc: Any, rdd: Any, network: Any, listeners: list[Any]) -> str | None:
     """Why this fit cannot run as a gang, in words, or None."""
-    if getattr(master, "execution", "rounds") == "rounds":
+    if not hasattr(master, "execution"):
+        return f"{type(master).__name__} trains in rounds (it has no gang: its updates go through the driver)"
+    if master.execution == "rounds":
         return "execution='rounds'"
     why = barrier_blocker(sc.getConf(), gang_workers(master, sc, rdd), scheduling.cluster_slots(sc), sc.master)
     if why:
@@ -77,20 +88,31 @@ def why_not_gang(master: Any, sc: Any, rdd: Any, network: Any, listeners: list[A
 
 
 def barrier_blocker(conf: Any, workers: int, slots: int, spark_master: str) -> str | None:
-    """Why Spark cannot run a barrier stage of `workers` tasks with this SparkConf and `slots`
-    task slots, or None.
+    """Why Spark would refuse a barrier stage of `workers` tasks with this SparkConf and `slots`
+    task slots, or None. Spark's DAGScheduler refuses one at submission under dynamic allocation
+    (SPARK-24942; Spark ignores dynamic allocation on a local master unless
+    spark.dynamicAllocation.testing) and when it needs more slots than the cluster has
+    (SPARK-24819); its third refusal, an RDD chain that changes the partition count inside the
+    stage, cannot happen here: the gang's RDD is a shuffle's or a parallelize's output.
 
         >>> from pyspark import SparkConf
         >>> barrier_blocker(SparkConf(loadDefaults=False), 2, 2, "local[2]") is None
         True
         >>> dynamic = SparkConf(loadDefaults=False).set("spark.dynamicAllocation.enabled", "true")
         >>> print(barrier_blocker(dynamic, 2, 8, "yarn"))
-        Spark's dynamic allocation is on (spark.dynamicAllocation.enabled=true): barrier stages cannot run
+        Spark's dynamic allocation is on (spark.dynamicAllocation.enabled=true): Spark refuses barrier stages under it
+        >>> barrier_blocker(dynamic, 2, 8, "local[8]") is None   # a local master ignores it, as Spark does
+        True
         >>> print(barrier_blocker(SparkConf(loadDefaults=False), 3, 2, "local[2]"))
         3 workers need 3 tasks at once but the cluster (local[2]) has 2 task slot(s)
     """
-    if str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true":
-        return "Spark's dynamic allocation is on (spark.dynamicAllocation.enabled=true): barrier stages cannot run"
+    local = spark_master == "local" or spark_master.startswith("local[")
+    testing = str(conf.get("spark.dynamicAllocation.testing", "false")).lower() == "true"
+    if str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true" and (not local or testing):
+        return (
+            "Spark's dynamic allocation is on (spark.dynamicAllocation.enabled=true): Spark refuses barrier stages "
+            "under it"
+        )
     if workers > slots:
         return (
             f"{workers} workers need {workers} tasks at once but the cluster ({spark_master}) has {slots} task slot(s)"
@@ -98,12 +120,13 @@ def barrier_blocker(conf: Any, workers: int, slots: int, spark_master: str) -> s
     return None
 
 
-def use_gang(owner: Any, rdd: Any, listeners: list[Any]) -> bool:
-    """Whether this fit runs as a gang: execution "gang" refuses what cannot, "auto" warns and falls back."""
+def use_gang(owner: Any, rdd: Any, listeners: list[Any]) -> str | None:
+    """None when this fit runs as a gang, else why it trains in rounds: execution "gang" refuses
+    what cannot run as one, "auto" (the default) warns with GangFallbackWarning and falls back."""
     master = owner.training_master
     why = why_not_gang(master, owner.sc, rdd, owner.network, listeners)
     if why is None:
-        return True
+        return None
     name, execution = type(master).__name__, getattr(master, "execution", "rounds")  # SharedTrainingMaster: rounds
     if execution == "gang":
         raise ValueError(
@@ -121,7 +144,14 @@ def use_gang(owner: Any, rdd: Any, listeners: list[Any]) -> bool:
             GangFallbackWarning,
             stacklevel=3,
         )
-    return False
+    return why
+
+
+def record_execution(stats: Any, why_rounds: str | None) -> None:
+    """The fit's stats say which execution ran and, for rounds, why no gang did."""
+    stats.setup["execution"] = "rounds" if why_rounds else "gang"
+    if why_rounds:
+        stats.setup["rounds_because"] = why_rounds
 
 
 def _gang_rdd(sc: Any, prepared: Prepared) -> Any:
@@ -180,7 +210,6 @@ def run_gang(owner: Any, run: Any, rounds: Any) -> None:
     finally:
         bc.destroy()
     _apply(owner, run, results, epochs, prepared.rounds - rounds.first + (epochs - 1) * prepared.rounds)
-    run.stats.setup["execution"] = "gang"
     run.stats.setup["gang"] = _gang_stats(results, spec, (time.perf_counter() - t0) * 1e3)
     run.stats.workers.extend(r["stats"] for r in results)
     if spec.snapshots:  # (time, rounds done, parameters): kit.bench.spark_peers
@@ -202,12 +231,7 @@ def _apply(owner: Any, run: Any, results: list[dict[str, Any]], epochs: int, rou
     """Rank 0's state into the network, the counters moved as the rounds would have moved them."""
     bad = [r for r in results if r["diverged"]]
     if bad:
-        where = bad[0]["diverged"]
-        raise NonFiniteScoreError(
-            f"Spark gang: a worker's loss or state was not finite at epoch {owner.epoch + where['epoch']}, round "
-            f"{where['round']}; every worker stopped there and the network keeps its state from before the fit. "
-            "Lower the learning rate or scale the features"
-        )
+        raise NonFiniteScoreError(_diverged(owner, bad))
     first = results[0]
     net = owner.network
     keys = tuple(first["state_keys"])
@@ -219,6 +243,20 @@ def _apply(owner: Any, run: Any, results: list[dict[str, Any]], epochs: int, rou
     if per_step:
         owner.last_score = float(np.mean([s[-1] for s in per_step]))
     run.position.update(epoch=owner.epoch, round=0)
+
+
+def _diverged(owner: Any, bad: list[dict[str, Any]]) -> str:
+    """The words of a gang's NonFiniteScoreError, naming the worker that diverged as the rounds do
+    (kit.nn.loop's "(epoch e, worker w): the loss is nan")."""
+    own = [r for r in bad if r["diverged"].get("worker", -1) >= 0] or bad  # the worker that saw it, not its peers
+    where, worker = own[0]["diverged"], own[0]["diverged"].get("worker", -1)
+    last = own[0]["scores"][-1] if own[0]["scores"] else float("nan")
+    what = f"the loss is {last}" if not np.isfinite(last) else "its state is no longer finite"
+    return (
+        f"Spark gang (epoch {owner.epoch + where['epoch']}, worker {worker}): {what} in round {where['round']}; "
+        "every worker stopped there and the network keeps its state from before the fit. Lower the learning rate or "
+        "scale the features"
+    )
 
 
 def _gang_stats(results: list[dict[str, Any]], spec: GangSpec, wall_ms: float) -> dict[str, Any]:

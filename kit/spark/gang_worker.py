@@ -84,7 +84,7 @@ def gang_task(spec: GangSpec, state_bc: Any) -> Any:
             yield _Worker(spec, BarrierTaskContext.get(), it).train(state_bc.value)
         except PartitionError:
             raise
-        except BaseException as exc:
+        except Exception as exc:
             raise partition_error(partition, "gang", exc) from exc
 
     return run
@@ -213,20 +213,27 @@ class _Worker:
         grads = net.flat_grads
         n = grads.shape[0]
         buf = np.zeros(n + 2, np.float32)
+        direct = isinstance(grads.data, np.ndarray) and grads.data.dtype == buf.dtype  # the mean written in place
         for s in range(steps):
             self._maybe_fail()
-            buf[:] = 0.0
-            if s < len(batches):
+            finite = True
+            if s < len(batches):  # every slot of buf written: no zeroing pass
                 ds = batches[s]
                 score = float(net.compute_gradient_and_score(ds))
                 self.scores.append(score)
                 np.multiply(_host(grads.data), ds.num_examples, out=buf[:n])
                 buf[n] = ds.num_examples
-                buf[n + 1] = 0.0 if math.isfinite(score) else 1.0
+                finite = math.isfinite(score)
+                buf[n + 1] = 0.0 if finite else 1.0
+            else:
+                buf[:] = 0.0
             self._sync(coll, buf)
             if buf[n + 1] > 0:
-                return {"bad_workers": int(buf[n + 1]), "step": s}
-            grads.assign(buf[:n] / buf[n])
+                return {"bad_workers": int(buf[n + 1]), "step": s, "worker": -1 if finite else self.rank}
+            if direct:  # the same division, straight into the gradients (no temporary, no copy)
+                np.divide(buf[:n], buf[n], out=grads.data)
+            else:
+                grads.assign(buf[:n] / buf[n])
             net.apply_update()
             self.steps += 1
         return None

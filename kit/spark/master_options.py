@@ -159,7 +159,7 @@ class AveragingOptions(MasterOptions):
     averaging_frequency: int = 5
     _: KW_ONLY
     save_updater: bool = True
-    execution: str | None = None  # kit.spark.gang: None is "rounds" for "parameters", "auto" for "gradients"
+    execution: str = "auto"  # kit.spark.gang: a gang where one can run, the rounds (warned, said why) otherwise
     exchange: str = "parameters"
     collective: str = "auto"
 
@@ -224,9 +224,7 @@ class SharedOptions(MasterOptions):
 
 def check_gang_options(name: str, execution: Any, exchange: Any, collective: Any, frequency: int) -> tuple[str, ...]:
     """The gang's keyword options (kit.spark.gang), checked at construction; each error names the
-    value and the choices. execution=None: "rounds" for exchange="parameters", "auto" for "gradients"."""
-    if execution is None:
-        execution = "auto" if exchange == "gradients" else "rounds"
+    value and the choices."""
     for arg, value, choices in (
         ("execution", execution, EXECUTIONS),
         ("exchange", exchange, EXCHANGES),

@@ -204,11 +204,13 @@ class SparkNetwork(Evaluating, Scoring):
         `checkpoint_directory`, bit for bit as if the fit had not stopped: give the interrupted
         call again (`epochs` counts from the epoch that fit began at), with a network of the same
         configuration (its state is replaced by the checkpoint's), and the same data."""
-        listeners, rdd = list(listeners), as_rdd(data, self.features_col, self.label_col)
+        kept = self.training_master.prepared  # a DataFrame's RDD too: its prepared rounds are found again
+        listeners, rdd = list(listeners), as_rdd(data, self.features_col, self.label_col, kept)
         _check_fit_args(epochs, resume)
-        in_gang = gang.use_gang(self, rdd, listeners)  # decided at the call, before the data are prepared
+        why_rounds = gang.use_gang(self, rdd, listeners)  # decided at the call, before the data are prepared
         with self.session(rdd, epochs, resume) as rounds:
-            if rounds.epochs_left > 0 and in_gang:
+            gang.record_execution(self._run.stats, why_rounds)
+            if rounds.epochs_left > 0 and why_rounds is None:
                 gang.run_gang(self, self._run, rounds)  # one barrier stage for the whole fit (kit.spark.gang)
             elif rounds.epochs_left > 0:
                 self.make_loop(listeners=listeners).run(rounds, rounds.epochs_left)
@@ -246,7 +248,7 @@ class SparkNetwork(Evaluating, Scoring):
         _check_fit_args(epochs, resume)
         store = master.checkpoint_store()
         saved = self._checkpoint_to_resume(store) if resume else self._fresh_start(store)
-        rdd = as_rdd(data, self.features_col, self.label_col)
+        rdd = as_rdd(data, self.features_col, self.label_col, self.training_master.prepared)
         master.check_cluster(self.sc, rdd)
         with self.watched("data preparation"):  # Spark's own actions too (zipWithIndex counts partitions)
             prepared = master.prepare(self.sc, rdd, self.run_job, self.network.output_shape[0])

@@ -78,12 +78,33 @@ def free(data: Prepared) -> None:
 
 class PreparedCache:
     """A master's prepared data per RDD and settings, kept across fits: the `size` most recently
-    used; an older one is freed when a newer one takes its place, all by `clear()`."""
+    used; an older one is freed when a newer one takes its place, all by `clear()`. A DataFrame's
+    RDD is kept as well (`frame_rdd`), so a DataFrame is prepared once too."""
 
     def __init__(self, size: int = 2) -> None:
         self.size = size
         self.entries: collections.OrderedDict[Hashable, Prepared] = collections.OrderedDict()
         self.preparations = 0  # how many times data were prepared (not found here)
+        # (app, the plan's semantic hash, how it is read) -> (DataFrame, the RDD read from it)
+        self.frames: collections.OrderedDict[Hashable, tuple[Any, Any]] = collections.OrderedDict()
+
+    def frame_rdd(self, df: Any, reading: Hashable, make: Callable[[], Any]) -> Any:
+        """The RDD an earlier fit read from a DataFrame Spark sees as the same (`sameSemantics`, the
+        rule of Spark's own cache: the same plan over the same sources), read the same way
+        (`reading`); else `make()`'s, kept. Its id, kept too, is what finds the prepared rounds."""
+        try:
+            key = (df.sparkSession.sparkContext.applicationId, df.semanticHash(), reading)
+        except Exception:  # a plan Spark cannot hash: read afresh
+            return make()
+        kept = self.frames.get(key)
+        if kept is not None and kept[0].sameSemantics(df):
+            self.frames.move_to_end(key)
+            return kept[1]
+        rdd = make()
+        self.frames[key] = (df, rdd)
+        while len(self.frames) > self.size:
+            self.frames.popitem(last=False)
+        return rdd
 
     def get(self, key: Hashable) -> Prepared | None:
         data = self.entries.get(key)
@@ -101,6 +122,7 @@ class PreparedCache:
         return any(kept is data for kept in self.entries.values())
 
     def clear(self) -> None:
+        self.frames.clear()
         while self.entries:
             free(self.entries.popitem(last=False)[1])
 

@@ -13,6 +13,7 @@ kit.spark.network and kit.spark.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -161,24 +162,28 @@ def rows_rdd(data: Any, features: str, label: str) -> Any:
     return data.select(features, label).rdd.map(ex.row_to_pair)
 
 
-def as_rdd(data: Any, features_col: str | None = None, label_col: str | None = None) -> Any:
+def as_rdd(data: Any, features_col: str | None = None, label_col: str | None = None, kept: Any = None) -> Any:
     """An RDD of pairs from an RDD (as is) or a DataFrame (its `features_col` and `label_col`
     columns, MLlib's "features" and "label" by default: `dataframe_columns`), read through Arrow
-    into elements of many examples each (kit.spark.arrow_data.dataframe_batches)."""
+    into elements of many examples each (kit.spark.arrow_data.dataframe_batches). With `kept` (a
+    master's kit.spark.prepared.PreparedCache), the RDD read from the same DataFrame before is
+    given again, so that its prepared rounds are found."""
     if hasattr(data, "mapPartitionsWithIndex"):
         return data
     if hasattr(data, "rdd") and hasattr(data, "columns"):
         features, label = dataframe_columns(data, features_col, label_col)
         missing = arrow_missing()
         if missing is None:  # many examples per element, one Arrow batch at a time (kit.spark.arrow_data)
-            return dataframe_batches(data, features, label)
-        warnings.warn(
-            f"kit.spark reads this DataFrame one row at a time in Python: {missing}; with pyarrow installed "
-            "(the `spark` extra has it) it reads whole Arrow batches",
-            UserWarning,
-            stacklevel=3,
-        )
-        return rows_rdd(data, features, label)
+            make = functools.partial(dataframe_batches, data, features, label)
+        else:
+            warnings.warn(
+                f"kit.spark reads this DataFrame one row at a time in Python: {missing}; with pyarrow installed "
+                "(the `spark` extra has it) it reads whole Arrow batches",
+                UserWarning,
+                stacklevel=3,
+            )
+            make = functools.partial(rows_rdd, data, features, label)
+        return make() if kept is None else kept.frame_rdd(data, (features, label, missing is None), make)
     raise TypeError(
         f"SparkNetwork needs an RDD of (features, labels) pairs or a DataFrame, got {type(data).__name__}; "
         "make one with kit.spark.to_rdd(sc, dataset)"

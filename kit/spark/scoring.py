@@ -91,7 +91,7 @@ def _score_task(config_json: str, params_bc: Any, batch_size: int, keyed: bool, 
             net = network_for(config_json, None)
             net.set_params(params_bc.value)
             yield from outputs_in_batches(net, it, batch_size, keyed)
-        except BaseException as exc:
+        except Exception as exc:
             raise partition_error(partition, what, exc) from exc
 
     return run

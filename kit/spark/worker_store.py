@@ -28,6 +28,7 @@ import json
 import os
 import re
 import tempfile
+import zipfile
 
 import numpy as np
 
@@ -82,7 +83,13 @@ def load(directory: str, token: str, worker: int, rounds: int) -> SharedWorkerSt
             meta = json.loads(str(z["meta"]))
             updater = {k[2:]: z[k] for k in z.files if k.startswith("u_")}
             residual = z["residual"]
-    except (OSError, KeyError, ValueError):  # not here (or not whole): the driver's copy is used
+    except (
+        OSError,
+        KeyError,
+        ValueError,
+        EOFError,
+        zipfile.BadZipFile,
+    ):  # not here (or not whole): the driver's copy is used
         return None
     scaler = None if meta["scaler"] is None else tuple(meta["scaler"])
     return SharedWorkerState(

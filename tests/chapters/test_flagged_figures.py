@@ -127,7 +127,42 @@ PRINTED_TIMES = [
             "memory_rows": [("SEPARATE", True, 0.2, 66112, 88, 1.0)],
         },
     ),
+    (CH7, "# the side-by-side's table", ("for table in", "for said in"), lambda load: _ch7_peers(load)),
+    (CH7, "# the updater kept against restarted", ("for table in", "for said in"), lambda load: _ch7_peers(load)),
 ]
+
+
+def _ch7_peers(load: LoadReading) -> dict:
+    """Section 10's run as kit.bench.spark_peers returns it: kit's defaults, the flipped updater, one process."""
+    from kit.bench import spark_chapter
+
+    right = {n: np.arange(40) % k > 0 for n, k in ((spark_chapter.FIT, 5), (spark_chapter.DEFAULTS, 4))}
+    right["kit averaging, save_updater=False"] = np.arange(40) % 3 > 0
+
+    def row(system, per_step, overhead):
+        return {
+            "system": system,
+            "semantics": "rounds",
+            "call_s": 9.5,
+            "per_step_ms": per_step,
+            "overhead_ms": overhead,
+            "to_target_s": 4.2,
+            "final_accuracy": float(right[system].mean()),
+        }
+
+    rows = [row(spark_chapter.FIT, 2.5, float("nan")), row(spark_chapter.DEFAULTS, 20.5, 18.0)]
+    rows.append(row("kit averaging, save_updater=False", 21.5, 19.0))
+    peers = {
+        "data": "synthetic",
+        "epochs": 1,
+        "rows": rows,
+        "right": right,
+        "load_average": [0.1, 0.1],
+        "torch_distributor": "not asked for",
+        "goals": {"all": "not compared"},
+        "skipped": {},
+    }
+    return {"spark_chapter": spark_chapter, "peers": peers, "peers_reasons": spark_chapter.flag_reasons(peers, load)}
 
 
 def _printed(chapter, start, keep, names, capsys) -> list[str]:
@@ -154,7 +189,7 @@ def _time_cells(shown) -> list[str]:
     for item in shown:
         if isinstance(item, Table):
             timed = [i for i, c in enumerate(item.columns) if re.search(r"\((?:s|ms)\)|median per call|time", c)]
-            out += [row[i] for row in item.rows for i in timed]
+            out += [row[i] for row in item.rows for i in timed if row[i] != "-"]  # "-": nothing measured
         else:
             out += re.findall(r"\d+\.\d+ s\b(?: \(flagged\))?", str(item))
     return out

@@ -38,7 +38,7 @@ OWN = {
     ParameterAveragingTrainingMaster: {
         "averaging_frequency": (3, 3),
         "save_updater": (False, False),
-        "execution": ("gang", "gang"),  # kit.spark.gang's: None is "rounds" for exchange="parameters"
+        "execution": ("gang", "gang"),  # kit.spark.gang's: the default is "auto"
         "exchange": ("gradients", "gradients"),  # needs averaging_frequency=1 (EXTRA)
         "collective": ("allgather", "allgather"),
     },
@@ -79,7 +79,6 @@ def test_the_table_names_every_argument_of_both_masters():
                 "checkpoint_every",
                 "repartition",
                 "rdd_training_approach",
-                "execution",  # None: resolved from exchange
             )
 
 
@@ -158,8 +157,8 @@ def test_the_gang_options_are_checked_in_the_options_at_the_call(kwargs, said):
         AveragingOptions(**kwargs)
 
 
-def test_the_gang_options_defaults_resolve_execution_from_the_exchange():
-    assert ParameterAveragingTrainingMaster().options.execution == "rounds"
+def test_the_gang_options_default_to_a_gang_where_one_can_run():
+    assert ParameterAveragingTrainingMaster().options.execution == "auto"  # issue 44: the gang is the default
     gradients = ParameterAveragingTrainingMaster(16, 1, exchange="gradients")
     assert (gradients.execution, gradients.exchange, gradients.collective) == ("auto", "gradients", "auto")
     assert not hasattr(SharedTrainingMaster(), "execution")  # the gang is parameter averaging's

@@ -126,7 +126,9 @@ def test_repeated_fits_do_not_grow_driver_memory(sc, digits):
     data, _ = digits
     net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), seed=0)
     rdd = to_rdd(sc, data)
-    tm = ParameterAveragingTrainingMaster(40, 2, rdd_training_approach="DIRECT", collect_training_stats=True)
+    tm = ParameterAveragingTrainingMaster(
+        40, 2, rdd_training_approach="DIRECT", collect_training_stats=True, execution="rounds"
+    )
     spark_net = SparkNetwork(sc, net, tm)
     for _ in range(2):
         spark_net.fit(rdd)
@@ -138,12 +140,14 @@ def test_repeated_fits_do_not_grow_driver_memory(sc, digits):
 
 
 def test_stats_json_and_html(sc, digits, tmp_path):
+    """The per-round path's stats (pinned: execution="rounds"; the gang's are test_gang_stats_json_and_html's)."""
     data, _ = digits
     net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), seed=0)
-    tm = ParameterAveragingTrainingMaster(20, 2, collect_training_stats=True)
+    tm = ParameterAveragingTrainingMaster(20, 2, collect_training_stats=True, execution="rounds")
     spark_net = SparkNetwork(sc, net, tm)
     spark_net.fit(to_rdd(sc, data))
     stats = spark_net.get_training_stats()
+    assert stats.setup["execution"] == "rounds" and stats.setup["rounds_because"] == "execution='rounds'"
     assert [r["round"] for r in stats.rounds] == [0, 1, 2]
     assert {w["worker"] for w in stats.workers} == {0, 1}
     trained = [w for w in stats.workers if w["examples"]]
@@ -158,6 +162,23 @@ def test_stats_json_and_html(sc, digits, tmp_path):
     export_stats_html(stats, path)
     page = path.read_text()
     assert "<svg" in page and "worker 1" in page and "fit_ms" in page and "<script" not in page
+
+
+def test_gang_stats_json_and_html(sc, digits, tmp_path):
+    """The default (a gang here): the stats name the execution that ran, and save and export as the rounds' do."""
+    data, _ = digits
+    net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), seed=0)
+    spark_net = SparkNetwork(sc, net, ParameterAveragingTrainingMaster(20, 2, collect_training_stats=True))
+    spark_net.fit(to_rdd(sc, data))
+    stats = spark_net.get_training_stats()
+    assert stats.setup["execution"] == "gang" and stats.setup["gang"]["workers"] == 2, stats.setup
+    assert stats.rounds == [] and {w["worker"] for w in stats.workers} == {0, 1}
+    assert sum(w["examples"] for w in stats.workers) == 240 and all(w["steps"] > 0 for w in stats.workers)
+    again = SparkTrainingStats.from_json(stats.to_json())
+    assert again.setup["execution"] == "gang" and again.workers == json.loads(stats.to_json())["workers"]
+    path = tmp_path / "stats.html"
+    export_stats_html(stats, path)
+    assert "&quot;execution&quot;: &quot;gang&quot;" in path.read_text()
 
 
 def test_shared_training_master_learns_and_reports_encoding(sc, digits):

@@ -61,6 +61,7 @@ def _averaging(sc, data, workers, depth, dtype="float32", updater=None, approach
         save_updater=updater is not None,
         aggregation_depth=depth,
         collect_training_stats=True,
+        execution="rounds",  # the tree is the per-round path's (a gang's workers sum among themselves)
     )
     spark = SparkNetwork(sc, net, tm)
     spark.fit(to_rdd(sc, data))  # 320 examples: every worker trains 2 mini-batches of 10 in every round

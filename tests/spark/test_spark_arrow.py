@@ -169,3 +169,48 @@ def test_nan_features_are_named_by_their_dataframe_row(sc, spark, data):
     df = spark.createDataFrame(rows, ["features", "label"]).coalesce(1)
     with pytest.raises(SparkTrainingError, match=r"partition 0 \(element 9, .*DataFrame row 9 .*NaN"):
         _fit(sc, df)
+
+
+# ---- one crossing (issue 44 item 3): the rows go from the JVM to Python once ------------------
+# Counted in the lineage Spark runs: PySpark's PythonRDDs, and SQL's Python operators (Spark
+# names each RDD a plan node makes after the node: MapInArrow, ArrowEvalPython, ...).
+PYTHON_NODES = re.compile(r"InArrow|InPandas|EvalPython|Python")
+
+
+def _python_passes(rdd):
+    """The Python passes over the data in `rdd`'s lineage (the JVM's RDDs, walked to the source)."""
+    seen, todo, passes = set(), [rdd._jrdd.rdd()], []
+    while todo:
+        node = todo.pop()
+        if node.id() in seen:
+            continue
+        seen.add(node.id())
+        scope = node.scope()
+        name = scope.get().name() if scope.isDefined() else ""
+        if node.getClass().getSimpleName() == "PythonRDD" or PYTHON_NODES.search(name):
+            passes.append(name or "PythonRDD")
+        deps = node.dependencies().iterator()
+        while deps.hasNext():
+            todo.append(deps.next().rdd())
+    return passes
+
+
+def _same_batches(batches):
+    yield from batches
+
+
+def test_the_rows_cross_from_the_jvm_to_python_once(spark, data, tmp_path):
+    """A DataFrame read from Parquet (a source in the JVM): kit's elements are one Python pass over
+    it. What mapInArrow then DataFrame.rdd makes (the path before) counts two, so the count can fail."""
+    x, y = data
+    _frame(spark, x, y, "array<double>", partitions=2).write.parquet(str(tmp_path / "frame"))
+    df = spark.read.parquet(str(tmp_path / "frame"))
+    rdd = as_rdd(df)
+    assert _python_passes(rdd) == ["PythonRDD"]
+    got_x, got_y, _ = _stacked(rdd)
+    want = df.select("features", "label").collect()
+    np.testing.assert_array_equal(got_x, np.array([r[0] for r in want]))
+    np.testing.assert_array_equal(got_y, np.array([r[1] for r in want]))
+    selected = df.select("features", "label")
+    twice = selected.mapInArrow(_same_batches, selected.schema).rdd.map(tuple)
+    assert sorted(_python_passes(twice)) == ["MapInArrow", "PythonRDD"]

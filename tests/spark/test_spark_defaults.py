@@ -25,6 +25,7 @@ def digits():
 
 def _averaging_fit(sc, data, **options):
     net = mlp(64, hidden=(16,), n_out=10, updater=Adam(1e-2), seed=3)
+    options.setdefault("execution", "rounds")  # the broadcast bytes below are the rounds' (one per averaging)
     tm = ParameterAveragingTrainingMaster(20, 5, num_workers=2, collect_training_stats=True, **options)
     spark = SparkNetwork(sc, net, tm)
     spark.fit(to_rdd(sc, data), epochs=1)

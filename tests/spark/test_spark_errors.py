@@ -25,14 +25,18 @@ def digits():
     return DataSet(train.features.numpy()[:120], train.labels.numpy()[:120])
 
 
-@pytest.mark.parametrize("master", ["averaging", "shared"])
+AVERAGING = {"averaging": {}, "averaging-rounds": {"execution": "rounds"}, "gradients": {"exchange": "gradients"}}
+
+
+@pytest.mark.parametrize("master", [*AVERAGING, "shared"])
 def test_a_diverging_spark_run_raises_non_finite_score_naming_the_worker(sc, digits, master):
     """It raised `ValueError: set_params: the values contain NaN or infinity` from the driver's
-    averaging. Now the round is not applied and the loop says which worker's loss went NaN."""
+    averaging. Now the round is not applied and the loop says which worker's loss went NaN; the
+    gang (the default, and every step) names the worker as the rounds do."""
     huge = DataSet(digits.features.numpy() * 1e18, digits.labels.numpy())
     net = mlp(64, hidden=(8,), n_out=10, updater=Sgd(1e18), seed=0)
-    if master == "averaging":
-        tm = ParameterAveragingTrainingMaster(20, 1, num_workers=2, rdd_training_approach="DIRECT")
+    if master in AVERAGING:
+        tm = ParameterAveragingTrainingMaster(20, 1, num_workers=2, rdd_training_approach="DIRECT", **AVERAGING[master])
     else:  # shared training moves by the threshold only: make the loss itself overflow
         huge = DataSet(digits.features.numpy() * 3e38, digits.labels.numpy())
         tm = SharedTrainingMaster(20, 1, num_workers=2, rdd_training_approach="DIRECT")

@@ -6,16 +6,23 @@ global batch (DDP's semantics, within float32 tolerance); where no gang can run,
 rounds with a warning naming why and "gang" refuses; a worker that dies fails the fit, bounded,
 and the next gang in the same context trains."""
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kit.data import ArrayIterator, DataSet, load_digits
 from kit.nn import Adam, mlp
+from kit.nn.mixed import LossScaler
 from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, SparkTrainingError, to_rdd
 from kit.spark.collectives import torch_missing
-from kit.spark.gang import GangFallbackWarning
+from kit.spark.gang import GangFallbackWarning, barrier_blocker
 from kit.training.listeners import TrainingListener
 
 # the collectives that run here: Spark's allGather always, gloo where torch imports
@@ -74,7 +81,7 @@ def test_gradients_need_averaging_frequency_one_and_the_remedy_constructs():
     with pytest.raises(ValueError, match=r"averaging_frequency=5, exchange='gradients'.*give averaging_frequency=1"):
         ParameterAveragingTrainingMaster(16, 5, exchange="gradients")
     assert ParameterAveragingTrainingMaster(16, 1, exchange="gradients").execution == "auto"  # the remedy
-    assert ParameterAveragingTrainingMaster(16, 5).execution == "rounds"  # parameters: rounds unless asked
+    assert ParameterAveragingTrainingMaster(16, 5).execution == "auto"  # parameters too: a gang where one can run
 
 
 @pytest.fixture(scope="module")
@@ -138,27 +145,115 @@ def test_a_gang_all_reducing_gradients_trains_as_one_process_on_the_global_batch
     assert np.abs(gang.network.params().numpy() - before).max() > 100 * 2e-5  # it trained: the tolerance is small
 
 
+# What Spark's DAGScheduler refuses to a barrier stage at submission (SPARK-24942, SPARK-24819), as
+# barrier_blocker reads it: (spark.master, conf, workers, slots, refused with).
+BLOCKERS = {
+    "dynamic-on-yarn": ("yarn", {"spark.dynamicAllocation.enabled": "true"}, 2, 8, "dynamic allocation is on"),
+    "dynamic-on-standalone": ("spark://h:7077", {"spark.dynamicAllocation.enabled": "TRUE"}, 2, 8, "dynamic"),
+    "dynamic-on-k8s": ("k8s://https://h:6443", {"spark.dynamicAllocation.enabled": "true"}, 2, 8, "dynamic"),
+    "dynamic-ignored-on-local": ("local[4]", {"spark.dynamicAllocation.enabled": "true"}, 2, 4, None),
+    "dynamic-testing-on-local": (
+        "local[4]",
+        {"spark.dynamicAllocation.enabled": "true", "spark.dynamicAllocation.testing": "true"},
+        2,
+        4,
+        "dynamic allocation is on",
+    ),
+    "dynamic-off": ("yarn", {"spark.dynamicAllocation.enabled": "false"}, 2, 8, None),
+    "local-one-thread": ("local", {}, 2, 1, "2 workers need 2 tasks at once but the cluster (local) has 1 task slot"),
+    "more-than-cores": ("spark://h:7077", {}, 3, 2, "3 workers need 3 tasks at once but the cluster (spark://h:7077)"),
+    "as-many-as-slots": ("local[2]", {}, 2, 2, None),
+}
+
+
+@pytest.mark.parametrize("case", list(BLOCKERS))
+def test_barrier_blocker_refuses_what_spark_refuses(case):
+    from pyspark import SparkConf
+
+    spark_master, settings, workers, slots, refused = BLOCKERS[case]
+    conf = SparkConf(loadDefaults=False)
+    for key, value in settings.items():
+        conf.set(key, value)
+    why = barrier_blocker(conf, workers, slots, spark_master)
+    assert (why is None) == (refused is None) and (refused is None or refused in why), why
+
+
+def _mixed_net():
+    mixed = {"master_dtype": "float32", "loss_scale": LossScaler(2.0**10)}
+    return mlp(64, hidden=(16,), n_out=10, updater=Adam(1e-2), seed=5, dtype="float16", **mixed)
+
+
+# Every reason a fit of the default master (execution="auto") trains in rounds on this local[2]: what
+# Spark refuses to a barrier stage (more tasks than slots; dynamic allocation is kit.spark.gang's
+# barrier_blocker's table below: a local master ignores it, as Spark does) and what only the
+# rounds do (listeners, checkpoints, a loss scaler). Each: (master's options, fit's, network, said).
+FALLBACKS = {
+    "more-workers-than-slots": (
+        {"num_workers": 3},
+        {},
+        _net,
+        "3 workers need 3 tasks at once but the cluster (local[2]) has 2 task slot(s)",
+    ),
+    "listeners": ({}, {"listeners": "one"}, _net, "1 listener(s) given: listeners see the model between rounds"),
+    "checkpoints": (
+        {"checkpoint_every": 1, "checkpoint_directory": "TMP"},
+        {},
+        _net,
+        "checkpoint_every=1: checkpoints are written between rounds, on the driver",
+    ),
+    "mixed-precision": ({}, {}, _mixed_net, "a mixed-precision network: its loss scaler's state is merged"),
+}
+
+
+def _master(tmp_path, **options):
+    if options.get("checkpoint_directory") == "TMP":
+        options["checkpoint_directory"] = str(tmp_path / "checkpoints")
+    options.setdefault("num_workers", 2)
+    return ParameterAveragingTrainingMaster(
+        PER_WORKER, 2, collect_training_stats=True, round_timeout=TIMEOUT, **options
+    )
+
+
 @pytest.mark.slow
-def test_more_workers_than_slots_falls_back_to_rounds_with_a_warning_and_gang_refuses(sc, rdd):
-    with pytest.raises(ValueError, match=r"execution='gang'\): .*3 workers need 3 tasks at once .* 2 task slot"):
-        _fit(sc, rdd, num_workers=3, execution="gang")
-    with warnings.catch_warnings(record=True) as caught:  # the remedy the error names: execution='auto'
+@pytest.mark.parametrize("case", list(FALLBACKS))
+def test_the_default_falls_back_to_rounds_saying_why_and_gang_refuses(sc, rdd, case, tmp_path):
+    """A fit the default cannot run as a gang trains in rounds: one GangFallbackWarning naming why, the
+    same words in the stats with the execution that ran; execution="gang" refuses at the call, before
+    any data move, with the same words and the remedy."""
+    options, fit_options, net, why = FALLBACKS[case]
+    listeners = [_Scores()] if fit_options.get("listeners") else []
+    with pytest.raises(ValueError, match=r"execution='gang'\): this fit cannot run as one barrier stage: ") as refused:
+        SparkNetwork(sc, net(), _master(tmp_path / "gang", execution="gang", **options)).fit(rdd, listeners=listeners)
+    assert why in str(refused.value) and "use execution='auto'" in str(refused.value)
+    spark = SparkNetwork(sc, net(), _master(tmp_path, **options))  # the default: execution="auto"
+    assert spark.training_master.execution == "auto"
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        spark = _fit(sc, rdd, num_workers=3, execution="auto")
+        spark.fit(rdd, listeners=listeners)
     said = [str(w.message) for w in caught if issubclass(w.category, GangFallbackWarning)]
-    assert len(said) == 1 and "3 workers need 3 tasks at once" in said[0] and "2 task slot(s)" in said[0], said
-    assert "execution" not in spark.get_training_stats().setup  # the rounds ran
-    assert len(spark.get_training_stats().rounds) > 0
+    assert len(said) == 1 and why in said[0] and "trains in rounds" in said[0], said
+    setup = spark.get_training_stats().setup
+    assert setup["execution"] == "rounds" and why in setup["rounds_because"], setup
+    assert len(spark.get_training_stats().rounds) > 0  # the rounds ran: one record a round
+    assert all(listener.scores for listener in listeners)  # and called the listeners
 
 
 @pytest.mark.slow
-def test_listeners_fall_back_to_rounds_with_a_warning(sc, rdd):
-    tm = ParameterAveragingTrainingMaster(PER_WORKER, 2, num_workers=2, execution="auto", round_timeout=TIMEOUT)
-    spark = SparkNetwork(sc, _net(), tm)
-    listener = _Scores()
-    with pytest.warns(GangFallbackWarning, match=r"1 listener\(s\) given: listeners see the model between rounds"):
-        spark.fit(rdd, listeners=[listener])
-    assert listener.scores  # the rounds called it
+def test_the_default_master_trains_as_a_gang_with_the_bits_of_the_rounds(sc, rdd, rounds_reference):
+    """Issue 44: the gang is the default wherever a barrier stage can run; no warning, the stats say
+    so, and it ends with the bits the per-round path (execution="rounds", pinned) ends with."""
+    ref = rounds_reference(2, True)
+    assert ref.get_training_stats().setup["execution"] == "rounds"
+    assert ref.get_training_stats().setup["rounds_because"] == "execution='rounds'"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GangFallbackWarning)
+        spark = _fit(sc, rdd, epochs=2, freq=2)
+    assert spark.training_master.execution == "auto"
+    setup = spark.get_training_stats().setup
+    assert setup["execution"] == "gang" and "rounds_because" not in setup, setup
+    for key, arr in ref.network.state_arrays().items():
+        np.testing.assert_array_equal(spark.network.state_arrays()[key].numpy(), arr.numpy(), err_msg=key)
+    assert (spark.network.iteration, spark.network.epoch) == (ref.network.iteration, ref.network.epoch)
 
 
 class _Scores(TrainingListener):
@@ -186,3 +281,61 @@ def test_a_worker_that_dies_fails_the_fit_and_the_next_gang_trains(sc, rdd, coll
     tm.gang_fault = None  # the same context, a new gang: no process group left behind
     spark.fit(rdd)
     assert spark.get_training_stats() is None and not np.array_equal(spark.network.params().numpy(), before)
+
+
+SPARK_REFUSES = textwrap.dedent(
+    """
+    import json, warnings
+    from kit.data import DataSet, load_digits
+    from kit.nn import Adam, mlp
+    from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, SparkTrainingStats
+    from kit.spark import local_spark_context, to_rdd
+    from kit.spark.gang import GangFallbackWarning, record_execution, use_gang
+
+    sc = local_spark_context("local[2]", app_name="kit-dynamic", driver_memory="512m", conf={
+        "spark.dynamicAllocation.enabled": "true", "spark.dynamicAllocation.testing": "true",
+        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
+    out = {}
+    try:
+        try:  # Spark's own answer to a barrier stage here
+            sc.parallelize(range(2), 2).barrier().mapPartitions(lambda it: it).collect()
+            out["spark"] = "ran"
+        except Exception as exc:
+            out["spark"] = str(exc)[:3000]
+        train, _ = load_digits()
+        rdd = to_rdd(sc, DataSet(train.features.numpy()[:64], train.labels.numpy()[:64], num_classes=10), 2)
+        tm = ParameterAveragingTrainingMaster(16, 2, num_workers=2, rdd_training_approach="DIRECT")
+        spark = SparkNetwork(sc, mlp(64, hidden=(8,), n_out=10, updater=Adam(1e-2), seed=5), tm)
+        with warnings.catch_warnings(record=True) as caught:  # fit's first call: the decision, before any job
+            warnings.simplefilter("always")
+            why = use_gang(spark, rdd, [])
+        out["warned"] = [str(w.message) for w in caught if issubclass(w.category, GangFallbackWarning)]
+        stats = SparkTrainingStats("ParameterAveragingTrainingMaster")
+        record_execution(stats, why)  # what fit then writes into the stats
+        out["setup"] = stats.setup
+    finally:
+        print("RESULT " + json.dumps(out), flush=True)
+        sc.stop()
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(330)
+def test_where_spark_refuses_a_barrier_stage_the_default_trains_in_rounds(tmp_path):
+    """Checked against Spark itself, in a context of its own: with dynamic allocation on (and
+    spark.dynamicAllocation.testing, without which a local master ignores it) Spark refuses a barrier
+    stage (SPARK-24942), and the default master's decision at the call (fit's first step) is the rounds,
+    warned and said in the stats. (No fit: the fallback table above fits; a JVM of its own is slow enough.)"""
+    script = tmp_path / "driver.py"
+    script.write_text(SPARK_REFUSES)
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=root, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT ") :])
+    assert "SPARK-24942" in out["spark"] and "dynamic resource allocation" in out["spark"], out
+    assert len(out["warned"]) == 1 and "dynamic allocation is on" in out["warned"][0], out
+    assert out["setup"]["execution"] == "rounds" and "dynamic allocation" in out["setup"]["rounds_because"], out

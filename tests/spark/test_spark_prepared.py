@@ -249,3 +249,77 @@ def test_a_task_that_fails_once_is_counted_as_a_retry(tmp_path):
     assert report["plain"]["setup"] == 0 and set(report["plain"]["rounds"]) == {0}
     assert report["fails_once"]["setup"] >= 1  # partition 1's first attempt failed, its second ran
     assert "the first attempt of partition 1 fails" in text  # Spark said so: its log level is the user's
+
+
+# ---- a DataFrame is prepared once too (issue 44 item 4): the same plan, read the same way ---------
+
+
+def _frame(sc, rows=N, partitions=3):
+    """A DataFrame of X, Y (features array<float>), shuffled into `partitions`: built afresh each call."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession(sc)
+    df = spark.createDataFrame([(X[i].tolist(), int(Y[i])) for i in range(rows)], "features array<float>, label int")
+    return df.repartition(partitions)
+
+
+def _jobs_between(sc, run):
+    """Spark jobs `run()` started, counted by the job ids of a marker job before and after it (the
+    status tracker learns of jobs through Spark's listener bus, in order: waiting for the second
+    marker means every job before it is known)."""
+    tracker = sc.statusTracker()
+
+    def marker(name):
+        sc.setJobGroup(name, "marker")
+        try:
+            sc.parallelize([0], 1).count()
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        deadline = time.monotonic() + 30
+        while not tracker.getJobIdsForGroup(name) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (job,) = tracker.getJobIdsForGroup(name)
+        return job
+
+    first = marker(f"before-{time.monotonic_ns()}")
+    run()
+    return marker(f"after-{time.monotonic_ns()}") - first - 1
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("the same DataFrame", [1, 0, 0]),
+        ("the same query, read again", [1, 0, 0]),
+        ("another query", [1, 1, 0]),
+    ],
+)
+def test_a_dataframe_fit_in_a_loop_prepares_once_and_runs_only_its_rounds(sc, tmp_path, case, expected):
+    """(Other settings, another master: prepared again, as for an RDD in the test above.)"""
+    df = _frame(sc)
+    if case == "the same query, read again":  # three DataFrame objects, one plan over the same files
+        df.write.parquet(str(tmp_path / "frame"))
+        frames = [df.sparkSession.read.parquet(str(tmp_path / "frame")) for _ in range(3)]
+    else:
+        frames = [df, df, df] if case == "the same DataFrame" else [df, df.limit(100), df.limit(100)]
+    options = {"num_workers": 2, "rdd_training_approach": "DIRECT", "collect_training_stats": True}
+    tm = ParameterAveragingTrainingMaster(10, 2, **options)
+    looped = SparkNetwork(sc, _net(), tm)
+    prepared, jobs, rounds = [], [], []
+    for frame in frames:
+        jobs.append(_jobs_between(sc, lambda frame=frame: looped.fit(frame, epochs=1)))
+        stats = looped.get_training_stats()
+        prepared.append(stats.setup["preparations"])
+        rounds.append(len(stats.rounds))
+    assert prepared == expected
+    for p, j, r in zip(prepared, jobs, rounds):
+        # a fit that found its rounds runs one job a round and nothing else: no reading, shuffle or
+        # count (a new DataFrame over a limit can cost Spark's own planning a job: counted only here)
+        assert (j == r or (case == "another query" and j == r + 1)) if p == 0 else (j > r + 1), (prepared, jobs, rounds)
+    if case == "the same DataFrame":  # and trains as one fit of three epochs on it, bit for bit
+        once = SparkNetwork(sc, _net(), ParameterAveragingTrainingMaster(10, 2, **options))
+        once.fit(df, epochs=3)
+        for key, value in _state(once.network).items():
+            np.testing.assert_array_equal(_state(looped.network)[key], value)
+    tm.close()
+    assert not tm.prepared.entries and not tm.prepared.frames
