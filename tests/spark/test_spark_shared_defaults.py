@@ -28,7 +28,7 @@ def job(sc):
     classes = test.labels.numpy().argmax(axis=1)
     out = {}
     for name, cls, options in (
-        ("averaging", ParameterAveragingTrainingMaster, {}),
+        ("averaging", ParameterAveragingTrainingMaster, {"execution": "rounds"}),  # a Spark job a round, as shared
         ("shared", SharedTrainingMaster, {}),
         ("before", SharedTrainingMaster, BEFORE),
     ):
