@@ -42,7 +42,7 @@ LABELS = {
     TORCH: "PyTorch",
     PEER: "TorchDistributor",
 }
-POINTS = 0.5  # issue 44's goal: the defaults within half a point of Network.fit
+POINTS = 0.5  # the goal: kit's defaults within half a point of Network.fit
 
 
 def flag_reasons(peers: dict[str, Any], load: LoadReading | None = None) -> list[str]:

@@ -313,10 +313,9 @@ def _shared_steps(
     averaged updates it keeps its whole step, as a parameter-averaging worker does, so the round
     moves the model by the workers' mean update as averaging would, less the residuals (moving by
     its sent 1/workers share alone, it took its next gradients on a path a step behind and learned
-    worse: issue 44). The worker's own state (residual, updater state, threshold) comes
-    from the driver and goes back to it with the messages: it lasts the whole training, across
-    rounds, epochs and fits, wherever Spark runs the task, and a retried task starts from exactly
-    the state the failed one had."""
+    worse). The worker's own state (residual, updater state, threshold) comes from the file its
+    executor kept (kit.spark.worker_store) or else the driver's copy: it lasts the whole training,
+    across rounds, epochs and fits, and a retried task starts from exactly the state the failed one had."""
     state = _worker_state(net, own)
     algo = AdaptiveThresholdAlgorithm(**spec.threshold.as_kwargs())
     messages, counts = [], []

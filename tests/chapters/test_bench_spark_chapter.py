@@ -1,4 +1,4 @@
-"""Chapter 7's side-by-side with TorchDistributor and its updater comparison (issue 44, items 2 and 6).
+"""Chapter 7's side-by-side with TorchDistributor and its updater comparison.
 
 - the words come from the rows: a table test over runs made here (TorchDistributor ran or not,
   the run flagged or not, either save_updater the default) checks each sentence against its table;
@@ -235,7 +235,7 @@ def test_the_cells_say_so_when_torch_cannot_be_imported():
 def test_the_cells_run_torch_distributor_when_torch_imports():
     pytest.importorskip("torch")
     pytest.importorskip("pyspark.ml.torch.distributor")
-    out = _run_cells(block=False, timeout=600)
+    out = _run_cells(block=False, timeout=500)
     assert "TorchDistributor ran here" in out and L_TORCH in out and "TorchDistributor: ran" in out, out
     assert "TorchDistributor did not run" not in out, out
     assert f"to {TARGET}" in out
