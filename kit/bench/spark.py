@@ -197,6 +197,7 @@ def _spark_fit(
         rdd_training_approach="DIRECT",
         aggregation_depth=depth,
         collect_training_stats=True,
+        execution="rounds",  # the bench times rounds: one Spark job and one tree aggregation each
     )
     sn = SparkNetwork(sc, spec["make"](), tm)
 

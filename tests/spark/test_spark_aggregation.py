@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kit.bench.spark_peers import DEFAULT_ROW
 from kit.data import DataSet, load_digits
 from kit.nn import Adam, Sgd, mlp
 from kit.spark import ParameterAveragingTrainingMaster, SharedTrainingMaster, SparkNetwork, to_rdd
@@ -245,14 +246,14 @@ def test_bench_spark_quick_prints_every_row_and_bytes_fit_the_formula(tmp_path):
     assert "benchmark spark" in text and "vs_network_fit" in text and "driver_bytes" in text
     # a quick run (no warm-up, 2 repeats) measures no round's time: every row says so
     assert all(r["reliable"] == "NO" for r in rows) and "quick run: no warm-up" in result["summary"]["warnings"]
-    # issue 44: kit's gang and rounds beside TorchDistributor and each system's one process, on one job
+    # kit's gang and rounds beside TorchDistributor and each system's one process, on one job
     peers = result["peers"]
     systems = [r["system"] for r in peers["rows"]]
     kit_rows = ["kit Network.fit (one process)", "kit gang, every step", "kit gang, every 5 steps"]
-    assert systems[:4] == [*kit_rows, "kit rounds, every 5 steps"]
-    if peers["torch_distributor"] == "ran":
-        assert systems[4:] == ["PyTorch (one process)", "TorchDistributor (DDP)"] and len(peers["goals"]) == 3
+    assert systems[:5] == [*kit_rows, "kit rounds, every 5 steps", DEFAULT_ROW]  # and kit's defaults as they run
+    if peers["torch_distributor"] == "ran":  # three goals against the peer, one of the defaults against Network.fit
+        assert systems[5:] == ["PyTorch (one process)", "TorchDistributor (DDP)"] and len(peers["goals"]) == 4
     else:  # said why (torch, pandas or pyarrow missing)
-        assert "not importable" in peers["torch_distributor"] and systems[4:] == []
+        assert "not importable" in peers["torch_distributor"] and systems[5:] == []
     assert all(0 <= r["final_accuracy"] <= 1 and r["per_step_ms"] > 0 for r in peers["rows"])
     assert "peer[kit gang, every step]" in text and ("goal[" in text or "not compared" in text)

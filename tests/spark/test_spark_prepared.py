@@ -176,7 +176,7 @@ DRIVER = textwrap.dedent(
         out = {}
         for name, data in (("plain", rdd), ("fails_once", rdd.map(fail_once))):
             tm = ParameterAveragingTrainingMaster(10, 2, repartition="NEVER", rdd_training_approach="DIRECT",
-                                                  collect_training_stats=True)
+                                                  collect_training_stats=True, execution="rounds")  # per round
             spark = SparkNetwork(sc, _net(), tm)
             spark.fit(data)
             stats = spark.get_training_stats()

@@ -254,7 +254,9 @@ def test_shared_training_learns_there_and_killed_workers_end_the_fit_in_words(cl
     out, stderr = _drive(cluster, "shared-then-kill")
     assert "shared_score" in out, stderr
     before, after = out["shared_score"]
-    assert after < before, out  # learns (DL4J's threshold 1e-4 moves slowly: the direction, not a size)
-    assert out["shared_state_from"] == ["driver", "new"], out
+    assert after < before, out  # learns (the direction, not a size)
+    # each worker's own state carried on after its first round: from its executor's file
+    # (kit.spark.worker_store) or, where another executor ran the round, the driver's copy
+    assert {"new"} < set(out["shared_state_from"]) <= {"driver", "executor", "new"}, out
     assert out["after_kill"].startswith("Spark "), out  # SparkTrainingError, in words, not a hang
     assert out["net4_finite"] and out["active_jobs"] == [], out
