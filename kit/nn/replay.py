@@ -1,15 +1,6 @@
 """Replay: a step recorded where the layers call kernels, and replayed there (tinygrad's TinyJit).
 
-    >>> import numpy as np
-    >>> from kit.nn import mlp
-    >>> net = mlp(8, hidden=(16,), n_out=3)
-    >>> x = np.random.default_rng(0).random((1, 8)).astype(np.float32)
-    >>> _ = net.output(x), net.output(x)       # a batch size seen twice: its second pass is recorded
-    >>> net.output_plans.used, net.output_plans.batch_sizes
-    (1, [1])
-    >>> plan = net.plan_inference(batch_size=1)
-    >>> [func.__name__ for func, _ in plan.tape.calls]      # what Dense, ReLU, Dense, softmax called
-    ['dense_into', 'relu_into', 'dense_into', 'softmax_into']
+(A worked example of a recorded answer: kit.nn.replay_inference's docstring.)
 
 A step of one batch size does the same arithmetic every time. So, the second time a batch size
 comes, kit runs the step as the book teaches it (`Network.output`'s forward, or `fit`'s iteration:
