@@ -1,0 +1,45 @@
+"""kit.bench.train_inference: the MLP inference rows of `python -m kit bench train`."""
+
+import sys
+
+from kit.bench import train_inference
+from kit.bench.train_inference import SLICES, inference_rows
+
+
+def _variant_runs() -> tuple[list[str], list[dict]]:
+    """The variants in the order their calls ran while `inference_rows(quick=True)` measured them
+    (one entry per run of consecutive calls of one variant), and the rows."""
+    runs: list[str] = []
+    variants = {
+        (train_inference.__file__, "numpy_mlp_forward"): "numpy",
+        ("network_inference.py", "output"): "output",
+        ("replay_inference.py", "output"): "planned",
+    }
+
+    def profile(frame, event, arg):
+        if event != "call":
+            return
+        code = frame.f_code
+        for (path, name), variant in variants.items():
+            if code.co_name == name and code.co_filename.endswith(path) and (not runs or runs[-1] != variant):
+                runs.append(variant)
+
+    sys.setprofile(profile)
+    try:
+        rows, _ = inference_rows(quick=True)
+    finally:
+        sys.setprofile(None)
+    return runs, rows
+
+
+def test_the_inference_variants_take_turns_within_each_repeat():
+    """Batch 1 answers in tens of microseconds: timed 0.2 s a variant one after another, each met
+    other moments of the machine and full runs were flagged for spread. Each repeat runs in SLICES
+    parts now, the variants in turn (a part of each as long as a repeat has calls to cut)."""
+    runs, rows = _variant_runs()
+    assert {r["case"].rsplit(": ", 1)[1] for r in rows} == {"NumPy (hand-written)", "Network.output", "planned"}
+    assert SLICES >= 10
+    # one turn a variant a warm-up, a calibration and each of the 3 repeats, for 2 batch sizes: 30
+    # turns when each variant's calls of a repeat ran at once; twice that at the least in parts
+    once = 3 * (1 + 1 + 3) * 2
+    assert len(runs) >= 2 * once, f"{len(runs)} turns between variants"
