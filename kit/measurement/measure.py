@@ -21,7 +21,8 @@ One module for every timing in kit (benchmarks, `compare_devices`, the chapters)
   ... times per timed repeat until one repeat takes at least `min_time` seconds: a shorter region
   is at the mercy of the scheduler and of other processes' bursts.
 - **Interleaved.** Repeat r times variant A, then B, then C (the order rotated each repeat), so
-  drift and other processes' bursts hit every variant alike; ratios are taken per repeat.
+  drift and other processes' bursts hit every variant alike; ratios are taken per repeat. With
+  `slices=n`, each repeat's calls run in n parts, the variants in turn (calls of microseconds).
 - **Median and spread.** The median of the repeats, and the spread as half the range relative
   to the median (``±x%``).
 - **Flagged, not interpreted.** A result is *unreliable* when other processes used more than
