@@ -41,7 +41,6 @@ UNTESTED = {
     "kit.nn.network_state",
     "kit.nn.network_training",
     "kit.nn.pooling",
-    "kit.nn.updaters",
     "kit.parallel.inference.delivery",
     "kit.parallel.inference.engine",
     "kit.parallel.inference.facade",

@@ -423,50 +423,6 @@ def test_float16_activations_halve_the_workspace_bytes(digits):
     assert sum(mixed.values()) < sum(f32.values())  # so the whole cycle is smaller than float32's
 
 
-def _kit_updaters() -> list[str]:
-    from kit.nn.updaters import Updater
-
-    return sorted(name for name, cls in Updater.registry.items() if cls.__module__ == "kit.nn.updaters")
-
-
-@pytest.mark.parametrize("updater", _kit_updaters())
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_an_update_in_its_own_gradient_array_equals_the_one_with_a_temporary(updater, dtype):
-    """scratch=True (mixed precision's unscaled gradient; every update of an updater whose
-    `exact_in_place` says so) lets the updater overwrite the gradient instead of carving a
-    temporary: the same steps, bit for bit where `exact_in_place` claims it (Sgd and Nesterovs do
-    the very same arithmetic), else to the dtype's rounding (Adam forms (1 - beta1) g in place),
-    and one temporary fewer."""
-    import kit
-    from kit.nn import updaters
-    from kit.nn.updaters import state_dtype
-    from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
-
-    rng = np.random.default_rng(0)
-    upd = getattr(updaters, updater)(1e-2)
-    p0 = rng.standard_normal(1000).astype(dtype)
-    grads = [(rng.standard_normal(1000) * 10.0 ** rng.integers(-6, 2)).astype(dtype) for _ in range(5)]
-    results, carved = {}, {}
-    for scratch in (False, True):
-        params = kit.asarray(p0.copy())
-        state = {k: kit.zeros((1000,), dtype=state_dtype(np.dtype(dtype))) for k in upd.state_names}
-        mgr = LayerWorkspaceMgr(WorkspaceMode.NONE)  # every temporary is a counted heap allocation
-        before = kit.memory.heap_allocations(this_thread=True)
-        for step, g in enumerate(grads, start=1):
-            g = kit.asarray(g.copy())
-            with mgr.updater():
-                upd.apply(params, g, state, step, mgr, scratch=scratch)
-        carved[scratch] = kit.memory.heap_allocations(this_thread=True) - before
-        results[scratch] = params.numpy()
-    tol = {"float32": 1e-6, "float64": 1e-14}[dtype]
-    if upd.exact_in_place:  # a Network lends it flat_grads: the claim holds bit for bit
-        np.testing.assert_array_equal(results[True], results[False])
-    else:
-        np.testing.assert_allclose(results[True], results[False], rtol=tol, atol=tol)
-    assert not np.array_equal(results[True], p0)
-    assert carved[True] < carved[False], carved
-
-
 def test_the_score_listener_shows_scale_and_skipped_steps(digits):
     net = _digits_net(dtype="float16", master_dtype="float32", loss_scale=LossScaler(2.0**40))
     listener = ScoreIterationListener(1)
@@ -476,32 +432,6 @@ def test_the_score_listener_shows_scale_and_skipped_steps(digits):
     plain = ScoreIterationListener(1)
     _digits_net().fit(_batches(digits, 1), epochs=1, listeners=[plain])
     assert "loss scale" not in plain.lines[0]
-
-
-def test_an_updater_subclass_with_its_own_apply_keeps_its_gradient_unless_it_says_otherwise():
-    """Sgd writes its update over the gradient (exact_in_place); a subclass whose apply() reads the
-    gradient after Sgd's step is not lent it, so what it reads is the gradient."""
-    from kit.data import DataSet
-    from kit.nn import Sgd, mlp
-
-    class Clipped(Sgd):  # records the gradient's norm after the step, as a monitoring subclass might
-        def apply(self, params, grads, state, step, mgr, scratch=False):
-            before = grads.numpy().copy()
-            super().apply(params, grads, state, step, mgr, scratch)
-            self.same = np.array_equal(grads.numpy(), before)
-
-    class Declared(Clipped):
-        exact_in_place = True  # its apply hands scratch on and reads nothing after
-
-    assert Sgd.exact_in_place and not Clipped.exact_in_place and Declared.exact_in_place
-    rng = np.random.default_rng(0)
-    ds = DataSet(rng.standard_normal((8, 6)).astype("float32"), np.eye(3, dtype="float32")[rng.integers(0, 3, 8)])
-    plain, declared = (mlp(6, hidden=(4,), n_out=3, updater=cls(0.1), seed=1) for cls in (Clipped, Declared))
-    for _ in range(3):
-        plain.fit_batch(ds)
-        declared.fit_batch(ds)
-        assert plain.updater.same and not declared.updater.same  # lent the gradient only where declared
-    np.testing.assert_array_equal(plain.flat_params.numpy(), declared.flat_params.numpy())  # same steps
 
 
 def _overflowing(digits, size=64):
