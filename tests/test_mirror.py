@@ -40,7 +40,6 @@ UNTESTED = {
     "kit.nn.network_inference",
     "kit.nn.network_state",
     "kit.nn.network_training",
-    "kit.nn.pooling",
     "kit.parallel.inference.delivery",
     "kit.parallel.inference.engine",
     "kit.parallel.inference.facade",

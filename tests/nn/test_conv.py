@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from _layers import bind_random, forward_backward
 
-from kit.nn import MSE, AvgPool2D, BatchNorm, Conv2D, GlobalAvgPool, MaxPool2D, Network, Residual, pooling
+from kit.nn import MSE, AvgPool2D, BatchNorm, Conv2D, GlobalAvgPool, MaxPool2D, Network, Residual
 from kit.nn.conv import PER_EXAMPLE_MAX_WEIGHTS
 from kit.nn.layers import layer_from_config
 
@@ -112,7 +112,3 @@ def test_small_filter_banks_multiply_per_example_and_large_ones_for_the_batch():
 def test_a_configuration_rebuilds_the_same_layer(layer):
     again = layer_from_config(layer.config())
     assert type(again) is type(layer) and again.config() == layer.config()
-
-
-def test_the_pooling_layers_are_the_ones_of_kit_nn_pooling():
-    assert (MaxPool2D, AvgPool2D, GlobalAvgPool) == (pooling.MaxPool2D, pooling.AvgPool2D, pooling.GlobalAvgPool)
