@@ -34,7 +34,6 @@ UNTESTED = {
     "kit.monitor.panel_live",
     "kit.monitor.panels",
     "kit.monitor.timeline_views",
-    "kit.nn.im2col",
     "kit.nn.kernels",
     "kit.nn.mixed",
     "kit.nn.network_inference",
