@@ -20,7 +20,6 @@ from kit.training.earlystopping import (
     EarlyStoppingTrainer,
     InMemoryModelSaver,
     InvalidScoreIterationTerminationCondition,
-    LocalFileModelSaver,
     MaxEpochsTerminationCondition,
     MaxScoreIterationTerminationCondition,
     MaxTimeIterationTerminationCondition,
@@ -35,61 +34,6 @@ def digits():
     train, test = load_digits()
     small = DataSet(train.features.numpy()[:400], train.labels.numpy()[:400])
     return small, test
-
-
-def first_stop(cond, scores, minimize=True):
-    """The epoch at which an epoch condition fires on a scripted score sequence (or None)."""
-    cond.initialize()
-    for epoch, score in enumerate(scores):
-        if cond.terminate(epoch, score, minimize):
-            return epoch
-    return None
-
-
-def test_max_epochs():
-    assert first_stop(MaxEpochsTerminationCondition(3), [5, 4, 3, 2, 1]) == 2
-    with pytest.raises(ValueError, match=r"max_epochs=0\): must be a whole number >= 1"):
-        MaxEpochsTerminationCondition(0)
-
-
-def test_score_improvement_minimize_and_maximize():
-    cond = ScoreImprovementEpochTerminationCondition(2)
-    assert first_stop(cond, [5, 4, 4.5, 4.2, 3, 3.1]) == 3  # best 4 at epoch 1; 2 epochs without
-    assert first_stop(cond, [5, 4, 3, 2, 1]) is None
-    assert first_stop(cond, [0.5, 0.6, 0.55, 0.58, 0.9], minimize=False) == 3
-    with_min = ScoreImprovementEpochTerminationCondition(1, min_improvement=0.1)
-    assert first_stop(with_min, [1.0, 0.95, 0.5]) == 1  # 0.05 is not an improvement
-
-
-def test_best_score_condition():
-    assert first_stop(BestScoreEpochTerminationCondition(0.2), [1, 0.5, 0.1]) == 2
-    assert first_stop(BestScoreEpochTerminationCondition(0.9), [0.5, 0.95], minimize=False) == 1
-
-
-def test_iteration_conditions():
-    assert InvalidScoreIterationTerminationCondition().terminate(math.nan)
-    assert InvalidScoreIterationTerminationCondition().terminate(math.inf)
-    assert not InvalidScoreIterationTerminationCondition().terminate(1e30)
-    cond = MaxScoreIterationTerminationCondition(10)
-    assert [cond.terminate(s) for s in (1, 10, 11, math.nan)] == [False, False, True, True]
-    now = [100.0]
-    timer = MaxTimeIterationTerminationCondition(5, clock=lambda: now[0])
-    timer.initialize()
-    now[0] = 104.9
-    assert not timer.terminate(0.1)
-    now[0] = 105.0
-    assert timer.terminate(0.1)
-
-
-def test_config_is_validated(digits):
-    train, _ = digits
-    calc = DataSetLossCalculator(ArrayIterator(train, 100))
-    with pytest.raises(ValueError, match="no termination condition"):
-        EarlyStoppingConfig(score_calculator=calc)
-    with pytest.raises(ValueError, match="no score_calculator"):
-        EarlyStoppingConfig(epoch_termination_conditions=[MaxEpochsTerminationCondition(2)])
-    with pytest.raises(ValueError, match="use one of ACCURACY"):
-        ClassificationScoreCalculator("AUC", ArrayIterator(train, 100))
 
 
 class Scripted:
@@ -210,25 +154,6 @@ def test_real_accuracy_and_auc_calculators(digits):
         assert calc.calculate_score(result.best_model) == pytest.approx(result.best_model_score)
 
 
-def test_local_file_saver_round_trips_and_survives_an_interrupted_write(tmp_path, monkeypatch):
-    saver = LocalFileModelSaver(tmp_path / "ckpt")
-    first = mlp(8, hidden=(4,), n_out=2, seed=1)
-    saver.save_best_model(first, 0.5)
-    np.testing.assert_array_equal(saver.get_best_model().params().numpy(), first.params().numpy())
-
-    def crash(f, **arrays):
-        f.write(b"PK\x03\x04 half a file")
-        raise OSError("disk full")
-
-    monkeypatch.setattr(np, "savez", crash)
-    with pytest.raises(OSError, match="disk full"):
-        saver.save_best_model(mlp(8, hidden=(4,), n_out=2, seed=2), 0.4)
-    monkeypatch.undo()
-    np.testing.assert_array_equal(saver.get_best_model().params().numpy(), first.params().numpy())
-    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["best_model.npz"]
-    assert saver.get_latest_model() is None
-
-
 @pytest.mark.usefixtures("host_devices")
 def test_single_and_parallel_trainers_reach_the_same_termination(digits):
     train, test = digits
@@ -279,19 +204,6 @@ def test_a_nan_score_never_becomes_best_and_does_not_stop_improvement():
     result = EarlyStoppingTrainer(cfg, mlp(6, hidden=(4,), n_out=3), ArrayIterator(random_dataset(), 16)).fit()
     assert result.best_model_epoch == 2 and result.best_model_score == 0.9
     assert result.total_epochs == 4  # improvement at epoch 2; no stop before MaxEpochs
-
-
-def test_an_unbounded_early_stopping_configuration_is_an_error():
-    with pytest.raises(ValueError, match=r"MaxScoreIterationTerminationCondition.*may never stop training"):
-        EarlyStoppingConfig(
-            iteration_termination_conditions=[MaxScoreIterationTerminationCondition(1e9)],
-            score_calculator=Scripted([], minimize=False),
-        )
-    with pytest.raises(ValueError, match="may never stop"):
-        EarlyStoppingConfig(
-            epoch_termination_conditions=[BestScoreEpochTerminationCondition(0.99)],
-            score_calculator=Scripted([], minimize=False),
-        )
 
 
 def test_best_model_falls_back_to_the_trained_model_when_nothing_was_scored():
