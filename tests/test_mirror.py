@@ -55,7 +55,6 @@ UNTESTED = {
     "kit.spark.spark_evaluation",
     "kit.spark.training_master",
     "kit.training.comparison",
-    "kit.workspaces.workspace_config",
     "kit.workspaces.workspace_cycles",
     "kit.workspaces.workspace_registry",
 }

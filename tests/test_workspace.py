@@ -335,15 +335,6 @@ def test_invalid_configs_are_clear():
         ws_named("TWICE", initial_size=10)
 
 
-def test_defaults_are_nd4js():
-    cfg = WorkspaceConfig()
-    assert (cfg.initial_size, cfg.max_size, cfg.overallocation_limit) == (0, 0, 0.3)
-    assert cfg.policy_allocation is AllocationPolicy.OVERALLOCATE
-    assert cfg.policy_learning is LearningPolicy.FIRST_LOOP
-    assert cfg.policy_spill is SpillPolicy.EXTERNAL
-    assert cfg.policy_reset is ResetPolicy.BLOCK_LEFT
-
-
 # ---- zero allocations, RSS, threads -----------------------------------------------------
 
 
