@@ -56,7 +56,6 @@ UNTESTED = {
     "kit.spark.training_master",
     "kit.training.comparison",
     "kit.workspaces.workspace_cycles",
-    "kit.workspaces.workspace_registry",
 }
 
 
