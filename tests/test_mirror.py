@@ -54,7 +54,6 @@ UNTESTED = {
     "kit.spark.shared_master",
     "kit.spark.spark_evaluation",
     "kit.spark.training_master",
-    "kit.training.comparison",
     "kit.workspaces.workspace_cycles",
 }
 
