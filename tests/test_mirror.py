@@ -29,7 +29,6 @@ UNTESTED = {
     "kit.bench.train_conv",
     "kit.core.device_objects",
     "kit.core.device_transfers",
-    "kit.measurement.load",
     "kit.monitor.panel_live",
     "kit.monitor.panels",
     "kit.monitor.timeline_views",
