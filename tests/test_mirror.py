@@ -33,7 +33,6 @@ UNTESTED = {
     "kit.monitor.panels",
     "kit.monitor.timeline_views",
     "kit.nn.kernels",
-    "kit.nn.mixed",
     "kit.nn.network_inference",
     "kit.nn.network_state",
     "kit.nn.network_training",

@@ -213,26 +213,6 @@ def test_network_arguments_are_checked_at_the_call_naming_value_and_remedy(kw, m
         Network([Dense(2)], (3,), **kw)
 
 
-@pytest.mark.parametrize(
-    ("kw", "message"),
-    [
-        ({"growth_interval": 0}, r"growth_interval=0\): must be a whole number of steps >= 1"),
-        ({"growth_interval": 1.5}, r"growth_interval=1\.5\)"),
-        ({"growth_interval": True}, r"growth_interval=True\)"),
-        ({"init_scale": 0}, r"init_scale=0\): must be a positive"),
-        ({"init_scale": float("nan")}, r"init_scale=nan\)"),
-        ({"min_scale": -1.0}, r"min_scale=-1\.0\)"),
-        ({"growth_factor": 1.0}, r"growth_factor=1\.0\): must be a finite number > 1"),
-        ({"backoff_factor": 1.0}, r"backoff_factor=1\.0\): must be a number in \(0, 1\)"),
-        ({"init_scale": 1e-6, "min_scale": 1e-3}, r"initial scale is below the floor; raise init_scale"),
-        ({"dynamic": "yes"}, r"dynamic='yes'"),
-    ],
-)
-def test_loss_scaler_arguments_are_checked_at_the_call(kw, message):
-    with pytest.raises(ValueError, match=message):
-        LossScaler(**kw)
-
-
 def test_the_configuration_keeps_master_dtype_and_loss_scale_and_float32_json_is_unchanged():
     plain = mlp(6, hidden=(5,), n_out=3)
     assert "master_dtype" not in plain.configuration.to_json() and "loss_scale" not in plain.configuration.to_json()
