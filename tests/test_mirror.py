@@ -32,7 +32,6 @@ UNTESTED = {
     "kit.monitor.panel_live",
     "kit.monitor.panels",
     "kit.monitor.timeline_views",
-    "kit.nn.kernels",
     "kit.nn.network_inference",
     "kit.nn.network_state",
     "kit.nn.network_training",
