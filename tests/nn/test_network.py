@@ -1,4 +1,4 @@
-"""Network: accuracy on the embedded digits, workspace modes, files, clones, bad input."""
+"""Network: digits accuracy, workspace modes, clones, bad input (answers, state, training: test_network_*.py)."""
 
 import numpy as np
 import pytest
@@ -12,7 +12,6 @@ from kit.nn import (
     Dense,
     Flatten,
     MaxPool2D,
-    ModelFileError,
     Nesterovs,
     Network,
     ReLU,
@@ -36,15 +35,6 @@ def test_mlp_reaches_95_percent_on_the_embedded_digits(digits):
     acc = net.evaluate(ArrayIterator(test, batch_size=128)).accuracy()
     assert acc >= 0.95, f"test accuracy {acc:.3f}"
     assert net.iteration == 10 * 45 and net.epoch == 10
-
-
-@pytest.mark.parametrize("updater", [Sgd(0.1), Nesterovs(0.05), Adam(5e-3)])
-def test_each_updater_lowers_the_loss(digits, updater):
-    train, _ = digits
-    net = mlp(64, hidden=(32,), n_out=10, updater=updater, l2=1e-4)
-    before = net.score(train)
-    net.fit(ArrayIterator(train, batch_size=64, shuffle=True), epochs=3)
-    assert net.score(train) < before * 0.6
 
 
 def test_training_is_identical_in_every_workspace_mode(digits):
@@ -97,54 +87,6 @@ def test_separate_peak_is_smaller_than_single_on_a_deep_net():
         stats = net.workspace_stats()["training"]
         peaks[mode] = sum(s["peak_used"] for s in stats.values())
     assert peaks[WorkspaceMode.SEPARATE] < 0.8 * peaks[WorkspaceMode.SINGLE], peaks
-
-
-def test_output_is_detached_even_inside_a_users_workspace(digits):
-    _, test = digits
-    net = mlp(64, hidden=(16,), n_out=10)
-    ws = kit.get_workspace_for_current_thread(name="USER")
-    with ws:
-        probs = net.output(test.features)
-    assert not probs.is_attached and probs.is_valid
-    np.testing.assert_allclose(probs.numpy().sum(axis=1), 1.0, rtol=1e-5)
-    np.testing.assert_array_equal(probs.numpy(), net.output(test.features).numpy())
-
-
-def test_save_load_round_trips_exactly_and_refuses_tampering(digits, tmp_path):
-    train, test = digits
-    net = mlp(64, hidden=(16,), n_out=10, updater=Adam(1e-2))
-    net.fit(ArrayIterator(train, batch_size=64), epochs=1)
-    path = tmp_path / "net.npz"
-    net.save(path)
-    back = Network.load(path)
-    np.testing.assert_array_equal(back.params().numpy(), net.params().numpy())
-    np.testing.assert_array_equal(back.updater_state["m"].numpy(), net.updater_state["m"].numpy())
-    np.testing.assert_array_equal(back.output(test.features).numpy(), net.output(test.features).numpy())
-    assert back.iteration == net.iteration and back.config() == net.config()
-    # continued training matches too (updater state restored)
-    net.fit(ArrayIterator(train, batch_size=64), epochs=1)
-    back.fit(ArrayIterator(train, batch_size=64), epochs=1)
-    np.testing.assert_array_equal(back.params().numpy(), net.params().numpy())
-
-    with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    arrays["params"] = arrays["params"].copy()
-    arrays["params"][3] += 1.0
-    tampered = tmp_path / "tampered.npz"
-    np.savez(tampered, **arrays)
-    with pytest.raises(ModelFileError, match="does not match its SHA-256"):
-        Network.load(tampered)
-    broken = tmp_path / "broken.npz"
-    broken.write_bytes(path.read_bytes()[:200])
-    with pytest.raises(ModelFileError, match="not a readable kit model file"):
-        Network.load(broken)
-
-
-def test_save_is_atomic_and_leaves_no_temporary(tmp_path):
-    net = mlp(8, hidden=(4,), n_out=2)
-    net.save(tmp_path / "a.npz")
-    net.save(tmp_path / "a.npz")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npz"]
 
 
 def test_clone_is_independent(digits):
@@ -265,44 +207,7 @@ def test_half_precision_networks_train_with_every_updater_and_keep_float32_state
         kit.backend.set_default_dtype(previous)
 
 
-def test_score_skips_empty_batches_and_says_when_there_is_nothing():
-    """score() on a data set whose first or only batch was empty divided by zero (issue 21, item 18)."""
-    net = mlp(3, hidden=(4,), n_out=2)
-    empty = DataSet(np.zeros((0, 3), np.float32), np.zeros((0,), np.int64), num_classes=2)
-    full = DataSet(np.ones((4, 3), np.float32), [0, 1, 0, 1], num_classes=2)
-    assert net.score([empty, full]) == net.score(full) == net.score([full, empty])
-    with pytest.raises(ValueError, match=r"score: no examples \(every batch was empty\)"):
-        net.score(empty)
-    with pytest.raises(ValueError, match="score: no examples"):
-        net.score([empty, empty])
-    assert net.evaluate([empty, full]).accuracy() == net.evaluate([full]).accuracy()
-
-
 # ---- regressions for the defects issue 13's adversarial pass found ------------------------------
-
-
-def test_label_rows_out_of_range_are_refused_naming_the_row():
-    net = mlp(4, hidden=(4,), n_out=3)
-    rows = np.eye(3)[[0, 1, 2, 0]]
-    rows[2] = [0, 2.0, -1.0]
-    with pytest.raises(ValueError, match=r"label row 2 is \[ 0\.  2\. -1\.\]"):
-        net.fit_batch(DataSet(np.zeros((4, 4)), rows))
-
-
-def test_nan_in_classifier_label_rows_is_named():
-    net = mlp(4, hidden=(4,), n_out=3)
-    ds = DataSet(np.zeros((4, 4)), [0, 1, 2, 0], num_classes=3)
-    ds.labels.data[1, 1] = np.nan  # edited behind the DataSet's back
-    with pytest.raises(ValueError, match=r"label row 1 is \[ 0. nan  0.\]"):
-        net.fit_batch(ds)
-
-
-def test_state_from_another_architecture_with_the_same_count_is_refused():
-    a = mlp(6, hidden=(4,), n_out=3)  # 6*4+4 + 4*3+3 = 43 parameters
-    b = mlp(4, hidden=(5,), n_out=3)  # 4*5+5 + 5*3+3 = 43 parameters, another network
-    assert a.num_params == b.num_params == 43
-    with pytest.raises(ValueError, match="architectures differ"):
-        a.copy_state_from(b)
 
 
 def test_empty_arrays_in_a_new_workspace_and_through_the_network():
@@ -350,20 +255,6 @@ def test_a_classification_loss_on_outputs_that_are_not_rows_is_refused_in_words_
     assert flat.output(x).shape == (2, 5) and np.isfinite(flat.fit_batch(DataSet(x.numpy(), [0, 4], num_classes=5)))
     regression = Network([ReLU()], input_shape=(3, 4), loss=MSE())
     assert regression.output(x).shape == (2, 3, 4)
-
-
-@pytest.mark.parametrize("epochs", [1, 3])
-def test_fit_of_one_dataset_honours_epochs(epochs):
-    """fit(dataset, epochs=N) did one iteration and ignored N (a newcomer's first script reached 14 %)."""
-    from kit.data import load_digits
-    from kit.nn import mlp
-
-    train, _ = load_digits()
-    net = mlp(64, hidden=(16,), n_out=10, seed=0)
-    net.fit(train, epochs=epochs)
-    assert net.iteration == epochs and net.epoch == (0 if epochs == 1 else epochs)
-    with pytest.raises(ValueError, match=r"fit\(epochs=0\): must be a positive integer"):
-        net.fit(train, epochs=0)
 
 
 @pytest.mark.parametrize("path", ["set_params", "copy_state_from", "assign"])
