@@ -7,6 +7,7 @@ import pytest
 import kit
 from kit.data import DataSet, load_digits
 from kit.nn import mlp
+from kit.nn.evaluation import Evaluation
 
 
 @pytest.fixture(scope="module")
@@ -36,3 +37,26 @@ def test_score_skips_empty_batches_and_says_when_there_is_nothing():
     with pytest.raises(ValueError, match="score: no examples"):
         net.score([empty, empty])
     assert net.evaluate([empty, full]).accuracy() == net.evaluate([full]).accuracy()
+
+
+def _softmax_mlp(net, x):
+    """The MLP's answer computed in NumPy from its own weights: Dense, ReLU, Dense, softmax."""
+    (w1, b1), (w2, b2) = [(layer.params["W"].numpy(), layer.params["b"].numpy()) for layer in net.layers[::2]]
+    z = np.maximum(x @ w1 + b1, 0) @ w2 + b2
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_output_planned_or_not_is_the_forward_pass_in_numpy_and_score_its_cross_entropy():
+    net = mlp(5, hidden=(4,), n_out=3, seed=3, dtype="float64")
+    ds = DataSet(np.random.default_rng(1).standard_normal((6, 5)), [0, 1, 2, 2, 1, 0], num_classes=3)
+    x = ds.features.numpy()
+    want = _softmax_mlp(net, x)
+    for _ in range(3):  # the first answer runs the layers, later ones replay their kernels
+        np.testing.assert_allclose(net.output(x).numpy(), want, rtol=1e-12)
+    np.testing.assert_allclose(net.output(x, planned=False).numpy(), want, rtol=1e-12)
+    assert net.output(x[:0]).shape == (0, 3)
+    xent = -np.mean(np.log(want[np.arange(6), [0, 1, 2, 2, 1, 0]]))
+    assert net.score(ds) == pytest.approx(xent, rel=1e-12)
+    (ev,) = net.do_evaluation(ds, Evaluation(3))
+    assert ev.accuracy() == pytest.approx(np.mean(want.argmax(axis=1) == [0, 1, 2, 2, 1, 0]))

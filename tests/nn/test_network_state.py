@@ -5,6 +5,7 @@ architecture is refused."""
 import numpy as np
 import pytest
 
+import kit
 from kit.data import ArrayIterator, load_digits
 from kit.nn import Adam, ModelFileError, Network, mlp
 
@@ -57,3 +58,19 @@ def test_state_from_another_architecture_with_the_same_count_is_refused():
     assert a.num_params == b.num_params == 43
     with pytest.raises(ValueError, match="architectures differ"):
         a.copy_state_from(b)
+
+
+@pytest.mark.parametrize(("updater", "names"), [(Adam(1e-2), ["params", "updater_m", "updater_v"]), (None, None)])
+def test_a_config_rebuilds_an_equal_network_and_copy_state_from_makes_it_answer_alike(updater, names):
+    from kit.nn import Sgd
+
+    net = mlp(5, hidden=(4,), n_out=3, seed=1, updater=updater or Sgd(0.1))
+    names = names or ["params"]  # Sgd keeps no state of its own
+    twin = Network.from_config(net.config())
+    assert twin.configuration == net.configuration and sorted(net.state_arrays()) == names
+    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
+    net.fit_batch(kit.data.DataSet(x, [0, 2], num_classes=3))  # state that a fresh network lacks
+    twin.copy_state_from(net)
+    for name, array in net.state_arrays().items():
+        np.testing.assert_array_equal(twin.state_arrays()[name].numpy(), array.numpy())
+    np.testing.assert_array_equal(twin.output(x).numpy(), net.output(x).numpy())

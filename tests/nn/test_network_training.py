@@ -55,7 +55,6 @@ def test_fit_of_one_dataset_honours_epochs(epochs):
 def test_an_sgd_step_moves_the_parameters_by_the_learning_rate_times_the_scores_gradient():
     """fit_batch with Sgd(lr): params' = params - lr * d score / d params, the gradient taken here
     by central differences of score() on the same batch (float64, no L2)."""
-
     rng = np.random.default_rng(0)
     ds = DataSet(rng.standard_normal((5, 3)), rng.standard_normal((5, 2)))
     net = Network([Dense(4), Tanh(), Dense(2)], (3,), loss=MSE(), updater=Sgd(0.1), dtype="float64", seed=2)
