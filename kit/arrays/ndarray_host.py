@@ -98,4 +98,4 @@ class HostReads:
             return "heap"
         if o.__class__ is Lease:
             return "heap (cached block)"
-        return f"workspace {o.name!r} cycle {o.cycle_of(self._gen)}"
+        return f"workspace {o.name!r} cycle {self._gen.cycle}"
