@@ -48,3 +48,20 @@ def test_one_value_reads_as_python_numbers_as_numpys_would():
     for shape in ((1,), (2,)):  # what NumPy converts (or refuses, and how), kit does too
         for convert in (float, int, bool):
             assert _outcome(convert, kit.ones(shape)) == _outcome(convert, np.ones(shape, np.float32))
+
+
+def test_repr_says_where_the_array_lives_and_which_cycle_made_it():
+    """repr() of any array in a workspace raised AttributeError (Workspace.cycle_of had been removed as unused)."""
+    assert repr(kit.array([1.0, 2.0])) == "NDArray(shape=(2,), dtype=float32, device=cpu:0, heap)\n  [1., 2.]"
+    ws = kit.get_workspace_for_current_thread(kit.WorkspaceConfig(initial_size=1 << 12), "HOST_REPR")
+    try:
+        with ws:
+            first = kit.ones((2,))
+        with ws:
+            second = kit.ones((2,))
+            assert repr(second).startswith(
+                "NDArray(shape=(2,), dtype=float32, device=cpu:0, workspace 'HOST_REPR' cycle 2)"
+            )
+        assert repr(first).endswith("workspace 'HOST_REPR' cycle 1, STALE: its workspace moved on)")
+    finally:
+        ws.destroy()
