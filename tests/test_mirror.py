@@ -23,7 +23,6 @@ UNTESTED = {
     "kit.bench.parallel",
     "kit.bench.spark",
     "kit.bench.train_conv",
-    "kit.core.device_transfers",
     "kit.monitor.panel_live",
     "kit.monitor.panels",
     "kit.monitor.timeline_views",
