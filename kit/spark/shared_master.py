@@ -140,7 +140,12 @@ class SharedTrainingMaster(TrainingMaster):
         expected = tuple(sorted(plan["expected"].items()))
         scale = 1 / data.workers if self.options.average_updates else 1.0
         return dataclasses.replace(
-            spec, store=plan["store"], expected=expected, sync_state=plan["sync"], update_scale=scale
+            spec,
+            store=plan["store"],
+            expected=expected,
+            sync_state=plan["sync"],
+            update_scale=scale,
+            threshold_update_multiple=self.options.threshold_update_multiple,
         )
 
     @staticmethod
