@@ -31,7 +31,6 @@ UNTESTED = {
     "kit.core.device_objects",
     "kit.core.device_transfers",
     "kit.data.datasets",
-    "kit.measurement.load",
     "kit.monitor.panel_live",
     "kit.monitor.panels",
     "kit.monitor.timeline_views",
