@@ -37,6 +37,7 @@ from kit.bench.common import device_label
 from kit.bench.spark_peers import TARGET, peers_table
 from kit.data import ArrayIterator, DataSet
 from kit.measurement import measure
+from kit.measurement.load import LOAD_LIMIT, format_load
 from kit.nn import Network, Sgd, mlp
 from kit.nn.zoo import resnet18
 from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, local_spark_context, to_rdd
@@ -157,8 +158,9 @@ def peer_lines(peers: dict[str, Any]) -> dict[str, str]:
     lines["peers_torch_distributor"] = peers["torch_distributor"]
     lines.update({f"goal[{k}]": v for k, v in peers["goals"].items()})
     lines["peers_note"] = (
-        f"one run each on a shared machine (load average {peers['load_average'][0]:.1f} before, "
-        f"{peers['load_average'][1]:.1f} after): noisy"
+        f"one run each: other processes used {format_load(peers['machine_load_by_others'])} of the CPU while it "
+        f"ran (flagged above {format_load(LOAD_LIMIT)}); load average {peers['load_average'][0]:.1f} before, "
+        f"{peers['load_average'][1]:.1f} after, the run's own processes included"
     )
     return lines
 

@@ -3,8 +3,8 @@
 The chapter runs `peers_table(sc, quick, systems=CHAPTER_SYSTEMS)` and shows what these functions make
 of the result: every figure is the run's, and every sentence is built from those figures. Timings
 are one run each on a shared machine: where the run is flagged (other processes' CPU share over
-kit.measure's limit, or a load average at the machine's cores), every timing figure carries
-kit's flag and no sentence draws a direction from it. Accuracies are seeded (the same on every
+kit.measure's limit; the run's own Spark and PyTorch processes are not others), every timing
+figure carries kit's flag and no sentence draws a direction from it. Accuracies are seeded (the same on every
 run), so they are compared always, with McNemar's exact test on the same test examples.
 What ran is read from the run, never assumed: which execution kit's defaults took, whether
 TorchDistributor ran (and why not), which rows a gang could not run.
@@ -46,14 +46,14 @@ POINTS = 0.5  # the goal: kit's defaults within half a point of Network.fit
 
 
 def flag_reasons(peers: dict[str, Any], load: LoadReading | None = None) -> list[str]:
-    """Why this run's timings say nothing (empty: they can be read, as one run each)."""
-    reasons = []
-    if load is not None and load.others > LOAD_LIMIT:
-        reasons.append(f"other processes used {format_load(load.others)} of the CPU while these fits ran")
-    worst, cores = max(peers["load_average"]), os.cpu_count() or 1
-    if worst >= cores:
-        reasons.append(f"the load average reached {worst:.1f} on {cores} core(s)")
-    return reasons
+    """Why this run's timings say nothing (empty: they can be read, as one run each): other
+    processes' share of the CPU over kit.measure's limit, in the run's own reading or `load` (the
+    cell's). The run's own Spark and PyTorch processes are its work, never load: a load average at
+    the cores, which they alone reach on two cores, is kept in the table's notes, not a reason."""
+    shares = [x for x in (peers.get("machine_load_by_others"), load.others if load else None) if x is not None]
+    if shares and max(shares) > LOAD_LIMIT:
+        return [f"other processes used {format_load(max(shares))} of the CPU while these fits ran"]
+    return []
 
 
 def _figure(value: float, digits: int, reasons: Sequence[str], sign: bool = False) -> str:
@@ -111,7 +111,8 @@ def _times_table(peers: dict[str, Any], rows: list[dict[str, Any]], reasons: Seq
     notes = [
         "per step: from the first kept point to the last (start-up left out); sync: that minus the system's own "
         f"single process's; to {TARGET}: from the call, '-' where not reached",
-        f"load average {la[0]:.1f} before, {la[1]:.1f} after, on {os.cpu_count()} core(s)",
+        f"load average {la[0]:.1f} before, {la[1]:.1f} after, on {os.cpu_count()} core(s), the run's own "
+        "processes included (the flag reads other processes' share of the CPU)",
         *(f"flagged: {why}" for why in reasons),
     ]
     return Table(TIMES, [_times(r, reasons) for r in rows], notes=notes, text_columns=["system"])

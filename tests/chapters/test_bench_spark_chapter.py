@@ -59,7 +59,7 @@ def _row(system, per_step, overhead, to_target, right, semantics="-"):
     }
 
 
-def _peers(torch_ran: bool, default_kept: bool, load_average=(0.1, 0.1)) -> dict:
+def _peers(torch_ran: bool, default_kept: bool, load_average=(0.1, 0.1), others: float = 0.01) -> dict:
     rng = np.random.default_rng(1)
     right = {name: rng.random(400) < p for name, p in ((FIT, 0.8), (DEFAULTS, 0.78), (DDP, 0.8), (TORCH, 0.81))}
     other = f"kit averaging, save_updater={not default_kept}"
@@ -81,7 +81,8 @@ def _peers(torch_ran: bool, default_kept: bool, load_average=(0.1, 0.1)) -> dict
         "rows": rows,
         "right": right,
         "torch_distributor": "ran" if torch_ran else "torch is not importable (ModuleNotFoundError: x)",
-        "goals": goals(rows, load_average),
+        "goals": goals(rows, LoadReading(others=others)),
+        "machine_load_by_others": others,
         "load_average": list(load_average),
         "skipped": {},
     }
@@ -91,17 +92,24 @@ CASES = [
     (torch_ran, default_kept, busy)
     for torch_ran in (True, False)
     for default_kept in (True, False)
-    for busy in ("calm", "others-busy", "load-average")
+    for busy in ("calm", "others-busy", "own-busy", "run-others-busy")
 ]
 
 
 @pytest.mark.parametrize(("torch_ran", "default_kept", "busy"), CASES, ids=["-".join(map(str, c)) for c in CASES])
 def test_the_sentences_say_what_the_rows_hold(torch_ran, default_kept, busy):
     cores = os.cpu_count() or 1
-    peers = _peers(torch_ran, default_kept, (cores + 1.0, 0.1) if busy == "load-average" else (0.1, 0.1))
-    load = LoadReading(wall=1.0, others=0.5 if busy == "others-busy" else 0.0)
+    # own-busy: the run's own workers alone at the cores' load average, others idle; run-others-busy:
+    # the run's own reading (peers_table's) says others were busy, the cell's says nothing
+    peers = _peers(
+        torch_ran,
+        default_kept,
+        (cores + 1.0, cores + 0.5) if busy == "own-busy" else (0.1, 0.1),
+        others=0.5 if busy == "run-others-busy" else 0.01,
+    )
+    load = None if busy == "run-others-busy" else LoadReading(wall=1.0, others=0.5 if busy == "others-busy" else 0.0)
     reasons = spark_chapter.flag_reasons(peers, load)
-    assert bool(reasons) == (busy != "calm")
+    assert bool(reasons) == (busy in ("others-busy", "run-others-busy")), reasons
     tables = spark_chapter.peers_view(peers, reasons)
     said = [str(s) for s in spark_chapter.peers_sentences(peers, reasons)]
     check_against_table(_merged(tables), said)
