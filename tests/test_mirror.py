@@ -25,7 +25,6 @@ UNTESTED = {
     "kit.bench.common",
     "kit.bench.kernels",
     "kit.bench.parallel",
-    "kit.bench.spark",
     "kit.bench.train_conv",
     "kit.bench.train_inference",
     "kit.core.device_objects",

@@ -2,6 +2,7 @@
 
     python -m kit bench spark            # Fashion-MNIST (10,000 examples) if it is on disk, 3 epochs
     python -m kit bench spark --quick    # 1,024 examples, 1 epoch: a smoke run (tests)
+    python -m kit bench spark --standalone   # alone, on a standalone cluster of 2 one-core workers, 10 epochs
 
 One job for every system: an MLP 784-256-10, Adam(1e-3), global batch 32 (two workers of 16, or
 one process of 32), the same examples in the same order, nothing downloaded (Fashion-MNIST
