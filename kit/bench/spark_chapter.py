@@ -17,13 +17,13 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from kit.bench.spark_peers import DEFAULT_ROW, PER_WORKER, SINGLE_ROW, TARGET
+from kit.bench.spark_peers import DEFAULT_ROW, PER_WORKER, SINGLE_ROW, TARGET, goals
 from kit.measurement.goals import flagged_figure, goal_verdict
 from kit.measurement.load import LOAD_LIMIT, LoadReading, format_load
 from kit.measurement.prose import Sentence, accuracy_difference, no_conclusion, sentence
 from kit.measurement.tables import Table
 
-__all__ = ["flag_reasons", "label", "peers_sentences", "peers_view", "updater_sentences", "updater_view"]
+__all__ = ["flag_reasons", "label", "merged", "peers_sentences", "peers_view", "updater_sentences", "updater_view"]
 
 DEFAULTS, FIT, DDP, PEER, TORCH = (
     DEFAULT_ROW,
@@ -54,6 +54,28 @@ def flag_reasons(peers: dict[str, Any], load: LoadReading | None = None) -> list
     if shares and max(shares) > LOAD_LIMIT:
         return [f"other processes used {format_load(max(shares))} of the CPU while these fits ran"]
     return []
+
+
+def merged(first: dict[str, Any], then: dict[str, Any]) -> dict[str, Any]:
+    """Two runs of `peers_table` on the same job as one (the chapter runs kit's rows, then PyTorch's,
+    in two cells, each within a test's minute): the second run's Network.fit row left out (seeded,
+    it scores the same; each run's sync overheads are against its own single process), the goals
+    read from all the rows, the busier of the two load readings."""
+    for key in ("data", "epochs", "steps_per_epoch", "test_examples"):
+        if first[key] != then[key]:
+            raise ValueError(f"merged: the runs differ in {key} ({first[key]!r} vs {then[key]!r}): run both on one job")
+    rows = first["rows"] + [r for r in then["rows"] if r["system"] != FIT]
+    others = max(first["machine_load_by_others"], then["machine_load_by_others"])
+    return {
+        **first,
+        "rows": rows,
+        "right": {**then["right"], **first["right"]},
+        "torch_distributor": then["torch_distributor"],
+        "goals": goals(rows, LoadReading(others=others)),
+        "machine_load_by_others": others,
+        "load_average": [first["load_average"][0], then["load_average"][1]],
+        "skipped": {**first["skipped"], **then["skipped"]},
+    }
 
 
 def _figure(value: float, digits: int, reasons: Sequence[str], sign: bool = False) -> str:

@@ -28,8 +28,9 @@ from kit.measurement.tables import WIDTH
 
 CH7 = "07_training_on_spark.ipynb"
 ROOT = Path(__file__).resolve().parents[2]
-RUN_CELL, SHOW_CELL, UPDATER_CELL = (
+RUN_CELL, TORCH_CELL, SHOW_CELL, UPDATER_CELL = (
     "# the side-by-side: kit's bench code",
+    "# the side-by-side: PyTorch in one process",
     "# the side-by-side's table",
     "# the updater kept against restarted",
 )
@@ -78,6 +79,8 @@ def _peers(torch_ran: bool, default_kept: bool, load_average=(0.1, 0.1), others:
     return {
         "data": "synthetic (512 train, 400 test)",
         "epochs": 1,
+        "steps_per_epoch": 16,
+        "test_examples": 400,
         "rows": rows,
         "right": right,
         "torch_distributor": "ran" if torch_ran else "torch is not importable (ModuleNotFoundError: x)",
@@ -217,14 +220,14 @@ QUICK = True
 display = lambda x: print(x.text() if hasattr(x, "text") else x)
 sc = local_spark_context("local[2]", app_name="ch7-peers-test", quiet=True)
 try:
-    exec(compile({run!r} + {show!r}, "<chapter 7 cells>", "exec"))
+    exec(compile({run!r} + {torch!r} + {show!r}, "<chapter 7 cells>", "exec"))
 finally:
     sc.stop()
 """
 
 
 def _run_cells(block: bool, timeout: float) -> str:
-    code = PRELUDE.format(block=block, run=cell(CH7, RUN_CELL), show=cell(CH7, SHOW_CELL))
+    code = PRELUDE.format(block=block, run=cell(CH7, RUN_CELL), torch=cell(CH7, TORCH_CELL), show=cell(CH7, SHOW_CELL))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KIT_QUICK": "1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -247,6 +250,32 @@ def test_the_cells_run_torch_distributor_when_torch_imports():
     assert "TorchDistributor ran here" in out and L_TORCH in out and "TorchDistributor: ran" in out, out
     assert "TorchDistributor did not run" not in out, out
     assert f"to {TARGET}" in out
+
+
+def _split(peers: dict) -> tuple[dict, dict]:
+    """One run as the chapter's two cells make it: kit's rows, then Network.fit and PyTorch's."""
+    torch_rows = {TORCH, PEER}
+    first = {**peers, "rows": [r for r in peers["rows"] if r["system"] not in torch_rows]}
+    first["right"] = {k: v for k, v in peers["right"].items() if k not in torch_rows}
+    first["torch_distributor"] = "not asked for"
+    then = {**peers, "rows": [r for r in peers["rows"] if r["system"] in torch_rows or r["system"] == FIT]}
+    then["right"] = {k: v for k, v in peers["right"].items() if k in torch_rows or k == FIT}
+    return first, then
+
+
+@pytest.mark.parametrize("torch_ran", [True, False])
+@pytest.mark.parametrize(("others", "then_others"), [(0.01, 0.01), (0.01, 0.5), (0.5, 0.01)])
+def test_the_two_cells_runs_merge_into_the_one_run(torch_ran, others, then_others):
+    whole = _peers(torch_ran, True, others=max(others, then_others))
+    first, then = _split(whole)
+    first["machine_load_by_others"], then["machine_load_by_others"] = others, then_others
+    merged = spark_chapter.merged(first, then)
+    assert [r["system"] for r in merged["rows"]] == [r["system"] for r in whole["rows"]]
+    assert merged["goals"] == whole["goals"] and merged["torch_distributor"] == whole["torch_distributor"]
+    assert merged["right"].keys() == whole["right"].keys()
+    assert bool(spark_chapter.flag_reasons(merged)) == (max(others, then_others) > 0.2)  # the busier reading
+    with pytest.raises(ValueError, match="the runs differ in epochs"):
+        spark_chapter.merged(first, {**then, "epochs": 3})
 
 
 @pytest.mark.parametrize(
