@@ -245,11 +245,9 @@ def standalone_cluster(
     base = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="kit-standalone-"))
     import pyspark
 
-    import kit
-
     home = Path(pyspark.__file__).parent
     spark_class = str(home / "bin" / "spark-class")
-    python_path = python_path or str(Path(kit.__file__).resolve().parents[1])
+    python_path = python_path or str(Path(__file__).resolve().parents[2])  # the folder holding kit
     logs, driver_tmp, shared = base / "logs", base / "driver-tmp", base / "shared"
     for d in (logs, driver_tmp, shared):
         d.mkdir()
