@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kit.bench.common import device_label
-from kit.bench.spark_peers import TARGET, peers_table
+from kit.bench.spark_peers import BENCH_SYSTEMS, TARGET, peers_table
 from kit.data import ArrayIterator, DataSet
 from kit.measurement import measure
 from kit.measurement.load import LOAD_LIMIT, format_load
@@ -89,7 +89,8 @@ def bench_spark(quick: bool = False, standalone: bool = False, epochs: int | Non
 
 
 def standalone_peers(quick: bool, epochs: int | None = None) -> dict[str, Any]:
-    """The side-by-side (peers_table: BENCH_SYSTEMS) on a standalone cluster started here, the
+    """The side-by-side (peers_table: BENCH_SYSTEMS but the per-round fallback, which local[2]'s run
+    times) on a standalone cluster started here, the
     issue's setting: a master and 2 one-core workers, each in a private mount namespace that hides
     this driver's TMPDIR (where unshare is not permitted: without, and the result says why); 10
     epochs (1 quick). The cluster's processes are this run's own work in the load reading."""
@@ -100,7 +101,8 @@ def standalone_peers(quick: bool, epochs: int | None = None) -> dict[str, Any]:
             conf = cluster.driver_conf(executor_memory="768m")
             sc = local_spark_context(cluster.url, app_name="kit-bench-standalone", driver_memory="2g", conf=conf)
             try:
-                peers = peers_table(sc, quick, epochs=epochs)
+                systems = tuple(name for name in BENCH_SYSTEMS if not name.startswith("kit rounds"))
+                peers = peers_table(sc, quick, epochs=epochs, systems=systems)
                 version = sc.version
             finally:
                 sc.stop()
