@@ -21,7 +21,6 @@ UNTESTED = {
     "kit.bench.common",
     "kit.bench.kernels",
     "kit.bench.parallel",
-    "kit.bench.spark",
     "kit.bench.train_conv",
     "kit.monitor.panel_live",
     "kit.monitor.panels",
