@@ -11,6 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SLOW_FILE = "tests/spark/test_standalone_cluster.py"  # marked slow as a whole
 FAST_FILE = "tests/test_suite_selection.py"
 CHAPTER = "notebooks/01_arrays_and_backends.ipynb"
+LIGHT_CHAPTER = "notebooks/06_early_stopping.ipynb"
+SPARK_FILE = "tests/spark/test_wire.py"  # its tests use the `sc` fixture
 
 
 def _collected(*args: str) -> set[str]:
@@ -111,3 +113,21 @@ def test_only_the_sc_fixture_starts_or_stops_spark_in_the_test_process():
         if path != ROOT / "tests" / "conftest.py" and (found := _spark_context_misuse(path.read_text()))
     }
     assert misuse == {}, f"use the `sc` fixture (tests/conftest.py) instead: {misuse}"
+
+
+def test_the_chapters_then_the_spark_files_are_handed_out_first(request):
+    """`-n 2 --dist loadfile` gives out files in collection order (tests/conftest.py turns xdist's
+    sort by test count off): the chapters, then the files that use `sc`, then the rest, most tests
+    first, so the heaviest files do not start last while the other process idles."""
+    assert getattr(request.config.option, "loadscopereorder", False) is False
+    files = [SPARK_FILE, FAST_FILE, LIGHT_CHAPTER]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", "-o", f"testpaths={' '.join(files)}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    order = list(dict.fromkeys(line.split("::")[0] for line in done.stdout.splitlines() if "::" in line))
+    assert order == [LIGHT_CHAPTER, SPARK_FILE, FAST_FILE]
