@@ -40,6 +40,32 @@ def test_compare_interleaves_and_rotates_the_order():
         measure.compare({})
 
 
+def test_compare_in_slices_runs_the_variants_part_by_part_in_turn():
+    """`slices`: each variant's calls of a repeat in parts, the variants taking turns part by part
+    (a call of microseconds meets the machine at the same moments as the variants beside it)."""
+    order = []
+    fns = {k: (lambda k=k: order.append(k)) for k in "ab"}
+    out = measure.compare(fns, repeats=2, number=4, warmup=False, slices=2)
+    assert order == list("aabbaabb" + "bbaabbaa")  # the order rotated per repeat, as without slices
+    assert {k: (t.number, len(t.seconds)) for k, t in out.items()} == {"a": (4, 2), "b": (4, 2)}
+
+
+@pytest.mark.parametrize(("number", "slices"), [(5, 3), (2, 4), (7, 1), (1, 1), ({"a": 6, "b": 1}, 3)])
+def test_slices_add_up_to_the_calls_of_a_repeat_whatever_they_divide(number, slices):
+    calls = {"a": 0, "b": 0}
+    fns = {k: (lambda k=k: calls.__setitem__(k, calls[k] + 1)) for k in calls}
+    out = measure.compare(fns, repeats=3, number=number, warmup=False, slices=slices)
+    expected = number if isinstance(number, dict) else dict.fromkeys(calls, number)
+    assert calls == {k: 3 * n for k, n in expected.items()}
+    assert {k: t.number for k, t in out.items()} == expected
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, True, "3", None])
+def test_compare_refuses_slices_that_are_no_count_of_parts(bad):
+    with pytest.raises(ValueError, match=re.escape(f"compare(slices={bad!r}): must be a whole number of parts")):
+        measure.compare({"a": lambda: None}, repeats=1, number=1, slices=bad)
+
+
 def test_median_spread_and_flags_follow_the_numbers():
     t = measure.Timing("x", [1.0, 1.1, 0.9, 1.0, 1.0], number=1, load=0.0)
     assert t.median == 1.0 and t.spread == pytest.approx(0.1) and t.reliable

@@ -27,7 +27,6 @@ UNTESTED = {
     "kit.bench.parallel",
     "kit.bench.spark",
     "kit.bench.train_conv",
-    "kit.bench.train_inference",
     "kit.core.device_objects",
     "kit.core.device_transfers",
     "kit.data.datasets",

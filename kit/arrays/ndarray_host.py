@@ -21,8 +21,7 @@ import numpy as np
 
 from kit.core.devices import AnyDevice, scalar, to_host
 from kit.core.memory import Lease
-from kit.workspaces.workspace import Workspace
-from kit.workspaces.workspace_cycles import Generation
+from kit.workspaces.workspace import Generation, Workspace
 
 __all__ = ["HostReads"]
 

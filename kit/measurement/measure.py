@@ -21,7 +21,8 @@ One module for every timing in kit (benchmarks, `compare_devices`, the chapters)
   ... times per timed repeat until one repeat takes at least `min_time` seconds: a shorter region
   is at the mercy of the scheduler and of other processes' bursts.
 - **Interleaved.** Repeat r times variant A, then B, then C (the order rotated each repeat), so
-  drift and other processes' bursts hit every variant alike; ratios are taken per repeat.
+  drift and other processes' bursts hit every variant alike; ratios are taken per repeat. With
+  `slices=n`, each repeat's calls run in n parts, the variants in turn (calls of microseconds).
 - **Median and spread.** The median of the repeats, and the spread as half the range relative
   to the median (``±x%``).
 - **Flagged, not interpreted.** A result is *unreliable* when other processes used more than
@@ -247,13 +248,23 @@ def _interleaved(
     repeats: int,
     sync: Callable[[], object] | None,
     step: Callable[[str], None],
+    slices: int = 1,
 ) -> dict[str, Timing]:
-    """The timed repeats: each runs every variant once, in an order rotated per repeat."""
+    """The timed repeats: each runs every variant once, in an order rotated per repeat; with
+    `slices`, each variant's calls of a repeat in that many parts, the variants taking turns part
+    by part (a part of k calls of `number`: the k-th share, so the parts add up to `number`)."""
     names = list(fns)
     out = {k: Timing(k, [], numbers[k]) for k in names}
     for r in range(repeats):
-        for k in names[r % len(names) :] + names[: r % len(names)]:
-            out[k].seconds.append(_run(fns[k], numbers[k], sync) / numbers[k])
+        order = names[r % len(names) :] + names[: r % len(names)]
+        spent = dict.fromkeys(order, 0.0)
+        for part in range(slices):
+            for k in order:
+                calls = numbers[k] * (part + 1) // slices - numbers[k] * part // slices
+                if calls:
+                    spent[k] += _run(fns[k], calls, sync)
+        for k in order:
+            out[k].seconds.append(spent[k] / numbers[k])
             step(f"repeat {r + 1} of {repeats}: {k}")
     return out
 
@@ -283,6 +294,7 @@ def compare(
     warmup: bool | int = True,
     children_are_ours: bool = False,
     progress: Callable[[int, int, str], object] | None = None,
+    slices: int = 1,
 ) -> dict[str, Timing]:
     """Time every variant, interleaved: each repeat runs all variants once, in an order rotated
     per repeat. `number` fixes the calls per repeat (else `autorange` finds them per variant;
@@ -291,8 +303,13 @@ def compare(
     their sizes over several cycles, as SEPARATE's do, needs as many).
     `children_are_ours`: as in `machine_load`, for variants that work in child processes.
     `progress(done, total, note)` (a `kit.widgets.Progress`) is called after each warm-up,
-    calibration and timed run, between timed regions: it never runs inside one."""
+    calibration and timed run, between timed regions: it never runs inside one.
+    `slices=n` cuts each variant's calls of a repeat into n parts and runs the variants part by
+    part, in turn: a call of microseconds, timed 0.2 s a variant one after another, meets the
+    machine at another moment in each variant (another process's burst, a co-tenant's memory
+    traffic, the clock); in n interleaved parts it meets the same moments as the others."""
     repeats, numbers_given, warmups = _compare_args(fns, min_time, repeats, number, warmup)
+    slices = _whole("slices", slices, 1, "a whole number of parts per repeat >= 1")
     calibrate = number is None
     total = len(fns) * (warmups + int(calibrate) + repeats)
     steps = iter(range(1, total + 1))
@@ -307,7 +324,7 @@ def compare(
                 _run(fn, 1, sync)
                 step(f"warm-up: {k}")
         numbers = _calls_per_repeat(fns, min_time, sync, same_number, step) if calibrate else numbers_given
-        out = _interleaved(fns, numbers, repeats, sync, step)
+        out = _interleaved(fns, numbers, repeats, sync, step, slices)
     for t in out.values():
         t.load = load.others
     return out

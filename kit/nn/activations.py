@@ -7,7 +7,8 @@
     True
 
 Each is a Layer (kit.nn.layers) with no parameters; its kernels are in kit.nn.kernels, where a
-step kit.nn.replay records is replayed.
+step kit.nn.replay records is replayed. ReLU is written in kit.nn.layers, beside Dense and
+`mark_in_place` (which decides when it runs in place, over its input) and re-exported here.
 """
 
 from __future__ import annotations
@@ -16,10 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kit.arrays.ndarray import NDArray
-from kit.core.shapes import BOOL_DTYPE
 from kit.nn.kernels import (
-    relu_backward_into,
-    relu_into,
     sigmoid_backward_into,
     sigmoid_into,
     softmax_backward_into,
@@ -27,41 +25,10 @@ from kit.nn.kernels import (
     tanh_backward_into,
     tanh_into,
 )
-from kit.nn.layers import ACT, BP, FF, GRAD, Layer
+from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ReLU, relu_grad_into
 from kit.nn.workspace_mgr import LayerWorkspaceMgr
 
 __all__ = ["ReLU", "Sigmoid", "Softmax", "Tanh", "relu_grad_into"]
-
-
-class ReLU(Layer):
-    """max(x, 0); backward reads the output (where it is positive). It runs in place, over its
-    input, where the layer before it does not read its own output in backward (`in_place`, set
-    when its container is built: kit.nn.layers.mark_in_place), as PyTorch's ReLU(inplace=True)."""
-
-    forward_working_memory = False
-    runs_in_place = True
-    replayable = True
-
-    def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
-        raw, dev = x.data, x._device
-        y = x if self.in_place else mgr.create(ACT, raw.shape, raw.dtype, dev)
-        relu_into(dev.xp, raw, y._data)
-        self._y = y if mgr.backward_follows else None
-        return y
-
-    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
-        e = eps._data  # checked in relu_grad_into
-        dx = mgr.create(GRAD, e.shape, e.dtype, eps._device)
-        y, self._y = self._y, None  # used up, as Dense's input
-        relu_grad_into(eps, y, dx, mgr)
-        return dx
-
-
-def relu_grad_into(eps: NDArray, y: NDArray, out: NDArray, mgr: LayerWorkspaceMgr) -> None:
-    """out = eps where the ReLU output y was positive, else 0 (the mask in BP working memory)."""
-    e, dev = eps.data, eps._device
-    mask = mgr.create(BP, e.shape, BOOL_DTYPE, dev)._data
-    relu_backward_into(dev.xp, e, y.data, mask, out.data)
 
 
 class _Elementwise(Layer):

@@ -19,6 +19,8 @@ array with `mgr`) says so with `replayable = True`: kit.nn.replay may then recor
 those kernels are called and replay it there. A subclass that writes its own forward or backward
 is not replayable unless it says so itself.
 
+Here: the base class, Dense and ReLU (an MLP's layers, and the rule that lets ReLU run in place,
+`mark_in_place`), Dropout, Flatten and Sequential; the other activations are in kit.nn.activations.
 Shapes are written per example in `build` (no batch axis) and with the batch in comments.
 """
 
@@ -33,10 +35,31 @@ import numpy as np
 
 from kit.arrays.checks import real, whole
 from kit.arrays.ndarray import NDArray
-from kit.nn.kernels import copy_into, dense_backward_into, dense_into, dropout_backward_into, dropout_into, uniform_into
+from kit.core.shapes import BOOL_DTYPE
+from kit.nn.kernels import (
+    copy_into,
+    dense_backward_into,
+    dense_into,
+    dropout_backward_into,
+    dropout_into,
+    relu_backward_into,
+    relu_into,
+    uniform_into,
+)
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
-__all__ = ["Dense", "Dropout", "Flatten", "Layer", "ParamSpec", "Sequential", "layer_from_config", "mark_in_place"]
+__all__ = [
+    "Dense",
+    "Dropout",
+    "Flatten",
+    "Layer",
+    "ParamSpec",
+    "ReLU",
+    "Sequential",
+    "layer_from_config",
+    "mark_in_place",
+    "relu_grad_into",
+]
 
 ACT, GRAD, FF, BP = ArrayType.ACTIVATIONS, ArrayType.ACTIVATION_GRAD, ArrayType.FF_WORKING_MEM, ArrayType.BP_WORKING_MEM
 
@@ -225,6 +248,37 @@ class Dense(Layer):
         w, grads = self.params["W"]._data, self.grads
         dense_backward_into(dev.xp, x, e, w, grads["W"]._data, grads["b"]._data, None if dx is None else dx._data)
         return dx
+
+
+class ReLU(Layer):
+    """max(x, 0); backward reads the output (where it is positive). It runs in place, over its
+    input, where the layer before it does not read its own output in backward (`in_place`, set
+    when its container is built: kit.nn.layers.mark_in_place), as PyTorch's ReLU(inplace=True)."""
+
+    forward_working_memory = False
+    runs_in_place = True
+    replayable = True
+
+    def forward(self, x: NDArray, mgr: LayerWorkspaceMgr, training: bool) -> NDArray:
+        raw, dev = x.data, x._device
+        y = x if self.in_place else mgr.create(ACT, raw.shape, raw.dtype, dev)
+        relu_into(dev.xp, raw, y._data)
+        self._y = y if mgr.backward_follows else None
+        return y
+
+    def backward(self, eps: NDArray, mgr: LayerWorkspaceMgr) -> NDArray:
+        e = eps._data  # checked in relu_grad_into
+        dx = mgr.create(GRAD, e.shape, e.dtype, eps._device)
+        y, self._y = self._y, None  # used up, as Dense's input
+        relu_grad_into(eps, y, dx, mgr)
+        return dx
+
+
+def relu_grad_into(eps: NDArray, y: NDArray, out: NDArray, mgr: LayerWorkspaceMgr) -> None:
+    """out = eps where the ReLU output y was positive, else 0 (the mask in BP working memory)."""
+    e, dev = eps.data, eps._device
+    mask = mgr.create(BP, e.shape, BOOL_DTYPE, dev)._data
+    relu_backward_into(dev.xp, e, y.data, mask, out.data)
 
 
 class Dropout(Layer):

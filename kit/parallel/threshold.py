@@ -35,6 +35,7 @@ __all__ = [
     "TargetSparsityThresholdAlgorithm",
     "ThresholdAlgorithm",
     "encoded_count",
+    "floor_to_update",
     "threshold_decode",
     "threshold_encode",
 ]
@@ -153,6 +154,16 @@ def _xp(a: RawArray) -> Xp:
 
 def _to_host(a: RawArray) -> np.ndarray:
     return a if isinstance(a, np.ndarray) else a.get()
+
+
+def floor_to_update(tau: float, update: RawArray, multiple: float | None) -> float:
+    """`tau`, raised where needed to `multiple` times the step's largest update entry (None: `tau`).
+    A message moves an entry by one tau at most, so an entry whose steps are bigger than tau falls
+    behind for good (its residual grows each step, the rate capped at tau a step); at least its
+    largest step, no entry falls behind. kit's SharedTrainingMaster (DL4J has no such floor)."""
+    if multiple is None or update.size == 0:
+        return tau
+    return max(tau, multiple * float(_xp(update).abs(update).max()))
 
 
 # ---------------------------------------------------------------------------------------

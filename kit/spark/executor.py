@@ -49,6 +49,7 @@ from kit.nn.network import Network
 from kit.parallel.threshold import (
     AdaptiveThresholdAlgorithm,
     encoded_count,
+    floor_to_update,
     threshold_decode,
     threshold_encode,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "count_examples",
     "count_task",
     "cut_task",
+    "encode_step",
     "export_records",
     "export_task",
     "join_pieces",
@@ -323,9 +325,8 @@ def _shared_steps(
         old = weights(net).numpy().copy()  # mixed precision: the float32 master weights
         result.scores.append(float(net.fit_batch(ds)))
         result.skipped.append(bool(net.last_step_skipped))
-        state.residual += (old - weights(net).numpy()) * spec.update_scale  # 0 for a step the loss scaler skipped
-        state.tau = algo.calculate_threshold(net.iteration, 0, state.tau, state.last_dense, state.last_sparsity)
-        message = threshold_encode(state.residual, state.tau)
+        update = (old - weights(net).numpy()) * spec.update_scale  # 0 for a step the loss scaler skipped
+        message, count = encode_step(state, update, algo, spec.threshold_update_multiple, net.iteration)
         if message is not None:
             messages.append(message)
         if spec.update_scale == 1.0:  # DL4J's sum: the worker moves by what it sent
@@ -333,10 +334,7 @@ def _shared_steps(
             if message is not None:
                 threshold_decode(message, applied)
             net.set_params(old - applied)
-        count = encoded_count(message)
         counts.append(count)
-        state.last_dense = message is not None and int(message[3]) == 1
-        state.last_sparsity = count / old.size
     state.updater = {f"updater_{k}": arr.numpy().copy() for k, arr in net.updater_state.items()}
     state.scaler = scaler_state(net)
     stats = result.stats
@@ -347,6 +345,22 @@ def _shared_steps(
         worker_store.save(worker_store.executor_directory(), spec.store, result.worker, state)
     result.messages = messages
     result.worker_state = state if spec.sync_state or spec.store is None else None
+
+
+def encode_step(
+    state: SharedWorkerState, update: np.ndarray, algo: AdaptiveThresholdAlgorithm, multiple: float | None, it: int
+) -> tuple[np.ndarray | None, int]:
+    """One step of a SharedTrainingMaster worker: the update into the residual, the step's threshold
+    (DL4J's adaptive one, at least `multiple` times the update's largest entry: kit.parallel.threshold's
+    floor_to_update), the residual encoded; the message and how many entries it moves."""
+    state.residual += update
+    state.tau = algo.calculate_threshold(it, 0, state.tau, state.last_dense, state.last_sparsity)
+    state.tau = floor_to_update(state.tau, update, multiple)
+    message = threshold_encode(state.residual, state.tau)
+    count = encoded_count(message)
+    state.last_dense = message is not None and int(message[3]) == 1
+    state.last_sparsity = count / state.residual.size
+    return message, count
 
 
 def _worker_state(net: Network, own: SharedWorkerState | None) -> SharedWorkerState:

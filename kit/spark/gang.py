@@ -156,7 +156,10 @@ def record_execution(stats: Any, why_rounds: str | None) -> None:
 
 def _gang_rdd(sc: Any, prepared: Prepared) -> Any:
     """Every round of worker w in partition w: the stored (worker * stored_rounds + round, payload)
-    partitions moved by one shuffle, or the exported files' (round, path) records."""
+    records as they were stored (per_worker), else moved by one shuffle, or the exported files'
+    (round, path) records."""
+    if prepared.per_worker:
+        return prepared.rdd
     if prepared.stored_rounds:
         per = prepared.stored_rounds
         return prepared.rdd.partitionBy(prepared.workers, lambda key, per=per: key // per)

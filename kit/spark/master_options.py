@@ -193,6 +193,7 @@ class SharedOptions(MasterOptions):
     decay_rate: float = 0.5 ** (1 / 20)
     keep_state_on_driver: bool = False  # True: each worker's state travels every round (kit.spark.worker_store)
     average_updates: bool = True  # each worker encodes its update / workers (the round moves by their mean)
+    threshold_update_multiple: float | None = 1.0  # each step's threshold >= this x its largest update entry
 
     @property
     def steps_per_round(self) -> int:
@@ -208,6 +209,8 @@ class SharedOptions(MasterOptions):
         check_int(self.master, "batches_per_round", self.batches_per_round, 1)
         self._set("keep_state_on_driver", check_bool(self.master, "keep_state_on_driver", self.keep_state_on_driver))
         self._set("average_updates", check_bool(self.master, "average_updates", self.average_updates))
+        multiple = check_update_multiple(self.master, self.threshold_update_multiple)
+        self._set("threshold_update_multiple", multiple)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -218,7 +221,11 @@ class SharedOptions(MasterOptions):
             self._set(key, value)
 
     def checkpoint_settings(self) -> dict[str, Any]:
-        threshold = {**self.threshold_settings.as_kwargs(), "average_updates": self.average_updates}
+        threshold = {
+            **self.threshold_settings.as_kwargs(),
+            "average_updates": self.average_updates,
+            "threshold_update_multiple": self.threshold_update_multiple,
+        }
         return {**super().checkpoint_settings(), "threshold": threshold}
 
 
@@ -310,6 +317,16 @@ def check_export_directory(name: str, export_directory: Any) -> str | None:
             "or None to keep the mini-batches in Spark's storage"
         ) from exc
     return export_directory
+
+
+def check_update_multiple(name: str, multiple: Any) -> float | None:
+    """SharedTrainingMaster's threshold_update_multiple: None, or a finite number > 0."""
+    if multiple is not None and not (check_real(name, "threshold_update_multiple", multiple) > 0):
+        raise ValueError(
+            f"{name}(threshold_update_multiple={multiple!r}): must be a number > 0 (kit's default 1.0: each step's "
+            "threshold at least the step's largest update entry), or None for DL4J's adaptive threshold alone"
+        )
+    return None if multiple is None else float(multiple)
 
 
 def check_threshold(

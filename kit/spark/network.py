@@ -208,7 +208,7 @@ class SparkNetwork(Evaluating, Scoring):
         listeners, rdd = list(listeners), as_rdd(data, self.features_col, self.label_col, kept)
         _check_fit_args(epochs, resume)
         why_rounds = gang.use_gang(self, rdd, listeners)  # decided at the call, before the data are prepared
-        with self.session(rdd, epochs, resume) as rounds:
+        with self.session(rdd, epochs, resume, gang=why_rounds is None) as rounds:
             gang.record_execution(self._run.stats, why_rounds)
             if rounds.epochs_left > 0 and why_rounds is None:
                 gang.run_gang(self, self._run, rounds)  # one barrier stage for the whole fit (kit.spark.gang)
@@ -225,9 +225,10 @@ class SparkNetwork(Evaluating, Scoring):
         return self.loop
 
     @contextlib.contextmanager
-    def session(self, data: Any, epochs: int = 1, resume: bool = False) -> Iterator[_Rounds]:
+    def session(self, data: Any, epochs: int = 1, resume: bool = False, gang: bool = False) -> Iterator[_Rounds]:
         """One fit's data, prepared for the master's rounds (and restored from the latest checkpoint
-        with `resume=True`): yields the rounds to run a loop over, `epochs_left` epochs of them. On
+        with `resume=True`): yields the rounds to run a loop over, `epochs_left` epochs of them
+        (`gang=True`: prepared for one barrier stage, kit.spark.gang, instead of a loop). On
         leaving, the final checkpoint is written (after a run that did not fail), the prepared data
         are released and the network holds the counters with its state."""
         if not self._session_claim.acquire(blocking=False):  # atomic: two threads' fits cannot both pass
@@ -236,13 +237,13 @@ class SparkNetwork(Evaluating, Scoring):
                 "let it end before starting another, or give each thread its own SparkNetwork"
             )
         try:
-            with self._claimed_session(data, epochs, resume) as rounds:
+            with self._claimed_session(data, epochs, resume, gang) as rounds:
                 yield rounds
         finally:
             self._session_claim.release()
 
     @contextlib.contextmanager
-    def _claimed_session(self, data: Any, epochs: int, resume: bool) -> Iterator[_Rounds]:
+    def _claimed_session(self, data: Any, epochs: int, resume: bool, gang: bool) -> Iterator[_Rounds]:
         """`session` once this SparkNetwork is claimed for it."""
         master = self.training_master
         _check_fit_args(epochs, resume)
@@ -251,7 +252,7 @@ class SparkNetwork(Evaluating, Scoring):
         rdd = as_rdd(data, self.features_col, self.label_col, self.training_master.prepared)
         master.check_cluster(self.sc, rdd)
         with self.watched("data preparation"):  # Spark's own actions too (zipWithIndex counts partitions)
-            prepared = master.prepare(self.sc, rdd, self.run_job, self.network.output_shape[0])
+            prepared = master.prepare(self.sc, rdd, self.run_job, self.network.output_shape[0], gang)
         began = False  # the counters go back to the network only once rounds may have run
         try:
             if prepared.rounds == 0:

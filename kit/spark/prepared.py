@@ -13,7 +13,9 @@ it began, cut into mini-batches once (kit.spark.elements), shuffled as mini-batc
 each, not one pickled example) to one partition per worker, counted, and each (worker, round)
 stored as one partition of its own (DIRECT: cached; EXPORT: .npz bytes on Spark's disks), or
 written as files under `export_directory`. A round's job then reads only its own partitions
-(`only_partitions`).
+(`only_partitions`). A fit that runs as one gang stores each worker's rounds in one partition
+instead (`Plan.per_worker`): its barrier stage reads them with no shuffle, and a preparation's
+jobs run one task a worker, not one a round.
 
 EXPORT to a directory: each fit's files go to a run directory of their own holding a marker
 (`MARKER`: the driver's host and pid). An executor checks the run directory before the first
@@ -61,7 +63,8 @@ class Prepared:
     paths: dict[tuple[int, int], str] = field(default_factory=dict)  # FILE: (worker, round) -> file
     export_dir: str | None = None
     setup: dict[str, Any] = field(default_factory=dict)
-    stored_rounds: int = 0  # CACHED, STORED: partition w * stored_rounds + k holds (w, k)
+    stored_rounds: int = 0  # CACHED, STORED: record key w * stored_rounds + k holds (w, k)
+    per_worker: bool = False  # CACHED, STORED: partition w holds all of worker w's rounds (for one gang), else (w, k)
     fingerprint: dict[str, Any] = field(default_factory=dict)  # what a checkpoint checks on resuming
 
 
@@ -164,6 +167,7 @@ class Plan:
     source: RoundSource
     export_directory: str | None
     num_classes: int
+    per_worker: bool = False  # stored one partition a worker (a gang reads them whole), not one a round
 
 
 def prepare_data(sc: Any, rdd: Any, runner: Callable[[Any, str], list[Any]], plan: Plan, owner: str) -> Prepared:
@@ -218,9 +222,13 @@ def _stored_rounds(
     cached = plan.source is RoundSource.CACHED
     records = (ex.round_records if cached else ex.export_records)(plan.per_round, r)
     level = memory_and_disk() if cached else disk_only()
-    stored = batches.mapPartitionsWithIndex(records).partitionBy(plan.workers * r, _identity).persist(level)
+    keyed = batches.mapPartitionsWithIndex(records)
+    if plan.per_worker:  # a gang's worker reads its partition whole: workers tasks, not workers x rounds
+        stored = keyed.partitionBy(plan.workers, lambda key, r=r: key // r).persist(level)
+    else:
+        stored = keyed.partitionBy(plan.workers * r, _identity).persist(level)
     done = runner(stored.mapPartitions(_count_and_attempt), "cache" if cached else "export")
-    data = Prepared(stored, plan.workers, rounds, plan.source, stored_rounds=r)
+    data = Prepared(stored, plan.workers, rounds, plan.source, stored_rounds=r, per_worker=plan.per_worker)
     digests = {w: (n, sha) for w, n, _, sha, _ in sizes}
     return data, digests, [a for *_, a in sizes] + [a for _, a in done]
 

@@ -50,7 +50,11 @@ class SharedTrainingMaster(TrainingMaster):
     as many times Adam's as there are workers, each worker moving by what it sent). `max_target_sparsity=1/16`: a dense
     message (2 bits a parameter, a sixteenth of the float32 parameters) is within the band, so
     the threshold stays near the size of Adam's steps instead of rising until 1 % of the
-    parameters move a step (DL4J's 1e-2). `keep_state_on_driver=False`: each worker's residual
+    parameters move a step (DL4J's 1e-2). `threshold_update_multiple=1.0`: each step's threshold
+    is at least the step's largest update entry (kit.parallel.threshold's floor_to_update), since
+    a message moves an entry by one threshold at most: at larger learning rates Adam's steps
+    outgrew the threshold and those entries fell behind for good (None: DL4J's threshold alone).
+    `keep_state_on_driver=False`: each worker's residual
     and updater state stay on its executor between rounds (kit.spark.worker_store); True sends
     them to the driver and back every round."""
 
@@ -140,7 +144,12 @@ class SharedTrainingMaster(TrainingMaster):
         expected = tuple(sorted(plan["expected"].items()))
         scale = 1 / data.workers if self.options.average_updates else 1.0
         return dataclasses.replace(
-            spec, store=plan["store"], expected=expected, sync_state=plan["sync"], update_scale=scale
+            spec,
+            store=plan["store"],
+            expected=expected,
+            sync_state=plan["sync"],
+            update_scale=scale,
+            threshold_update_multiple=self.options.threshold_update_multiple,
         )
 
     @staticmethod

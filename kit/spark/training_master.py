@@ -120,11 +120,12 @@ class TrainingMaster:
         return f"num_workers=None: the context's defaultParallelism ({self.resolved_num_workers}) at the first fit"
 
     # ---- preparation -------------------------------------------------------------------
-    def prepare(self, sc: Any, rdd: Any, runner: Any, num_classes: int) -> Prepared:
+    def prepare(self, sc: Any, rdd: Any, runner: Any, num_classes: int, gang: bool = False) -> Prepared:
         """The fit's data: this master's from an earlier fit on the same RDD and settings, else
-        prepared now (kit.spark.prepared). `setup["preparations"]`: 1 if this fit prepared, 0 if not."""
+        prepared now (kit.spark.prepared); `gang`: stored one partition a worker, for one barrier
+        stage. `setup["preparations"]`: 1 if this fit prepared, 0 if not."""
         t0 = time.perf_counter()
-        plan = self._plan(sc, rdd, num_classes)
+        plan = self._plan(sc, rdd, num_classes, gang)
         data = self.prepared.get(plan)
         prepared_now = data is None
         if data is None:
@@ -143,7 +144,7 @@ class TrainingMaster:
         }
         return data
 
-    def _plan(self, sc: Any, rdd: Any, num_classes: int) -> Plan:
+    def _plan(self, sc: Any, rdd: Any, num_classes: int, gang: bool = False) -> Plan:
         o = self.options
         workers, partitions = self.workers_for(sc), rdd.getNumPartitions()
         shuffle = o.repartition is Repartition.ALWAYS or (
@@ -163,6 +164,7 @@ class TrainingMaster:
             source=source,
             export_directory=o.export_directory,
             num_classes=num_classes,
+            per_worker=gang and source is not RoundSource.FILE,  # files are read by path, whatever the layout
         )
 
     def release(self, data: Prepared) -> None:
@@ -200,6 +202,8 @@ class TrainingMaster:
         """An RDD of round k's work, one partition per worker in worker order: the stored
         partitions of the round only (Spark's PartitionPruningRDD, so no other round's data is
         read), or one (worker, file) record per partition (EXPORT to a directory)."""
+        if data.per_worker:
+            raise RuntimeError("round k's partitions asked of data stored one partition a worker (for a gang)")
         if data.stored_rounds:
             return only_partitions(sc, data.rdd, [w * data.stored_rounds + k for w in range(data.workers)])
         records = [(w, data.paths[(w, k)]) for w in range(data.workers) if (w, k) in data.paths]

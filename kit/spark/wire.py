@@ -87,6 +87,7 @@ class RoundSpec:
     expected: tuple[tuple[int, int], ...] = ()
     sync_state: bool = True
     update_scale: float = 1.0  # SharedTrainingMaster: each step's update times this goes into the residual
+    threshold_update_multiple: float | None = None  # ... each step's threshold >= this x its largest update entry
 
 
 @dataclass

@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import math
 import threading
+from threading import get_ident as _get_ident
 from typing import Any
 
 import numpy as np
 
 from kit.core import memory
-from kit.core.context import current_workspace, scope_out_of_workspaces
+from kit.core.context import current_workspace, scope_out_of_workspaces, set_current_workspace
 from kit.core.devices import AnyDevice, as_device
 from kit.core.memory import data_address
 from kit.state import STATE
@@ -56,7 +57,7 @@ from kit.workspaces.workspace_config import (
     set_debug_mode,
     track_allocation_sites,
 )
-from kit.workspaces.workspace_cycles import Cycles, Generation
+from kit.workspaces.workspace_cycles import Cycles
 from kit.workspaces.workspace_errors import (
     ArrayFromClosedScopeError,
     ArrayFromDestroyedWorkspaceError,
@@ -110,7 +111,22 @@ __all__ = [
 ]
 
 ALIGNMENT = memory.ALIGNMENT  # 64 bytes: where the arena and every carve from it start
+_thread = STATE.thread  # this thread's slots: .ws (the current workspace), .manager
 DEFAULT_ID = "DefaultWorkspace"
+
+
+class Generation:
+    """One cycle of a workspace (one lap, in a circular one): every array carved in it holds it, and
+    is valid while it is its workspace's current one (an identity check); how it ended words the
+    error (kit.workspaces.workspace_cycles)."""
+
+    __slots__ = ("cycle", "ended", "kind", "lap", "sites")
+
+    def __init__(self, cycle: int, lap: int) -> None:
+        self.cycle, self.lap = cycle, lap
+        self.ended: str | None = None  # how it ended, for the error message
+        self.kind: type[StaleArrayError] | None = None
+        self.sites: list[tuple[int, int, str]] | None = None  # (start, end, "file:line") in debug
 
 
 class Workspace(Cycles):
@@ -118,8 +134,9 @@ class Workspace(Cycles):
 
     It owns its `arena` (kit.workspaces.workspace_arena.Arena: the block, the write pointer, the size it
     learned) and calls down into it; the workspace keeps what the arena does not know: whose it is,
-    its scopes and generations (Cycles, kit.workspace_cycles), spills, and the counters `stats()`
-    reads."""
+    its scopes and generations, spills, and the counters `stats()` reads. Whether an array of an
+    earlier cycle may still be used, and the error that says why, is its mixin `Cycles`
+    (kit.workspaces.workspace_cycles): nothing there runs while arrays are used in their cycle."""
 
     def __init__(self, config: WorkspaceConfig, name: str, device: AnyDevice) -> None:
         self.config = config
@@ -160,6 +177,115 @@ class Workspace(Cycles):
             STATE.recorder.arena(self, raw, self.arena.capacity + ALIGNMENT)
         with STATE.lock:
             STATE.workspaces.add(self)
+
+    # ---- a cycle: `with ws:` -------------------------------------------------------
+    def _check_thread(self, what: str) -> None:
+        if threading.get_ident() != self.thread_id:
+            raise WorkspaceThreadError(
+                f"{what}: workspace {self.name!r} belongs to thread {self.thread_name!r}, not "
+                f"{threading.current_thread().name!r}; each thread gets its own with get_workspace_for_current_thread()"
+            )
+
+    def __enter__(self) -> Workspace:
+        if _get_ident() != self.thread_id:
+            self._check_thread("with ws")
+        if self.destroyed:
+            raise WorkspaceScopeError(
+                f"workspace {self.name!r} was destroyed; get a new one with get_workspace_for_current_thread()"
+            )
+        if STATE.debug_mode is DebugMode.BYPASS_EVERYTHING:
+            self._bypassed.append(True)
+            self._saved_current = set_current_workspace(None)
+            return self
+        self._bypassed.append(False)
+        if self._open:
+            if _thread.ws is self:
+                self._tag += 1  # re-entrant: same cycle
+                return self
+            raise WorkspaceScopeError(
+                f"workspace {self.name!r} is already open further out; a workspace cannot be opened "
+                f"inside its own scope with another workspace in between"
+            )
+        self.parent = _thread.ws
+        _thread.ws = self
+        self._open_cycle()
+        return self
+
+    def _open_cycle(self) -> None:
+        """A cycle starts (entering the scope, or Workspace.replay_cycle)."""
+        self._open = True
+        self._entered += 1
+        if not self._circular:
+            self.arena.offset = 0  # the front (Arena.move_to, written out: every cycle)
+            self._gen = Generation(self._entered, self._lap)
+        elif self._gen.cycle == 0:
+            self._gen.cycle = self._entered
+        self._cycle_bytes = 0
+        self.cycle_spilled_bytes = 0
+        if STATE.recorder is not None:
+            STATE.recorder.cycle_start(self)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bypassed.pop() if self._bypassed else False:
+            set_current_workspace(self._saved_current)
+            return
+        if self._tag:
+            self._tag -= 1
+            return
+        if not self._open:  # already closed (out of order, see below): nothing left to do
+            return
+        current = _thread.ws
+        if current is self:
+            _thread.ws = self.parent
+            self._close_cycle()
+            return
+        self._close_out_of_order(current)  # a generator's scope, say: closed anyway, then an error
+
+    def _close_cycle(self) -> None:
+        """A cycle ends: the counters, the generation retired, the learning (leaving the scope, or
+        Workspace.replay_cycle)."""
+        self._open = False
+        self.cycles += 1
+        used = self.last_cycle_bytes = self._cycle_bytes
+        if used > self.max_cycle_bytes:
+            self.max_cycle_bytes = used
+        if STATE.recorder is not None:  # before the reset: the timeline records the bytes it frees
+            STATE.recorder.cycle_end(self)
+        if not self._circular:
+            # the message is written only if a stale array is ever used (_stale): "cycle N ended
+            # when the scope closed", N being the generation's cycle
+            self._gen.kind = ArrayFromClosedScopeError
+            # between cycles: a generation of its own, which the next exit retires in turn (an array
+            # carved while closed, through Workspace.alloc, must not become valid again later)
+            self._gen = Generation(0, self._lap)
+            self.arena.offset = 0  # the front (Arena.move_to, written out: every cycle)
+            self.resets += 1
+        arena = self.arena
+        # the learning policy's say: while unsized, or (REALLOCATE) when a cycle outgrew the block (a
+        # circular arena's room is its ring block, which it knows); a sized arena is not asked otherwise
+        due = not arena.sized or (self._realloc and (self._circular or self.max_cycle_bytes > arena.capacity))
+        if due and STATE.debug_mode is not DebugMode.SPILL_EVERYTHING:
+            self._resize(arena.learn(self.max_cycle_bytes, self.cycles))
+
+    def _resize(self, size: int) -> None:
+        """A larger block for the arena when `size` (what it learned) exceeds the one it has.
+        The arrays of the old block become invalid; a circular workspace's stay valid (they keep
+        the old block alive and nothing writes there again), and new ones start at the front."""
+        arena = self.arena
+        if size <= arena.capacity:
+            return
+        if self._open:
+            raise WorkspaceScopeError(f"workspace {self.name!r}: initialize() inside its own scope")
+        if not self._circular:
+            self._retire("the arena was reallocated", ArrayFromOldCycleError)
+            self._gen = Generation(0, self._lap)
+        raw = arena.replace(size)
+        if STATE.recorder is not None:  # the arena is one heap allocation
+            STATE.recorder.arena(self, raw, arena.capacity + ALIGNMENT)
+
+    def _retire(self, how: str, kind: type[StaleArrayError]) -> None:
+        self._gen.ended = how
+        self._gen.kind = kind
 
     @property
     def capacity(self) -> int:

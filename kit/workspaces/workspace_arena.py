@@ -21,7 +21,7 @@ initializeWorkspace: FIRST_LOOP, OVER_TIME, REALLOCATE's growth, a circular buff
 
 The arena knows nothing of scopes, generations, threads or errors: `learn` is told the largest
 cycle and how many ran, and answers with the size it should have; the workspace decides what that
-means for the arrays already handed out (kit.workspaces.workspace_cycles) and counts what it carves.
+means for the arrays already handed out (Workspace._resize) and counts what it carves.
 """
 
 from __future__ import annotations

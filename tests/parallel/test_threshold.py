@@ -11,6 +11,7 @@ from kit.parallel.threshold import (
     ResidualClippingPostProcessor,
     TargetSparsityThresholdAlgorithm,
     encoded_count,
+    floor_to_update,
     threshold_decode,
     threshold_encode,
 )
@@ -89,6 +90,15 @@ def test_residual_clipping_every_n_iterations():
     assert r.tolist() == [10.0, -10.0, 0.5]
     clip.process_residual(5, 0, 1.0, r)
     assert r.tolist() == [2.0, -2.0, 0.5]
+
+
+def test_floor_to_update_raises_tau_to_a_multiple_of_the_largest_update_entry():
+    update = np.array([0.5, -3.0, 0.25], np.float32)
+    assert floor_to_update(1.0, update, 1.0) == 3.0  # raised to the largest |entry|
+    assert floor_to_update(1.0, update, 0.5) == 1.5
+    assert floor_to_update(4.0, update, 1.0) == 4.0  # already above: kept
+    assert floor_to_update(1.0, update, None) == 1.0  # no floor: DL4J's threshold alone
+    assert floor_to_update(1.0, np.zeros(3, np.float32), 1.0) == 1.0  # a skipped step moves nothing
 
 
 # ---- DL4J's boundary: a cap on the elements one message carries (issue 13)

@@ -16,7 +16,8 @@ from kit.data import ArrayIterator, DataSet
 from kit.nn import Adam, Network, Sgd, mlp
 from kit.nn.evaluation import Evaluation
 from kit.parallel import TrainingMode
-from kit.parallel.threshold import threshold_decode
+from kit.parallel.threshold import AdaptiveThresholdAlgorithm, threshold_decode
+from kit.spark import SharedTrainingMaster
 from kit.spark import executor as ex
 from kit.spark.executor_eval import eval_task
 from kit.spark.wire import ThresholdSettings
@@ -203,6 +204,83 @@ def test_a_shared_round_sends_exactly_what_the_worker_applied_and_keeps_the_work
     spec1 = spec_for(net, mode=TrainingMode.SHARED_GRADIENTS, threshold=threshold, round=1)
     again = run_round(spec1, net, [record], workers={0: own})
     assert again.stats.state_from == "driver (round 1 of this worker)" and again.worker_state.rounds == 2
+
+
+# ---- the shared worker's step: a threshold at least the step's largest update entry (issue 44)
+
+
+def _steps(update: np.ndarray, steps: int, multiple: float | None) -> tuple[ex.SharedWorkerState, np.ndarray, list]:
+    """`steps` identical updates through encode_step with SharedTrainingMaster's default threshold
+    settings; the worker's state, what its messages moved, and the threshold of each step."""
+    algo = AdaptiveThresholdAlgorithm(**SharedTrainingMaster(16).threshold)
+    state, sent, taus = ex.SharedWorkerState(np.zeros(update.size, np.float32)), np.zeros(update.size, np.float32), []
+    for it in range(steps):
+        message, _ = ex.encode_step(state, update, algo, multiple, it)
+        if message is not None:
+            threshold_decode(message, sent)
+        taus.append(state.tau)
+    return state, sent, taus
+
+
+def test_a_step_bigger_than_the_threshold_raises_it_and_no_entry_falls_behind():
+    """Powers of two, so nothing rounds. With the default floor the threshold is the largest entry,
+    2**-8, every step, and after 8 steps every entry has been sent whole: 8, 4 and 1 quanta. Without
+    it (DL4J's threshold alone, kit's default before) the threshold stays at 1e-3 (four entries:
+    every message a bitmap, counted as 1/16, within the band) and a message moves an entry by one
+    threshold a step, so the two big entries fall further behind every step."""
+    update = np.array([2**-8, -(2**-9), 2**-11, 0.0], np.float32)
+    assert SharedTrainingMaster(16).options.threshold_update_multiple == 1.0
+    state, sent, taus = _steps(update, 8, 1.0)
+    assert taus == [2**-8] * 8
+    np.testing.assert_array_equal(sent, [8 * 2**-8, -4 * 2**-8, 2**-8, 0.0])
+    np.testing.assert_array_equal(state.residual, np.zeros(4))
+    state, sent, taus = _steps(update, 8, None)
+    tau = float(np.float32(1e-3))
+    assert taus == [1e-3] * 8
+    np.testing.assert_array_equal(sent[:2], [8 * tau, -8 * tau])
+    np.testing.assert_allclose(state.residual[:2], [8 * (2**-8 - tau), -8 * (2**-9 - tau)], rtol=1e-5)
+
+
+FLOOR_ROWS = [  # (updater, input scale, max_target_sparsity): learning rates and layer scales far apart
+    (Adam(1e-3), 1.0, 1 / 16),
+    (Adam(1e-2), 1.0, 1 / 16),
+    (Adam(1e-1), 1.0, 1e-2),
+    (Adam(1e-2), 30.0, 1e-2),
+    (Sgd(0.05), 1.0, 1 / 16),
+    (Sgd(0.5), 10.0, 1e-2),
+    (Sgd(0.5), 0.1, 1e-3),
+]
+
+
+def _residual_over_threshold(updater, scale, sparsity, multiple) -> float:
+    """A real network's steps (a tiny MLP, two workers' averaged share) through encode_step: the
+    largest |residual| over the largest threshold so far (below 1: no entry fell behind)."""
+    net = mlp(8, hidden=(16,), n_out=3, updater=updater, seed=3)
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, scale, (32, 8)).astype(np.float32)
+    y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 32)]
+    options = {**SharedTrainingMaster(16).threshold, "max_target_sparsity": sparsity}
+    algo, state = AdaptiveThresholdAlgorithm(**options), ex.SharedWorkerState(np.zeros(net.num_params, np.float32))
+    worst, highest = 0.0, 0.0
+    for it in range(30):
+        old = net.params().numpy().copy()
+        net.fit_batch(DataSet(x[it % 4 * 8 : it % 4 * 8 + 8], y[it % 4 * 8 : it % 4 * 8 + 8]))
+        ex.encode_step(state, (old - net.params().numpy()) / 2, algo, multiple, it)
+        highest = max(highest, state.tau)
+        worst = max(worst, float(np.abs(state.residual).max()) / highest)
+    return worst
+
+
+@pytest.mark.parametrize("updater, scale, sparsity", FLOOR_ROWS)
+def test_with_the_floor_no_entry_falls_behind_at_any_rate_or_scale(updater, scale, sparsity):
+    """The residual stays below the largest threshold so far: a step moves no entry by more than
+    the threshold, so what is left after one quantum is sent is never more than before."""
+    assert _residual_over_threshold(updater, scale, sparsity, 1.0) < 1 + 1e-5
+
+
+def test_without_the_floor_entries_fall_behind_at_large_rates():
+    """The property above is not a given: DL4J's threshold alone lets the residual run away."""
+    assert _residual_over_threshold(Adam(1e-1), 1.0, 1e-2, None) > 5
 
 
 # ---- elements, mini-batches cut once, and the errors that name them -----------------------------

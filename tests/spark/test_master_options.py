@@ -50,6 +50,7 @@ OWN = {
         "decay_rate": (0.9, 0.9),
         "keep_state_on_driver": (True, True),
         "average_updates": (False, False),
+        "threshold_update_multiple": (None, None),  # DL4J's adaptive threshold alone
     },
 }
 EXTRA = {"exchange": {"averaging_frequency": 1}}  # what a row's value needs beside it
@@ -133,7 +134,26 @@ def test_the_checkpoint_settings_are_what_they_were_before_the_options():
         "max_target_sparsity": 1 / 16,
         "decay_rate": 0.5 ** (1 / 20),
         "average_updates": True,
+        "threshold_update_multiple": 1.0,
     }
+
+
+UPDATE_MULTIPLE_BAD = [
+    (0, r"\(threshold_update_multiple=0\): must be a number > 0 .*or None for DL4J's adaptive threshold alone"),
+    (-2.0, r"\(threshold_update_multiple=-2.0\): must be a number > 0"),
+    (float("inf"), r"\(threshold_update_multiple=inf\): must be finite"),
+    ("1", r"\(threshold_update_multiple='1'\): must be a number"),
+    (True, r"\(threshold_update_multiple=True\): must be a number"),
+]
+
+
+@pytest.mark.parametrize(("value", "said"), UPDATE_MULTIPLE_BAD, ids=[repr(v) for v, _ in UPDATE_MULTIPLE_BAD])
+def test_the_threshold_update_multiple_is_checked_at_the_call_and_its_remedies_run(value, said):
+    with pytest.raises(ValueError, match=rf"^SharedTrainingMaster{said}"):
+        SharedTrainingMaster(16, threshold_update_multiple=value)
+    for remedy in (None, 1.0, 3):  # the error's remedies: None, or a number > 0
+        held = SharedTrainingMaster(16, threshold_update_multiple=remedy).options.threshold_update_multiple
+        assert held == (None if remedy is None else float(remedy))
 
 
 GANG_BAD = [

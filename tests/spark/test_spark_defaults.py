@@ -83,6 +83,7 @@ def test_the_averaging_default_keeps_the_updater_state_across_averagings(sc, dig
                 },
                 "average_updates": True,  # the round moves by the workers' mean update, as averaging does
                 "keep_state_on_driver": False,  # residuals and Adam moments stay on the executors
+                "threshold_update_multiple": 1.0,  # each step's threshold >= its largest update entry
             },
         ),
     ],

@@ -263,27 +263,27 @@ def _frame(sc, rows=N, partitions=3):
     return df.repartition(partitions)
 
 
-def _jobs_between(sc, run):
-    """Spark jobs `run()` started, counted by the job ids of a marker job before and after it (the
-    status tracker learns of jobs through Spark's listener bus, in order: waiting for the second
-    marker means every job before it is known)."""
+def _marker(sc, name):
+    """The id of a one-task job run in group `name`, once the status tracker knows it (it learns of
+    jobs through Spark's listener bus, in order: every job before it is known then)."""
     tracker = sc.statusTracker()
+    sc.setJobGroup(name, "marker")
+    try:
+        sc.parallelize([0], 1).count()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    deadline = time.monotonic() + 30
+    while not tracker.getJobIdsForGroup(name) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (job,) = tracker.getJobIdsForGroup(name)
+    return job
 
-    def marker(name):
-        sc.setJobGroup(name, "marker")
-        try:
-            sc.parallelize([0], 1).count()
-        finally:
-            sc.setLocalProperty("spark.jobGroup.id", None)
-        deadline = time.monotonic() + 30
-        while not tracker.getJobIdsForGroup(name) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        (job,) = tracker.getJobIdsForGroup(name)
-        return job
 
-    first = marker(f"before-{time.monotonic_ns()}")
+def _jobs_between(sc, run):
+    """Spark jobs `run()` started, counted by the job ids of a marker job before and after it."""
+    first = _marker(sc, f"before-{time.monotonic_ns()}")
     run()
-    return marker(f"after-{time.monotonic_ns()}") - first - 1
+    return _marker(sc, f"after-{time.monotonic_ns()}") - first - 1
 
 
 @pytest.mark.parametrize(
@@ -324,3 +324,43 @@ def test_a_dataframe_fit_in_a_loop_prepares_once_and_runs_only_its_rounds(sc, tm
             np.testing.assert_array_equal(_state(looped.network)[key], value)
     tm.close()
     assert not tm.prepared.entries and not tm.prepared.frames
+
+
+def _tasks_between(sc, run):
+    """Spark tasks the jobs `run()` started ran (a skipped stage, whose output Spark reused, runs none)."""
+    tracker = sc.statusTracker()
+    first = _marker(sc, f"before-{time.monotonic_ns()}")
+    run()
+    last = _marker(sc, f"after-{time.monotonic_ns()}")
+    stages = [s for job in range(first + 1, last) for s in tracker.getJobInfo(job).stageIds]
+    return sum(tracker.getStageInfo(s).numCompletedTasks for s in stages)
+
+
+@pytest.mark.parametrize(
+    ("approach", "many_rounds"),
+    [
+        ("DIRECT", {"averaging_frequency": 1}),
+        ("EXPORT", {"averaging_frequency": 1}),  # into Spark's storage
+        ("DIRECT", {"averaging_frequency": 1, "exchange": "gradients"}),  # DDP's semantics
+    ],
+)
+def test_a_gangs_preparation_and_stage_run_one_task_a_worker_however_many_rounds(sc, approach, many_rounds):
+    """A gang reads each worker's rounds whole: its data are stored one partition a worker, so a fit
+    of 12 rounds (frequency 1) runs the tasks a fit of 1 round (frequency 12) runs, where one
+    partition a (worker, round) ran 2 x 12 more and a shuffle to bring them together."""
+    rdd = _rdd(sc, slices=2)  # 120 examples: 2 workers x 12 mini-batches of 5
+
+    def fit(**options):
+        tm = ParameterAveragingTrainingMaster(
+            5, num_workers=2, rdd_training_approach=approach, execution="gang", collect_training_stats=True, **options
+        )
+        spark = SparkNetwork(sc, _net(), tm)
+        tasks = _tasks_between(sc, lambda: spark.fit(rdd))
+        (kept,) = tm.prepared.entries.values()
+        assert kept.per_worker and kept.rdd.getNumPartitions() == 2, (kept.per_worker, kept.rdd.getNumPartitions())
+        return tasks, spark.get_training_stats().setup
+
+    tasks_many, setup = fit(**many_rounds)
+    tasks_one, _ = fit(averaging_frequency=12)
+    assert setup["execution"] == "gang" and setup["rounds"] == 12
+    assert 0 < tasks_many == tasks_one, (tasks_many, tasks_one)
