@@ -58,8 +58,9 @@ def _leave_slow_to_ci(config, items):
 
 def _heaviest_files_first(items):
     """Order files longest first, so the two processes of `-n 2 --dist loadfile` end together: the
-    chapters (a kernel each, every cell a test), then the files that train on Spark (`sc`), then the
-    rest by their number of tests, most first. Tests keep their order within a file."""
+    chapters (a kernel each, every cell a test), then tests/spark and the other files that use `sc`
+    (Spark jobs, a JVM), then the rest by their number of tests, most first; the last files handed
+    out are small ones that fill the gap. Tests keep their order within a file."""
     files: dict[str, list] = {}
     for item in items:
         files.setdefault(str(item.path), []).append(item)
@@ -67,7 +68,7 @@ def _heaviest_files_first(items):
     def weight(group: list) -> tuple[int, int]:
         if group[0].path.suffix == ".ipynb":
             return (0, -len(group))
-        uses_spark = any("sc" in getattr(item, "fixturenames", ()) for item in group)
+        uses_spark = group[0].path.parent.name == "spark" or any("sc" in getattr(i, "fixturenames", ()) for i in group)
         return (1 if uses_spark else 2, -len(group))
 
     items[:] = [item for group in sorted(files.values(), key=weight) for item in group]
