@@ -224,6 +224,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     bench.add_argument("name", choices=list(benchmarks.BENCHMARKS), help="which benchmark (listed below)")
     bench.add_argument("--quick", action="store_true", help="fewer repeats (smoke runs); KIT_QUICK=1 does the same")
     bench.add_argument("--json", metavar="FILE", help="also write the results as JSON (its directory must exist)")
+    bench.add_argument(
+        "--standalone",
+        action="store_true",
+        help="spark only: the side-by-side with TorchDistributor on a standalone cluster this starts (2 one-core "
+        "workers in private mount namespaces), 10 epochs (1 with --quick)",
+    )
+    bench.add_argument("--epochs", type=int, metavar="N", help="spark only: the side-by-side's epochs")
     chapters = sub.add_parser(
         "chapters",
         help="copy the chapter notebooks into a folder (a wheel carries them)",
@@ -268,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args, rest, found, prog)
     except settings.SettingError as exc:
         return _error(prog, str(exc))
-    except benchmarks.OutputPathError as exc:
+    except (benchmarks.OutputPathError, benchmarks.BenchOptionError) as exc:
         return _error(f"{prog} bench", str(exc))
     except (ChaptersNotFoundError, ChaptersExistError) as exc:
         return _error(f"{prog} {args.command}", str(exc))
@@ -315,8 +322,10 @@ def _run(args: argparse.Namespace, rest: list[str], found: settings.Settings, pr
             return _error(f"{prog} book", str(exc))
         print(f"book written: {index}")
         return 0
+    benchmarks.options_for(args.name, standalone=args.standalone, epochs=args.epochs)  # refused before anything
     json_path = benchmarks.check_json_path(args.json) if args.json else None  # before minutes of benchmark
-    result = benchmarks.run(args.name, quick=args.quick or found.quick)
+    options = benchmarks.options_for(args.name, standalone=args.standalone, epochs=args.epochs)
+    result = benchmarks.run(args.name, quick=args.quick or found.quick, **options)
     print(benchmarks.format_result(result))
     if json_path is not None:
         benchmarks.write_json(result, json_path)

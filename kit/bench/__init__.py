@@ -29,12 +29,14 @@ from kit.measurement import measure, tables
 
 __all__ = [
     "BENCHMARKS",
+    "BenchOptionError",
     "OutputPathError",
     "bench_arrays",
     "bench_workspaces",
     "check_json_path",
     "format_result",
     "mlp_cycle",
+    "options_for",
     "run",
     "write_json",
 ]
@@ -43,7 +45,7 @@ __all__ = [
 # ---------------------------------------------------------------------------------------
 
 
-BENCHMARKS: dict[str, tuple[Callable[[bool], dict[str, Any]], str]] = {
+BENCHMARKS: dict[str, tuple[Callable[..., dict[str, Any]], str]] = {
     "arrays": (bench_arrays, "kit op vs the same raw NumPy/CuPy op, on 100 and 1,000,000 elements"),
     "workspaces": (bench_workspaces, "one MLP step: plain vs caching allocator vs workspace (time, allocations)"),
     "train": (bench_train, "training steps: kit vs hand-written NumPy (vs PyTorch), workspace modes, data"),
@@ -55,11 +57,27 @@ BENCHMARKS: dict[str, tuple[Callable[[bool], dict[str, Any]], str]] = {
 }
 
 
-def run(name: str, quick: bool = False) -> dict[str, Any]:
+class BenchOptionError(ValueError):
+    """An option given to a benchmark that has none such, or a bad value; said before it starts."""
+
+
+def options_for(name: str, standalone: bool = False, epochs: int | None = None) -> dict[str, Any]:
+    """The keyword options `run` passes to benchmark `name` (only spark takes `standalone` and
+    `epochs`), checked now: a benchmark can take minutes."""
+    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
+        raise BenchOptionError(f"--epochs {epochs}: a whole number >= 1, e.g. --epochs 10")
+    given = {k: v for k, v in (("standalone", standalone), ("epochs", epochs)) if v not in (False, None)}
+    if given and name != "spark":
+        flags = " ".join(f"--{k}" for k in given)
+        raise BenchOptionError(f"{flags}: only `bench spark` takes it; run `bench {name}` without it")
+    return given
+
+
+def run(name: str, quick: bool = False, **options: Any) -> dict[str, Any]:
     if name not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {name!r}: {', '.join(BENCHMARKS)}")
     bench, _ = BENCHMARKS[name]
-    return bench(quick)
+    return bench(quick, **options_for(name, **options))
 
 
 def _cells(result: dict[str, Json]) -> list[list[str]]:

@@ -2,6 +2,7 @@
 
     python -m kit bench spark            # Fashion-MNIST (10,000 examples) if it is on disk, 3 epochs
     python -m kit bench spark --quick    # 1,024 examples, 1 epoch: a smoke run (tests)
+    python -m kit bench spark --standalone   # alone, on a standalone cluster of 2 one-core workers, 10 epochs
 
 One job for every system: an MLP 784-256-10, Adam(1e-3), global batch 32 (two workers of 16, or
 one process of 32), the same examples in the same order, nothing downloaded (Fashion-MNIST
@@ -17,8 +18,9 @@ executor: this machine's clock too) and the global steps done; they are scored o
 afterwards, so scoring costs no system time. Per global step: the time from the first kept point
 to the last over the steps between (start-up and the first quarter epoch left out); sync
 overhead: that minus the system's own single process's; time to the target: from the call (data
-preparation and start-up included) to the first kept point scoring >= TARGET. One run each on a
-shared machine: the load average is in the result; the figures are noisy. Chapter 7 runs the same
+preparation and start-up included) to the first kept point scoring >= TARGET. One run each: other
+processes' CPU share while it ran (the run's own Spark and PyTorch processes not counted) flags
+the timings, kit.measure's rule; the load averages are kept in the result for the record. Chapter 7 runs the same
 code on its own rows (CHAPTER_SYSTEMS: kit's defaults, the same with save_updater flipped, DDP's
 semantics, PyTorch's) and sizes; kit.bench.spark_chapter turns that result into its table and words.
 """
@@ -36,12 +38,13 @@ import numpy as np
 
 from kit.data import ArrayIterator, DataSet
 from kit.data.datasets import find_fashion_mnist, load_fashion_mnist
-from kit.measurement.goals import goal_verdict
+from kit.measurement.goals import NO_VERDICT, flagged_figure, goal_verdict
+from kit.measurement.load import LOAD_LIMIT, LoadReading, format_load, machine_load
 from kit.nn import Adam, mlp
 from kit.spark import GangFallbackWarning, ParameterAveragingTrainingMaster, SparkNetwork, to_rdd
 from kit.training.listeners import TrainingListener
 
-__all__ = ["BENCH_SYSTEMS", "CHAPTER_SYSTEMS", "TARGET", "peers_table"]
+__all__ = ["BENCH_SYSTEMS", "CHAPTER_SYSTEMS", "TARGET", "peers_table", "timing_flag"]
 
 TARGET = 0.82
 LR = 1e-3
@@ -322,6 +325,42 @@ def peers_table(
     epochs = epochs or (1 if quick else 3)
     steps = -(-train.num_examples // (2 * PER_WORKER))
     load_before = os.getloadavg()[0]
+    # other processes' CPU share while the systems ran: Spark's JVMs and Python workers, TorchDistributor's
+    # ranks (and a standalone cluster this process started) are this run's own work, not load
+    with machine_load(children_are_ours=True) as load:
+        rows, skipped, torch_why = _run_systems(sc, train, test, epochs, steps, systems)
+    right = {r["system"]: r.pop("_right") for r in rows}
+    return {
+        "data": what,
+        "epochs": epochs,
+        "steps_per_epoch": steps,
+        "test_examples": test.num_examples,
+        "columns": [
+            "system",
+            "semantics",
+            "execution",
+            "call_s",
+            "per_step_ms",
+            "overhead_ms",
+            "to_target_s",
+            "final_accuracy",
+        ],
+        "rows": rows,
+        "torch_distributor": torch_why or "ran",
+        "goals": goals(rows, load),
+        "machine_load_by_others": load.others,
+        "machine_load_own": load.own,
+        "load_average": [load_before, os.getloadavg()[0]],  # for the record: the run's own processes count in it
+        "right": right,
+        "skipped": skipped,
+    }
+
+
+def _run_systems(
+    sc: Any, train: DataSet, test: DataSet, epochs: int, steps: int, systems: Sequence[str]
+) -> tuple[list[dict[str, Any]], dict[str, str], str | None]:
+    """Every system's row (with "_right"), the kit rows that could not run and why, and why
+    TorchDistributor did not (None: it ran)."""
     rdd = to_rdd(sc, train, num_slices=2).cache()
     rdd.count()
     kit_right = lambda p: _kit_right(p, test)  # noqa: E731
@@ -346,38 +385,30 @@ def peers_table(
             _row("TorchDistributor (DDP)", "DDP: gradients all-reduced", torch_distributor(train, epochs), torch_right)
         )
         rows[-1]["overhead_ms"] = rows[-1]["per_step_ms"] - rows[-2]["per_step_ms"]
-    right = {r["system"]: r.pop("_right") for r in rows}
-    load = [load_before, os.getloadavg()[0]]
-    return {
-        "data": what,
-        "epochs": epochs,
-        "steps_per_epoch": steps,
-        "test_examples": test.num_examples,
-        "columns": [
-            "system",
-            "semantics",
-            "execution",
-            "call_s",
-            "per_step_ms",
-            "overhead_ms",
-            "to_target_s",
-            "final_accuracy",
-        ],
-        "rows": rows,
-        "torch_distributor": torch_why or "ran",
-        "goals": goals(rows, load),
-        "load_average": load,
-        "right": right,
-        "skipped": skipped,
-    }
+    return rows, skipped, torch_why
 
 
-def goals(rows: list[dict[str, Any]], load_average: Sequence[float] = (0.0,)) -> dict[str, str]:
+def timing_flag(load: LoadReading | None) -> str:
+    """Why one run's timings get no verdict from the machine ("" where they can): kit.measure's
+    rule, other processes' share of the CPU over LOAD_LIMIT while the run ran; the run's own
+    descendants (Spark's, TorchDistributor's) are its work, not load (machine_load(children_are_ours=True)).
+
+        >>> timing_flag(LoadReading(cores=2, others=0.05, own=0.95))   # its own two workers busy
+        ''
+        >>> timing_flag(LoadReading(cores=2, others=0.5, own=0.5))
+        'no verdict: kit.measure flagged the measurement (other processes used 50% of the CPU)'
+    """
+    if load is None or load.others <= LOAD_LIMIT:
+        return ""
+    return f"{NO_VERDICT} (other processes used {format_load(load.others)} of the CPU)"
+
+
+def goals(rows: list[dict[str, Any]], load: LoadReading | None = None) -> dict[str, str]:
     """The side-by-side's goals from the rows (kit's gang every step against TorchDistributor), by kit's one
-    rule (kit.measurement.goals.goal_verdict). One run each: a timing goal has no verdict where the
-    machine was loaded (load average >= its cores at either end) or a system's own single process
-    came out slower per step than its two workers (a negative sync overhead: the baseline was slowed).
-    Accuracies are seeded, so the accuracy goal always has one.
+    rule (kit.measurement.goals.goal_verdict). One run each: a timing goal has no verdict, its figures
+    flagged, where other processes were busy while it ran (`timing_flag` on `load`), or a system's own
+    single process came out slower per step than its two workers (a negative sync overhead: the
+    baseline was slowed). Accuracies are seeded, so the accuracy goal always has one.
 
         >>> def row(system, overhead, to_target, accuracy):
         ...     return {"system": system, "overhead_ms": overhead, "to_target_s": to_target, "final_accuracy": accuracy}
@@ -396,18 +427,19 @@ def goals(rows: list[dict[str, Any]], load_average: Sequence[float] = (0.0,)) ->
     if ours is None or peer is None:
         missing = "TorchDistributor" if peer is None else "kit gang, every step"
         return {"all": f"not compared: {missing} did not run", **lines}
-    why = ""
-    if max(load_average) >= (os.cpu_count() or 1):
-        why = f"no verdict: the machine was loaded (load average {max(load_average):.1f} on {os.cpu_count()} cores)"
-    elif min(ours["overhead_ms"], peer["overhead_ms"]) < 0:
-        why = "no verdict: a single-process baseline ran slower per step than its two workers"
+    why, flagged = timing_flag(load), True
+    if not why:
+        flagged = False
+        if min(ours["overhead_ms"], peer["overhead_ms"]) < 0:
+            why = "no verdict: a single-process baseline ran slower per step than its two workers"
 
     def said(op: str, a: float, b: float, timing: bool) -> str:
         figures = f"({a:.4g} vs {b:.4g})"
         if a != a and b != b:  # both NaN: neither reached the target in this run
             return f"not reached by either in this run (raise the epochs): {figures}"
         if timing and why:
-            return f"{why} {figures}"
+            shown = f"({flagged_figure(f'{a:.4g}', flagged)} vs {flagged_figure(f'{b:.4g}', flagged)})"
+            return f"{why} {shown}"
         if b != b or a != a:  # one reached the target, the other did not
             return f"{'met' if a == a else 'NOT met'} {figures}"
         return f"{goal_verdict(a, op, b)} {figures}"

@@ -68,7 +68,9 @@ def machine_load(children_are_ours: bool = False) -> Iterator[LoadReading]:
     `children_are_ours=True` counts this process's descendants as its own work: for a workload
     that runs in them (Spark's JVM and its Python workers, a process pool), whose CPU would
     otherwise read as other processes' load and flag every timing. A descendant that ends inside
-    the block has its time counted as others' (flagged, never hidden)."""
+    the block counts as this process's work where this process or a descendant reaps it (a
+    subprocess run and waited for, TorchDistributor's ranks); one nobody of the tree reaps counts
+    as others' (flagged, never hidden): `tree_work`."""
     if children_are_ours:
         with _load_with_descendants() as reading:
             yield reading
@@ -110,16 +112,27 @@ def unchecked_note(reading: LoadReading) -> str:
     return note + "; kit.measure's repeated timings say how much a time can vary"
 
 
-def _tree_seconds(me: psutil.Process) -> dict[int, float]:
-    """CPU seconds of this process and each live descendant, by pid."""
+def _tree_seconds(me: psutil.Process) -> dict[int, tuple[float, float]]:
+    """(own CPU seconds, reaped children's CPU seconds) of this process and each live descendant, by pid."""
     seconds = {}
     for p in (me, *me.children(recursive=True)):
         try:
             t = p.cpu_times()
-            seconds[p.pid] = t.user + t.system
+            seconds[p.pid] = (t.user + t.system, t.children_user + t.children_system)
         except psutil.Error:
             continue
     return seconds
+
+
+def tree_work(before: dict[int, tuple[float, float]], after: dict[int, tuple[float, float]]) -> float:
+    """CPU seconds this process and its descendants spent between two `_tree_seconds` readings.
+    The live ones' own time, plus what they reaped (the kernel adds a reaped child's whole life,
+    and its reaped descendants', to its parent's children time), less what those reaped ones had
+    used before the first reading. A descendant nobody of the tree reaps is not counted (others')."""
+    live = sum(own - before.get(pid, (0.0, 0.0))[0] for pid, (own, _) in after.items())
+    reaped = sum(kids - before.get(pid, (0.0, 0.0))[1] for pid, (_, kids) in after.items())
+    earlier = sum(own + kids for pid, (own, kids) in before.items() if pid not in after)
+    return max(0.0, live + reaped - earlier)
 
 
 @contextmanager
@@ -131,8 +144,7 @@ def _load_with_descendants() -> Iterator[LoadReading]:
         yield reading
     finally:
         reading.wall = time.perf_counter() - t0
-        after = _tree_seconds(me)
-        own = sum(s - before.get(pid, 0.0) for pid, s in after.items())
+        own = tree_work(before, _tree_seconds(me))
         capacity = max(reading.wall * reading.cores, 1e-9)
         reading.own = min(1.0, max(0.0, own / capacity))
         reading.others = min(1.0, max(0.0, (_busy_seconds() - busy0 - own) / capacity))

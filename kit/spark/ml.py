@@ -64,6 +64,7 @@ from kit.spark.arrow_data import VECTOR_FIELDS, column_to_numpy
 from kit.spark.averaging_master import ParameterAveragingTrainingMaster
 from kit.spark.executor import network_for
 from kit.spark.network import SparkNetwork
+from kit.spark.prepared import PreparedCache
 from kit.spark.rdd_data import Caller, dataframe_columns, features_ok
 from kit.spark.scoring import outputs_of_rows
 from kit.spark.shared_master import SharedTrainingMaster
@@ -235,9 +236,15 @@ class NetworkClassifier(
             self.make_master()  # a bad option is refused here, naming it, not at fit
 
     def make_master(self) -> Any:
-        """The training master the Params describe (a new one per fit)."""
+        """The training master the Params describe (a new one per fit), holding this estimator's
+        prepared data: a later fit on the same DataFrame with the same settings reuses the rounds an
+        earlier one prepared (kit.spark.prepared), as a SparkNetwork's fits do."""
         options = json.loads(self.getOrDefault(self.masterOptions))
-        return MASTERS[self.getOrDefault(self.trainingMaster)](**options)
+        master = MASTERS[self.getOrDefault(self.trainingMaster)](**options)
+        if getattr(self, "_prepared", None) is None:  # shared by copies (CrossValidator's), as Params are
+            self._prepared = PreparedCache()
+        master.prepared = self._prepared
+        return master
 
     def _fit(self, dataset: Any) -> NetworkClassificationModel:
         dataframe_columns(dataset, self.getFeaturesCol(), self.getLabelCol(), ESTIMATOR)  # in this API's words

@@ -28,8 +28,9 @@ from kit.measurement.tables import WIDTH
 
 CH7 = "07_training_on_spark.ipynb"
 ROOT = Path(__file__).resolve().parents[2]
-RUN_CELL, SHOW_CELL, UPDATER_CELL = (
+RUN_CELL, TORCH_CELL, SHOW_CELL, UPDATER_CELL = (
     "# the side-by-side: kit's bench code",
+    "# the side-by-side: PyTorch in one process",
     "# the side-by-side's table",
     "# the updater kept against restarted",
 )
@@ -59,7 +60,7 @@ def _row(system, per_step, overhead, to_target, right, semantics="-"):
     }
 
 
-def _peers(torch_ran: bool, default_kept: bool, load_average=(0.1, 0.1)) -> dict:
+def _peers(torch_ran: bool, default_kept: bool, load_average=(0.1, 0.1), others: float = 0.01) -> dict:
     rng = np.random.default_rng(1)
     right = {name: rng.random(400) < p for name, p in ((FIT, 0.8), (DEFAULTS, 0.78), (DDP, 0.8), (TORCH, 0.81))}
     other = f"kit averaging, save_updater={not default_kept}"
@@ -78,10 +79,13 @@ def _peers(torch_ran: bool, default_kept: bool, load_average=(0.1, 0.1)) -> dict
     return {
         "data": "synthetic (512 train, 400 test)",
         "epochs": 1,
+        "steps_per_epoch": 16,
+        "test_examples": 400,
         "rows": rows,
         "right": right,
         "torch_distributor": "ran" if torch_ran else "torch is not importable (ModuleNotFoundError: x)",
-        "goals": goals(rows, load_average),
+        "goals": goals(rows, LoadReading(others=others)),
+        "machine_load_by_others": others,
         "load_average": list(load_average),
         "skipped": {},
     }
@@ -91,17 +95,24 @@ CASES = [
     (torch_ran, default_kept, busy)
     for torch_ran in (True, False)
     for default_kept in (True, False)
-    for busy in ("calm", "others-busy", "load-average")
+    for busy in ("calm", "others-busy", "own-busy", "run-others-busy")
 ]
 
 
 @pytest.mark.parametrize(("torch_ran", "default_kept", "busy"), CASES, ids=["-".join(map(str, c)) for c in CASES])
 def test_the_sentences_say_what_the_rows_hold(torch_ran, default_kept, busy):
     cores = os.cpu_count() or 1
-    peers = _peers(torch_ran, default_kept, (cores + 1.0, 0.1) if busy == "load-average" else (0.1, 0.1))
-    load = LoadReading(wall=1.0, others=0.5 if busy == "others-busy" else 0.0)
+    # own-busy: the run's own workers alone at the cores' load average, others idle; run-others-busy:
+    # the run's own reading (peers_table's) says others were busy, the cell's says nothing
+    peers = _peers(
+        torch_ran,
+        default_kept,
+        (cores + 1.0, cores + 0.5) if busy == "own-busy" else (0.1, 0.1),
+        others=0.5 if busy == "run-others-busy" else 0.01,
+    )
+    load = None if busy == "run-others-busy" else LoadReading(wall=1.0, others=0.5 if busy == "others-busy" else 0.0)
     reasons = spark_chapter.flag_reasons(peers, load)
-    assert bool(reasons) == (busy != "calm")
+    assert bool(reasons) == (busy in ("others-busy", "run-others-busy")), reasons
     tables = spark_chapter.peers_view(peers, reasons)
     said = [str(s) for s in spark_chapter.peers_sentences(peers, reasons)]
     check_against_table(_merged(tables), said)
@@ -209,14 +220,14 @@ QUICK = True
 display = lambda x: print(x.text() if hasattr(x, "text") else x)
 sc = local_spark_context("local[2]", app_name="ch7-peers-test", quiet=True)
 try:
-    exec(compile({run!r} + {show!r}, "<chapter 7 cells>", "exec"))
+    exec(compile({run!r} + {torch!r} + {show!r}, "<chapter 7 cells>", "exec"))
 finally:
     sc.stop()
 """
 
 
 def _run_cells(block: bool, timeout: float) -> str:
-    code = PRELUDE.format(block=block, run=cell(CH7, RUN_CELL), show=cell(CH7, SHOW_CELL))
+    code = PRELUDE.format(block=block, run=cell(CH7, RUN_CELL), torch=cell(CH7, TORCH_CELL), show=cell(CH7, SHOW_CELL))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KIT_QUICK": "1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -239,6 +250,32 @@ def test_the_cells_run_torch_distributor_when_torch_imports():
     assert "TorchDistributor ran here" in out and L_TORCH in out and "TorchDistributor: ran" in out, out
     assert "TorchDistributor did not run" not in out, out
     assert f"to {TARGET}" in out
+
+
+def _split(peers: dict) -> tuple[dict, dict]:
+    """One run as the chapter's two cells make it: kit's rows, then Network.fit and PyTorch's."""
+    torch_rows = {TORCH, PEER}
+    first = {**peers, "rows": [r for r in peers["rows"] if r["system"] not in torch_rows]}
+    first["right"] = {k: v for k, v in peers["right"].items() if k not in torch_rows}
+    first["torch_distributor"] = "not asked for"
+    then = {**peers, "rows": [r for r in peers["rows"] if r["system"] in torch_rows or r["system"] == FIT]}
+    then["right"] = {k: v for k, v in peers["right"].items() if k in torch_rows or k == FIT}
+    return first, then
+
+
+@pytest.mark.parametrize("torch_ran", [True, False])
+@pytest.mark.parametrize(("others", "then_others"), [(0.01, 0.01), (0.01, 0.5), (0.5, 0.01)])
+def test_the_two_cells_runs_merge_into_the_one_run(torch_ran, others, then_others):
+    whole = _peers(torch_ran, True, others=max(others, then_others))
+    first, then = _split(whole)
+    first["machine_load_by_others"], then["machine_load_by_others"] = others, then_others
+    merged = spark_chapter.merged(first, then)
+    assert [r["system"] for r in merged["rows"]] == [r["system"] for r in whole["rows"]]
+    assert merged["goals"] == whole["goals"] and merged["torch_distributor"] == whole["torch_distributor"]
+    assert merged["right"].keys() == whole["right"].keys()
+    assert bool(spark_chapter.flag_reasons(merged)) == (max(others, then_others) > 0.2)  # the busier reading
+    with pytest.raises(ValueError, match="the runs differ in epochs"):
+        spark_chapter.merged(first, {**then, "epochs": 3})
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,25 @@ def test_fit_trains_what_spark_network_trains(sc, digits, fitted):
     assert not np.array_equal(net.params().numpy(), _net().params().numpy())  # it trained
 
 
+def test_fits_on_the_same_dataframe_prepare_the_data_once(digits, monkeypatch):
+    """Like SparkNetwork's fits, the estimator's: the second fit on the same DataFrame with the same
+    settings reuses the rounds the first prepared (counted at kit.spark.prepared.prepare_data), and
+    trains on from the same data: a fresh fit's parameters again. Other settings prepare anew."""
+    import kit.spark.training_master as tm
+
+    df, _, _ = digits
+    calls = []
+    real = tm.prepare_data
+    monkeypatch.setattr(tm, "prepare_data", lambda *a, **k: calls.append(1) or real(*a, **k))
+    clf = NetworkClassifier(_net(), epochs=1, masterOptions=OPTIONS)
+    first, second = clf.fit(df), clf.fit(df)
+    assert len(calls) == 1, calls  # was 2: a new master, and a new cache, per fit
+    np.testing.assert_array_equal(first.network.params().numpy(), second.network.params().numpy())
+    other = {**OPTIONS, "batch_size_per_worker": 10}
+    clf.copy({clf.masterOptions: json.dumps(other)}).fit(df)  # a copy shares the cache; other settings: anew
+    assert len(calls) == 2, calls
+
+
 def test_transform_adds_the_columns_on_the_executors_with_the_local_numbers(digits, fitted):
     df, x, _ = digits
     scored = fitted.transform(df)

@@ -1,23 +1,21 @@
 """spark-submit --master spark://... with kit shipped as a zip (issue 44's goal): a standalone
-master and one worker started here, the driver started by spark-submit with `--py-files kit.zip`,
+master and one worker started here (kit.spark.standalone), the driver started by spark-submit with `--py-files kit.zip`,
 and no pooch anywhere (an import of it fails, on the driver and on the executors). The job trains a
 small network with kit.spark and reports: the context's master is the spark:// one (not a local
 one kit chose), the driver and the executors imported kit from the zip, and the network learned."""
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from kit.spark import spark_missing
+from kit.spark.standalone import standalone_cluster
 
 pytestmark = pytest.mark.slow  # a cluster of its own (`pytest -m slow`)
 
@@ -60,22 +58,6 @@ JOB = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and proc.poll() is None:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return True
-        time.sleep(0.2)
-    return False
-
-
 def _kit_zip(path: Path) -> Path:
     """kit's package as a zip, what a user ships with --py-files (sources only)."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
@@ -93,7 +75,7 @@ def test_spark_submit_to_a_standalone_master_trains_on_the_cluster_with_kit_from
     import pyspark
 
     home = Path(pyspark.__file__).parent
-    spark_class, spark_submit = str(home / "bin" / "spark-class"), str(home / "bin" / "spark-submit")
+    spark_submit = str(home / "bin" / "spark-submit")
     shipped = _kit_zip(tmp_path / "kit.zip")
     assert not any(name.startswith("pooch") for name in zipfile.ZipFile(shipped).namelist())
     no_pooch = tmp_path / "no-pooch" / "pooch"  # first on PYTHONPATH: `import pooch` fails, as where it is missing
@@ -101,24 +83,10 @@ def test_spark_submit_to_a_standalone_master_trains_on_the_cluster_with_kit_from
     (no_pooch / "__init__.py").write_text("raise ImportError('pooch is not installed here')\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "SPARK_"))}
     env.update(SPARK_HOME=str(home), PYSPARK_PYTHON=sys.executable, PYTHONPATH=str(no_pooch.parent))
-    port, logs, procs = _free_port(), tmp_path / "logs", []
-    logs.mkdir()
-    try:
-        for role, args in (
-            ("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)]),
-            ("worker", ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2"]),
-        ):
-            if role == "worker":
-                args += ["--memory", "1g", "--work-dir", str(tmp_path / "work"), f"spark://127.0.0.1:{port}"]
-            with open(logs / f"{role}.log", "w") as log:
-                cmd = [spark_class, *args, "--webui-port", str(_free_port())]
-                procs.append(
-                    subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-                )
-            if role == "master":
-                assert _wait_for_port(port, procs[0], 60), (logs / "master.log").read_text()[-2000:]
+    # the workers' PYTHONPATH holds the blocked pooch and not kit: kit reaches them in the zip only
+    with standalone_cluster(workers=1, cores=2, memory="1g", python_path=str(no_pooch.parent)) as cluster:
         (tmp_path / "job.py").write_text(JOB)
-        submit = [spark_submit, "--master", f"spark://127.0.0.1:{port}", "--py-files", str(shipped)]
+        submit = [spark_submit, "--master", cluster.url, "--py-files", str(shipped)]
         submit += [
             "--driver-memory",
             "512m",
@@ -132,14 +100,8 @@ def test_spark_submit_to_a_standalone_master_trains_on_the_cluster_with_kit_from
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
         out = json.loads(lines[-1][len("RESULT ") :])
-    finally:
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait(timeout=30)
-    assert out["master"] == f"spark://127.0.0.1:{port}", out  # spark-submit's master, not a local one
+        url = cluster.url
+    assert out["master"] == url, out  # spark-submit's master, not a local one
     assert "kit.zip" in out["driver_kit"], out  # kit from the zip, on the driver
     assert [e[0].split("kit.zip")[1] for e in out["executors"]] == ["/kit/__init__.py"], out  # and the executors
     assert not out["driver_pooch"] and not any(e[1] for e in out["executors"]), out

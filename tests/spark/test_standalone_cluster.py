@@ -1,23 +1,20 @@
-"""kit.spark on a real standalone cluster started by this module (issue 22): one master and two
-workers bound to 127.0.0.1, each worker in its own mount namespace with a private tmpfs over the
-driver's TMPDIR, as on separate hosts that cannot see the driver's disk. Each test runs a driver in
+"""kit.spark on a real standalone cluster started by this module (issue 22; kit.spark.standalone):
+one master and two workers bound to 127.0.0.1, each worker in its own mount namespace with a private
+tmpfs over the driver's TMPDIR, as on separate hosts that cannot see the driver's disk. Each test runs a driver in
 a subprocess (its own SparkContext, its own application on the one cluster); the last one kills the
 workers. Skips, saying why, where `unshare` is not permitted."""
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kit.spark import spark_missing
+from kit.spark.standalone import private_namespaces_missing, standalone_cluster
 
 pytestmark = pytest.mark.slow  # a cluster of its own: the default run leaves it to CI (`pytest -m slow`)
 
@@ -35,6 +32,7 @@ DRIVER = textwrap.dedent(
 
     master, shared_dir, part = sys.argv[1], sys.argv[2], sys.argv[3]
     worker_pids = [int(p) for p in sys.argv[4].split(",")]
+    conf = json.loads(sys.argv[5])  # kit.spark.standalone's driver_conf: executors' PYTHONPATH, cores.max, ...
 
 
     def averaging(sc, rdd, data, out):
@@ -92,14 +90,7 @@ DRIVER = textwrap.dedent(
         out["active_jobs"] = list(sc.statusTracker().getActiveJobsIds())
 
 
-    sc = local_spark_context(master, app_name="kit-standalone", driver_memory="512m",
-                             conf={"spark.executorEnv.PYTHONPATH": os.environ["KIT_ROOT"],
-                                   "spark.executor.memory": "512m", "spark.cores.max": "2",
-                                   "spark.ui.showConsoleProgress": "false",
-                                   # both workers are on 127.0.0.1, so Spark would read the other's shuffle
-                                   # files straight from its disk ("host-local"): on separate hosts it fetches
-                                   # them over the network, which is what this cluster must do
-                                   "spark.shuffle.readHostLocalDisk": "false"})
+    sc = local_spark_context(master, app_name="kit-standalone", driver_memory="512m", conf=conf)
     out = {}
     try:
         deadline = time.monotonic() + 120  # both workers' executors registered
@@ -121,112 +112,41 @@ DRIVER = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and proc.poll() is None:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return True
-        time.sleep(0.2)
-    return False
-
-
 @dataclass(frozen=True)
 class Cluster:
     url: str  # spark://127.0.0.1:PORT
-    env: dict[str, str]
-    driver_tmp: Path  # the driver's TMPDIR: hidden from the workers
-    shared: Path  # outside it: every worker sees it, as a shared mount
+    env: dict[str, str]  # a driver's: its TMPDIR the one hidden from the workers
+    conf: str  # the driver's Spark conf (JSON), StandaloneCluster.driver_conf
+    shared: Path  # outside the driver's TMPDIR: every worker sees it, as a shared mount
     worker_pids: str  # the workers' process groups, for the test that kills them
     scripts: Path
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """The master and two workers, started once for the module's drivers, killed after the last."""
-    why = spark_missing()
+    """The master and two workers (kit.spark.standalone), started once for the module's drivers,
+    killed after the last."""
+    why = spark_missing() or private_namespaces_missing(tmp_path_factory.mktemp("probe"))
     if why:
         pytest.skip(why)
     tmp_path = tmp_path_factory.mktemp("standalone")
-    probe = subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", f"mount -t tmpfs tmpfs {tmp_path}"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if probe.returncode != 0:
-        pytest.skip(f"unshare -m with a tmpfs is not permitted here: {probe.stderr.strip()[:200]}")
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
-    spark_class = str(home / "bin" / "spark-class")
-    driver_tmp = tmp_path / "driver-tmp"
-    shared = tmp_path / "shared"
-    driver_tmp.mkdir()
-    shared.mkdir()
-    env = {**os.environ, "SPARK_HOME": str(home), "KIT_ROOT": str(ROOT), "PYTHONPATH": str(ROOT)}
-    env.pop("PYSPARK_SUBMIT_ARGS", None)
-    port = _free_port()
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    procs: list[subprocess.Popen] = []
-    try:
-        master_cmd = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)]
-        master_cmd += ["--webui-port", str(_free_port())]
-        procs.append(
-            subprocess.Popen(
-                master_cmd,
-                env=env,
-                stdout=open(logs / "master.log", "w"),
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-        assert _wait_for_port(port, procs[0], 90), (logs / "master.log").read_text()[-2000:]
-        for i in range(2):
-            work = f"{driver_tmp}/worker{i}"  # inside the private tmpfs: this worker's own disk
-            inner = (
-                f"mount -t tmpfs tmpfs {driver_tmp} && mkdir -p {work} && TMPDIR={work} exec {spark_class} "
-                f"org.apache.spark.deploy.worker.Worker --host 127.0.0.1 --cores 1 --memory 1g --work-dir {work} "
-                f"--webui-port {_free_port()} spark://127.0.0.1:{port}"
-            )
-            procs.append(
-                subprocess.Popen(
-                    ["unshare", "-m", "--propagation", "private", "sh", "-c", inner],
-                    env={**env, "SPARK_LOCAL_DIRS": work},
-                    stdout=open(logs / f"worker{i}.log", "w"),
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-        script = tmp_path / "driver.py"
-        script.write_text(DRIVER)
-        pids = ",".join(str(p.pid) for p in procs[1:])
-        yield Cluster(f"spark://127.0.0.1:{port}", env, driver_tmp, shared, pids, script)
-    finally:
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait(timeout=30)
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    with standalone_cluster(workers=2, cores=1, memory="1g", private=True, python_path=str(ROOT)) as c:
+        pids = ",".join(str(p) for p in c.worker_pids)
+        yield Cluster(c.url, c.env, json.dumps(c.driver_conf()), c.shared, pids, script)
 
 
 def _drive(cluster: Cluster, part: str) -> tuple[dict, str]:
     """Runs one driver (one application) on the cluster: what it measured, and its stderr's tail."""
+    args = [cluster.url, str(cluster.shared), part, cluster.worker_pids, cluster.conf]
     proc = subprocess.run(
-        [sys.executable, str(cluster.scripts), cluster.url, str(cluster.shared), part, cluster.worker_pids],
+        [sys.executable, str(cluster.scripts), *args],
         capture_output=True,
         text=True,
         timeout=480,
         cwd=ROOT,
-        env={**cluster.env, "TMPDIR": str(cluster.driver_tmp)},
+        env=cluster.env,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, proc.stdout[-2000:] + proc.stderr[-4000:]
