@@ -12,9 +12,18 @@ from kit import backend
 from kit.core.devices import set_host_device_count
 
 
+def pytest_configure(config):
+    """pytest-xdist's `--dist loadfile` hands out files in collection order once reordering is off
+    (its default sorts files by their number of tests, which sends the chapters and the Spark files,
+    few tests but the heaviest, to the end, where one process runs them while the other idles)."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
     _ids_are_stable(items)
     _leave_slow_to_ci(config, items)
+    _heaviest_files_first(items)
     ok, why = backend.gpu_status()
     if ok:
         return
@@ -45,6 +54,24 @@ def _leave_slow_to_ci(config, items):
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if "slow" not in item.keywords]
+
+
+def _heaviest_files_first(items):
+    """Order files longest first, so the two processes of `-n 2 --dist loadfile` end together: the
+    chapters (a kernel each, every cell a test), then tests/spark and the other files that use `sc`
+    (Spark jobs, a JVM), then the rest by their number of tests, most first; the last files handed
+    out are small ones that fill the gap. Tests keep their order within a file."""
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(str(item.path), []).append(item)
+
+    def weight(group: list) -> tuple[int, int]:
+        if group[0].path.suffix == ".ipynb":
+            return (0, -len(group))
+        uses_spark = group[0].path.parent.name == "spark" or any("sc" in getattr(i, "fixturenames", ()) for i in group)
+        return (1 if uses_spark else 2, -len(group))
+
+    items[:] = [item for group in sorted(files.values(), key=weight) for item in group]
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,7 @@ code. These read the code with `ast`; they import nothing."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,12 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A kit module parsed once per test process: the checks below only read the trees."""
+    return ast.parse(path.read_text(), filename=str(path))
 
 
 def _targets(node: ast.AST, module: str) -> list[str]:
@@ -82,9 +89,15 @@ def _function_imports(tree: ast.Module) -> list[ast.AST]:
 
 
 def _graph() -> dict[str, set[str]]:
+    """kit's import graph (module -> the kit modules it imports at module level), a fresh copy each call."""
+    return {name: set(edges) for name, edges in _import_graph().items()}
+
+
+@functools.cache
+def _import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in MODULES.items():
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = _tree(path)
         inside = {id(n) for n in _function_imports(tree)}
         edges = set()
         for node in _module_level_imports(tree):
@@ -171,7 +184,7 @@ def test_the_core_layers_point_one_way():
 
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_no_import_inside_a_function_except_optional_dependencies(name):
-    tree = ast.parse(MODULES[name].read_text())
+    tree = _tree(MODULES[name])
     hidden = []
     for node in _function_imports(tree):
         roots = (
@@ -186,7 +199,7 @@ def test_no_import_inside_a_function_except_optional_dependencies(name):
 def test_only_the_backend_imports_cupy():
     offenders = []
     for name, path in MODULES.items():
-        tree = ast.parse(path.read_text())
+        tree = _tree(path)
         for node in ast.walk(tree):
             roots = []
             if isinstance(node, ast.Import):
@@ -203,7 +216,7 @@ def test_no_print_in_library_code():
     for name, path in MODULES.items():
         if name == "kit.__main__":  # the command line prints; that is its job
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
                 offenders.append(f"{name}:{node.lineno}")
     assert not offenders, f"print() in library code: {offenders}; use logging, a stream, or return the text"
@@ -214,7 +227,7 @@ def test_no_module_imports_another_module_s_private_name():
     seams issue 25 made: kit.spark.executor, kit.spark.checkpoint_store, NDArray's rooms)."""
     found = []
     for name, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "kit":
                 found += [f"{name}: from {node.module} import {a.name}" for a in node.names if _private(a.name)]
                 if _private(node.module.rsplit(".", 1)[-1]):
@@ -476,7 +489,7 @@ def _any_share(paths) -> tuple[int, int]:
 
     typed_any = total = 0
     for path in paths:
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 a = node.args
                 for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, *(x for x in (a.vararg, a.kwarg) if x)]:
@@ -506,7 +519,7 @@ def test_the_share_of_parameters_typed_any_does_not_grow():
 def test_module_docstrings_keep_the_why_in_under_40_lines():
     long = {}
     for name, path in MODULES.items():
-        doc = ast.get_docstring(ast.parse(path.read_text()), clean=False) or ""
+        doc = ast.get_docstring(_tree(path), clean=False) or ""
         if len(doc.splitlines()) > MODULE_DOCSTRING_LINES:
             long[name] = len(doc.splitlines())
     assert set(long) <= LONG_DOCSTRINGS_TO_CUT, f"module docstrings over {MODULE_DOCSTRING_LINES} lines: {long}"

@@ -11,9 +11,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SLOW_FILE = "tests/spark/test_standalone_cluster.py"  # marked slow as a whole
 FAST_FILE = "tests/test_suite_selection.py"
 CHAPTER = "notebooks/01_arrays_and_backends.ipynb"
+SPARK_FILE = "tests/spark/test_wire.py"  # its tests use the `sc` fixture
 
 
-def _collected(*args: str) -> set[str]:
+def _collected(*args: str) -> list[str]:
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", *args],
         cwd=ROOT,
@@ -22,20 +23,24 @@ def _collected(*args: str) -> set[str]:
         timeout=120,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
+    return list(dict.fromkeys(line.split("::")[0] for line in done.stdout.splitlines() if "::" in line))
 
 
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        ((), {FAST_FILE, CHAPTER}),  # the plain run (testpaths): slow tests left out, the chapters in
-        (("-m", "slow"), {SLOW_FILE}),  # CI's second run: any -m is obeyed as given
-        ((SLOW_FILE,), {SLOW_FILE}),  # naming a file runs what it holds, slow or not
+        ((), [CHAPTER, SPARK_FILE, FAST_FILE]),  # the plain run (testpaths): slow tests left out, the chapters in
+        (("-m", "slow"), [SLOW_FILE]),  # CI's second run: any -m is obeyed as given
+        ((SLOW_FILE,), [SLOW_FILE]),  # naming a file runs what it holds, slow or not
     ],
     ids=["default", "m-slow", "named-file"],
 )
-def test_testpaths_runs_leave_slow_tests_to_ci_unless_asked_for(args, expected):
-    assert _collected("-o", f"testpaths={SLOW_FILE} {FAST_FILE} {CHAPTER}", *args) == expected
+def test_testpaths_runs_leave_slow_tests_to_ci_unless_asked_for(request, args, expected):
+    """Also the order `-n 2 --dist loadfile` hands files out in (tests/conftest.py turns xdist's sort
+    by test count off): the chapters, then the Spark files, then the rest, most tests first, so the
+    heaviest files do not start last while the other process idles."""
+    assert getattr(request.config.option, "loadscopereorder", False) is False
+    assert _collected("-o", f"testpaths={SLOW_FILE} {FAST_FILE} {SPARK_FILE} {CHAPTER}", *args) == expected
 
 
 @pytest.mark.parametrize(

@@ -81,9 +81,11 @@ def _averaging(sc, data, workers, depth, dtype="float32", updater=None, approach
     ],
 )
 def test_bytes_a_round_follow_from_the_parameter_count(sc, digits, workers, depth, dtype, partials, per_partial):
-    net, stats = _averaging(sc, digits, workers, depth, dtype)
+    two_rounds = workers * 2 * 10 * 2  # every worker 2 mini-batches of 10 a round: the first round and a later one
+    data = DataSet(digits.features.numpy()[:two_rounds], digits.labels.numpy()[:two_rounds])
+    net, stats = _averaging(sc, data, workers, depth, dtype)
     p, itemsize = net.num_params, np.dtype(dtype).itemsize
-    assert stats.rounds and all(r["workers"] == workers for r in stats.rounds)
+    assert len(stats.rounds) == 2 and all(r["workers"] == workers for r in stats.rounds)
     for r in stats.rounds:
         assert r["broadcast_bytes"] == itemsize * p  # the parameters (save_updater=False)
         assert r["partials"] == partials <= math.ceil(round(workers ** (1 / depth), 9))
