@@ -14,12 +14,12 @@ CH4 = "04_multi_device_training.ipynb"
 
 
 def _comparison(*seconds):
-    """tests/test_compare.py's Comparison from given per-repeat seconds (loaded by path: tests/ is
+    """tests/test_comparison.py's Comparison from given per-repeat seconds (loaded by path: tests/ is
     not a package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "_test_compare", Path(__file__).resolve().parents[1] / "test_compare.py"
+        "_test_comparison", Path(__file__).resolve().parents[1] / "test_comparison.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
