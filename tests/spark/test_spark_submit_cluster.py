@@ -67,7 +67,7 @@ def _kit_zip(path: Path) -> Path:
     return path
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_spark_submit_to_a_standalone_master_trains_on_the_cluster_with_kit_from_a_zip(tmp_path):
     why = spark_missing()
     if why:
@@ -96,7 +96,8 @@ def test_spark_submit_to_a_standalone_master_trains_on_the_cluster_with_kit_from
             "spark.ui.enabled=false",
         ]
         submit += ["--conf", f"spark.executorEnv.PYTHONPATH={no_pooch.parent}", str(tmp_path / "job.py")]
-        proc = subprocess.run(submit, capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+        # bounded; on a loaded machine (the suite beside CPU burners) the job took over 180 s
+        proc = subprocess.run(submit, capture_output=True, text=True, timeout=420, env=env, cwd=tmp_path)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
         assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-4000:]
         out = json.loads(lines[-1][len("RESULT ") :])
