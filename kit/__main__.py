@@ -231,6 +231,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         "workers in private mount namespaces), 10 epochs (1 with --quick)",
     )
     bench.add_argument("--epochs", type=int, metavar="N", help="spark only: the side-by-side's epochs")
+    bench.add_argument(
+        "--seeds",
+        type=int,
+        metavar="N",
+        help="spark only: the side-by-side once a seed (0..N-1): timings' medians and spread, accuracies' mean",
+    )
     chapters = sub.add_parser(
         "chapters",
         help="copy the chapter notebooks into a folder (a wheel carries them)",
@@ -322,9 +328,11 @@ def _run(args: argparse.Namespace, rest: list[str], found: settings.Settings, pr
             return _error(f"{prog} book", str(exc))
         print(f"book written: {index}")
         return 0
-    benchmarks.options_for(args.name, standalone=args.standalone, epochs=args.epochs)  # refused before anything
+    benchmarks.options_for(
+        args.name, standalone=args.standalone, epochs=args.epochs, seeds=args.seeds
+    )  # refused before anything
     json_path = benchmarks.check_json_path(args.json) if args.json else None  # before minutes of benchmark
-    options = benchmarks.options_for(args.name, standalone=args.standalone, epochs=args.epochs)
+    options = benchmarks.options_for(args.name, standalone=args.standalone, epochs=args.epochs, seeds=args.seeds)
     result = benchmarks.run(args.name, quick=args.quick or found.quick, **options)
     print(benchmarks.format_result(result))
     if json_path is not None:

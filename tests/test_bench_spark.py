@@ -1,4 +1,4 @@
-"""`python -m kit bench spark`'s options: `--standalone` and `--epochs` refused, in one line before
+"""`python -m kit bench spark`'s options: `--standalone`, `--epochs` and `--seeds` refused, in one line before
 anything starts, where they do not apply or are bad; and (slow) the side-by-side run on a standalone
 cluster the benchmark starts, its rows, goals and load reading in the JSON."""
 
@@ -27,8 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
         (["bench", "train", "--epochs", "3"], "--epochs: only `bench spark` takes it; run `bench train` without it"),
         (["bench", "spark", "--epochs", "0"], "--epochs 0: a whole number >= 1, e.g. --epochs 10"),
         (["bench", "spark", "--standalone", "--epochs", "-2"], "--epochs -2: a whole number >= 1, e.g. --epochs 10"),
+        (["bench", "memory", "--seeds", "3"], "--seeds: only `bench spark` takes it; run `bench memory` without it"),
+        (["bench", "spark", "--seeds", "0"], "--seeds 0: a whole number >= 1, e.g. --seeds 3"),
     ],
-    ids=["standalone-not-spark", "epochs-not-spark", "epochs-zero", "epochs-negative"],
+    ids=["standalone-not-spark", "epochs-not-spark", "epochs-zero", "epochs-negative", "seeds-not-spark", "seeds-zero"],
 )
 def test_bad_options_are_refused_in_one_line_before_anything_runs(argv, says, capsys):
     if spark_missing() and "spark" in argv:
@@ -45,6 +47,7 @@ def test_bad_options_are_refused_in_one_line_before_anything_runs(argv, says, ca
         ("spark", {"standalone": True}, {"standalone": True}),
         ("spark", {"epochs": 10}, {"epochs": 10}),
         ("spark", {"standalone": False, "epochs": None}, {}),
+        ("spark", {"standalone": True, "seeds": 3}, {"standalone": True, "seeds": 3}),
     ],
 )
 def test_options_reach_only_the_spark_benchmark(name, options, passed):

@@ -2,9 +2,19 @@
 processes loaded (the run's own Spark and PyTorch processes are not others) or from a slowed baseline
 (a negative sync overhead); the seeded accuracies always get one."""
 
+import numpy as np
 import pytest
 
-from kit.bench.spark_peers import DEFAULT_ROW, SINGLE_ROW, TARGET, goals, timing_flag
+from kit.bench.spark_peers import (
+    DEFAULT_ROW,
+    SINGLE_ROW,
+    TARGET,
+    _kit_net,
+    goals,
+    over_seeds,
+    peers_table,
+    timing_flag,
+)
 from kit.measurement.goals import FLAGGED, NO_VERDICT
 from kit.measurement.load import LOAD_LIMIT, LoadReading
 
@@ -106,3 +116,61 @@ def test_the_defaults_goal_reads_the_default_row_against_network_fit(default, si
     assert line.startswith(expected) and f"({default:.4g} vs {single:.4g})" in line, line
     assert "defaults' final_accuracy >= Network.fit's - 0.005" in goals(rows[2:])  # without TorchDistributor too
     assert not any(k.startswith("defaults'") for k in goals(_rows(2.0, 2.6)))  # no default row: no line
+
+
+def _seeded(kit, peer, column="overhead_ms"):
+    """The two rows over seeds (over_seeds), `column` taking each seed's value from the lists."""
+    runs = []
+    for k, p in zip(kit, peer):
+        rows = _rows(2.0, 2.6)
+        rows[0].update({"call_s": 1.0, "per_step_ms": 3.0, "to_target_s": 9.0, column: k})
+        rows[1].update({"call_s": 1.0, "per_step_ms": 3.0, "to_target_s": 9.0, column: p})
+        runs.append(rows)
+    return over_seeds(runs)
+
+
+@pytest.mark.parametrize(
+    ("column", "kit", "peer", "starts"),
+    [
+        ("overhead_ms", [2.0, 2.1, 2.2], [2.6, 2.5, 2.7], "met"),  # every seed's pair met
+        ("overhead_ms", [2.8, 2.9, 3.0], [2.6, 2.5, 2.7], "NOT met"),
+        ("overhead_ms", [2.0, 2.6, 2.4], [2.6, 2.4, 2.5], "within the spread"),  # pairs on both sides
+        ("overhead_ms", [1.0, 2.0, 3.0], [2.6, 2.5, 2.7], NO_VERDICT),  # kit's spread ±50 %
+        ("to_target_s", [9.0, 9.5, 9.2], [20.0, 30.0, 10.0], NO_VERDICT),  # the peer's ±50 %
+        ("final_accuracy", [0.852, 0.861, 0.861], [0.856, 0.854, 0.849], "met"),  # mean within 0.005, every pair
+        ("final_accuracy", [0.840, 0.861, 0.861], [0.856, 0.854, 0.849], "within the spread"),  # one pair not
+        ("final_accuracy", [0.840, 0.845, 0.842], [0.856, 0.854, 0.849], "NOT met"),
+    ],
+    ids=["met", "not-met", "straddles", "kit-spread", "peer-spread", "acc-met", "acc-straddles", "acc-not-met"],
+)
+def test_a_goal_over_seeds_pairs_each_seeds_runs(column, kit, peer, starts):
+    ours, theirs = _seeded(kit, peer, column)
+    key = {
+        "overhead_ms": "overhead_per_step_ms <= TorchDistributor's",
+        "to_target_s": f"time_to_{TARGET}_s <= TorchDistributor's",
+        "final_accuracy": "final_accuracy >= TorchDistributor's - 0.005",
+    }[column]
+    line = goals([ours, theirs], QUIET)[key]
+    assert line.startswith(starts), line
+    if starts != NO_VERDICT:
+        gaps = [a - b for a, b in zip(kit, peer)]
+        assert f"per seed {', '.join(f'{g:+.3g}' for g in gaps)}" in line, line  # each pair shown
+        assert ours[column] == pytest.approx(
+            sum(kit) / 3 if column == "final_accuracy" else sorted(kit)[1]
+        )  # accuracy: the mean; a timing: the median
+    else:
+        assert FLAGGED in line and "spread over the seeds" in line, line
+
+
+@pytest.mark.timeout(300)
+def test_the_side_by_side_over_two_seeds_runs_each_system_once_a_seed(sc):
+    """Network.fit alone (the cheapest row), seeds 0 and 1: the row holds both seeds' figures, each
+    seed's network starts elsewhere, and the first seed's per-example results are kept."""
+    peers = peers_table(sc, quick=True, systems=(), size=(256, 128), seeds=2)
+    (single,) = peers["rows"]
+    assert single["system"] == SINGLE_ROW and peers["seeds"] == 2
+    assert all(len(v) == 2 for v in single["per_seed"].values()), single["per_seed"]
+    assert single["final_accuracy"] == pytest.approx(np.mean(single["per_seed"]["final_accuracy"]))
+    assert list(peers["right"]) == [SINGLE_ROW] and peers["right"][SINGLE_ROW].shape == (128,)
+    first, second = (_kit_net(seed).params().numpy() for seed in (0, 1))
+    assert not np.array_equal(first, second)  # the seed reaches the network

@@ -316,3 +316,39 @@ def test_a_grandchild_that_ends_inside_the_block_is_ours():
 
 def test_a_childs_time_from_before_the_block_is_not_counted():
     assert _own_seconds(TREE_BURNER, started_before=True) < TREE_BURN * 0.5
+
+
+# How a descendant can end inside the block, each way its CPU must still count as ours: waited for
+# by its parent (reaping adds its time to the parent's), or reaped by nobody of the tree: its parent
+# ended first and init took it (an orphan, seen in the tree before), or its parent ignored SIGCHLD
+# and the kernel reaped it.
+# The burner burns TREE_BURN CPU seconds, then idles a second, so the sampler's last reading has it all.
+TREE_BURN_IDLE = TREE_BURNER + "time.sleep(1.0)\n"
+_LAUNCH = "import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', {burner!r}])\n"
+_WAIT_GONE = (
+    "import os, time\nt = time.monotonic()\n"
+    "while time.monotonic() - t < 60:\n"
+    "    try:\n        os.kill(p.pid, 0)\n    except ProcessLookupError:\n        break\n"
+    "    time.sleep(0.05)\n"
+)
+ENDINGS = {
+    "waited-child": TREE_BURN_IDLE,
+    "waited-grandchild": _LAUNCH.format(burner=TREE_BURN_IDLE) + "p.wait(timeout=60)\n",
+    "auto-reaped-grandchild": "import signal\nsignal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+    + _LAUNCH.format(burner=TREE_BURN_IDLE)
+    + _WAIT_GONE,
+    # its parent ends while it burns, unwaited for, without stopping it
+    "orphaned-grandchild": _LAUNCH.format(burner=TREE_BURN_IDLE) + "import time\ntime.sleep(0.5)\nprint(p.pid)\n",
+}
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_a_descendant_counts_as_ours_however_it_ends(ending):
+    with machine_load(children_are_ours=True) as load:
+        child = subprocess.run([sys.executable, "-c", ENDINGS[ending]], timeout=60, check=True, capture_output=True)
+        if ending == "orphaned-grandchild":  # its parent is gone: wait for init to reap it
+            pid, t0 = int(child.stdout), time.monotonic()
+            while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                assert time.monotonic() - t0 < 60, "the orphaned burner did not end within 60 s"
+                time.sleep(0.05)
+    assert load.own * load.wall * load.cores >= TREE_BURN * 0.9

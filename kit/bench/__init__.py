@@ -61,12 +61,17 @@ class BenchOptionError(ValueError):
     """An option given to a benchmark that has none such, or a bad value; said before it starts."""
 
 
-def options_for(name: str, standalone: bool = False, epochs: int | None = None) -> dict[str, Any]:
-    """The keyword options `run` passes to benchmark `name` (only spark takes `standalone` and
-    `epochs`), checked now: a benchmark can take minutes."""
-    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
-        raise BenchOptionError(f"--epochs {epochs}: a whole number >= 1, e.g. --epochs 10")
-    given = {k: v for k, v in (("standalone", standalone), ("epochs", epochs)) if v not in (False, None)}
+def options_for(
+    name: str, standalone: bool = False, epochs: int | None = None, seeds: int | None = None
+) -> dict[str, Any]:
+    """The keyword options `run` passes to benchmark `name` (only spark takes `standalone`,
+    `epochs` and `seeds`), checked now: a benchmark can take minutes."""
+    for flag, value, example in (("epochs", epochs, 10), ("seeds", seeds, 3)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise BenchOptionError(f"--{flag} {value}: a whole number >= 1, e.g. --{flag} {example}")
+    given = {
+        k: v for k, v in (("standalone", standalone), ("epochs", epochs), ("seeds", seeds)) if v not in (False, None)
+    }
     if given and name != "spark":
         flags = " ".join(f"--{k}" for k in given)
         raise BenchOptionError(f"{flags}: only `bench spark` takes it; run `bench {name}` without it")

@@ -74,21 +74,23 @@ def expected_driver_bytes(workers: int, depth: int, params: int, itemsize: int =
 QUICK_WARNING = "quick run: no warm-up call and 2 repeats, a smoke run: no time a round is measured"
 
 
-def bench_spark(quick: bool = False, standalone: bool = False, epochs: int | None = None) -> dict[str, Any]:
+def bench_spark(
+    quick: bool = False, standalone: bool = False, epochs: int | None = None, seeds: int = 1
+) -> dict[str, Any]:
     """The rounds' bytes and times and the side-by-side on local[2]; `standalone`: the side-by-side
     alone, on a standalone cluster (`standalone_peers`)."""
     if standalone:
-        return standalone_peers(quick, epochs)
+        return standalone_peers(quick, epochs, seeds)
     sc = local_spark_context(
         "local[2]", app_name="kit-bench", driver_memory="2g", conf={"spark.ui.showConsoleProgress": "false"}
     )
     try:
-        return run_on(sc, quick, epochs)
+        return run_on(sc, quick, epochs, seeds)
     finally:
         sc.stop()
 
 
-def standalone_peers(quick: bool, epochs: int | None = None) -> dict[str, Any]:
+def standalone_peers(quick: bool, epochs: int | None = None, seeds: int = 1) -> dict[str, Any]:
     """The side-by-side (peers_table: BENCH_SYSTEMS but the per-round fallback, which local[2]'s run
     times) on a standalone cluster started here, the
     issue's setting: a master and 2 one-core workers, each in a private mount namespace that hides
@@ -102,7 +104,7 @@ def standalone_peers(quick: bool, epochs: int | None = None) -> dict[str, Any]:
             sc = local_spark_context(cluster.url, app_name="kit-bench-standalone", driver_memory="2g", conf=conf)
             try:
                 systems = tuple(name for name in BENCH_SYSTEMS if not name.startswith("kit rounds"))
-                peers = peers_table(sc, quick, epochs=epochs, systems=systems)
+                peers = peers_table(sc, quick, epochs=epochs, systems=systems, seeds=seeds)
                 version = sc.version
             finally:
                 sc.stop()
@@ -111,7 +113,7 @@ def standalone_peers(quick: bool, epochs: int | None = None) -> dict[str, Any]:
     return {
         "benchmark": "spark (standalone)",
         "device": f"{device_label()}; Spark {version} standalone, 2 workers of 1 core ({where})",
-        "repeats": 1,
+        "repeats": seeds,
         "columns": peers["columns"],
         "rows": peers["rows"],
         "summary": peer_lines(peers),
@@ -141,7 +143,7 @@ def _models(quick: bool) -> list[dict[str, Any]]:
     ]
 
 
-def run_on(sc: SparkContext, quick: bool, epochs: int | None = None) -> dict[str, Any]:
+def run_on(sc: SparkContext, quick: bool, epochs: int | None = None, seeds: int = 1) -> dict[str, Any]:
     """The benchmark on a running SparkContext (the caller owns it)."""
     repeats = 2 if quick else 3
     rows: list[dict[str, Any]] = []
@@ -155,9 +157,7 @@ def run_on(sc: SparkContext, quick: bool, epochs: int | None = None) -> dict[str
             row["reliable"] = "NO" if row_warnings else "yes"
         rows += model_rows
         overheads[spec["model"]] = overhead
-    peers = peers_table(
-        sc, quick, epochs=epochs
-    )  # kit's gang and rounds beside TorchDistributor (kit.bench.spark_peers)
+    peers = peers_table(sc, quick, epochs=epochs, seeds=seeds)  # kit's gang and rounds beside TorchDistributor
     peers.pop("right")  # per-example results: the chapter's McNemar tests read them, the JSON does not
     cols = ["model", "params", "workers", "depth", "rounds", "round_ms", "spread", "vs_network_fit"]
     cols += ["broadcast_bytes", "driver_bytes", "formula_bytes", "partials", "formula_partials", "reliable"]
@@ -194,10 +194,21 @@ def peer_lines(peers: dict[str, Any]) -> dict[str, str]:
             f"overhead {r['overhead_ms']:+.2f} ms a step{split}, to {TARGET} {r['to_target_s']:.1f} s, final "
             f"accuracy {r['final_accuracy']:.3f}"
         )
+        if "per_seed" in r:
+            spreads = ", ".join(f"{c} ±{v:.0%}" for c, v in r["spread"].items())
+            accuracies = ", ".join(f"{a:.4f}" for a in r["per_seed"]["final_accuracy"])
+            lines[f"peer[{r['system']}]"] += f"; over the seeds: {spreads}; accuracies {accuracies}"
     lines["peers_torch_distributor"] = peers["torch_distributor"]
     lines.update({f"goal[{k}]": v for k, v in peers["goals"].items()})
+    runs = (
+        "one run each"
+        if peers.get("seeds", 1) == 1
+        else (
+            f"{peers['seeds']} runs each, seeds 0-{peers['seeds'] - 1}: each timing the median, each accuracy the mean"
+        )
+    )
     lines["peers_note"] = (
-        f"one run each: other processes used {format_load(peers['machine_load_by_others'])} of the CPU while it "
+        f"{runs}: other processes used {format_load(peers['machine_load_by_others'])} of the CPU while it "
         f"ran (flagged above {format_load(LOAD_LIMIT)}); load average {peers['load_average'][0]:.1f} before, "
         f"{peers['load_average'][1]:.1f} after, the run's own processes included"
     )

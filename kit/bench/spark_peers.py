@@ -40,6 +40,7 @@ from kit.data import ArrayIterator, DataSet
 from kit.data.datasets import find_fashion_mnist, load_fashion_mnist
 from kit.measurement.goals import NO_VERDICT, flagged_figure, goal_verdict
 from kit.measurement.load import LOAD_LIMIT, LoadReading, format_load, machine_load
+from kit.measurement.measure import SPREAD_LIMIT
 from kit.nn import Adam, mlp
 from kit.spark import GangFallbackWarning, ParameterAveragingTrainingMaster, SparkNetwork, to_rdd
 from kit.training.listeners import TrainingListener
@@ -83,8 +84,8 @@ def _classes(ds: DataSet) -> np.ndarray:
     return (labels.argmax(axis=1) if labels.ndim == 2 else labels).astype(np.int64)
 
 
-def _kit_net() -> Any:
-    return mlp(784, hidden=(256,), n_out=10, updater=Adam(LR), seed=0)
+def _kit_net(seed: int = 0) -> Any:
+    return mlp(784, hidden=(256,), n_out=10, updater=Adam(LR), seed=seed)
 
 
 def _kit_right(flat: np.ndarray, test: DataSet) -> np.ndarray:
@@ -94,8 +95,8 @@ def _kit_right(flat: np.ndarray, test: DataSet) -> np.ndarray:
     return np.argmax(net.output(test.features.numpy()).numpy(), axis=1) == _classes(test)
 
 
-def kit_single(train: DataSet, epochs: int, steps: int) -> dict[str, Any]:
-    net = _kit_net()
+def kit_single(train: DataSet, epochs: int, steps: int, seed: int = 0) -> dict[str, Any]:
+    net = _kit_net(seed)
     keeper = _Keeper(net, steps, 1)
     t0 = time.time()
     net.fit(ArrayIterator(train, 2 * PER_WORKER), epochs=epochs, listeners=[keeper])
@@ -119,7 +120,7 @@ class _Keeper(TrainingListener):
             self.snaps.append((time.time(), epochs * self.steps + done, self.net.params().numpy().copy()))
 
 
-def kit_spark(sc: Any, rdd: Any, epochs: int, steps: int, **options: Any) -> dict[str, Any]:
+def kit_spark(sc: Any, rdd: Any, epochs: int, steps: int, seed: int = 0, **options: Any) -> dict[str, Any]:
     """A SparkNetwork fit of two workers; options pick the gang's exchange or the rounds, and the
     master's own defaults stand for what options do not give (averaging_frequency included)."""
     if options.get("exchange") == "gradients":
@@ -128,7 +129,7 @@ def kit_spark(sc: Any, rdd: Any, epochs: int, steps: int, **options: Any) -> dic
     freq = tm.averaging_frequency
     rounds = -(-steps // freq)
     tm.gang_snapshots = SNAPSHOTS
-    spark = SparkNetwork(sc, _kit_net(), tm)
+    spark = SparkNetwork(sc, _kit_net(seed), tm)
     # a listener makes execution="auto" fall back to rounds: kept only where the rounds are asked for
     listeners = [_Keeper(spark.network, steps, freq)] if tm.execution == "rounds" else []
     with warnings.catch_warnings(record=True) as caught:
@@ -151,19 +152,19 @@ def kit_spark(sc: Any, rdd: Any, epochs: int, steps: int, **options: Any) -> dic
     return {"t0": t0, "end": end, "snapshots": snaps, "setup": setup, "ran_as": how, "fallback": fallback}
 
 
-def _torch_model() -> Any:
+def _torch_model(seed: int = 0) -> Any:
     import torch
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
 
 
-def torch_single(train: DataSet, epochs: int, steps: int) -> dict[str, Any]:
+def torch_single(train: DataSet, epochs: int, steps: int, seed: int = 0) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)  # one core, as each Spark worker has
     x, y = torch.from_numpy(train.features.numpy()), torch.from_numpy(_classes(train))
-    model, t0, snaps = _torch_model(), time.time(), []
+    model, t0, snaps = _torch_model(seed), time.time(), []
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     keep = marks(steps)
     for epoch in range(epochs):
@@ -178,7 +179,7 @@ def torch_single(train: DataSet, epochs: int, steps: int) -> dict[str, Any]:
     return {"t0": t0, "end": time.time(), "snapshots": snaps}
 
 
-def ddp_train(x: np.ndarray, y: np.ndarray, epochs: int) -> list[Any] | None:
+def ddp_train(x: np.ndarray, y: np.ndarray, epochs: int, seed: int = 0) -> list[Any] | None:
     """TorchDistributor's function: PyTorch DDP over Gloo, each rank every other mini-batch of 16."""
     import torch
     import torch.distributed as dist
@@ -190,7 +191,7 @@ def ddp_train(x: np.ndarray, y: np.ndarray, epochs: int) -> list[Any] | None:
     dist.init_process_group("gloo")
     data = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
     loader = DataLoader(data, batch_size=PER_WORKER, sampler=DistributedSampler(data, shuffle=False))
-    model = DistributedDataParallel(_torch_model())
+    model = DistributedDataParallel(_torch_model(seed))
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     snaps, steps = [], len(loader)
     keep = {-(-steps * j // SNAPSHOTS) for j in range(1, SNAPSHOTS + 1)}
@@ -229,14 +230,14 @@ def torch_missing_for_distributor() -> str | None:
     return None
 
 
-def torch_distributor(train: DataSet, epochs: int) -> dict[str, Any]:
+def torch_distributor(train: DataSet, epochs: int, seed: int = 0) -> dict[str, Any]:
     from pyspark.ml.torch.distributor import TorchDistributor
     from pyspark.sql import SparkSession
 
     SparkSession.builder.getOrCreate()  # TorchDistributor asks for the session on the running context
     t0 = time.time()
     snaps = TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(
-        ddp_train, train.features.numpy(), _classes(train), epochs
+        ddp_train, train.features.numpy(), _classes(train), epochs, seed
     )
     return {"t0": t0, "end": time.time(), "snapshots": snaps}
 
@@ -317,22 +318,33 @@ def peers_table(
     epochs: int | None = None,
     systems: Sequence[str] = BENCH_SYSTEMS,
     size: tuple[int, int] | None = None,
+    seeds: int = 1,
 ) -> dict[str, Any]:
     """Every system on the job, one after another, and the goals read from their rows (epochs: 1 quick,
     else 3). `systems`: kit's rows by name (kit_systems) and "torch" for PyTorch's two; `size`: (train,
-    test) examples. "right": each row's per-example results on the test set (not JSON: pop it to save)."""
+    test) examples; `seeds`: the whole side-by-side run once a seed (0, 1, ...) and the rows joined
+    (`over_seeds`). "right": each row's per-example results on the test set, the first seed's (not
+    JSON: pop it to save)."""
     train, test, what = job_data(quick, size)
     epochs = epochs or (1 if quick else 3)
     steps = -(-train.num_examples // (2 * PER_WORKER))
     load_before = os.getloadavg()[0]
     # other processes' CPU share while the systems ran: Spark's JVMs and Python workers, TorchDistributor's
     # ranks (and a standalone cluster this process started) are this run's own work, not load
+    runs = []
     with machine_load(children_are_ours=True) as load:
-        rows, skipped, torch_why = _run_systems(sc, train, test, epochs, steps, systems)
-    right = {r["system"]: r.pop("_right") for r in rows}
+        for seed in range(seeds):
+            rows, skipped, torch_why = _run_systems(sc, train, test, epochs, steps, systems, seed)
+            runs.append(rows)
+    right = {r["system"]: r.pop("_right") for r in runs[0]}
+    for rows in runs[1:]:
+        for r in rows:
+            r.pop("_right")
+    rows = over_seeds(runs) if seeds > 1 else runs[0]
     return {
         "data": what,
         "epochs": epochs,
+        "seeds": seeds,
         "steps_per_epoch": steps,
         "test_examples": test.num_examples,
         "columns": [
@@ -356,19 +368,50 @@ def peers_table(
     }
 
 
+TIMINGS = ("call_s", "per_step_ms", "overhead_ms", "to_target_s")
+
+
+def over_seeds(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row a system from several seeds' runs: each timing the median of the seeds' with its
+    spread (half the range over the median, kit.measure's), the final accuracy their mean; each
+    seed's figures kept under "per_seed" (the goals pair them). Systems in the first run's order.
+
+        >>> def row(overhead, accuracy):
+        ...     return {"system": "s", "call_s": 1.0, "per_step_ms": 2.0, "overhead_ms": overhead,
+        ...             "to_target_s": float("nan"), "final_accuracy": accuracy}
+        >>> r = over_seeds([[row(1.0, 0.8)], [row(3.0, 0.9)], [row(2.0, 0.85)]])[0]
+        >>> r["overhead_ms"], r["spread"]["overhead_ms"], round(r["final_accuracy"], 3)
+        (2.0, 0.5, 0.85)
+        >>> r["to_target_s"], r["per_seed"]["final_accuracy"]   # NaN where any seed never reached it
+        (nan, [0.8, 0.9, 0.85])
+    """
+    out = []
+    for first in runs[0]:
+        rows = [r for run in runs for r in run if r["system"] == first["system"]]
+        row = {**first, "per_seed": {c: [r[c] for r in rows] for c in (*TIMINGS, "final_accuracy")}, "spread": {}}
+        for c in TIMINGS:
+            values = row["per_seed"][c]
+            median = float(np.median(values)) if all(v == v for v in values) else float("nan")
+            row[c] = median
+            row["spread"][c] = (max(values) - min(values)) / 2 / abs(median) if median == median and median else 0.0
+        row["final_accuracy"] = float(np.mean(row["per_seed"]["final_accuracy"]))
+        out.append(row)
+    return out
+
+
 def _run_systems(
-    sc: Any, train: DataSet, test: DataSet, epochs: int, steps: int, systems: Sequence[str]
+    sc: Any, train: DataSet, test: DataSet, epochs: int, steps: int, systems: Sequence[str], seed: int = 0
 ) -> tuple[list[dict[str, Any]], dict[str, str], str | None]:
     """Every system's row (with "_right"), the kit rows that could not run and why, and why
     TorchDistributor did not (None: it ran)."""
     rdd = to_rdd(sc, train, num_slices=2).cache()
     rdd.count()
     kit_right = lambda p: _kit_right(p, test)  # noqa: E731
-    rows = [_row(SINGLE_ROW, "-", kit_single(train, epochs, steps), kit_right)]
+    rows = [_row(SINGLE_ROW, "-", kit_single(train, epochs, steps, seed), kit_right)]
     skipped = {}
     for name, semantics, options in kit_systems(systems):
         try:
-            run = kit_spark(sc, rdd, epochs, steps, **options)
+            run = kit_spark(sc, rdd, epochs, steps, seed, **options)
         except ValueError as exc:  # execution="gang" where no gang can run: said, not hidden
             skipped[name] = str(exc)
             continue
@@ -380,9 +423,14 @@ def _run_systems(
     torch_why = torch_missing_for_distributor() if "torch" in systems else "not asked for"
     if torch_why is None:
         torch_right = lambda p: _torch_right(p, test)  # noqa: E731
-        rows.append(_row("PyTorch (one process)", "-", torch_single(train, epochs, steps), torch_right))
+        rows.append(_row("PyTorch (one process)", "-", torch_single(train, epochs, steps, seed), torch_right))
         rows.append(
-            _row("TorchDistributor (DDP)", "DDP: gradients all-reduced", torch_distributor(train, epochs), torch_right)
+            _row(
+                "TorchDistributor (DDP)",
+                "DDP: gradients all-reduced",
+                torch_distributor(train, epochs, seed),
+                torch_right,
+            )
         )
         rows[-1]["overhead_ms"] = rows[-1]["per_step_ms"] - rows[-2]["per_step_ms"]
     return rows, skipped, torch_why
@@ -427,30 +475,46 @@ def goals(rows: list[dict[str, Any]], load: LoadReading | None = None) -> dict[s
     if ours is None or peer is None:
         missing = "TorchDistributor" if peer is None else "kit gang, every step"
         return {"all": f"not compared: {missing} did not run", **lines}
-    why, flagged = timing_flag(load), True
-    if not why:
-        flagged = False
-        if min(ours["overhead_ms"], peer["overhead_ms"]) < 0:
-            why = "no verdict: a single-process baseline ran slower per step than its two workers"
+    loaded = timing_flag(load)
+    negative = min(ours["overhead_ms"], peer["overhead_ms"]) < 0
 
-    def said(op: str, a: float, b: float, timing: bool) -> str:
+    def timing_why(column: str) -> str:
+        if loaded:
+            return loaded
+        wide = [
+            f"{r['system']}'s ±{r['spread'][column]:.0%}"
+            for r in (ours, peer)
+            if r.get("spread", {}).get(column, 0) > SPREAD_LIMIT
+        ]
+        if wide:
+            return f"{NO_VERDICT} (spread over the seeds wider than ±{SPREAD_LIMIT:.0%}: {', '.join(wide)})"
+        if negative:  # the machine slowed a baseline: no timing of the run is read
+            return "no verdict: a single-process baseline ran slower per step than its two workers"
+        return ""
+
+    def said(op: str, column: str, margin: float = 0.0) -> str:
+        a, b = ours[column], peer[column]
         figures = f"({a:.4g} vs {b:.4g})"
         if a != a and b != b:  # both NaN: neither reached the target in this run
             return f"not reached by either in this run (raise the epochs): {figures}"
-        if timing and why:
-            shown = f"({flagged_figure(f'{a:.4g}', flagged)} vs {flagged_figure(f'{b:.4g}', flagged)})"
-            return f"{why} {shown}"
+        why = timing_why(column) if column in TIMINGS else ""
+        if why:
+            flagged = why != "no verdict: a single-process baseline ran slower per step than its two workers"
+            return f"{why} ({flagged_figure(f'{a:.4g}', flagged)} vs {flagged_figure(f'{b:.4g}', flagged)})"
         if b != b or a != a:  # one reached the target, the other did not
             return f"{'met' if a == a else 'NOT met'} {figures}"
-        return f"{goal_verdict(a, op, b)} {figures}"
+        if "per_seed" not in ours or "per_seed" not in peer:
+            return f"{goal_verdict(a, op, b - margin)} {figures}"
+        # seeds: the figure against the peer's, and each seed's pair: where the pairs fall on both sides, not shown
+        gaps = [x - y for x, y in zip(ours["per_seed"][column], peer["per_seed"][column])]
+        verdict = goal_verdict(a - b, op, -margin, (min(gaps), max(gaps)))
+        return f"{verdict} {figures[:-1]}; per seed {', '.join(f'{g:+.3g}' for g in gaps)})"
 
     return {
         **lines,
-        "overhead_per_step_ms <= TorchDistributor's": said("<=", ours["overhead_ms"], peer["overhead_ms"], True),
-        f"time_to_{TARGET}_s <= TorchDistributor's": said("<=", ours["to_target_s"], peer["to_target_s"], True),
-        "final_accuracy >= TorchDistributor's - 0.005": said(
-            ">=", ours["final_accuracy"], peer["final_accuracy"] - 0.005, False
-        ).replace(f"vs {peer['final_accuracy'] - 0.005:.4g})", f"vs {peer['final_accuracy']:.4g})"),
+        "overhead_per_step_ms <= TorchDistributor's": said("<=", "overhead_ms"),
+        f"time_to_{TARGET}_s <= TorchDistributor's": said("<=", "to_target_s"),
+        "final_accuracy >= TorchDistributor's - 0.005": said(">=", "final_accuracy", 0.005),
     }
 
 

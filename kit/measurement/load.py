@@ -11,6 +11,7 @@ reason to flag a timing), read from psutil's machine-wide busy time minus this p
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -69,8 +70,8 @@ def machine_load(children_are_ours: bool = False) -> Iterator[LoadReading]:
     that runs in them (Spark's JVM and its Python workers, a process pool), whose CPU would
     otherwise read as other processes' load and flag every timing. A descendant that ends inside
     the block counts as this process's work where this process or a descendant reaps it (a
-    subprocess run and waited for, TorchDistributor's ranks); one nobody of the tree reaps counts
-    as others' (flagged, never hidden): `tree_work`."""
+    subprocess run and waited for), and one nobody of the tree reaps (an orphan, the workers
+    PySpark forks under TorchDistributor) by its last reading, taken every 0.2 s: `TreeSampler`."""
     if children_are_ours:
         with _load_with_descendants() as reading:
             yield reading
@@ -135,19 +136,72 @@ def tree_work(before: dict[int, tuple[float, float]], after: dict[int, tuple[flo
     return max(0.0, live + reaped - earlier)
 
 
+class TreeSampler:
+    """Each descendant's CPU seconds, read every `period` seconds from a thread, by (pid, start
+    time): a process that ends where none of the tree reaps it keeps its last reading. Reaping
+    alone misses those: an orphan that init reaps, a child of a parent that ignores SIGCHLD (the
+    kernel reaps it and adds its time to nobody; PySpark's forked workers end so under
+    TorchDistributor). `stop()` gives the descendants' seconds since the sampler started, less
+    what each ran after its last reading (under `period`) and any that lived under `period`."""
+
+    def __init__(self, me: psutil.Process, period: float = 0.2) -> None:
+        self._me, self._period = me, period
+        self._seen: dict[tuple[int, float], psutil.Process] = {}  # read on after they leave the tree
+        self._first: dict[tuple[int, float], float] = {}
+        self._last: dict[tuple[int, float], float] = {}
+        self._stop = threading.Event()
+        self._read(born_before=True)
+        self._thread = threading.Thread(target=self._run, name="kit-load-tree", daemon=True)
+        self._thread.start()
+
+    def _read(self, born_before: bool = False) -> None:
+        for p in self._me.children(recursive=True):
+            try:
+                self._seen.setdefault((p.pid, p.create_time()), p)
+            except psutil.Error:
+                continue
+        for key, p in list(self._seen.items()):
+            try:
+                if not p.is_running():  # ended, or its pid names another process now (start time)
+                    raise psutil.NoSuchProcess(p.pid)
+                t = p.cpu_times()
+            except psutil.Error:
+                del self._seen[key]
+                continue
+            self._first.setdefault(key, t.user + t.system if born_before else 0.0)
+            self._last[key] = t.user + t.system
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period):
+            self._read()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join(timeout=10.0)
+        self._read()
+        return sum(last - self._first[key] for key, last in self._last.items())
+
+
 @contextmanager
 def _load_with_descendants() -> Iterator[LoadReading]:
+    """Two readings of the tree's work, each short of the truth in its own way (reaping misses
+    what nobody of the tree reaps; sampling misses the last moments and the shortest lives):
+    the larger is taken, so others' load is never read as smaller than it was."""
     reading = LoadReading()
     me = psutil.Process()
-    before, busy0, t0 = _tree_seconds(me), _busy_seconds(), time.perf_counter()
+    before, own0 = _tree_seconds(me), _own_seconds()
+    sampler = TreeSampler(me)
+    busy0, t0 = _busy_seconds(), time.perf_counter()
     try:
         yield reading
     finally:
         reading.wall = time.perf_counter() - t0
-        own = tree_work(before, _tree_seconds(me))
+        busy = _busy_seconds() - busy0
+        sampled = sampler.stop() + _own_seconds() - own0
+        own = max(tree_work(before, _tree_seconds(me)), sampled)
         capacity = max(reading.wall * reading.cores, 1e-9)
         reading.own = min(1.0, max(0.0, own / capacity))
-        reading.others = min(1.0, max(0.0, (_busy_seconds() - busy0 - own) / capacity))
+        reading.others = min(1.0, max(0.0, (busy - own) / capacity))
 
 
 # ---------------------------------------------------------------------------------------
