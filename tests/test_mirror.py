@@ -40,7 +40,6 @@ UNTESTED = {
     "kit.spark.shared_master",
     "kit.spark.spark_evaluation",
     "kit.spark.training_master",
-    "kit.workspaces.workspace_cycles",
 }
 
 
