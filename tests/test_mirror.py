@@ -22,8 +22,6 @@ UNTESTED = {
     "kit.bench.kernels",
     "kit.bench.parallel",
     "kit.bench.train_conv",
-    "kit.monitor.panel_live",
-    "kit.monitor.panels",
     "kit.monitor.timeline_views",
     "kit.parallel.inference.delivery",
     "kit.parallel.inference.engine",
