@@ -22,7 +22,6 @@ UNTESTED = {
     "kit.bench.kernels",
     "kit.bench.parallel",
     "kit.bench.train_conv",
-    "kit.monitor.timeline_views",
     "kit.parallel.inference.delivery",
     "kit.parallel.inference.engine",
     "kit.parallel.inference.facade",
