@@ -25,7 +25,6 @@ UNTESTED = {
     "kit.parallel.inference.delivery",
     "kit.parallel.inference.engine",
     "kit.parallel.inference.facade",
-    "kit.parallel.worker",
     "kit.spark.arrow_data",
     "kit.spark.averaging_master",
     "kit.spark.checkpoint_store",
