@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info
 
-import kit
 from kit.nn import Dense, Layer, Network, mlp
 from kit.parallel import InferenceMode, ParallelInference
-from kit.parallel.inference import delivery, engine
+from kit.parallel.inference import engine
 from kit.parallel.inference.delivery import SHUT_DOWN, SHUT_DOWN_REMEDY
 
 
@@ -502,33 +501,6 @@ def test_64_asyncio_clients_on_one_loop_each_get_their_own_answer(mode):
     assert not inference_threads()
 
 
-def test_a_batch_of_asyncio_requests_is_settled_with_one_call_into_the_loop(monkeypatch):
-    """The worker wakes the event loop once per batch, not once per request."""
-    calls = []
-    real = delivery._settle_all
-    monkeypatch.setattr(delivery, "_settle_all", lambda requests: (calls.append(len(requests)), real(requests)))
-    net = Network([Gate(), Dense(3)], (4,))
-    x = np.random.default_rng(0).standard_normal((12, 4)).astype(np.float32)
-    Gate.event.clear()
-    Gate.entered.clear()
-
-    async def main():
-        first = asyncio.ensure_future(pi.output_async(x[0]))
-        while not Gate.entered.is_set():  # the worker holds the first request in the gate
-            await asyncio.sleep(0.005)
-        rest = [asyncio.ensure_future(pi.output_async(row)) for row in x[1:]]
-        while pi.queued() < 11:
-            await asyncio.sleep(0.005)
-        Gate.event.set()
-        return [a.numpy() for a in await asyncio.gather(first, *rest)]
-
-    with ParallelInference(net, workers=1, inference_mode="BATCHED") as pi:
-        answers = asyncio.run(main())
-        assert pi.batch_sizes == [1, 11]
-    assert calls == [1, 11]  # two batches, two calls into the loop for 12 answers
-    np.testing.assert_allclose(np.stack(answers), net.output(x).numpy(), rtol=1e-5, atol=1e-6)
-
-
 def test_output_async_errors_timeouts_and_cancellation():
     net = Network([Gate(), Poison(), Dense(3)], (4,))
     Gate.event.clear()
@@ -607,23 +579,6 @@ def test_a_full_queue_does_not_block_the_event_loop_and_shutdown_answers_every_a
     assert not inference_threads()
 
 
-def test_an_answer_for_a_closed_event_loop_is_dropped_and_the_worker_goes_on():
-    net = Network([Gate(), Dense(2)], (3,))
-    Gate.event.clear()
-    Gate.entered.clear()
-    with ParallelInference(net, workers=1, inference_mode="BATCHED") as pi:
-        loop = asyncio.new_event_loop()
-        task = loop.create_task(pi.output_async(np.ones(3, np.float32)))
-        loop.run_until_complete(asyncio.sleep(0))  # submitted: the worker runs it, held in the gate
-        assert Gate.entered.wait(timeout=10)
-        task.cancel()
-        loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
-        loop.close()
-        Gate.event.set()  # the worker's answer now has nowhere to go
-        assert pi.output(np.ones(3, np.float32)).shape == (2,)
-        assert pi.requests_served == 2
-
-
 @pytest.mark.parametrize("mode", list(InferenceMode))
 def test_submit_keeps_many_requests_in_flight_from_one_thread(mode):
     net = mlp(8, hidden=(16,), n_out=3, seed=5)
@@ -640,27 +595,6 @@ def test_submit_keeps_many_requests_in_flight_from_one_thread(mode):
     np.testing.assert_allclose(got, net.output(x).numpy(), rtol=1e-5, atol=1e-6)
     with pytest.raises(RuntimeError, match="shut down"):
         pi.submit(x[0])
-
-
-@pytest.mark.parametrize("mode", list(InferenceMode))
-def test_an_answer_is_wrapped_on_the_device_its_caller_was_on(host_devices, mode):
-    if host_devices < 2:
-        pytest.skip("needs two simulated host devices")
-    net = mlp(8, hidden=(8,), n_out=3)
-    x = np.ones(8, np.float32)
-
-    async def on(dev):
-        with kit.device(dev):
-            return await pi.output_async(x)
-
-    with ParallelInference(net, workers=1, devices="cpu:0", inference_mode=mode) as pi:  # one device, by name
-        assert [d.name for d in pi.devices] == ["cpu:0"]
-        with kit.device("cpu:1"):
-            future = pi.submit(x)
-            assert pi.output(x).device.name == "cpu:1"
-        assert future.result().device.name == "cpu:1"
-        assert asyncio.run(on("cpu:1")).device.name == "cpu:1"  # INPLACE too: it runs in an executor thread
-        assert pi.submit(x).result().device.name == "cpu:0"
 
 
 class Slow(Layer):
