@@ -9,10 +9,11 @@ import threading
 
 import numpy as np
 import pytest
+from _inference_layers import Gate
 
 import kit
 from kit.core.devices import as_device
-from kit.nn import Dense, Layer, Network, mlp
+from kit.nn import Dense, Network, mlp
 from kit.parallel import InferenceMode, ParallelInference
 from kit.parallel.inference import delivery
 from kit.parallel.inference.delivery import (
@@ -24,30 +25,6 @@ from kit.parallel.inference.delivery import (
     gather,
     shut_down_error,
 )
-
-
-def inference_threads():
-    return [t.name for t in threading.enumerate() if t.name.startswith("InferenceThread")]
-
-
-class Gate(Layer):
-    """An identity layer that waits for an event: holds a worker busy on purpose."""
-
-    event = threading.Event()
-    entered = threading.Event()  # set by a worker arriving at the gate
-
-    def forward(self, x, mgr, training):
-        Gate.entered.set()
-        Gate.event.wait(timeout=30)
-        y = mgr.create(mgr_type(), x.shape, x.dtype, x.device)
-        y.data[...] = x.data
-        return y
-
-
-def mgr_type():
-    from kit.nn.workspace_mgr import ArrayType
-
-    return ArrayType.ACTIVATIONS
 
 
 def test_a_batch_of_asyncio_requests_is_settled_with_one_call_into_the_loop(monkeypatch):

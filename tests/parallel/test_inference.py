@@ -10,16 +10,12 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from _inference_layers import Gate, inference_threads, mgr_type
 from threadpoolctl import threadpool_info
 
 from kit.nn import Dense, Layer, Network, mlp
 from kit.parallel import InferenceMode, ParallelInference
-from kit.parallel.inference import engine
 from kit.parallel.inference.delivery import SHUT_DOWN, SHUT_DOWN_REMEDY
-
-
-def inference_threads():
-    return [t.name for t in threading.enumerate() if t.name.startswith("InferenceThread")]
 
 
 @pytest.mark.parametrize("mode", list(InferenceMode))
@@ -67,26 +63,6 @@ def test_worker_errors_reach_the_caller_and_the_worker_survives():
         assert pi.output(np.zeros(4, np.float32)).shape == (2,)
         with pytest.raises(ValueError, match=r"expected one example of shape \(4,\) or a batch \(n, 4\), got \(5,\)"):
             pi.output(np.zeros(5, np.float32))
-
-
-class Gate(Layer):
-    """An identity layer that waits for an event: holds a worker busy on purpose."""
-
-    event = threading.Event()
-    entered = threading.Event()  # set by a worker arriving at the gate
-
-    def forward(self, x, mgr, training):
-        Gate.entered.set()
-        Gate.event.wait(timeout=30)
-        y = mgr.create(mgr_type(), x.shape, x.dtype, x.device)
-        y.data[...] = x.data
-        return y
-
-
-def mgr_type():
-    from kit.nn.workspace_mgr import ArrayType
-
-    return ArrayType.ACTIVATIONS
 
 
 def test_a_full_queue_makes_callers_wait_and_shutdown_answers_everyone():
@@ -394,58 +370,6 @@ def test_the_blas_limit_lasts_while_any_instance_lives():
     assert blas_thread_counts() == before and not inference_threads()
 
 
-def test_shutdown_from_a_worker_or_inside_the_engine_lock_does_not_deadlock():
-    """The garbage collector may finalize a ParallelInference in any thread, at any allocation:
-    in one of its own workers, or in a thread that holds its queue lock."""
-    done = threading.Event()
-
-    class ShutsItsServerDown(Layer):
-        server = None
-
-        def forward(self, x, mgr, training):
-            ShutsItsServerDown.server.shutdown()  # from a worker thread of that server
-            y = mgr.create(mgr_type(), x.shape, x.dtype, x.device)
-            y.data[...] = x.data
-            return y
-
-    net = Network([ShutsItsServerDown(), Dense(2)], (3,))
-    pi = ParallelInference(net, workers=2, inference_mode="SEQUENTIAL")
-    ShutsItsServerDown.server = pi
-    assert pi.output(np.zeros(3, np.float32)).shape == (2,)  # its own batch still answered
-    for _ in range(500):
-        if not inference_threads():
-            break
-        threading.Event().wait(0.01)
-    assert pi.threads_alive() == 0 and not inference_threads()
-    ShutsItsServerDown.server = None
-
-    other = ParallelInference(mlp(4, hidden=(4,), n_out=2), workers=2)
-
-    def locked_shutdown():
-        with other._engine.lock:
-            other.shutdown()
-        done.set()
-
-    threading.Thread(target=locked_shutdown, daemon=True).start()
-    assert done.wait(timeout=10), "shutdown inside the engine's lock deadlocked"
-    for _ in range(500):
-        if not inference_threads():
-            break
-        threading.Event().wait(0.01)
-    assert other.threads_alive() == 0 and not inference_threads()
-
-
-def test_batch_sizes_keep_only_the_latest_batches(monkeypatch):
-    """A server running for days must not grow a list per batch (DL4J's grew, dl4j#4018)."""
-    monkeypatch.setattr(engine, "BATCH_SIZES_KEPT", 10)
-    net = mlp(4, hidden=(4,), n_out=2)
-    with ParallelInference(net, workers=1, inference_mode="SEQUENTIAL") as pi:
-        for _ in range(30):
-            pi.output(np.ones(4, np.float32))
-        assert pi.requests_served == 30 and pi.batches_run == 30
-        assert pi.batch_sizes == [1] * 10
-
-
 @pytest.mark.parametrize("mode", [InferenceMode.SEQUENTIAL, InferenceMode.BATCHED])
 def test_a_batch_is_counted_before_any_of_its_callers_has_its_answer(mode):
     """A caller holding its answer finds it counted (counted after the release, a test read 160
@@ -720,40 +644,6 @@ def test_inplace_output_async_times_out_with_the_usual_message():
     with ParallelInference(net, workers=1, inference_mode="INPLACE") as pi:
         asyncio.run(main())
         assert pi.requests_served == 1  # it had started: it ran, for nobody
-
-
-def test_a_task_parked_on_a_stopped_loop_does_not_take_the_room_from_a_running_one():
-    """Room goes to asyncio callers whose loop is running; one on a loop that is stopped (not
-    closed) keeps its place for later without using the wake up."""
-    Gate.event.clear()
-    Gate.entered.clear()
-    net = Network([Gate(), Dense(2)], (3,))
-    x = np.zeros(3, np.float32)
-    answered = {}
-
-    def other_loop():
-        async def main():
-            answered["running loop"] = (await pi.output_async(x, timeout=20)).shape
-
-        asyncio.run(main())
-
-    with ParallelInference(net, workers=1, inference_mode="SEQUENTIAL", queue_limit=1) as pi:
-        held = pi.submit(x)
-        assert Gate.entered.wait(timeout=10)
-        queued = pi.submit(x)  # the queue (limit 1) is full
-        parked_loop = asyncio.new_event_loop()
-        parked = parked_loop.create_task(pi.output_async(x))
-        parked_loop.run_until_complete(asyncio.sleep(0.05))  # waits for room, then its loop stops
-        thread = threading.Thread(target=other_loop)
-        thread.start()
-        while len(pi._engine.room_waiters) < 2:
-            threading.Event().wait(0.005)
-        Gate.event.set()
-        thread.join(timeout=30)
-        assert answered == {"running loop": (2,)}
-        assert held.result(timeout=10).shape == queued.result(timeout=10).shape == (2,)
-        assert parked_loop.run_until_complete(parked).shape == (2,)  # served once its loop runs again
-        parked_loop.close()
 
 
 def test_an_inplace_call_that_timed_out_waiting_for_a_replica_never_runs():
