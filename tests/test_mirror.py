@@ -22,7 +22,6 @@ UNTESTED = {
     "kit.bench.kernels",
     "kit.bench.parallel",
     "kit.bench.train_conv",
-    "kit.parallel.inference.facade",
     "kit.spark.arrow_data",
     "kit.spark.averaging_master",
     "kit.spark.checkpoint_store",

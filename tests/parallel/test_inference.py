@@ -112,15 +112,6 @@ def test_update_model_swaps_parameters():
         np.testing.assert_allclose(pi.output(x).numpy(), b.output(x[None]).numpy()[0], rtol=1e-6)
 
 
-def test_invalid_settings():
-    net = mlp(4, hidden=(2,), n_out=2)
-    with pytest.raises(ValueError, match=r"batch_limit=0\)"):
-        ParallelInference(net, batch_limit=0)
-    with pytest.raises(ValueError, match="'FAST' is not a valid InferenceMode"):
-        ParallelInference(net, inference_mode="FAST")
-    assert not inference_threads()
-
-
 # ---- reliability (issue 13): every caller answered, only the bad one fails, nothing left behind
 
 
@@ -303,26 +294,6 @@ def test_shutdown_with_clients_in_flight_answers_everyone_and_leaves_no_thread(m
     net = mlp(32, hidden=(64,), n_out=4, seed=0)
     for _ in range(3):  # several rounds: the race lands at different moments
         shutdown_with_clients_in_flight(net, mode, clients)
-
-
-def test_a_shut_down_server_says_what_to_do_and_the_remedy_serves():
-    """It said "ParallelInference was shut down" and no more (issue 45): the words name the remedy,
-    and the remedy as printed (a new ParallelInference on the same network) answers."""
-    net = mlp(32, hidden=(8,), n_out=4, seed=0)
-    x = np.ones(32, np.float32)
-    for leave in ("shutdown", "with"):
-        if leave == "shutdown":
-            pi = ParallelInference(net, workers=1)
-            pi.shutdown()
-        else:
-            with ParallelInference(net, workers=1) as pi:
-                pass
-        with pytest.raises(RuntimeError) as err:
-            pi.output(x)
-        assert str(err.value) == f"{SHUT_DOWN}; {SHUT_DOWN_REMEDY}"
-        assert "ParallelInference(net, ...)" in str(err.value)
-        with ParallelInference(net, workers=1) as fresh:  # the remedy
-            np.testing.assert_allclose(fresh.output(x).numpy(), net.output(x[None]).numpy()[0], rtol=1e-6)
 
 
 def test_output_timeout_takes_the_request_back():
