@@ -108,6 +108,7 @@ def test_a_server_has_a_replica_per_worker_counts_what_it_served_and_ends_its_th
     ("timeout", "no_limit"), [(None, True), (math.inf, True), (1e300, True), (0, False), (5, False)]
 )
 def test_a_timeout_becomes_a_deadline_or_none_for_no_limit(timeout, no_limit):
+    assert threading.TIMEOUT_MAX < 1e300  # 1e300 s is past what a lock can wait: no limit
     before = time.monotonic()
     deadline = facade._deadline(timeout, "output")
     assert (deadline is None) == no_limit
@@ -130,4 +131,3 @@ def test_a_timeout_that_is_no_number_of_seconds_is_refused_naming_it(timeout, er
     with pytest.raises(error) as info:
         facade._deadline(timeout, "submit")
     assert str(info.value).startswith(message)
-    assert threading.TIMEOUT_MAX < 1e300  # the no-limit row above is past what a lock can wait
