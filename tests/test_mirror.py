@@ -18,17 +18,6 @@ KIT, TESTS = ROOT / "kit", ROOT / "tests"
 
 # 72 of 115 modules had no test file of their name when issue 42 counted them (plain names only)
 UNTESTED = {
-    "kit.bench.common",
-    "kit.bench.kernels",
-    "kit.bench.parallel",
-    "kit.bench.train_conv",
-    "kit.monitor.panel_live",
-    "kit.monitor.panels",
-    "kit.monitor.timeline_views",
-    "kit.parallel.inference.delivery",
-    "kit.parallel.inference.engine",
-    "kit.parallel.inference.facade",
-    "kit.parallel.worker",
     "kit.spark.arrow_data",
     "kit.spark.averaging_master",
     "kit.spark.checkpoint_store",
@@ -40,7 +29,6 @@ UNTESTED = {
     "kit.spark.shared_master",
     "kit.spark.spark_evaluation",
     "kit.spark.training_master",
-    "kit.workspaces.workspace_cycles",
 }
 
 

@@ -3,16 +3,15 @@ records nothing once it is off."""
 
 import gc
 import json
-import os
 import threading
 import weakref
 
 import pytest
 
 import kit
-from kit import memory, timeline_views
+from kit import memory
 from kit.data import ArrayIterator, DataSet, load_digits
-from kit.monitor.timeline import FIELDS, KINDS, MemoryTimeline, TimelineError
+from kit.monitor.timeline import FIELDS, KINDS, TimelineError
 from kit.nn import ArrayType, Nesterovs, Sgd, WorkspaceMode, mlp
 from kit.parallel import ParallelWrapper
 from kit.state import STATE
@@ -68,37 +67,6 @@ def test_cycle_bytes_and_peak_agree_with_each_workspace(trained):
     last = [e for e in tl.events if e["workspace"] == acts.name and e["cycle"] == acts.cycles]
     assert {e["kind"] for e in last} == {"alloc", "reset"}  # learned: the last cycle carved everything
     assert sum(e["nbytes"] for e in last if e["kind"] == "alloc") == acts.last_cycle_bytes
-
-
-def test_summary_counts_what_each_workspace_counts(trained):
-    tl, workspaces = trained
-    rows = {r["workspace"]: r for r in tl.summary()}
-    for name, ws in workspaces.items():
-        row = rows[name]
-        assert (row["cycles"], row["allocations"], row["resets"]) == (ws.cycles, ws.allocations, ws.resets)
-        assert (row["spills"], row["spilled_bytes"], row["peak_offset"]) == (
-            ws.spilled_count,
-            ws.spilled_bytes,
-            ws.peak_used,
-        )
-    page = tl._repr_html_()
-    assert page.startswith("<table") and all(name in page for name in workspaces)
-
-
-def test_a_workspace_that_carved_nothing_reads_the_same_in_the_summary(digits):
-    """SEPARATE with Sgd: the updater's scope opens every iteration and carves nothing (the update
-    is written over the gradient); the summary still agrees with the workspace, peak 0 included."""
-    train, _ = digits
-    net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), training_workspace_mode=WorkspaceMode.SEPARATE)
-    with kit.memory_timeline() as tl:
-        for ds in batches(train, 3):
-            net.fit(ds)
-    rows = {r["workspace"]: r for r in tl.summary()}
-    updater = [ws for ws in kit.workspace.all_workspaces() if ws.name in rows and "UPDATER" in ws.name]
-    assert len(updater) == 1 and updater[0].allocations == 0 and updater[0].cycles == 3
-    row = rows[updater[0].name]
-    assert (row["cycles"], row["allocations"], row["bytes"], row["peak_offset"]) == (3, 0, 0, updater[0].peak_used)
-    assert rows[None]["peak_offset"] is None  # the heap has no offsets
 
 
 def test_every_event_has_every_key_and_a_known_kind(trained):
@@ -250,68 +218,6 @@ def test_a_two_worker_parallel_wrapper_shows_each_worker_thread(digits, tmp_path
     assert len({names[w] for w in workers}) == 2
     devices = {e["args"]["device"] for e in trace if e["ph"] in ("X", "i") and e["tid"] in {names[w] for w in workers}}
     assert devices == {d.name for d in pw.devices}
-
-
-def test_save_trace_writes_chrome_trace_json(trained, tmp_path):
-    tl, _ = trained
-    path = tmp_path / "fit.json"
-    path.write_text("old")
-    assert tl.save_trace(path) == path
-    assert os.listdir(tmp_path) == ["fit.json"]  # no temporary file left
-    trace = json.loads(path.read_text())["traceEvents"]
-    last: dict[int, float] = {}
-    for e in trace:
-        assert {"name", "ph", "ts", "pid", "tid"} <= set(e) and "args" in e
-        assert e["ts"] >= last.get(e["tid"], 0.0)
-        last[e["tid"]] = e["ts"]
-    phases = [e["ph"] for e in trace]
-    assert phases.count("X") == len(tl.cycles) and phases.count("i") == len(tl.events) and "C" in phases
-    counters = [e for e in trace if e["ph"] == "C" and e["name"].endswith("WS_ALL_LAYERS_ACT arena bytes in use")]
-    acts = next(r for r in tl.summary() if (r["workspace"] or "").endswith("WS_ALL_LAYERS_ACT"))
-    assert max(e["args"]["bytes"] for e in counters) == acts["peak_offset"]
-
-
-def test_save_trace_is_atomic(trained, tmp_path, monkeypatch):
-    tl, _ = trained
-    path = tmp_path / "fit.json"
-    path.write_text('{"traceEvents": []}')
-
-    def broken(*args, **kwargs):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(timeline_views.json, "dump", broken)  # save_trace writes in kit.timeline_views
-    with pytest.raises(OSError, match="disk full"):
-        tl.save_trace(path)
-    assert path.read_text() == '{"traceEvents": []}' and os.listdir(tmp_path) == ["fit.json"]
-
-
-def test_plot_draws_one_bar_per_allocation_of_the_chosen_cycle(trained):
-    from matplotlib.figure import Figure
-
-    tl, _ = trained
-    cycle, allocs = tl.cycle_events()
-    assert cycle["workspace"].endswith("WS_ALL_LAYERS_ACT") and cycle["cycle"] == 5  # most bytes; last cycle
-    fig = tl.plot()
-    assert isinstance(fig, Figure)
-    ax = fig.axes[0]
-    assert len(ax.patches) == len(allocs) > 0
-    bars = sorted((p.get_x(), p.get_width()) for p in ax.patches)
-    assert bars == sorted((e["offset"], e["nbytes"]) for e in allocs)
-    assert ax.get_xlabel() and ax.get_ylabel() and fig.legends and not ax.get_legend()  # legend beside the axes
-    first = tl.plot(cycle=1, workspace=cycle["workspace"])  # the learning cycle: everything spilled
-    spills = [e for e in tl.events if e["workspace"] == cycle["workspace"] and e["cycle"] == 1]
-    spills = [e for e in spills if e["kind"] == "spill"]
-    assert len(first.axes[0].patches) == len(spills) > 0
-    assert all(p.get_hatch() == "//" for p in first.axes[0].patches)
-    with pytest.raises(TimelineError, match="no complete workspace cycle"):
-        tl.plot(workspace="NOT_A_WORKSPACE")
-
-
-def test_an_empty_timeline_says_there_is_nothing_to_plot():
-    tl = MemoryTimeline()
-    assert tl.summary() == [] and "0 events" in tl._repr_html_()
-    with pytest.raises(TimelineError, match="recorded: none"):
-        tl.plot()
 
 
 def test_an_aligned_heap_buffer_is_released_when_its_last_view_goes():

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import kit
-from kit.bench.kernels import conv_forward_variants, conv_input_grad_variants, maxpool_variants
 from kit.data import DataSet
 from kit.nn import AvgPool2D, BatchNorm, Conv2D, Dense, Flatten, MaxPool2D, Network, ReLU, WorkspaceMode
 from kit.nn.workspace_mgr import ArrayType
@@ -284,44 +283,3 @@ def test_the_same_kernels_on_cupy(layer):
     np.testing.assert_allclose(gdx, cdx, rtol=1e-4, atol=1e-4)
     for name in cg:
         np.testing.assert_allclose(gg[name], cg[name], rtol=1e-4, atol=1e-3)
-
-
-# ---- the benchmark's kernel alternatives compute the same thing (so its timings compare like with like)
-
-
-def _agree(variants, skip=()):
-    fns, out = variants
-    results = {}
-    for name, fn in fns.items():
-        out[...] = np.nan
-        fn()
-        results[name] = out.copy()
-    kit_result = next(r for name, r in results.items() if name.endswith("(kit)"))
-    for name, result in results.items():
-        if name not in skip:
-            np.testing.assert_allclose(result, kit_result, rtol=1e-4, atol=1e-3, err_msg=name)
-    return results
-
-
-@pytest.mark.parametrize(
-    ("c", "h", "oc", "k", "p"),
-    [(3, 8, 4, 5, 0), (4, 6, 5, 3, 1), (2, 7, 3, 5, 2), (32, 5, 32, 3, 1), (24, 6, 24, 3, 0)],
-)
-def test_benchmarked_conv_variants_agree(c, h, oc, k, p):
-    for variants, count in (
-        (conv_forward_variants(3, c, h, oc, k, p), 6),
-        (conv_input_grad_variants(3, c, h, oc, k, p, add_at=True), 6),
-    ):
-        names = list(_agree(variants))
-        assert len(names) == count
-        per_example = oc * c * k * k <= kit.nn.conv.PER_EXAMPLE_MAX_WEIGHTS
-        (kit_name,) = [name for name in names if name.endswith("(kit)")]  # exactly one: what Conv2D does
-        assert ("per example" in kit_name) == per_example
-
-
-def test_benchmarked_pool_variants_agree_except_the_tie_counting_mask():
-    forward, backward = maxpool_variants(3, 4, 8, 2)
-    _agree(forward)
-    results = _agree(backward, skip={"mask x == max, times eps (ties counted twice)"})
-    mask = results["mask x == max, times eps (ties counted twice)"]
-    assert not np.allclose(mask, results["offsets == o into the reshape views (kit)"])  # why it is not used

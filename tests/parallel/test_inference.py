@@ -10,17 +10,12 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from _inference_layers import Gate, inference_threads, mgr_type
 from threadpoolctl import threadpool_info
 
-import kit
 from kit.nn import Dense, Layer, Network, mlp
 from kit.parallel import InferenceMode, ParallelInference
-from kit.parallel.inference import delivery, engine
 from kit.parallel.inference.delivery import SHUT_DOWN, SHUT_DOWN_REMEDY
-
-
-def inference_threads():
-    return [t.name for t in threading.enumerate() if t.name.startswith("InferenceThread")]
 
 
 @pytest.mark.parametrize("mode", list(InferenceMode))
@@ -70,26 +65,6 @@ def test_worker_errors_reach_the_caller_and_the_worker_survives():
             pi.output(np.zeros(5, np.float32))
 
 
-class Gate(Layer):
-    """An identity layer that waits for an event: holds a worker busy on purpose."""
-
-    event = threading.Event()
-    entered = threading.Event()  # set by a worker arriving at the gate
-
-    def forward(self, x, mgr, training):
-        Gate.entered.set()
-        Gate.event.wait(timeout=30)
-        y = mgr.create(mgr_type(), x.shape, x.dtype, x.device)
-        y.data[...] = x.data
-        return y
-
-
-def mgr_type():
-    from kit.nn.workspace_mgr import ArrayType
-
-    return ArrayType.ACTIVATIONS
-
-
 def test_a_full_queue_makes_callers_wait_and_shutdown_answers_everyone():
     Gate.event.clear()
     net = Network([Gate(), Dense(2)], (3,))
@@ -135,15 +110,6 @@ def test_update_model_swaps_parameters():
         np.testing.assert_allclose(pi.output(x).numpy(), a.output(x[None]).numpy()[0], rtol=1e-6)
         pi.update_model(b)
         np.testing.assert_allclose(pi.output(x).numpy(), b.output(x[None]).numpy()[0], rtol=1e-6)
-
-
-def test_invalid_settings():
-    net = mlp(4, hidden=(2,), n_out=2)
-    with pytest.raises(ValueError, match=r"batch_limit=0\)"):
-        ParallelInference(net, batch_limit=0)
-    with pytest.raises(ValueError, match="'FAST' is not a valid InferenceMode"):
-        ParallelInference(net, inference_mode="FAST")
-    assert not inference_threads()
 
 
 # ---- reliability (issue 13): every caller answered, only the bad one fails, nothing left behind
@@ -330,26 +296,6 @@ def test_shutdown_with_clients_in_flight_answers_everyone_and_leaves_no_thread(m
         shutdown_with_clients_in_flight(net, mode, clients)
 
 
-def test_a_shut_down_server_says_what_to_do_and_the_remedy_serves():
-    """It said "ParallelInference was shut down" and no more (issue 45): the words name the remedy,
-    and the remedy as printed (a new ParallelInference on the same network) answers."""
-    net = mlp(32, hidden=(8,), n_out=4, seed=0)
-    x = np.ones(32, np.float32)
-    for leave in ("shutdown", "with"):
-        if leave == "shutdown":
-            pi = ParallelInference(net, workers=1)
-            pi.shutdown()
-        else:
-            with ParallelInference(net, workers=1) as pi:
-                pass
-        with pytest.raises(RuntimeError) as err:
-            pi.output(x)
-        assert str(err.value) == f"{SHUT_DOWN}; {SHUT_DOWN_REMEDY}"
-        assert "ParallelInference(net, ...)" in str(err.value)
-        with ParallelInference(net, workers=1) as fresh:  # the remedy
-            np.testing.assert_allclose(fresh.output(x).numpy(), net.output(x[None]).numpy()[0], rtol=1e-6)
-
-
 def test_output_timeout_takes_the_request_back():
     Gate.event.clear()
     Gate.entered.clear()
@@ -393,58 +339,6 @@ def test_the_blas_limit_lasts_while_any_instance_lives():
     del b
     gc.collect()
     assert blas_thread_counts() == before and not inference_threads()
-
-
-def test_shutdown_from_a_worker_or_inside_the_engine_lock_does_not_deadlock():
-    """The garbage collector may finalize a ParallelInference in any thread, at any allocation:
-    in one of its own workers, or in a thread that holds its queue lock."""
-    done = threading.Event()
-
-    class ShutsItsServerDown(Layer):
-        server = None
-
-        def forward(self, x, mgr, training):
-            ShutsItsServerDown.server.shutdown()  # from a worker thread of that server
-            y = mgr.create(mgr_type(), x.shape, x.dtype, x.device)
-            y.data[...] = x.data
-            return y
-
-    net = Network([ShutsItsServerDown(), Dense(2)], (3,))
-    pi = ParallelInference(net, workers=2, inference_mode="SEQUENTIAL")
-    ShutsItsServerDown.server = pi
-    assert pi.output(np.zeros(3, np.float32)).shape == (2,)  # its own batch still answered
-    for _ in range(500):
-        if not inference_threads():
-            break
-        threading.Event().wait(0.01)
-    assert pi.threads_alive() == 0 and not inference_threads()
-    ShutsItsServerDown.server = None
-
-    other = ParallelInference(mlp(4, hidden=(4,), n_out=2), workers=2)
-
-    def locked_shutdown():
-        with other._engine.lock:
-            other.shutdown()
-        done.set()
-
-    threading.Thread(target=locked_shutdown, daemon=True).start()
-    assert done.wait(timeout=10), "shutdown inside the engine's lock deadlocked"
-    for _ in range(500):
-        if not inference_threads():
-            break
-        threading.Event().wait(0.01)
-    assert other.threads_alive() == 0 and not inference_threads()
-
-
-def test_batch_sizes_keep_only_the_latest_batches(monkeypatch):
-    """A server running for days must not grow a list per batch (DL4J's grew, dl4j#4018)."""
-    monkeypatch.setattr(engine, "BATCH_SIZES_KEPT", 10)
-    net = mlp(4, hidden=(4,), n_out=2)
-    with ParallelInference(net, workers=1, inference_mode="SEQUENTIAL") as pi:
-        for _ in range(30):
-            pi.output(np.ones(4, np.float32))
-        assert pi.requests_served == 30 and pi.batches_run == 30
-        assert pi.batch_sizes == [1] * 10
 
 
 @pytest.mark.parametrize("mode", [InferenceMode.SEQUENTIAL, InferenceMode.BATCHED])
@@ -500,33 +394,6 @@ def test_64_asyncio_clients_on_one_loop_each_get_their_own_answer(mode):
         want = net.output(x.reshape(-1, 16)).numpy()
         np.testing.assert_allclose(got, want[0] if x.ndim == 1 else want, rtol=1e-5, atol=1e-6)
     assert not inference_threads()
-
-
-def test_a_batch_of_asyncio_requests_is_settled_with_one_call_into_the_loop(monkeypatch):
-    """The worker wakes the event loop once per batch, not once per request."""
-    calls = []
-    real = delivery._settle_all
-    monkeypatch.setattr(delivery, "_settle_all", lambda requests: (calls.append(len(requests)), real(requests)))
-    net = Network([Gate(), Dense(3)], (4,))
-    x = np.random.default_rng(0).standard_normal((12, 4)).astype(np.float32)
-    Gate.event.clear()
-    Gate.entered.clear()
-
-    async def main():
-        first = asyncio.ensure_future(pi.output_async(x[0]))
-        while not Gate.entered.is_set():  # the worker holds the first request in the gate
-            await asyncio.sleep(0.005)
-        rest = [asyncio.ensure_future(pi.output_async(row)) for row in x[1:]]
-        while pi.queued() < 11:
-            await asyncio.sleep(0.005)
-        Gate.event.set()
-        return [a.numpy() for a in await asyncio.gather(first, *rest)]
-
-    with ParallelInference(net, workers=1, inference_mode="BATCHED") as pi:
-        answers = asyncio.run(main())
-        assert pi.batch_sizes == [1, 11]
-    assert calls == [1, 11]  # two batches, two calls into the loop for 12 answers
-    np.testing.assert_allclose(np.stack(answers), net.output(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_output_async_errors_timeouts_and_cancellation():
@@ -607,23 +474,6 @@ def test_a_full_queue_does_not_block_the_event_loop_and_shutdown_answers_every_a
     assert not inference_threads()
 
 
-def test_an_answer_for_a_closed_event_loop_is_dropped_and_the_worker_goes_on():
-    net = Network([Gate(), Dense(2)], (3,))
-    Gate.event.clear()
-    Gate.entered.clear()
-    with ParallelInference(net, workers=1, inference_mode="BATCHED") as pi:
-        loop = asyncio.new_event_loop()
-        task = loop.create_task(pi.output_async(np.ones(3, np.float32)))
-        loop.run_until_complete(asyncio.sleep(0))  # submitted: the worker runs it, held in the gate
-        assert Gate.entered.wait(timeout=10)
-        task.cancel()
-        loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
-        loop.close()
-        Gate.event.set()  # the worker's answer now has nowhere to go
-        assert pi.output(np.ones(3, np.float32)).shape == (2,)
-        assert pi.requests_served == 2
-
-
 @pytest.mark.parametrize("mode", list(InferenceMode))
 def test_submit_keeps_many_requests_in_flight_from_one_thread(mode):
     net = mlp(8, hidden=(16,), n_out=3, seed=5)
@@ -640,27 +490,6 @@ def test_submit_keeps_many_requests_in_flight_from_one_thread(mode):
     np.testing.assert_allclose(got, net.output(x).numpy(), rtol=1e-5, atol=1e-6)
     with pytest.raises(RuntimeError, match="shut down"):
         pi.submit(x[0])
-
-
-@pytest.mark.parametrize("mode", list(InferenceMode))
-def test_an_answer_is_wrapped_on_the_device_its_caller_was_on(host_devices, mode):
-    if host_devices < 2:
-        pytest.skip("needs two simulated host devices")
-    net = mlp(8, hidden=(8,), n_out=3)
-    x = np.ones(8, np.float32)
-
-    async def on(dev):
-        with kit.device(dev):
-            return await pi.output_async(x)
-
-    with ParallelInference(net, workers=1, devices="cpu:0", inference_mode=mode) as pi:  # one device, by name
-        assert [d.name for d in pi.devices] == ["cpu:0"]
-        with kit.device("cpu:1"):
-            future = pi.submit(x)
-            assert pi.output(x).device.name == "cpu:1"
-        assert future.result().device.name == "cpu:1"
-        assert asyncio.run(on("cpu:1")).device.name == "cpu:1"  # INPLACE too: it runs in an executor thread
-        assert pi.submit(x).result().device.name == "cpu:0"
 
 
 class Slow(Layer):
@@ -786,40 +615,6 @@ def test_inplace_output_async_times_out_with_the_usual_message():
     with ParallelInference(net, workers=1, inference_mode="INPLACE") as pi:
         asyncio.run(main())
         assert pi.requests_served == 1  # it had started: it ran, for nobody
-
-
-def test_a_task_parked_on_a_stopped_loop_does_not_take_the_room_from_a_running_one():
-    """Room goes to asyncio callers whose loop is running; one on a loop that is stopped (not
-    closed) keeps its place for later without using the wake up."""
-    Gate.event.clear()
-    Gate.entered.clear()
-    net = Network([Gate(), Dense(2)], (3,))
-    x = np.zeros(3, np.float32)
-    answered = {}
-
-    def other_loop():
-        async def main():
-            answered["running loop"] = (await pi.output_async(x, timeout=20)).shape
-
-        asyncio.run(main())
-
-    with ParallelInference(net, workers=1, inference_mode="SEQUENTIAL", queue_limit=1) as pi:
-        held = pi.submit(x)
-        assert Gate.entered.wait(timeout=10)
-        queued = pi.submit(x)  # the queue (limit 1) is full
-        parked_loop = asyncio.new_event_loop()
-        parked = parked_loop.create_task(pi.output_async(x))
-        parked_loop.run_until_complete(asyncio.sleep(0.05))  # waits for room, then its loop stops
-        thread = threading.Thread(target=other_loop)
-        thread.start()
-        while len(pi._engine.room_waiters) < 2:
-            threading.Event().wait(0.005)
-        Gate.event.set()
-        thread.join(timeout=30)
-        assert answered == {"running loop": (2,)}
-        assert held.result(timeout=10).shape == queued.result(timeout=10).shape == (2,)
-        assert parked_loop.run_until_complete(parked).shape == (2,)  # served once its loop runs again
-        parked_loop.close()
 
 
 def test_an_inplace_call_that_timed_out_waiting_for_a_replica_never_runs():
