@@ -29,17 +29,6 @@ UNTESTED = {
     "kit.parallel.inference.engine",
     "kit.parallel.inference.facade",
     "kit.parallel.worker",
-    "kit.spark.arrow_data",
-    "kit.spark.averaging_master",
-    "kit.spark.checkpoint_store",
-    "kit.spark.collectives",
-    "kit.spark.gang_worker",
-    "kit.spark.masters",
-    "kit.spark.network",
-    "kit.spark.rdd_data",
-    "kit.spark.shared_master",
-    "kit.spark.spark_evaluation",
-    "kit.spark.training_master",
     "kit.workspaces.workspace_cycles",
 }
 
