@@ -140,6 +140,7 @@ def test_fit_and_session_refuse_bad_epochs_and_resume_at_the_call(sc, digits, ar
         ),
         ("network", "options", "or SharedTrainingMaster, got AveragingOptions"),
     ],
+    ids=["str", "ndarray", "no-master", "options-not-master"],
 )
 def test_what_is_not_a_network_or_a_master_is_refused_naming_its_type(sc, network, master, said):
     net = mlp(64, hidden=(8,), n_out=10, seed=0)

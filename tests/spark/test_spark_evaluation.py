@@ -97,6 +97,7 @@ def test_what_cannot_be_evaluated_is_refused_before_any_job_and_the_remedy_runs(
         ("no-partitions", "score", "SparkNetwork evaluation: the RDD holds no elements"),
         ("empty-partitions", "score", "SparkNetwork.score: no examples"),
     ],
+    ids=["no-partitions-evaluate", "no-partitions-score", "empty-partitions-score"],
 )
 def test_an_empty_rdd_is_refused_in_words(sc, empty, call, said):
     snet = SparkNetwork(sc, mlp(64, hidden=(8,), n_out=10, seed=0), ParameterAveragingTrainingMaster(20, 1))
