@@ -1,4 +1,5 @@
-"""kit.spark on real Spark (local[2]): equivalences, evaluation, failures, memory, listeners, stats."""
+"""kit.spark on real Spark (local[2]): evaluation, failures, memory, stats, DataFrames (the averaging
+master's equivalences to Network.fit and ParallelWrapper are in test_averaging_master.py)."""
 
 import json
 import os
@@ -9,9 +10,8 @@ import pytest
 
 from kit import readings
 from kit.data import ArrayIterator, DataSet, load_digits
-from kit.nn import Adam, Sgd, mlp
+from kit.nn import Sgd, mlp
 from kit.nn.evaluation import ROC, Evaluation
-from kit.parallel import ParallelWrapper
 from kit.spark import (
     ParameterAveragingTrainingMaster,
     SharedTrainingMaster,
@@ -30,52 +30,6 @@ def digits():
     train, test = load_digits()
     n = 240
     return DataSet(train.features.numpy()[:n], train.labels.numpy()[:n]), test
-
-
-class Recorder:
-    def __init__(self):
-        self.calls = []
-
-    def on_epoch_start(self, model, epoch):
-        self.calls.append(("start", epoch))
-
-    def iteration_done(self, model, iteration, epoch, **info):
-        self.calls.append(("iter", iteration, epoch, info.get("batch_size")))
-
-    def on_epoch_end(self, model, epoch):
-        self.calls.append(("end", epoch))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("approach", ["DIRECT", "EXPORT"])
-def test_one_worker_frequency_1_equals_network_fit(sc, digits, approach):
-    data, _ = digits
-    net = mlp(64, hidden=(32,), n_out=10, updater=Adam(1e-2), seed=0)
-    ref = net.clone()
-    tm = ParameterAveragingTrainingMaster(20, 1, num_workers=1, rdd_training_approach=approach, save_updater=True)
-    spark_rec, local_rec = Recorder(), Recorder()
-    SparkNetwork(sc, net, tm).fit(to_rdd(sc, data), epochs=2, listeners=[spark_rec])
-    ref.fit(ArrayIterator(data, 20), epochs=2, listeners=[local_rec])
-    np.testing.assert_allclose(net.params().numpy(), ref.params().numpy(), rtol=1e-5, atol=1e-6)
-    for key in ("updater_m", "updater_v"):
-        np.testing.assert_allclose(net.state_arrays()[key].numpy(), ref.state_arrays()[key].numpy(), atol=1e-6)
-    assert spark_rec.calls == local_rec.calls  # DL4J numbering: same iterations, epochs, sizes
-    assert (net.iteration, net.epoch) == (ref.iteration, ref.epoch) == (24, 2)
-
-
-@pytest.mark.parametrize("frequency", [1, 3])
-def test_two_workers_equal_parallel_wrapper_averaging(sc, digits, frequency):
-    data, _ = digits
-    net = mlp(64, hidden=(32,), n_out=10, updater=Adam(1e-2), seed=0)
-    ref = net.clone()
-    tm = ParameterAveragingTrainingMaster(
-        20, frequency, num_workers=2, rdd_training_approach="DIRECT", save_updater=True
-    )
-    SparkNetwork(sc, net, tm).fit(to_rdd(sc, data, num_slices=3))
-    with ParallelWrapper(ref, workers=2, prefetch_buffer=0, averaging_frequency=frequency) as pw:
-        pw.fit(ArrayIterator(data, 20))
-    np.testing.assert_allclose(net.params().numpy(), ref.params().numpy(), rtol=1e-4, atol=1e-5)
-    assert not np.allclose(net.params().numpy(), mlp(64, hidden=(32,), n_out=10, seed=0).params().numpy())
 
 
 def test_distributed_evaluation_equals_local(sc, digits):
@@ -196,7 +150,7 @@ def test_shared_training_master_learns_and_reports_encoding(sc, digits):
     assert all(w["state_from"].startswith("executor (round ") for w in workers if w["round"] > 0)
 
 
-@pytest.mark.slow  # whole fits; tests/spark/test_spark_columns.py holds the layouts in the fast run
+@pytest.mark.slow  # whole fits; tests/spark/test_rdd_data.py holds the layouts in the fast run
 def test_dataframe_input(sc, digits):
     from pyspark.sql import SparkSession
 

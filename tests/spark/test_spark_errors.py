@@ -8,7 +8,6 @@ import pytest
 
 from kit.data import DataSet, load_digits
 from kit.nn import Sgd, mlp
-from kit.nn.evaluation import ROC
 from kit.nn.loop import NonFiniteScoreError
 from kit.spark import (
     ParameterAveragingTrainingMaster,
@@ -150,31 +149,3 @@ def test_the_remedies_of_spark_s_argument_errors_run_as_printed(sc, digits):
     trained = SparkNetwork(sc, mlp(64, hidden=(8,), n_out=10), leaves)
     trained.fit(to_rdd(sc, digits))
     assert trained.network.epoch == 1
-
-
-@pytest.mark.parametrize("batch_size", [0, -1, 2.5, "64", True])
-def test_an_evaluation_batch_size_is_refused_on_the_driver_before_any_job(sc, digits, batch_size):
-    """batch_size=-1 gave an Evaluation of 0 examples, 0 failed deep in an executor."""
-    snet = SparkNetwork(sc, mlp(64, hidden=(8,), n_out=10, seed=0), ParameterAveragingTrainingMaster(20, 1))
-    rdd = to_rdd(sc, digits, num_slices=2)
-    calls = {
-        "evaluate": lambda b: snet.evaluate(rdd, batch_size=b),
-        "score": lambda b: snet.score(rdd, batch_size=b),
-        "do_evaluation": lambda b: snet.do_evaluation(rdd, ROC(), batch_size=b),
-    }
-    for name, call in calls.items():
-        with pytest.raises(ValueError, match=rf"SparkNetwork.{name}\(batch_size=.*\): .*a whole number >= 1"):
-            call(batch_size)
-    assert snet.evaluate(rdd).n == len(digits.labels.numpy())  # the default, as the message says
-
-
-def test_evaluating_into_a_roc_of_another_width_is_refused_and_the_roc_stays_readable(sc, digits):
-    snet = SparkNetwork(sc, mlp(64, hidden=(8,), n_out=10, seed=0), ParameterAveragingTrainingMaster(20, 1))
-    roc = ROC()
-    roc.eval(np.array([0, 1, 1]), np.array([0.2, 0.7, 0.6]))  # a binary ROC: 2 columns
-    auc = roc.calculate_auc()
-    with pytest.raises(ValueError, match="already holds rows of 2 columns, and the network scores 10; pass a new ROC"):
-        snet.do_evaluation(to_rdd(sc, digits, num_slices=2), roc)
-    assert roc.calculate_auc() == auc
-    (fresh,) = snet.do_evaluation(to_rdd(sc, digits, num_slices=2), ROC())
-    assert fresh.num_classes == 10

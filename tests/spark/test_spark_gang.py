@@ -1,10 +1,9 @@
 """Issue 44 item 1: one long gang per fit (kit.spark.gang). Real Spark local[2], real gloo.
 
 A gang averaging every F steps gives the bits kit's rounds give (two workers: a float64 a + b
-either way); a gang all-reducing gradients every step trains as one process on the concatenated
-global batch (DDP's semantics, within float32 tolerance); where no gang can run, "auto" trains in
-rounds with a warning naming why and "gang" refuses; a worker that dies fails the fit, bounded,
-and the next gang in the same context trains."""
+either way); where no gang can run, "auto" trains in rounds with a warning naming why and "gang"
+refuses. A gang's worker (all-reducing gradients every step, a worker that dies):
+test_gang_worker.py."""
 
 import json
 import os
@@ -17,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kit.data import ArrayIterator, DataSet, load_digits
+from kit.data import DataSet, load_digits
 from kit.nn import Adam, mlp
 from kit.nn.mixed import LossScaler
-from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, SparkTrainingError, to_rdd
+from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, to_rdd
 from kit.spark.collectives import torch_missing
 from kit.spark.gang import GangFallbackWarning, barrier_blocker
 from kit.training.listeners import TrainingListener
@@ -128,21 +127,6 @@ def test_a_gang_reads_exported_rounds_as_it_reads_cached_ones(sc, rdd, rounds_re
     assert gang.get_training_stats().setup["execution"] == "gang"
     for key, arr in ref.network.state_arrays().items():
         np.testing.assert_array_equal(gang.network.state_arrays()[key].numpy(), arr.numpy(), err_msg=key)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("collective", COLLECTIVES)
-def test_a_gang_all_reducing_gradients_trains_as_one_process_on_the_global_batch(sc, rdd, data, collective):
-    """DDP's semantics: worker w's step k is mini-batch 2k + w, so the global step k is examples
-    [32k, 32k + 32) in order: Network.fit with batches of 32 on the same data."""
-    gang = _fit(sc, rdd, epochs=2, freq=1, exchange="gradients", execution="gang", collective=collective)
-    one = _net()
-    one.fit(ArrayIterator(data, 2 * PER_WORKER), epochs=2)
-    assert gang.get_training_stats().setup["gang"]["syncs"] == 2 * len(data.features.numpy()) // (2 * PER_WORKER)
-    np.testing.assert_allclose(gang.network.params().numpy(), one.params().numpy(), rtol=2e-4, atol=2e-5)
-    assert gang.network.iteration == one.iteration == 2 * 128 // (2 * PER_WORKER)
-    before = _net().params().numpy()
-    assert np.abs(gang.network.params().numpy() - before).max() > 100 * 2e-5  # it trained: the tolerance is small
 
 
 # What Spark's DAGScheduler refuses to a barrier stage at submission (SPARK-24942, SPARK-24819), as
@@ -262,25 +246,6 @@ class _Scores(TrainingListener):
 
     def iteration_done(self, model, iteration, epoch, **info):
         self.scores.append(model.get_score() if hasattr(model, "get_score") else None)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("collective", COLLECTIVES)
-def test_a_worker_that_dies_fails_the_fit_and_the_next_gang_trains(sc, rdd, collective):
-    """Worker 1's process exits at its third step (os._exit, as a lost executor's would): worker 0,
-    waiting on it in the collective, must not hang; the fit raises and the network is untouched."""
-    tm = ParameterAveragingTrainingMaster(
-        PER_WORKER, 1, num_workers=2, exchange="gradients", collective=collective, round_timeout=30.0
-    )
-    tm.gang_fault = (1, 2)
-    spark = SparkNetwork(sc, _net(), tm)
-    before = spark.network.params().numpy().copy()
-    with pytest.raises(SparkTrainingError):
-        spark.fit(rdd)
-    np.testing.assert_array_equal(spark.network.params().numpy(), before)
-    tm.gang_fault = None  # the same context, a new gang: no process group left behind
-    spark.fit(rdd)
-    assert spark.get_training_stats() is None and not np.array_equal(spark.network.params().numpy(), before)
 
 
 SPARK_REFUSES = textwrap.dedent(
