@@ -19,12 +19,10 @@ Each event is a dict of one `kind` (`MemoryTimeline` describes them), "replay" a
 replayed at the kernel seam (kit.nn.replay); a training step runs its layers while a timeline records,
 so its allocations are all here. Threads are told apart by identity, never merged by name.
 
-Why it costs nothing when off: the allocation sites (allocate_heap, Workspace.alloc and its scopes,
-LayerWorkspaceMgr.create) read `kit.state.STATE.recorder` once and record only when it is set.
-kit.ndarray's fast paths read nothing new: while a timeline records they take the path through
-allocate_heap, so they are recorded there (one heap result escapes: the copy an InferencePlan hands
-back). On, every event takes a lock and builds a dict, about as much as a small op: do not time a
-workload while it records. One timeline records at a time.
+Why it costs nothing when off: the allocation sites read `kit.state.STATE.recorder` once and
+record only when it is set (kit.ndarray's fast paths take the allocate_heap path while it records).
+On, every event takes a lock and builds a dict: do not time a workload while it records. One
+timeline records at a time.
 """
 
 from __future__ import annotations
