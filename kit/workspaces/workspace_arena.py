@@ -13,11 +13,10 @@
     >>> arena.carve((16,), np.dtype(np.float32)).shape, arena.offset, arena.capacity
     ((16,), 64, 192)
 
-What a `kit.workspaces.workspace.Workspace` owns and calls down into (as CuPy's pool owns its arenas): the
-block, the write pointer (`offset`), the views it carved (a cyclic workload asks for the same
-(offset, shape, dtype) every cycle, and a view made last time is reused: same memory, so same
-semantics, and three times cheaper than carving), and what it learned about its size (ND4J's
-initializeWorkspace: FIRST_LOOP, OVER_TIME, REALLOCATE's growth, a circular buffer's block).
+What a `kit.workspaces.workspace.Workspace` owns and calls down into (as CuPy's pool owns its
+arenas): the block, the write pointer (`offset`), the views it carved (a cyclic workload asks for
+the same (offset, shape, dtype) every cycle, so last cycle's view is reused: same memory, same
+semantics), and what it learned about its size (ND4J's initializeWorkspace).
 
 The arena knows nothing of scopes, generations, threads or errors: `learn` is told the largest
 cycle and how many ran, and answers with the size it should have; the workspace decides what that
