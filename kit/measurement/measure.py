@@ -296,10 +296,8 @@ def compare(
     `children_are_ours`: as in `machine_load`, for variants that work in child processes.
     `progress(done, total, note)` (a `kit.widgets.Progress`) is called after each warm-up,
     calibration and timed run, between timed regions: it never runs inside one.
-    `slices=n` cuts each variant's calls of a repeat into n parts and runs the variants part by
-    part, in turn: a call of microseconds, timed 0.2 s a variant one after another, meets the
-    machine at another moment in each variant (another process's burst, a co-tenant's memory
-    traffic, the clock); in n interleaved parts it meets the same moments as the others."""
+    `slices=n` cuts each variant's calls of a repeat into n parts run in turn, so calls of
+    microseconds meet the same moments of the machine as the other variants'."""
     repeats, numbers_given, warmups = _compare_args(fns, min_time, repeats, number, warmup)
     slices = _whole("slices", slices, 1, "a whole number of parts per repeat >= 1")
     calibrate = number is None
