@@ -238,12 +238,7 @@ def _html_rows(
 
 
 def _html_cell(
-    name: str,
-    value: str,
-    flagged: bool,
-    greyed: Collection[str],
-    flag_column: str | None,
-    text_columns: Sequence[str],
+    name: str, value: str, flagged: bool, greyed: Collection[str], flag_column: str | None, text_columns: Sequence[str]
 ) -> str:
     """One <td>: a flagged row's flag as a badge, a text column left-aligned, a greyed figure grey."""
     text = html.escape(value)

@@ -38,11 +38,7 @@ ENDED = "ended"
 BACKGROUND = "background"
 _BADGES = {
     RUNNING: ("● running", "the cell that shows this panel is still running", "#b45f06"),
-    ENDED: (
-        "■ its cell has ended",
-        "the cell ended before the panel was closed: these are its last numbers",
-        "#666",
-    ),
+    ENDED: ("■ its cell has ended", "the cell ended before the panel was closed: these are its last numbers", "#666"),
     BACKGROUND: (
         "● updating after its cell ended",
         "work left running in the background still updates this panel; the kernel is idle",

@@ -41,16 +41,7 @@ from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
 from kit.state import STATE
 from kit.workspaces.workspace import DebugMode
 
-__all__ = [
-    "PlanCache",
-    "PlanDeclinedError",
-    "Tape",
-    "TrainingPlans",
-    "declined",
-    "record",
-    "replay_off",
-    "switch",
-]
+__all__ = ["PlanCache", "PlanDeclinedError", "Tape", "TrainingPlans", "declined", "record", "replay_off", "switch"]
 
 
 class _Switch:

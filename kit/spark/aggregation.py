@@ -167,11 +167,7 @@ def _levels(partial: Any, n: int, f: int, comb_op: Callable[[Any, Any], Any]) ->
 
 
 def tree_aggregate(
-    rdd: Any,
-    zero: Any,
-    seq_op: Callable[[Any, Any], Any],
-    comb_op: Callable[[Any, Any], Any],
-    depth: int = 2,
+    rdd: Any, zero: Any, seq_op: Callable[[Any, Any], Any], comb_op: Callable[[Any, Any], Any], depth: int = 2
 ) -> tuple[Any, dict[str, int]]:
     """`rdd.treeAggregate(zero, seq_op, comb_op, depth)` with a bound and a fixed order: the
     driver receives at most fan_in(partitions, depth) partial results, each level merging

@@ -38,14 +38,7 @@ from kit.spark.checkpoint_store import (
     to_tree,
 )
 
-__all__ = [
-    "CheckpointError",
-    "CheckpointStore",
-    "check_directory",
-    "check_every",
-    "data_fingerprint",
-    "example_digest",
-]
+__all__ = ["CheckpointError", "CheckpointStore", "check_directory", "check_every", "data_fingerprint", "example_digest"]
 
 
 # ---- arguments -------------------------------------------------------------------------

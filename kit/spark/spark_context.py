@@ -25,13 +25,7 @@ from typing import Any
 from kit.measurement.tables import wrap
 from kit.settings import install_hint
 
-__all__ = [
-    "SparkMasterWarning",
-    "SparkUnavailableError",
-    "local_spark_context",
-    "require_spark",
-    "spark_missing",
-]
+__all__ = ["SparkMasterWarning", "SparkUnavailableError", "local_spark_context", "require_spark", "spark_missing"]
 
 
 class SparkUnavailableError(RuntimeError):
