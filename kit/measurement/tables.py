@@ -12,9 +12,7 @@ strings, a flag column drawn as a badge, notes under the table.
     >>> "overflow-x: auto" in html_table(["a"], [["1"]])   # a wide table scrolls inside its box
     True
 
-A text table wider than `width` is printed transposed (the first column's values head the
-columns, every other column becomes a line),
-and a cell longer than the width left to it is wrapped at spaces, never inside a word.
+A text table wider than `width` is printed transposed, and a long cell is wrapped at spaces.
 """
 
 from __future__ import annotations
