@@ -73,11 +73,9 @@ class MemoryTimeline(TimelineViews):
       workspace's cycle ending, or a circular one wrapping around (a circular workspace's cycles end
       without one, as in ND4J); they number the workspace's `resets`;
     - "release": host heap memory freed -- a NumPy array that owns its memory collected while the
-      timeline records. Not recorded: arrays still alive when recording stops, blocks handed back to
-      kit's caching allocator, and GPU memory (CuPy views share memory without keeping the array that
-      allocated it alive, so its collection proves nothing). A release's thread is the one that
-      dropped the last reference. Workspace arrays are never released one by one: their cycle's
-      reset frees them all.
+      timeline records, on the thread that dropped the last reference. Not recorded: blocks handed
+      back to kit's cache, and GPU memory (a CuPy view does not keep its base alive, so a collection
+      proves nothing). Workspace arrays are never released one by one: their cycle's reset frees them.
 
     `cycles` holds one dict per workspace cycle (start and end times, bytes, spilled bytes, capacity).
     """

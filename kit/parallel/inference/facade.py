@@ -48,10 +48,8 @@ class ParallelInference(ShutsDownOnExit):
     answer. `inference_mode` picks how requests reach the replicas:
 
     - SEQUENTIAL: each request is one job; idle workers take jobs first come, first served.
-    - BATCHED (the default): a worker takes, under one lock acquisition, every request already
-      waiting with the same per-example shape, up to `batch_limit` requests, runs them as one
-      batch and splits the results back: under light load requests run alone, under heavy load
-      they are batched.
+    - BATCHED (the default): a worker takes every waiting request of the same per-example shape, up
+      to `batch_limit`, and runs them as one batch: alone under light load, batched under heavy.
     - INPLACE: no worker threads; the calling thread borrows a replica from a pool (FIFO).
 
     At most `queue_limit` requests wait in the queue; more callers wait for room. Use it as a
