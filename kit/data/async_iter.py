@@ -92,7 +92,6 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
         self._shut = threading.Event()  # shutdown() was called: the consumer must hear of it
         self._thread: threading.Thread | None = None
         self._closed = False
-        self.etl_ms_total = 0.0
 
     # ---- the producer --------------------------------------------------------------
     # The thread holds only a weak reference to the iterator between epochs, so dropping the

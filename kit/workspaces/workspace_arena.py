@@ -49,7 +49,6 @@ class Arena:
         "blocks_made",
         "capacity",
         "config",
-        "learned_cycle_bytes",
         "offset",
         "physical",
         "ring_block",
@@ -67,7 +66,6 @@ class Arena:
         self.offset = 0  # the write pointer: where the next carve starts
         self.blocks_made = 0
         self.sized = False  # learned (or given) its size: the learning policy has had its say
-        self.learned_cycle_bytes = 0
         self.ring_block = 0  # a circular arena's room for one cycle, before over-allocation
 
     # ---- the block -----------------------------------------------------------------
@@ -147,7 +145,7 @@ class Arena:
         """The size for cycles of `largest_cycle` bytes (ND4J initializeWorkspace): over-allocated
         as the policy says, at least min_size, never past max_size; the arena counts as sized."""
         cfg = self.config
-        size = self.learned_cycle_bytes = largest_cycle
+        size = largest_cycle
         if cfg.max_size:
             size = min(size, cfg.max_size)
         if cfg.circular:
