@@ -87,8 +87,7 @@ __version__ = "0.1.0"
 # the old top-level modules, each by the name chapters and user code know it, and where it lives now
 _MOVED = {
     **dict.fromkeys(
-        ["backend", "context", "cpu_threads", "device_objects", "device_rng", "device_transfers", "devices"],
-        "kit.core",
+        ["backend", "context", "cpu_threads", "device_objects", "device_rng", "device_transfers", "devices"], "kit.core"
     ),
     **dict.fromkeys(["gc_window", "memory", "shapes"], "kit.core"),
     **dict.fromkeys(

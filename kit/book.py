@@ -16,15 +16,11 @@ offline from their stored outputs: nothing is executed and nothing is fetched, t
     >>> "Run it" in nb.cells[1].source              # how to run the page's notebook yourself
     True
 
-What a page has: the sidebar with every chapter, the page's own table of contents, full-text
-search (Sphinx's index, loaded by a script tag, so it works from file://), math typeset by the
-MathJax 3 copy that ships in the `sphinx-mathjax-offline` package (of its 24 MB, only what the pages
-load is copied beside them: MATHJAX_FILES, the CommonHTML bundle, its fonts and TeX extensions), the
-figures as PNG files in `_images/`, the stored live panels as their static HTML, no `In [1]:`
-prompts, and a "Run it" note. The build works on copies of the notebooks: the setup cell (the
-first code cell) gets the `remove-input` tag, and saved widget state is dropped so no page asks
-for a widget manager from a CDN. Needs the `book` extra (`pip install -e ".[book]"` in a checkout,
-also in `dev`); `python -m kit book` names that extra in one line when MODULES are absent.
+What a page has: every chapter in the sidebar, its own table of contents, full-text search that
+works from file://, math typeset by the offline MathJax 3 of `sphinx-mathjax-offline` (only the
+files the pages load: MATHJAX_FILES), PNG figures, the stored live panels as static HTML, and a
+"Run it" note. The build works on copies of the notebooks and drops saved widget state, so no page
+asks a CDN for anything. Needs the `book` extra; `python -m kit book` names it when MODULES are absent.
 """
 
 from __future__ import annotations

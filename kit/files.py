@@ -10,11 +10,9 @@ then renamed over it, so a failed or interrupted write leaves the previous file 
     >>> open(os.path.join(folder, "notes.txt")).read()
     'kept'
 
-A path that is a symbolic link is written through: the file it points to gets the new contents and
-the link stays a link (a plain rename would replace the link with a file and leave the old contents
-where the link pointed). The new file's permissions come from the umask, as `open` would give
-them. A target that is a directory, or in a directory that does not exist, is refused before
-anything is written, in words that name the path and the remedy.
+A symbolic link is written through (the link stays a link); permissions come from the umask, as
+with `open`. A target that is a directory, or in a missing directory, is refused before anything
+is written, naming the path and the remedy.
 """
 
 from __future__ import annotations

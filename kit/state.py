@@ -18,11 +18,9 @@ the workspace manager, the allocation counters) are attributes of `STATE`, read 
     (1, 'float32')
 
 `reset()` also closes this thread's workspaces, empties the caching allocator and lets other
-modules put back what they own (`on_reset`): the test suite calls it after every test. Facts
-probed from the machine (whether CuPy sees a GPU, how many) are kept: a reset does not make the
-hardware change, and neither are the interned devices (`STATE.devices`): arrays made before a
-reset still compare their device by identity. Memo caches of pure functions (kit.shapes) are not
-state: they hold nothing a user could observe.
+modules put back what they own (`on_reset`): the test suite calls it after every test. It keeps
+what was probed from the hardware and the interned devices (arrays made before a reset still compare
+their device by identity); memo caches of pure functions hold nothing a user could observe.
 """
 
 from __future__ import annotations

@@ -5,13 +5,10 @@
     >>> (x + 1).sum().item(), (2 * x - x).sum().item(), (x < 2).sum().item()
     (8.0, 4.0, 4)
 
-Each operator is a small method made by `binary_method`. Where two heap arrays (or a heap array
-and a Python number) meet on a CPU device with no workspace open and no cache, NumPy allocates
-the result inside the ufunc, as the raw op does, in this one frame; two heap arrays of one dtype
-on a GPU go to CuPy's own ufunc (from its pool). Everything else -- workspaces, staleness checks,
-kit's error messages, mixed devices -- goes to `NDArray._binary` (kit.ndarray). kit.ndarray calls
-`install_operators(NDArray, heap_result)` once, right after the class is defined, and keeps
-`maximum`/`minimum` from the same factory.
+Each operator is a small method made by `binary_method`: heap arrays on a CPU with no workspace or
+cache let NumPy allocate inside the ufunc, in this one frame; two heap arrays of one dtype on a GPU
+go to CuPy's ufunc; everything else (workspaces, staleness, errors, mixed devices) goes to
+`NDArray._binary`. kit.ndarray calls `install_operators(NDArray, heap_result)` once.
 """
 
 from __future__ import annotations

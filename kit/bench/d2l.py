@@ -3,19 +3,14 @@
     python -m kit bench d2l                 # 10 epochs, batch 256, SGD lr 0.1, kit beside PyTorch
     python -m kit bench d2l --quick         # 1 epoch on 2,048 examples (a smoke run)
 
-d2l trains its small-input ResNet-18 (3x3 stem, no max-pool, four stages of two residual blocks)
-on Fashion-MNIST with minibatch SGD, lr 0.1, batch 256, for 10 epochs and reports a test accuracy
-of about 0.91-0.92. kit's `zoo.resnet18` is that network; PyTorch's twin is built here layer for
-layer. Every side trains **epoch by epoch in turn** on the same device, so drift in the machine
-hits all alike, and each epoch's time is taken with the device synchronised at both ends; the
-test accuracy after each epoch is taken outside the clock. On a GPU there are four sides: kit with
-float32 and with TF32 matmuls (`kit.backend.set_matmul_precision`), PyTorch with TF32 convolutions
-(its default) and with float32 ones; each PyTorch row is timed against the kit row with the same
-arithmetic. Weights follow d2l's recipe (every convolution and dense weight from N(0, 0.01), in
-both libraries; `init='default'` keeps each library's own); the data are the same arrays, shuffled
-per epoch by each library's own generator, held on the device before timing starts (d2l's
-DataLoader reads from the host: its epoch times include that copy). The table and sentences that
-read a stored run are in kit.bench.d2l_table.
+kit's `zoo.resnet18` is d2l's small-input ResNet-18; PyTorch's twin is built here layer for layer.
+Every side trains **epoch by epoch in turn** on the same device, so drift hits all alike; each
+epoch is timed with the device synchronised at both ends, the test accuracy taken outside the
+clock. On a GPU there are four sides: kit in float32 and TF32 matmuls, PyTorch in TF32 (its
+default) and float32 convolutions, each PyTorch row timed against the kit row of the same
+arithmetic. Weights follow d2l's recipe, N(0, 0.01) (`init='default'` keeps each library's own);
+the data are the same arrays, held on the device before timing starts (d2l's DataLoader reads from
+the host). The table and sentences that read a stored run are in kit.bench.d2l_table.
 """
 
 from __future__ import annotations

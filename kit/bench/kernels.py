@@ -6,16 +6,13 @@ For each shape (LeNet's and ResNet-18's), every variant computes the same thing 
 beforehand, so only the kernel is timed; the variant kit uses is marked "(kit)" and the others
 are given as a ratio to it:
 
-- convolution forward: CNHW columns with one GEMM or a GEMM per example (kit picks by the size
-  of the filter bank); the old NHWC rows + GEMM; NCHW columns with a GEMM per example;
+- convolution forward: CNHW columns with one GEMM or a GEMM per example; NHWC rows; NCHW columns;
   sliding_window_view + tensordot; einsum with a fixed path;
-- convolution input gradient: eps convolved with the turned filters, or col2im by k*k slab
-  additions (each with one GEMM or a GEMM per example, and the old NHWC rows); np.add.at on
-  precomputed indices;
-- pooling forward: k*k elementwise maxima with first-winner offsets; the reshape
-  (B, C, OH, k, OW, k) with a max over the window axes; the old window copy + argmax;
-- pooling backward: offsets written into the reshape views; a mask x == max (which double-counts
-  ties, shown for its speed only); the old k*k scatter-adds.
+- convolution input gradient: eps convolved with the turned filters, col2im slab additions,
+  np.add.at on precomputed indices;
+- pooling forward: k*k elementwise maxima; a max over the reshape's window axes; window copy + argmax;
+- pooling backward: offsets into the reshape views; a mask x == max (double-counts ties, shown for
+  its speed only); k*k scatter-adds.
 """
 
 from __future__ import annotations

@@ -4,11 +4,9 @@ For each network (the MLP 784-512-256-10, LeNet, d2l's ResNet-18 for 28 x 28 inp
 each side trains three SGD steps in a fresh process, and the process's peak resident memory
 over what it held once the model and the batch were built is read from the kernel: the peak
 counter (VmHWM) is reset just before the steps (`/proc/self/clear_refs`) and read after them.
-On a GPU the same steps run there, and what is compared is the device memory each allocator
-reserved (CuPy's pool, which holds kit's arenas and the blocks it caches; PyTorch's
-`max_memory_reserved`); no GPU run has checked this yet.
-The sides take turns (kit, PyTorch, kit, ...) and the median of the repeats is reported, with
-kit / PyTorch per row.
+On a GPU what is compared is the device memory each allocator reserved (CuPy's pool, PyTorch's
+`max_memory_reserved`; no GPU run has checked this yet). The sides take turns; the median of the
+repeats is reported.
 
 Beside the total, kit's bytes by kind, from one more instrumented step in the same process:
 parameters and gradients, the updater's state, the activations kept for backward (the

@@ -5,15 +5,11 @@
 
 The three precisions (`VARIANTS`) train the same MLP from the same seed:
 
-- bytes per training cycle in each workspace (`last_cycle_bytes` of net.workspace_stats(), exact
-  counts), and the bytes a network keeps between steps (parameters, gradients, master weights,
-  updater state);
-- step time per iteration: `fit_batch` on one batch, the three interleaved in every repeat
-  (kit.measure.compare: median, spread, flagged when the machine is busy or the spread is wide);
-  the matmul kernel each precision ran is printed beside it (on a CPU, NumPy has no BLAS path
-  for float16: its matmul is NumPy's own loop, the main reason float16 steps are slower there);
-- test accuracy after the same epochs on digits, and on Fashion-MNIST when its files are found
-  (kit.data.find_fashion_mnist; otherwise the row says why it was skipped);
+- bytes per training cycle in each workspace (exact counts), and the bytes a network keeps between
+  steps (parameters, gradients, master weights, updater state);
+- step time per iteration, interleaved by kit.measure.compare, with the matmul kernel each
+  precision ran beside it (on a CPU NumPy has no BLAS path for float16: its own loop);
+- test accuracy after the same epochs on digits, and on Fashion-MNIST when its files are found;
 - the stall case: a converged digits network fine-tuned with a small learning rate, full batch,
   where plain float16's updates round away and mixed precision keeps learning; each loss drop is
   given as a fraction of float32's.

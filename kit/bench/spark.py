@@ -10,15 +10,11 @@ For an MLP (19,210 parameters) and ResNet-18 (kit.nn.zoo.resnet18, 11,183,626 pa
 parameter averaging (rdd_training_approach DIRECT, averaging every `frequency` mini-batches)
 with 1, 2 and 4 local workers at DL4J's aggregation_depth 2, and 4 workers at depth 1:
 
-- bytes a round, from the fit's training stats: the parameters broadcast to the executors and
-  the partial results the driver received after the tree, each beside what the formula gives
-  from the parameter count P (`expected_driver_bytes`: 4 bytes a parameter for a lone worker's
-  float32 state, 8 for a float64 sum of two or more);
-- time a round (a whole fit's wall time, data preparation included, over its rounds) and the
-  ratio of the fit to Network.fit on the same examples in the same mini-batches, every variant
-  timed side by side (kit.measure: interleaved repeats, median, spread, flagged when the
-  machine is loaded; Spark's JVM and Python workers, children of this process, count as this
-  benchmark's own work, not as load).
+- bytes a round, from the fit's training stats (broadcast, and what the driver received after the
+  tree), each beside what the parameter count gives (`expected_driver_bytes`);
+- time a round (a whole fit's wall time over its rounds) and the fit's ratio to Network.fit on the
+  same mini-batches, timed side by side by kit.measure (Spark's JVM and Python workers, children of
+  this process, count as this benchmark's own work, not as load).
 
 Honest limits: `local[2]` runs every executor on this machine's cores (4 workers share 2), so
 the times say what Spark's machinery costs, not what a cluster would gain. ResNet-18 is timed

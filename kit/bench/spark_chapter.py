@@ -1,13 +1,10 @@
 """Chapter 7's side-by-side, from one run of kit.bench.spark_peers: its table and its sentences.
 
 The chapter runs `peers_table(sc, quick, systems=CHAPTER_SYSTEMS)` and shows what these functions make
-of the result: every figure is the run's, and every sentence is built from those figures. Timings
-are one run each on a shared machine: where the run is flagged (other processes' CPU share over
-kit.measure's limit; the run's own Spark and PyTorch processes are not others), every timing
-figure carries kit's flag and no sentence draws a direction from it. Accuracies are seeded (the same on every
-run), so they are compared always, with McNemar's exact test on the same test examples.
-What ran is read from the run, never assumed: which execution kit's defaults took, whether
-TorchDistributor ran (and why not), which rows a gang could not run.
+of the result: every figure is the run's, every sentence built from those figures. Where the run
+is flagged (kit.measure's load rule), every timing carries the flag and no sentence draws a
+direction from it. Accuracies are seeded, so they are always compared (McNemar's exact test). What
+ran is read from the run, never assumed: kit's execution, whether TorchDistributor ran (and why not).
 """
 
 from __future__ import annotations

@@ -13,16 +13,12 @@ steps), PyTorch DDP through `pyspark.ml.torch.distributor.TorchDistributor` (whe
 and pyarrow import; said when not), and each system's own single process (`Network.fit`, a
 plain PyTorch loop).
 
-Each system keeps its parameters four times an epoch, with the wall-clock time (rank 0's, on the
-executor: this machine's clock too) and the global steps done; they are scored on the test set
-afterwards, so scoring costs no system time. Per global step: the time from the first kept point
-to the last over the steps between (start-up and the first quarter epoch left out); sync
-overhead: that minus the system's own single process's; time to the target: from the call (data
-preparation and start-up included) to the first kept point scoring >= TARGET. One run each: other
-processes' CPU share while it ran (the run's own Spark and PyTorch processes not counted) flags
-the timings, kit.measure's rule; the load averages are kept in the result for the record. Chapter 7 runs the same
-code on its own rows (CHAPTER_SYSTEMS: kit's defaults, the same with save_updater flipped, DDP's
-semantics, PyTorch's) and sizes; kit.bench.spark_chapter turns that result into its table and words.
+Each system keeps its parameters four times an epoch with the wall-clock time and the global steps
+done, scored on the test set afterwards (scoring costs no system time). Per global step: the time
+between the first and last kept points; sync overhead: that minus the system's own single
+process's; time to the target: from the call to the first kept point scoring >= TARGET. Other
+processes' CPU share while a run ran flags its timings (kit.measure's rule). Chapter 7 runs the same
+code on its own rows (CHAPTER_SYSTEMS); kit.bench.spark_chapter turns that into its table and words.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """`python -m kit bench train`: training-step costs, side by side, medians of repeats.
 
-- MLP step at batch 64 and 128: kit Network in each workspace mode vs the same math hand-written in
-  NumPy, one BLAS thread each (goal ratio <= MLP_GOAL, 1.03, in every mode; fit_batch replays
-  the kernel calls of a recorded iteration, kit.nn.replay, and a row beside them times the default
-  mode with replay off), and vs PyTorch on the CPU when it is installed;
+- MLP step at batch 64 and 128: kit Network in each workspace mode (and the default with replay
+  off) vs the same math hand-written in NumPy, one BLAS thread each (goal ratio <= MLP_GOAL), and
+  vs PyTorch on the CPU when it is installed;
 - the three workspace modes: time, allocations per iteration, peak workspace bytes;
-- MLP 784-256-10 inference at batch 1 and 256: Network.output (which answers from a plan by itself),
-  an explicit planned forward (Network.plan_inference) and NumPy (goals: planned batch 1 <= 1.3 x
-  NumPy; Network.output <= 1.3 x at batch 1, <= 1.05 x at batch 256; kit/bench/train_inference.py);
+- MLP inference at batch 1 and 256 beside NumPy (kit/bench/train_inference.py, its goals there);
 - convolution nets against PyTorch on the CPU (the `bench` extra; kit/bench/train_conv.py);
 - the kernel alternatives behind Conv2D and MaxPool2D (kit/bench/kernels.py);
 - ETL: an epoch behind a slow source, with and without asynchronous prefetch.

@@ -3,12 +3,9 @@ Network.output (which answers from a plan by itself), an explicit planned forwar
 (Network.plan_inference) and the same math hand-written in NumPy, interleaved, one BLAS thread
 each. Goals: planned batch 1 <= PLAN_GOAL x NumPy; Network.output within OUTPUT_GOALS.
 
-Interleaved in SLICES parts a repeat (kit.measure.compare's `slices`): a batch-1 answer takes tens
-of microseconds and streams the first layer's 784 x 256 weights (0.8 MB) at each call, so its time
-follows what the machine's shared caches and memory are doing at that moment. Timed 0.2 s a variant
-one after another, each variant met other moments, and the repeats of full runs spread past
-kit.measure's limit on a quiet machine (a flag, no verdict); in parts of 10 ms, taken in turn, the
-variants of a repeat meet the same moments.
+Interleaved in SLICES parts a repeat (kit.measure.compare's `slices`): a batch-1 answer streams the
+first layer's weights at each call, so its time follows the machine's shared caches at that moment;
+taken in short turns, the variants of a repeat meet the same moments.
 """
 
 from __future__ import annotations

@@ -17,13 +17,9 @@ workspaces entering and leaving their scopes (kit.workspace) and by `scope_out_o
 It sits below both, so neither has to reach into the other's module state.
 
 A generator that yields inside `with kit.scope_out_of_workspaces():` does not take its caller out
-of the caller's workspace: while the generator is suspended, the caller's arrays go where they
-went before (they used to go to the heap, silently), and when it resumes, its own arrays go to the
-heap again. The block belongs to the generator's frame. (A `contextlib.contextmanager` whose body
-yields inside the block means the opposite, and gets it: the caller's `with` body is out of
-workspaces.) Scopes still nest: a generator resumed inside a workspace its caller opened after the
-block began makes its arrays in that workspace, the innermost open one, and using one after that
-workspace's cycle raises as usual.
+of the caller's workspace: the block belongs to the generator's frame, its arrays go to the heap
+and the caller's where they went before. (A `contextlib.contextmanager` that yields inside the
+block means the opposite, and gets it.) Scopes still nest: the innermost open workspace wins.
 
     >>> ws = kit.get_workspace_for_current_thread(name="CONTEXT")
     >>> def rows():

@@ -11,12 +11,9 @@ simulated host devices.
     Traceback (most recent call last):
     kit.core.devices.DeviceError: device 'cpu:7' does not exist: ...
 
-Simulated host devices (JAX's --xla_force_host_platform_device_count): `KIT_HOST_DEVICES=N`, or
-`set_host_device_count(N)`, makes the CPU appear as cpu:0 .. cpu:N-1; `Device("cpu:3")` exists
-only while N > 3, and the error for a missing one says how to make it. Everything here is
-re-exported by `kit.devices` (kit.core.devices), and the classes take that module as their
-`__module__`: the path their reprs, pickles and tracebacks name (`except kit.devices.DeviceError`
-works too, `kit.devices` being that same module).
+`Device("cpu:3")` exists only while there are more than 3 simulated host devices (kit.core.devices),
+and the error for a missing one says how to make it. Everything here is re-exported by
+`kit.devices`, whose name the classes take as their `__module__` (reprs, pickles, tracebacks).
 """
 
 from __future__ import annotations

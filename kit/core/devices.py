@@ -19,12 +19,10 @@ identity. Logical devices split one physical device into n labelled workers; on 
 has its own CUDA stream, on the CPU each gets `cores // n` BLAS threads (threadpoolctl).
 They always print as logical, so nobody mistakes two slots of one device for two devices.
 
-Simulated host devices (JAX's --xla_force_host_platform_device_count): `KIT_HOST_DEVICES=N`,
-or `set_host_device_count(N)`, makes the CPU appear as cpu:0 .. cpu:N-1, each a separate
-placement domain exactly like separate GPUs: arrays know their device, ops never mix them,
-each has its own counters, cache, workspaces and generator, and copies between them go
-through the one transfer path, `Device.send(array)` / `array.to(device)`, which counts
-them (`transfer_stats()`). They always print as "simulated on the host".
+Simulated host devices (JAX's --xla_force_host_platform_device_count): `KIT_HOST_DEVICES=N` or
+`set_host_device_count(N)` makes the CPU appear as cpu:0 .. cpu:N-1, separate placement domains
+like separate GPUs; copies between them go through the one counted transfer path
+(`array.to(device)`, `transfer_stats()`). They always print as "simulated on the host".
 
 Placement rules live here too: `default_devices(n)` (worker i -> device i % n) and
 `cores_per_worker(n)` (the BLAS threads each of n concurrent workers gets on the CPU).

@@ -1,13 +1,10 @@
 """Memory: the one allocation function, its counters, a caching allocator and periodic GC.
 
-Every array kit creates comes from `allocate(shape, dtype, device)`. Inside an open
-workspace (kit.workspace) it carves the arena; otherwise it allocates on the heap, through
-the caching allocator when that is switched on, and counts what it did. (One shortcut: an op
-whose result goes to the plain host heap -- no workspace, no cache, no memory timeline recording,
-a CPU device -- lets NumPy allocate inside the ufunc, as the raw op would, and counts the result
-the same way.) A long-lived buffer BLAS reads and writes (a network's flat parameters,
-gradients and updater state) comes from `allocate_aligned`: on the heap, starting on a cache line
-(`ALIGNMENT`, 64 bytes, where a workspace's arena starts too).
+Every array kit creates comes from `allocate(shape, dtype, device)`: inside an open workspace it
+carves the arena; otherwise it allocates on the heap (through the caching allocator when on) and
+counts it. (An op whose result goes to the plain host heap lets NumPy allocate inside the ufunc, and
+counts the result the same way.) Long-lived BLAS buffers (flat parameters, gradients, updater state)
+come from `allocate_aligned`, starting on a cache line (`ALIGNMENT`) as an arena does.
 
     >>> import kit
     >>> before = kit.memory.heap_allocations()

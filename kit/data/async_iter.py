@@ -12,16 +12,11 @@
     >>> it.shutdown()                            # True: the thread ended (or: with AsyncPrefetchIterator(...) as it:)
     True
 
-A background thread copies each batch into a *circular* workspace (ND4J's configuration:
-ENDOFBUFFER_REACHED, room for prefetch + 3 batches, at least `min_size` bytes) and queues it.
-ND4J's rule: consume a batch before the following `next()`s, and `detach()` one you want to
-keep, because its memory will be overwritten. ND4J does not check it (dl4j#3281: a kept batch
-silently changes); kit raises ArrayOverwrittenError once the ring has really laid new data
-over the kept batch.
-
-A `shutdown()` from any thread ends the iterator for its consumer with IteratorShutDownError at
-the next batch it asks for, never with a silent end of the epoch: an epoch cut short must not read
-as the data having ended. shutdown() waits at most `timeout` seconds for the background thread.
+A background thread copies each batch into a *circular* workspace (ND4J's: room for prefetch + 3
+batches) and queues it. ND4J's rule: `detach()` a batch you keep, because its memory will be
+overwritten; ND4J does not check it (dl4j#3281), kit raises ArrayOverwrittenError once the ring has
+laid new data over the kept batch. A `shutdown()` from any thread ends the iterator with
+IteratorShutDownError at the next batch, never a silent end of the epoch; it waits at most `timeout`.
 
 AsyncShieldIterator wraps an iterator so that nothing prefetches it (async_supported False).
 """
@@ -97,7 +92,6 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
         self._shut = threading.Event()  # shutdown() was called: the consumer must hear of it
         self._thread: threading.Thread | None = None
         self._closed = False
-        self.etl_ms_total = 0.0
 
     # ---- the producer --------------------------------------------------------------
     # The thread holds only a weak reference to the iterator between epochs, so dropping the

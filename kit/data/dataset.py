@@ -181,7 +181,6 @@ class ArrayIterator(DataSetIterator):
         batch_size = whole("ArrayIterator", "batch_size", batch_size, 1)
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
         self.epoch = 0
-        self._order: DataSet | None = None
 
     def __len__(self) -> int:
         n = self.data.num_examples

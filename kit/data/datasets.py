@@ -13,13 +13,11 @@ The digits are package data (`kit/data/digits.csv.gz`, read through `importlib.r
 they are in every install: editable, wheel, Colab's `pip install`. Source and licence:
 `kit/data/README.md`.
 
-Fashion-MNIST is read where its four IDX files already are: the repository's `data/` (in a
-checkout; `~/.cache/kit` in an installed copy), the directory named by `KIT_DATA`, or
-`/usr/share/datasets/fashion-mnist/` (Debian's `dataset-fashion-mnist`). Elsewhere
-`load_fashion_mnist(download=True)` fetches them with pooch over https into that data
-directory, checking each compressed file against its pinned SHA-256 before opening it. Every
-file, found or downloaded, is also checked against the SHA-256 of its *decompressed* IDX
-content, which is the same whoever compressed it (Debian recompresses them).
+Fashion-MNIST is read where its four IDX files already are: the repository's `data/`
+(`~/.cache/kit` installed), `KIT_DATA`, or `/usr/share/datasets/fashion-mnist/` (Debian's
+package); `load_fashion_mnist(download=True)` fetches them with pooch, each download checked
+against its pinned SHA-256 before opening it. Every file is also checked against the SHA-256 of its
+*decompressed* content (the same whoever compressed it).
 """
 
 from __future__ import annotations

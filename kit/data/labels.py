@@ -15,14 +15,11 @@
     Traceback (most recent call last):
     ValueError: Evaluation: label row 0 is [0 3 0]: not a one-hot row (one 1, the rest 0; 1 row(s) are not); ...
 
-Labels are class indices or one-hot rows. (N,) and (N, 1) of ints, of whole-valued floats, or of
-bools (False/True = classes 0/1) all mean class indices; (N, C) rows with C > 1 must be exactly
-one-hot. Everything else is refused with a ValueError naming the row and its value: non-whole
-or non-finite numbers, indices below 0 or at least num_classes, rows that are not one-hot, and
-more than two axes. Evaluation, ROC, kit.spark's to_rdd and DataFrame rows take labels only by
-this rule. A DataSet takes it for (N,) labels, and for an (N, 1) column when num_classes (> 1) is
-given; for training it also keeps rows of probabilities (soft labels: `probability_rows`), and,
-without num_classes, any (N, C) rows or (N, 1) column as targets (regression, one sigmoid output).
+Everything else (non-whole or non-finite numbers, indices out of range, rows that are not one-hot,
+more than two axes) is refused, naming the row and its value. Evaluation, ROC, kit.spark's to_rdd
+and DataFrame rows take labels only by this rule; a DataSet takes it for (N,) labels and for an
+(N, 1) column with num_classes, and also keeps soft labels (`probability_rows`) and, without
+num_classes, any targets (regression, one sigmoid output) for training.
 """
 
 from __future__ import annotations

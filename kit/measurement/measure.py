@@ -17,24 +17,16 @@
 
 One module for every timing in kit (benchmarks, `compare_devices`, the chapters):
 
-- **Long enough to measure.** Like `timeit.autorange`, each variant is called 1, 2, 5, 10, 20,
-  ... times per timed repeat until one repeat takes at least `min_time` seconds: a shorter region
-  is at the mercy of the scheduler and of other processes' bursts.
-- **Interleaved.** Repeat r times variant A, then B, then C (the order rotated each repeat), so
-  drift and other processes' bursts hit every variant alike; ratios are taken per repeat. With
-  `slices=n`, each repeat's calls run in n parts, the variants in turn (calls of microseconds).
-- **Median and spread.** The median of the repeats, and the spread as half the range relative
-  to the median (``±x%``).
-- **Flagged, not interpreted.** A result is *unreliable* when other processes used more than
-  `LOAD_LIMIT` of the machine's CPU while it was measured (the machine's busy time, from psutil,
-  minus this process's own threads' time; children it started, reaped or still running, count as
-  other processes), when the spread is wider than `SPREAD_LIMIT`, or, for a device comparison,
-  when a "speedup" exceeds the device count (efficiency above 1: the baseline was slowed down,
-  typically by contention for shared cores). Tables and plots show the flag and its reason.
-- **Goals that say what the run shows.** `goal` and `goal_verdict` (kit.goals, re-exported here)
-  say met, NOT met, or not shown either way where the repeats lie on both sides of the target.
-- **A flagged figure carries its flag.** A figure computed from a flagged measurement reads
+- **Long enough to measure** (`timeit.autorange`): each repeat lasts at least `min_time` seconds.
+- **Interleaved**: A, B, C in turn, the order rotated each repeat, so drift hits every variant
+  alike; `slices=n` runs each repeat's calls in n parts (calls of microseconds).
+- **Median and spread** (half the range relative to the median, ``±x%``).
+- **Flagged, not interpreted**: *unreliable* when other processes used more than `LOAD_LIMIT` of
+  the CPU (kit.measurement.load), the spread is wider than `SPREAD_LIMIT`, or a "speedup" exceeds
+  the device count (the baseline was slowed). A figure computed from a flagged measurement reads
   "(flagged)" wherever it is printed (`flagged_figure`), and its goal line gives no verdict.
+- **Goals** (`goal`, `goal_verdict`: kit.goals, re-exported here) say met, NOT met, or not shown
+  where the repeats lie on both sides of the target.
 """
 
 from __future__ import annotations
@@ -304,10 +296,8 @@ def compare(
     `children_are_ours`: as in `machine_load`, for variants that work in child processes.
     `progress(done, total, note)` (a `kit.widgets.Progress`) is called after each warm-up,
     calibration and timed run, between timed regions: it never runs inside one.
-    `slices=n` cuts each variant's calls of a repeat into n parts and runs the variants part by
-    part, in turn: a call of microseconds, timed 0.2 s a variant one after another, meets the
-    machine at another moment in each variant (another process's burst, a co-tenant's memory
-    traffic, the clock); in n interleaved parts it meets the same moments as the others."""
+    `slices=n` cuts each variant's calls of a repeat into n parts run in turn, so calls of
+    microseconds meet the same moments of the machine as the other variants'."""
     repeats, numbers_given, warmups = _compare_args(fns, min_time, repeats, number, warmup)
     slices = _whole("slices", slices, 1, "a whole number of parts per repeat >= 1")
     calibrate = number is None

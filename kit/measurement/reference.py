@@ -25,12 +25,9 @@ and date; the commits stay in the report for the developer who reproduces it.
     ms per step | 1.25                 | 0.31
     accuracy    | 0.93                 | — (not in this run)
 
-A pick is a path into the report's "parts" (dots between keys, ``[key=value]`` selects the row of a
-list whose `key` reads `value`, ``[3]`` an index) or a function of the report returning a number or
-None; without one, a quantity is looked up by name among the figures the GPU check recorded when it
-ran the chapters. A figure from a run `kit.measure` flagged is marked "(flagged)" in its cell (see
-`beside`): no conclusion is drawn from it. `beside` returns a `Beside` whose text is the table and
-whose `rows` hold the values.
+A pick is a path into the report's "parts" (``[key=value]`` selects a list's row, ``[3]`` an
+index) or a function of the report; without one, a quantity is looked up by name among the
+chapters' figures. A flagged figure reads "(flagged)" in its cell: no conclusion is drawn from it.
 
 Reading the reports is kit.measurement.reference_runs; a run's physical limits (copy and matmul
 throughput beside the datasheet) are kit.measurement.reference_limits, re-exported here.

@@ -12,9 +12,7 @@ strings, a flag column drawn as a badge, notes under the table.
     >>> "overflow-x: auto" in html_table(["a"], [["1"]])   # a wide table scrolls inside its box
     True
 
-A text table wider than `width` is printed transposed (the first column's values head the
-columns, every other column becomes a line),
-and a cell longer than the width left to it is wrapped at spaces, never inside a word.
+A text table wider than `width` is printed transposed, and a long cell is wrapped at spaces.
 """
 
 from __future__ import annotations
@@ -238,12 +236,7 @@ def _html_rows(
 
 
 def _html_cell(
-    name: str,
-    value: str,
-    flagged: bool,
-    greyed: Collection[str],
-    flag_column: str | None,
-    text_columns: Sequence[str],
+    name: str, value: str, flagged: bool, greyed: Collection[str], flag_column: str | None, text_columns: Sequence[str]
 ) -> str:
     """One <td>: a flagged row's flag as a badge, a text column left-aligned, a greyed figure grey."""
     text = html.escape(value)

@@ -1,13 +1,9 @@
 """A live panel says plainly whether the work it shows is still running: a badge at its head.
 
-JupyterLab's status bar is no guide to that. It shows the state of the kernel's *last* status
-message, whatever request it answered, and the widget manager of JupyterLab 4 asks an ipykernel 7
-kernel for a subshell (a `create_subshell_request` on the control channel) the first time it
-draws a widget; the kernel answers it at once, busy then idle, while the cell that displayed the
-widget is still running. From then until that cell ends the status bar reads "Idle" (measured in
-Chromium: JupyterLab 4.6.6, ipykernel 7.4.0, ipywidgets 8.1.9; JupyterLab's issue #10701 is this
-behaviour for control requests in general). kit cannot correct JupyterLab's reading without
-sending status messages of its own, so every widget panel carries its own:
+JupyterLab's status bar is no guide to that: it shows the state of the kernel's *last* status
+message, whatever request it answered, and JupyterLab 4's widget manager asks an ipykernel 7
+kernel for a subshell the first time it draws a widget, so the bar reads "Idle" while the cell that
+displayed the widget still runs (JupyterLab's issue #10701). So every widget panel carries its own:
 
 - **running** while the cell that shows it runs (`RUNNING`);
 - **its cell has ended** once IPython reports the end of a cell (`post_run_cell`) and the panel was
@@ -42,11 +38,7 @@ ENDED = "ended"
 BACKGROUND = "background"
 _BADGES = {
     RUNNING: ("● running", "the cell that shows this panel is still running", "#b45f06"),
-    ENDED: (
-        "■ its cell has ended",
-        "the cell ended before the panel was closed: these are its last numbers",
-        "#666",
-    ),
+    ENDED: ("■ its cell has ended", "the cell ended before the panel was closed: these are its last numbers", "#666"),
     BACKGROUND: (
         "● updating after its cell ended",
         "work left running in the background still updates this panel; the kernel is idle",

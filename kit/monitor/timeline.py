@@ -19,12 +19,10 @@ Each event is a dict of one `kind` (`MemoryTimeline` describes them), "replay" a
 replayed at the kernel seam (kit.nn.replay); a training step runs its layers while a timeline records,
 so its allocations are all here. Threads are told apart by identity, never merged by name.
 
-Why it costs nothing when off: the allocation sites (allocate_heap, Workspace.alloc and its scopes,
-LayerWorkspaceMgr.create) read `kit.state.STATE.recorder` once and record only when it is set.
-kit.ndarray's fast paths read nothing new: while a timeline records they take the path through
-allocate_heap, so they are recorded there (one heap result escapes: the copy an InferencePlan hands
-back). On, every event takes a lock and builds a dict, about as much as a small op: do not time a
-workload while it records. One timeline records at a time.
+Why it costs nothing when off: the allocation sites read `kit.state.STATE.recorder` once and
+record only when it is set (kit.ndarray's fast paths take the allocate_heap path while it records).
+On, every event takes a lock and builds a dict: do not time a workload while it records. One
+timeline records at a time.
 """
 
 from __future__ import annotations
@@ -75,11 +73,9 @@ class MemoryTimeline(TimelineViews):
       workspace's cycle ending, or a circular one wrapping around (a circular workspace's cycles end
       without one, as in ND4J); they number the workspace's `resets`;
     - "release": host heap memory freed -- a NumPy array that owns its memory collected while the
-      timeline records. Not recorded: arrays still alive when recording stops, blocks handed back to
-      kit's caching allocator, and GPU memory (CuPy views share memory without keeping the array that
-      allocated it alive, so its collection proves nothing). A release's thread is the one that
-      dropped the last reference. Workspace arrays are never released one by one: their cycle's
-      reset frees them all.
+      timeline records, on the thread that dropped the last reference. Not recorded: blocks handed
+      back to kit's cache, and GPU memory (a CuPy view does not keep its base alive, so a collection
+      proves nothing). Workspace arrays are never released one by one: their cycle's reset frees them.
 
     `cycles` holds one dict per workspace cycle (start and end times, bytes, spilled bytes, capacity).
     """

@@ -21,9 +21,8 @@ this module has the memory panel and the two training listeners built on them (`
     workspace loop: 100/100 in ...
     >>> ws.destroy()
 
-In a kernel they are core ipywidgets (FloatProgress, HTML, HBox, VBox: ipywidgets 7.7 on Colab and 8
-in JupyterLab 4), shown and closed as kit.panels says: a closed panel leaves static HTML, so a saved
-notebook, GitHub and nbviewer show its final numbers, not a widget's `VBox(children=...)` text.
+In a kernel they are core ipywidgets, shown and closed as kit.panels says: a closed panel leaves
+static HTML, so a saved notebook shows its final numbers.
 """
 
 from __future__ import annotations

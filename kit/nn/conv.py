@@ -8,18 +8,13 @@ BatchNorm is in kit/nn/batchnorm.py, d2l's residual block in kit/nn/residual.py;
 of all of them is in kit/nn/image_kernels.py, where a replayed step (kit.nn.replay) runs it.
 
 Conv2D: one strided copy turns every k x k window of the padded input into the columns of a
-(C*k*k, B*OH*OW) matrix (kit/nn/im2col.py says why this layout); the convolution is then a
-matrix product, or one per example for small filter banks. The columns are k*k times the input,
-so Conv2D builds them a chunk of examples at a time, in working memory of about
-`Conv2D.column_bytes` (more on a GPU, where each chunk costs kernel launches), and builds them
-again in backward (DL4J's ConvolutionLayer does the same): what the layer keeps for backward is
-its input, which is the previous layer's output anyway. Columns that fit one chunk whole (a small
-layer's: LeNet's, ResNet's stem) are kept for backward instead, as ACTIVATIONS (their bytes are
-`kept_bytes`): building them again cost LeNet's step 12 % of its time for a few MiB.
-`Conv2D.keep_columns` chooses: None (that rule, the default), False (always rebuilt, as DL4J),
-True (always kept, up to `keep_columns_max_bytes`). The input gradient of a stride-1
-'same' convolution is itself a convolution (of eps with the turned filters); other strides and
-paddings add each window's column back (col2im).
+(C*k*k, B*OH*OW) matrix (kit/nn/im2col.py says why this layout); the convolution is then a matrix
+product. The columns are k*k times the input, so Conv2D builds them a chunk of examples at a time
+(about `Conv2D.column_bytes`) and again in backward, as DL4J's ConvolutionLayer does. Columns that
+fit one chunk whole (LeNet's, ResNet's stem) are kept for backward instead (`kept_bytes`).
+`Conv2D.keep_columns` chooses: None (that rule), False (always rebuilt), True (always kept, up to
+`keep_columns_max_bytes`). The input gradient of a stride-1 'same' convolution is itself a
+convolution; other strides and paddings add each window's column back (col2im).
 
 The pooling layers live in kit/nn/pooling.py and are re-exported here.
 """

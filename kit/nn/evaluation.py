@@ -24,18 +24,13 @@
     >>> roc = ROC(); roc.eval(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8])); roc.calculate_auc()
     0.75
 
-DL4J's rules: with two classes precision/recall/F1 are reported for the positive class (1);
-otherwise they are macro averages over classes, excluding classes where the metric is 0/0
-(and stats() says how many were excluded). ROC is exact (DL4J's thresholdSteps = 0): the
-AUC of the full curve over every distinct score. ROC on more than two classes is one-vs-all;
-one probability column (a sigmoid output) is binary: the probability of class 1.
+DL4J's rules: with two classes precision/recall/F1 are the positive class's (1); otherwise macro
+averages, excluding classes where the metric is 0/0 (stats() says how many). ROC is exact (DL4J's
+thresholdSteps = 0); on more than two classes one-vs-all; one probability column is binary.
 
-Labels follow kit.labels' one rule: class indices (N,) or (N, 1) (ints, whole-valued floats,
-bools) or exactly one-hot rows (N, C). Fractional or soft labels (0.4, a row of probabilities),
-NaN, out-of-range indices and rows like [0, 3, 0] are refused, naming the row and its value;
-soft labels train a DataSet, but are scored here only after labels.argmax(axis=1).
-Predictions with NaN or infinity are refused, naming how many and the first
-row, before anything is recorded. With no data, every metric raises; stats() says so instead.
+Labels follow kit.labels' one rule (class indices or exactly one-hot rows; anything else is refused,
+naming the row); soft labels are scored only after labels.argmax(axis=1). Predictions with NaN or
+infinity are refused before anything is recorded. With no data every metric raises; stats() says so.
 """
 
 from __future__ import annotations

@@ -5,10 +5,8 @@
     pool_max_into(xp, xpad, k, s, y, idx, scratch)     # k*k elementwise maxima, first winner kept
     pool_scatter(xp, pieces, k, s, target, tiles)      # backward of any pooling
 
-The layers in kit/nn/conv.py and kit/nn/pooling.py own the memory (every output comes from their
-workspace manager); these functions only fill it. The pooling layers call the `kernel`-wrapped
-ones at the end (max_pool_into ...), where kit.nn.replay records a step (kit.nn.image_kernels
-says why each takes its arrays whole). Shapes are written with the batch axis.
+The layers (kit/nn/conv.py, kit/nn/pooling.py) own the memory; these functions only fill it. The
+`kernel`-wrapped ones at the end are where kit.nn.replay records a step.
 
 Why this layout (CNHW: channels, kernel offsets, then batch and pixels): the columns become one
 (C*k*k, B*OH*OW) matrix, so forward, the weight gradient and the input gradient are each a single
@@ -16,9 +14,8 @@ large matrix product, and the copy that builds the columns moves whole output ro
 at a time. `python -m kit bench train` times it against the other layouts (NHWC rows, NCHW
 batched products, sliding_window_view + tensordot/einsum) on LeNet and ResNet-18 shapes.
 
-Pooling is k*k elementwise passes over strided views of the input (for non-overlapping windows
-these are the reshape (B, C, OH, k, OW, k) views), never a reduction over small window axes,
-which NumPy runs one short inner loop per window; the benchmark shows that too.
+Pooling is k*k elementwise passes over strided views of the input, never a reduction over small
+window axes (one short NumPy inner loop per window).
 """
 
 from __future__ import annotations

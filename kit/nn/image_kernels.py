@@ -14,12 +14,10 @@ writes with out= and allocates nothing. The layers (kit.nn.conv, kit.nn.pooling,
 kit.nn.batchnorm, kit.nn.residual) work out the shapes and make the arrays; every number is
 computed here, so a replayed step computes it too.
 
-One rule keeps a step replayable: a kernel is handed each array whole, as its layer made it (or
-the batch itself), and cuts the chunks, the padded frames and the views inside. A replay puts the
-new batch (and, with workspaces off, each array made anew on the heap) where the recorded one was,
-by identity: a view made outside a kernel would go on reading the recorded step's array. Working
-arrays sized for a convolution's first, largest chunk are flat; each chunk takes the prefix it
-needs (`_take`). The im2col layout, and the pooling layers' kernels, are in kit/nn/im2col.py.
+One rule keeps a step replayable: a kernel is handed each array whole, as its layer made it, and
+cuts chunks, padded frames and views inside, because a replay swaps arrays by identity and a view
+made outside would go on reading the recorded step's array. Working arrays are flat; each chunk
+takes the prefix it needs (`_take`). The im2col layout and the pooling kernels are kit/nn/im2col.py's.
 """
 
 from __future__ import annotations

@@ -18,11 +18,9 @@ This is the seam kit.nn.replay records at (tinygrad's TinyJit): each kernel is w
 function and the arguments it was called with. A replayed step calls the same functions on the
 same arrays again; the layers' code stays the code that ran when it was recorded.
 
-NumPy is specialised in one place only, where measurement said so: the row reductions of the
-softmax call the ufuncs' own `reduce`, positionally (np.max and np.sum wrap it in ~3 us of Python
-each, keywords cost another 0.4 us: more than the arithmetic on a (1, 10) batch). The convolution
-and pooling kernels live in
-kit/nn/im2col.py, beside the layout they share.
+NumPy is specialised in one place only: the softmax's row reductions call the ufuncs' own `reduce`,
+positionally (np.max and np.sum's Python wrappers cost more than the arithmetic on a (1, 10)
+batch). Convolution and pooling kernels live in kit/nn/im2col.py.
 
 Shapes are written with the batch: B examples, n_in -> n_out features, C classes.
 """

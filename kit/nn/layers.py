@@ -14,10 +14,8 @@ gradients into the views `self.grads[name]` and returns the input gradient made 
 no layer allocates around kit. The array code is in kit.nn.kernels, written once against `xp`
 (NumPy or CuPy) on the raw arrays (`.data`, which checks staleness), with `out=` everywhere.
 
-A layer whose forward and backward write every array through kit.nn.kernels (and make every
-array with `mgr`) says so with `replayable = True`: kit.nn.replay may then record a step where
-those kernels are called and replay it there. A subclass that writes its own forward or backward
-is not replayable unless it says so itself.
+A layer whose arithmetic is all kit.nn.kernels calls on arrays from `mgr` says `replayable = True`
+(kit.nn.replay); a subclass with its own forward or backward is not, unless it says so itself.
 
 Here: the base class, Dense and ReLU (an MLP's layers, and the rule that lets ReLU run in place,
 `mark_in_place`), Dropout, Flatten and Sequential; the other activations are in kit.nn.activations.

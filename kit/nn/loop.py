@@ -15,11 +15,9 @@
     (69, 3)
 
 `Network.fit`, `ParallelWrapper.fit`, both early-stopping trainers and the Spark training
-masters run this loop (in the spirit of Chainer's Trainer with extensions); they differ only in
-the *step*: a function that trains on a group of `batches_per_step` mini-batches (one for a
-network, one per worker for a wrapper) and returns one `StepResult` per mini-batch. What can be
-trained builds its own loop (`Trainable.make_loop`: Network and ParallelWrapper), so a caller
-such as early stopping asks for one instead of reaching into the trainer:
+masters run this loop (Chainer's Trainer with extensions); they differ only in the *step*, which
+trains on `batches_per_step` mini-batches and returns one `StepResult` per mini-batch. What can be
+trained builds its own loop (`Trainable.make_loop`), so early stopping asks for one:
 
     >>> loop = net.make_loop(listeners=[], iteration_conditions=[])
     >>> loop.run(ArrayIterator(train, 64), epochs=1), net.epoch
@@ -33,9 +31,8 @@ The listener protocol and its numbering are DL4J's, the same on every path:
                                                  iteration: iterations done, this one included
     on_epoch_end(model, epoch)                   epoch: index of the epoch that just ended
 
-The epoch counter (`counters.epoch`) moves on after `on_epoch_end` and the `epoch_end` hook, so a
-model saved by that hook (early stopping's best model) carries the index of its own epoch.
-An epoch cut short (a stop condition, `stop()`) still ends with `on_epoch_end`.
+The epoch counter moves on after `on_epoch_end` and the `epoch_end` hook, so a model saved there
+carries its own epoch's index. An epoch cut short still ends with `on_epoch_end`.
 """
 
 from __future__ import annotations

@@ -18,13 +18,7 @@ from kit.core.shapes import accumulator
 from kit.nn.kernels import copy_into, cross_entropy_into, mse_into, softmax_into
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
-__all__ = [
-    "MSE",
-    "Loss",
-    "SoftmaxCrossEntropy",
-    "loss_from_config",
-    "rows_of_scores",
-]
+__all__ = ["MSE", "Loss", "SoftmaxCrossEntropy", "loss_from_config", "rows_of_scores"]
 
 
 class Loss:

@@ -21,22 +21,16 @@ each of its bytes has a place (n parameters):
     updater state n x 4 bytes   float32 per state buffer (Adam: m and v)
     activations   half of float32's: they are float16 (the training workspaces' cycle bytes)
 
-One step: the loss's gradient seed is multiplied by `scale` (computed in float32, then stored
-in float16: 2**16 itself does not fit float16), backward runs in float16, the gradient is
-unscaled into a float32 working array (UPDATER_WORKING_MEM), checked for inf/NaN, L2 is added
-in float32, the updater moves the master weights (working in that same array: it is this step's
-own, so Adam carves no temporary beside it), and the float16 copy is written from them.
-Without scaling, gradients below float16's smallest subnormal (6e-8) become 0; without master
-weights, an update smaller than half a float16 spacing (about 5e-4 x |w|) rounds away and the
-parameters stop moving.
+One step: the loss's gradient seed is multiplied by `scale`, backward runs in float16, the
+gradient is unscaled into a float32 working array and checked for inf/NaN, the updater moves the
+master weights and the float16 copy is written from them. Without scaling, small gradients flush
+to 0 in float16; without master weights, small updates round away and the parameters stop moving.
 
 Dynamic scaling is GradScaler's: a step whose gradient holds inf or NaN is *skipped* (no update,
-Adam's step count t does not advance) and the scale is multiplied by `backoff_factor` (0.5);
-after `growth_interval` consecutive clean steps it is multiplied by `growth_factor` (2). A
-skipped step is not an error, and the iteration counter still counts it (as PyTorch's loop
-does: listeners, schedules and ParallelWrapper rounds keep one numbering). A scale that falls
-below `min_scale` means the gradient is inf/NaN at every scale, and raises LossScaleError.
-A fixed `loss_scale` (a number) skips non-finite steps too, but never changes.
+Adam's t does not advance, the iteration counter still counts it) and the scale is multiplied by
+`backoff_factor`; after `growth_interval` clean steps by `growth_factor`. A scale below
+`min_scale` raises LossScaleError. A fixed `loss_scale` (a number) skips non-finite steps too, but
+never changes.
 """
 
 from __future__ import annotations

@@ -9,15 +9,10 @@
     >>> arrays["params"], counters
     (array([0., 1., 2., 3., 4., 5.], dtype=float32), {'iteration': 10, 'epoch': 1})
 
-The header holds the configuration, the counters and a SHA-256 per array, and one more SHA-256
-over all of that (`integrity`): editing the configuration inside a file (an activation, `l2`, the
-updater, the dtype) is detected like a flipped bit in the parameters. It is an integrity check,
-not a signature: someone who edits a file on purpose can recompute the sums, so load files you
-trust (they hold no code: NumPy arrays without pickle and JSON). Each array's checksum covers its
-dtype and shape as well as its bytes (format 2): the same bytes re-typed (float32 read as int32)
-do not pass. A write goes to a temporary file in the same directory, is fsync'ed, then renamed
-over the target (through a symbolic link), so an interrupted save leaves the previous file whole
-(kit.files). `Network.save` / `Network.load` use this module.
+The header holds the configuration, the counters, a SHA-256 per array (over its dtype and shape as
+well as its bytes) and one more over all of that (`integrity`): an edited configuration is detected
+like a flipped bit in the parameters. It is an integrity check, not a signature: load files you
+trust (they hold no code). Writes are atomic (kit.files). `Network.save` / `Network.load` use this.
 """
 
 from __future__ import annotations

@@ -4,13 +4,10 @@ inside, and run its forward again when backward reaches it.
     Residual(64, recompute=True)          # or resnet18(recompute=True): every block
 
 A recomputed block's layers see a `RecomputeView` of the network's workspace manager: their
-ACTIVATIONS go to a workspace of the block's own (WS_RECOMPUTE, reset when the block's forward
-or backward ends, so every block reuses the same arena), everything else where the manager puts
-it. The forward pass runs them keeping nothing for a backward (`backward_follows=False`, as
-inference does); backward runs the forward again keeping what backward reads, with the batch
-statistics of the first pass and without moving BatchNorm's running statistics a second time
-(`recomputing=True`), then the block's backward. The trade, one more forward of the block for
-the bytes of its insides, is measured by `python -m kit bench memory`, not assumed.
+ACTIVATIONS go to the block's own workspace (WS_RECOMPUTE, one arena every block reuses). The
+forward pass keeps nothing for a backward (`backward_follows=False`); backward runs the forward
+again keeping what backward reads, with the first pass's batch statistics and BatchNorm's running
+statistics left alone (`recomputing=True`). The trade is measured by `python -m kit bench memory`.
 """
 
 from __future__ import annotations

@@ -2,33 +2,22 @@
 
 (A worked example of a recorded answer: kit.nn.replay_inference's docstring.)
 
-A step of one batch size does the same arithmetic every time. So, the second time a batch size
-comes, kit runs the step as the book teaches it (`Network.output`'s forward, or `fit`'s iteration:
-every layer's `forward` and `backward`, the loss, L2) while kit.nn.kernels notes each kernel call
-(`kernels.TAPE`): the function and the raw arrays it was given. Later steps of that size call
-those functions again on the same arrays, with the new batch where the recorded one was, and skip
-the rest: the workspace manager's bookkeeping, the NDArray wrappers, the checks made at every
-use. The updater runs live after the kernels (it reads its learning rate and the iteration).
+A step of one batch size does the same arithmetic every time. So the second time a batch size
+comes, kit runs the step as the book teaches it while kit.nn.kernels notes each kernel call
+(`kernels.TAPE`: the function and its raw arrays). Later steps of that size call those functions
+again on the same arrays, the new batch where the recorded one was, and skip the bookkeeping around
+them. The updater runs live after the kernels. The workspaces read the same replayed or not
+(`Workspace.replay_cycle`). `net.train_plans` and `net.output_plans` count replays (`used`), say why
+a network is not replayed (`declined`), and drop a plan when what it fixed changed.
 
-The workspaces read the same replayed or not: the arrays are the arena views the recorded step
-was given, and each scope it closed counts one whole cycle with its carves
-(`Workspace.replay_cycle`). In NONE mode each array is made anew on the heap at every replay.
-`net.train_plans` and `net.output_plans` count the replayed steps (`used`), say why a network is
-not replayed (`declined`), and are checked at each use against what a plan fixed (layers, loss,
-updater, buffers, device, dtype, the thread's workspaces), dropping it when any changed.
+The switch: `switch.on = False` here, `with replay_off():`, or KIT_REPLAY=no (kit.settings), and
+every step runs the layers' code: a breakpoint in `Dense.forward` stops at every iteration.
+`kit.widgets.TrainingPanel` and the memory timeline say when a step was replayed.
 
-The switch: `switch.on = False` here, `with replay_off():`, or KIT_REPLAY=no in the environment
-(kit.settings), and every step runs the layers' code: a breakpoint in `Dense.forward` stops at
-every iteration. `kit.widgets.TrainingPanel` says how many of the steps it saw were replayed; a
-memory timeline marks each replayed answer ("replay" events) and holds training replays off.
-
-Replayed only where the arithmetic is all kernel calls (`Layer.replayable`, `Loss.replayable`:
-every kit layer and loss, kit.nn.kernels' and kit.nn.image_kernels'; not a recomputed residual
-block, nor a subclass with its own forward or backward), and not: mixed precision (the loss scale
-moves), training on a GPU (unchecked there), a batch that needs converting (convert the data
-once), a view of the batch handed to a kernel, or while a tool watches every array. Recording
-is kit.nn.recording, the replayed `Network.output` kit.nn.replay_inference; here: the switch,
-the tape, and the training step.
+Replayed only where the arithmetic is all kernel calls (`Layer.replayable`, `Loss.replayable`), and
+not in mixed precision, on a GPU, for a batch that needs converting, or while a tool watches every
+array. Recording is kit.nn.recording, the replayed `Network.output` kit.nn.replay_inference; here:
+the switch, the tape, and the training step.
 """
 
 from __future__ import annotations
@@ -52,16 +41,7 @@ from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
 from kit.state import STATE
 from kit.workspaces.workspace import DebugMode
 
-__all__ = [
-    "PlanCache",
-    "PlanDeclinedError",
-    "Tape",
-    "TrainingPlans",
-    "declined",
-    "record",
-    "replay_off",
-    "switch",
-]
+__all__ = ["PlanCache", "PlanDeclinedError", "Tape", "TrainingPlans", "declined", "record", "replay_off", "switch"]
 
 
 class _Switch:

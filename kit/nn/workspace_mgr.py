@@ -9,9 +9,7 @@
                             (DL4J alternates two ACTIVATION_GRAD workspaces; a residual block
                             holds a third gradient while its two paths run)
 
-DL4J 1.0 made SINGLE and SEPARATE aliases of ENABLED; here they differ, and chapter 3 and the
-tests measure the difference.
-
+DL4J 1.0 made SINGLE and SEPARATE aliases of ENABLED; here they differ (chapter 3 measures how).
 A layer asks its LayerWorkspaceMgr for arrays by ArrayType (ND4J's rule: `forward` returns
 ACTIVATIONS, `backward` returns ACTIVATION_GRAD); temporaries made with ordinary kit ops go
 to the current workspace, which inside a layer call is the working-memory one.
@@ -99,7 +97,6 @@ WS_SINGLE = "WS_SINGLE"
 WS_ALL_LAYERS_ACT = "WS_ALL_LAYERS_ACT"
 WS_LAYER_WORKING_MEM = "WS_LAYER_WORKING_MEM"
 WS_UPDATER_WORKING_MEM = "WS_UPDATER_WORKING_MEM"
-WS_OUTPUT_MEM = "WS_OUTPUT_MEM"
 WS_ACTIVATION_GRAD = "WS_ACTIVATION_GRAD"  # SEPARATE's gradient slots: WS_ACTIVATION_GRAD_0, _1, ...
 
 

@@ -5,13 +5,10 @@
 
 Message format (libnd4j's): a 4-int header [capacity, length, tau as float32 bits, encoding]
 followed by the payload. FLEXIBLE (sparse) encoding stores `+(i+1)` for `x[i] >= tau` and
-`-(i+1)` for `x[i] <= -tau`; when as many as length/16 elements pass, it switches to BITMAP
-encoding, 2 bits per element (0: nothing, 1: +tau, 2: -tau). Encoding subtracts what it sends
-from the residual in place, so nothing is lost: it is sent later, once it has grown past tau.
-`boundary` (DL4J's) caps how many elements one message carries, sparse or bitmap (default: no
-cap beyond the encoding's own; a sparse message holds fewer than length/16): the first `boundary`
-passing elements are sent, the others stay in the residual for a later message. The density of
-what is sent chooses sparse or bitmap, as in DL4J.
+`-(i+1)` for `x[i] <= -tau`; from length/16 passing elements on, BITMAP encoding, 2 bits per
+element (0: nothing, 1: +tau, 2: -tau). Encoding subtracts what it sends from the residual in
+place, so nothing is lost: it is sent once it has grown past tau. `boundary` (DL4J's) caps how many
+elements one message carries; the others stay in the residual for a later message.
 """
 
 from __future__ import annotations

@@ -11,13 +11,10 @@
     ...     worker.stop()
     (9, 58)
 
-The wrapper hands each worker a task (a callable of the worker) and waits for its result, so a
-round does not depend on thread timing. The tasks that run on the worker's thread: `fit` (one
-iteration on a batch moved to its device), and for SHARED_GRADIENTS `encode` (train, take the
-step back into the residual, threshold-encode it) and `apply` (the sum of every worker's decoded
-messages). The caller's side, `submit`, `result` and `stop`, turns a worker's failure, death or
-silence into WorkerError naming it, and a shutdown during fit() into RuntimeError saying so.
-Used by kit.parallel.wrapper, which re-exports WorkerError.
+The wrapper hands each worker a task (a callable of the worker: `fit`, and for SHARED_GRADIENTS
+`encode` and `apply`) and waits for its result. The caller's side (`submit`, `result`, `stop`) turns
+a worker's failure, death or silence into WorkerError naming it, and a shutdown during fit() into
+RuntimeError saying so. kit.parallel.wrapper re-exports WorkerError.
 """
 
 from __future__ import annotations

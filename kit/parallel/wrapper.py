@@ -11,29 +11,19 @@
     >>> net.evaluate(ArrayIterator(test, 256)).accuracy()   # the wrapper leaves the averaged parameters in `net`
     0.9...
 
-One worker thread per replica, pinned to its device (worker i -> device i % n). Replicas are built
-once per wrapper, not per fit() (DL4J rebuilds them every fit: dl4j#8023). Each round the main thread
-hands one batch to each worker and waits for all of them, so the result does not depend on thread
-timing:
+One worker thread per replica, pinned to device i % n, built once per wrapper (DL4J rebuilds them
+every fit: dl4j#8023). Each round the main thread hands one batch to each worker and waits for all,
+so the result does not depend on thread timing. AVERAGING averages the parameters (and updater
+state, `average_updaters`) every `averaging_frequency` rounds: with plain SGD and frequency 1, one
+model on the concatenated batches. SHARED_GRADIENTS: every replica applies the sum of all workers'
+threshold-encoded updates, so replicas stay identical without averaging. In mixed precision each
+replica skips its own overflowing steps; AVERAGING keeps the smallest scale. Each fit() starts from
+the model as it is then, hyper-parameters included.
 
-- AVERAGING: every `averaging_frequency` rounds the parameters (and the updater state when
-  `average_updaters`) are averaged and broadcast. With plain SGD and frequency 1 this equals
-  one model trained on the concatenated batches.
-- SHARED_GRADIENTS: each worker adds its update to a residual, threshold-encodes it (+-tau per
-  index), and every replica applies the sum of all workers' decoded messages, so replicas stay
-  identical without ever averaging.
-
-Mixed precision: every replica skips its own step when its gradient overflows; AVERAGING averages
-the float32 master weights and gives every replica one scaler state (the smallest scale).
-Each fit() starts from the model as it is then -- parameters, counters and the training
-hyper-parameters (updater, L2, loss) -- so a schedule applied between fits trains as in `net.fit`.
-
-Differences from DL4J, on purpose: workers=1 is allowed (the baseline of a comparison); the user's
-model ends with the averaged parameters rather than worker 0's; a worker's exception stops fit() at
-once, names the worker, and leaves no threads behind; `shutdown()` during fit() makes fit() raise
-saying so and write none of its rounds into the model, while stop_fit() ends training early and
-keeps its result. The worker threads and their tasks are kit.parallel.worker; this module is the
-wrapper: replicas, rounds, averaging, the training loop, shutdown.
+Differences from DL4J, on purpose: workers=1 is allowed (a comparison's baseline); the model ends
+with the averaged parameters, not worker 0's; a worker's exception stops fit() at once, naming the
+worker; `shutdown()` during fit() makes fit() raise and write none of its rounds, while stop_fit()
+keeps the result. The threads are kit.parallel.worker's; here: replicas, rounds, averaging, shutdown.
 """
 
 from __future__ import annotations
@@ -49,14 +39,7 @@ import numpy as np
 
 from kit.arrays.checks import whole
 from kit.core.context import scope_out_of_workspaces
-from kit.core.devices import (
-    AnyDevice,
-    as_device,
-    blas_threads,
-    cores_per_worker,
-    default_devices,
-    gpu_count,
-)
+from kit.core.devices import AnyDevice, as_device, blas_threads, cores_per_worker, default_devices, gpu_count
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
 from kit.lifecycle import ShutsDownOnExit

@@ -20,15 +20,11 @@ As MLlib estimators (pyspark.ml Params, Pipelines, CrossValidator, MLlib's save 
 NetworkClassifier and NetworkClassificationModel (kit.spark.ml). Distributed inference:
 SparkNetwork.feed_forward_with_key, output and predict (kit.spark.scoring).
 
-DL4J names: SparkNetwork = SparkDl4jMultiLayer, ParameterAveragingTrainingMaster and
-SharedTrainingMaster keep theirs, get_training_stats = getSparkTrainingStats,
-export_stats_html = StatsUtils.exportStatsAsHtml. Needs the `spark` extra (PySpark) and Java 17.
-By default (`execution="auto"`, kit.spark.gang) ParameterAveragingTrainingMaster trains a whole fit
-in one barrier stage, the workers averaging or all-reducing gradients among themselves
-(torch.distributed's Gloo, or Spark's allGather); where no barrier stage can run it trains in rounds,
-one Spark job an averaging, and warns why.
-Importing this package does not import PySpark; starting a context does, and so does the first
-use of NetworkClassifier or NetworkClassificationModel (kit.spark.ml, loaded then: PEP 562).
+DL4J names: SparkNetwork = SparkDl4jMultiLayer, get_training_stats = getSparkTrainingStats,
+export_stats_html = StatsUtils.exportStatsAsHtml; the masters keep theirs. Needs the `spark` extra
+(PySpark) and Java 17. ParameterAveragingTrainingMaster trains a whole fit in one barrier stage where
+it can (kit.spark.gang), in rounds otherwise. Importing this package does not import PySpark;
+starting a context does, and so does the first use of kit.spark.ml's classes (PEP 562).
 """
 
 import importlib

@@ -1,12 +1,9 @@
 """Tree aggregation: how the workers' results come back to the driver (DL4J's treeAggregate).
 
-A round's results travel up a tree instead of all landing on the driver: with N workers and
-`depth` d, each level combines groups of f = ceil(N ** (1 / d)) neighbouring partial results on
-the executors, so after d - 1 levels the driver receives at most f of them (depth 1: every
-worker's result, Spark's plain aggregate). Parameter averaging sums the workers' states in
-float64 on the way up; the driver divides by the number of workers that trained.
-
-The combining functions are plain functions, so they run without Spark too:
+With N workers and `depth` d, each level combines groups of f = ceil(N ** (1 / d)) neighbouring
+partial results on the executors, so the driver receives at most f of them (depth 1: every
+worker's result). Parameter averaging sums the states in float64 on the way up; the driver
+divides by the number of workers that trained. The combining functions run without Spark too:
 
     >>> import numpy as np
     >>> from kit.spark.aggregation import array_bytes, fan_in, merge_round, round_partial
@@ -21,19 +18,12 @@ The combining functions are plain functions, so they run without Spark too:
     >>> both.sum.dtype, array_bytes(both.sum)      # a sum of two float32 states: float64, their bytes together
     (dtype('float64'), 16)
 
-Why not PySpark's `RDD.treeAggregate`: it adds a level only when that "helps the wall-clock
-time" (with 4 partitions and depth 2, none) and merges in the order the shuffle delivers. Here
-every level is built while more than f results remain and each group is merged in worker order,
-so the sums are the same on every run and cluster (depth 1: exactly the sequential float64 sum).
-A leaf keeps its state's dtype; sums of two or more are float64, so a tree saves the driver
-partial results, not bytes: 4 float32 workers at depth 2 send it exactly the bytes depth 1 does
-(2 float64 sums against 4 float32 states, test_spark_aggregation.py asserts it), plus a
-shuffle. float32 sums would halve that but round each partial sum, and the depths would stop
-agreeing with the sequential sum, so kit keeps float64. For float32 and float16 states the
-float64 sum of a few workers is exact unless values differ in magnitude by about 2 ** 25;
-where it is not, the grouping moves float64's last bit, which the cast back keeps about once in
-2 ** 29 values (test_spark_aggregation.py checks 8 workers at depths 1, 2 and 3). A float64
-network's mean may differ in its last bit between depths, never between runs.
+Why not PySpark's `RDD.treeAggregate`: it adds a level only when that "helps the wall-clock time"
+and merges in the order the shuffle delivers. Here every level is built and each group merged in
+worker order, so the sums are the same on every run and cluster. Sums are float64, so a tree saves
+the driver partial results, not bytes; float32 sums would round each partial sum and the depths
+would stop agreeing with the sequential sum. A float64 network's mean may differ in its last bit
+between depths, never between runs (test_spark_aggregation.py checks both).
 """
 
 from __future__ import annotations
@@ -177,11 +167,7 @@ def _levels(partial: Any, n: int, f: int, comb_op: Callable[[Any, Any], Any]) ->
 
 
 def tree_aggregate(
-    rdd: Any,
-    zero: Any,
-    seq_op: Callable[[Any, Any], Any],
-    comb_op: Callable[[Any, Any], Any],
-    depth: int = 2,
+    rdd: Any, zero: Any, seq_op: Callable[[Any, Any], Any], comb_op: Callable[[Any, Any], Any], depth: int = 2
 ) -> tuple[Any, dict[str, int]]:
     """`rdd.treeAggregate(zero, seq_op, comb_op, depth)` with a bound and a fixed order: the
     driver receives at most fan_in(partitions, depth) partial results, each level merging

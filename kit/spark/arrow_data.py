@@ -9,22 +9,16 @@
     Traceback (most recent call last):
     ValueError: column 'features': rows hold 1 to 2 values (row 0 of the batch holds 1, row 1 holds 2); kit needs ...
 
-`dataframe_batches(df, features, label)` is Spark's own Arrow writer in the JVM
-(`Dataset.toArrowBatchRdd`, what collecting as Arrow uses) read by a Python task: the rows cross
-from the JVM to Python once, as record batches of `examples_per_element` rows (mapInArrow would
-send its output back to the JVM, to cross again into the RDD). Each Python task turns a whole
-batch into NumPy at once: array<float>/array<double> columns (nested arrays too: (n, h, w)),
-and pyspark.ml Vectors, dense and sparse, which Arrow carries as MLlib's struct<type, size,
-indices, values> (sparse rows scattered into a dense (n, size) array). The result is kit's
-RDD format, documented here for whoever reads it:
+`dataframe_batches(df, features, label)` reads Spark's own Arrow writer (`Dataset.toArrowBatchRdd`)
+in a Python task: the rows cross from the JVM to Python once (mapInArrow would send them back to the
+JVM), as record batches of `examples_per_element` rows, each turned into NumPy at once: array
+columns (nested too: (n, h, w)) and pyspark.ml Vectors, dense and sparse. The result, kit's RDD format:
 
     an RDD whose elements are (features ndarray [n, *input_shape], labels ndarray [n] or [n, C])
 
-with n <= `examples_per_element` (1024), in the DataFrame's row order within each partition.
-Features keep the column's dtype (a Vector is float64); the network casts them where it meets
-them, as with any RDD. Scalar labels are checked by kit.labels' rule here, so a bad one is named
-by its DataFrame partition and row. The row-at-a-time path (`rows_rdd`: `df.rdd.map(row_to_pair)`,
-Python per row) is kept for PySpark without pyarrow. `kit.spark.rdd_data.as_rdd` calls this.
+with n <= `examples_per_element`, in the DataFrame's row order within each partition. Features keep
+the column's dtype; scalar labels are checked by kit.labels' rule here, so a bad one is named by its
+partition and row. The row-at-a-time path (`rows_rdd`) is kept for PySpark without pyarrow.
 """
 
 from __future__ import annotations

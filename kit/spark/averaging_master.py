@@ -32,21 +32,15 @@ class ParameterAveragingTrainingMaster(TrainingMaster):
     `averaging_frequency` mini-batches of `batch_size_per_worker` examples from the same state,
     and the driver takes the mean of their states (a tree sum, kit.spark.aggregation). Its
     arguments are `AveragingOptions`' fields (kit.spark.master_options), DL4J's defaults:
-    repartition ALWAYS, rdd_training_approach EXPORT, collect_training_stats
-    False, and save_updater True: the updater's state (Adam's moments) is averaged and broadcast
-    with the parameters, so it lasts across averagings, as DL4J's Javadoc says the default is.
-    `save_updater=False` (DL4J's builder field) sends the parameters only: every round's workers
-    then start their updater from zero, which with Adam and averaging_frequency 5 costs accuracy
-    (chapter 7 measures it), for a broadcast a third the size.
-    `worker_prefetch_num_batches` is accepted for DL4J compatibility: a kit worker stacks its
-    round's mini-batches before fitting, so there is nothing to prefetch.
-    kit's `execution` ("auto", "gang", "rounds"), `exchange` ("parameters", or "gradients": DDP's
-    all-reduce every step) and `collective` ("auto", "gloo", "nccl", "allgather"): one barrier
-    stage for the whole fit, workers exchanging among themselves (kit.spark.gang). The default
-    "auto" runs that gang wherever Spark can run a barrier stage, and the per-round Spark jobs
-    otherwise (listeners, checkpoints, too few task slots...), with GangFallbackWarning naming why;
-    execution="rounds" asks for the rounds (their per-round stats) outright. The fit's stats say
-    which ran: `setup["execution"]`, and `setup["rounds_because"]` for rounds."""
+    repartition ALWAYS, rdd_training_approach EXPORT, collect_training_stats False, and save_updater
+    True: the updater's state (Adam's moments) is averaged and broadcast with the parameters.
+    `save_updater=False` sends the parameters only, and every round's workers start their updater
+    from zero (chapter 7 measures what that costs). `worker_prefetch_num_batches` is accepted for
+    DL4J compatibility (a kit worker stacks its round's mini-batches first: nothing to prefetch).
+    kit's `execution`, `exchange` and `collective` choose one barrier stage for the whole fit
+    (kit.spark.gang) or per-round Spark jobs; the fit's stats say which ran: `setup["execution"]`,
+    and `setup["rounds_because"]` for rounds.
+    """
 
     Options = AveragingOptions
 

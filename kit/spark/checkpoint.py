@@ -1,32 +1,20 @@
 """Checkpoints of a Spark fit: the driver writes one every `checkpoint_every` rounds, and
-`SparkNetwork.fit(..., resume=True)` goes on from the latest, bit for bit.
+`SparkNetwork.fit(..., resume=True)` goes on from the latest, bit for bit (a new driver after the
+old one died: `SharedTrainingMaster(32, 5, checkpoint_every=10, checkpoint_directory=...)`).
 
-Usage (needs Spark, so not run as a doctest; `sc`, `net` and `rdd` as in kit.spark.network):
+A checkpoint is one model file of kit.nn.persistence (.npz without pickle, JSON header, SHA-256s),
+`checkpoint-<round>.npz`, written to a temporary name and renamed. It holds everything the later
+rounds depend on: parameters and updater state, the counters, where the fit stands, each
+SharedTrainingMaster worker's residual, updater state and threshold, the configuration, the
+master's settings and the data's fingerprint.
 
-    tm = SharedTrainingMaster(32, 5, checkpoint_every=10, checkpoint_directory="/mnt/ckpt")
-    SparkNetwork(sc, net, tm).fit(rdd, epochs=5)          # the driver dies in epoch 3 ...
-    SparkNetwork(sc, fresh_net, tm).fit(rdd, epochs=5, resume=True)  # ... a new driver finishes it
+Where the data go needs no random state (example i to mini-batch i // batch_size_per_worker, that
+to worker b % workers: kit.spark.masters), so the fingerprint (examples per worker, rounds, a
+SHA-256 of every example in training order) fixes the order; resuming on other data or another
+order is refused, saying what differs.
 
-A checkpoint is one model file of kit.nn.persistence (NumPy .npz without pickle, a JSON header,
-a SHA-256 per array and one over the header), named `checkpoint-<round>.npz` after the loop's
-round counter (SparkNetwork.iteration), written to a temporary name and renamed. It holds
-everything the rounds after it depend on: the network's parameters and updater state, the
-counters (rounds, updater steps, epoch), where the fit stands (epoch, next round of the epoch,
-the epoch the fit began at and how many it was asked for), SharedTrainingMaster's state of every
-worker (residual, updater state, threshold, as its own arrays and numbers), the network's
-configuration, the master's training settings and the data's fingerprint. The header also
-records each array's dtype and shape, so the integrity hash covers them.
-
-Where the data go needs no random state: example i of the RDD goes to mini-batch
-i // batch_size_per_worker and that to worker b % workers, in order (kit.spark.masters), so the
-fingerprint (examples per worker, rounds, and a SHA-256 of every example's bytes, dtype and
-shape in the order each worker trains on them) is what fixes the order; resuming on other data
-or another order is refused, saying what differs.
-
-Directories: a plain path or a `file://` URL (created when missing), or any other URL through
-fsspec (the `spark` extra: `pip install -e ".[spark]"` in a checkout): a checkpoint is written to
-a local temporary file, put next to its final name and moved there (an object store's move is a copy, but the object
-appears whole). The two newest checkpoints are kept. The directory and its files are
+Directories: a plain path or `file://` URL, or any other URL through fsspec (the `spark` extra);
+a checkpoint appears whole, and the two newest are kept. The directory and its files are
 kit.spark.checkpoint_store's; what a checkpoint holds and the checks on resuming are here.
 """
 
@@ -50,14 +38,7 @@ from kit.spark.checkpoint_store import (
     to_tree,
 )
 
-__all__ = [
-    "CheckpointError",
-    "CheckpointStore",
-    "check_directory",
-    "check_every",
-    "data_fingerprint",
-    "example_digest",
-]
+__all__ = ["CheckpointError", "CheckpointStore", "check_directory", "check_every", "data_fingerprint", "example_digest"]
 
 
 # ---- arguments -------------------------------------------------------------------------

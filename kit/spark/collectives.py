@@ -18,9 +18,8 @@ state with one of these, opened once per fit inside the task:
   the driver: always available, slow for big arrays, summed in rank order (deterministic).
 
 "auto" takes nccl for GPU arrays where CuPy has it, gloo where torch imports, else allgather.
-Every wait is bounded by `timeout` seconds; a peer that dies makes the others fail, not hang.
-A sum of the same float arrays is the same on every worker (gloo's ring reduces each chunk once
-and sends the result to all), but its order across workers is gloo's, not kit's.
+Every wait is bounded by `timeout`; a peer that dies makes the others fail, not hang. Every worker
+gets the same sum, in gloo's order across workers, not kit's.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """The user's elements on the executors, before any training: tagged with where they began,
-checked, and cut into mini-batches ONCE (`cut_task`, for DIRECT and EXPORT alike), then counted
-and stored one record per round (DIRECT: in Spark's cache; EXPORT: as .npz bytes or files). A
-mini-batch is always `per_batch` examples whatever the elements hold: an element is split where
-a mini-batch ends, and the pieces of one mini-batch that began in different partitions are
-joined after the shuffle (`join_pieces`), so the shuffle moves a few large elements, not one
-pickled example each. Every failure becomes a `PartitionError` naming the partition, or, for a
-bad element, its place in the RDD the user gave. The tasks that train on them are in
-kit.spark.executor, which re-exports these.
+checked, cut into mini-batches ONCE (`cut_task`, DIRECT and EXPORT alike), counted and stored one
+record per round. A mini-batch is always `per_batch` examples: an element is split where a
+mini-batch ends, and pieces from different partitions are joined after the shuffle
+(`join_pieces`), so the shuffle moves a few large elements, not one pickled example each. Every
+failure becomes a `PartitionError` naming the partition, or a bad element's place in the user's
+RDD. kit.spark.executor trains on them and re-exports these.
 
 A task is a plain function of (partition index, iterator of elements), so it also runs without Spark:
 

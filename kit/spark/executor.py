@@ -1,13 +1,10 @@
 """What runs on Spark executors: rebuild a network from its JSON config, train a round (evaluation:
 kit.spark.executor_eval).
 
-How the driver uses it (kit.spark.masters, with a live Spark context, so not run as a doctest):
-
-    fn = round_task(RoundSpec(...), broadcast)        # the driver builds a task ...
-    rdd.mapPartitionsWithIndex(fn).collect()          # ... Spark runs it on every partition
-
-A task is a plain function of (partition index, iterator of elements), so it also runs without
-Spark. An executor builds each configuration's network once and reuses it for later tasks:
+The driver builds a task, `round_task(RoundSpec(...), broadcast)`, and Spark runs it on every
+partition (`rdd.mapPartitionsWithIndex(fn)`). A task is a plain function of (partition index,
+iterator of elements), so it also runs without Spark. An executor builds each configuration's
+network once and reuses it:
 
     >>> from kit.nn import mlp
     >>> from kit.spark.executor import network_for
@@ -15,20 +12,12 @@ Spark. An executor builds each configuration's network once and reuses it for la
     >>> network_for(config_json, None) is network_for(config_json, None)
     True
 
-What the tasks do with the elements before training (tag, check, cut into mini-batches once,
-count, store by round) is in kit.spark.elements; the typed values on the wire are in
-kit.spark.wire; both re-exported here.
-
-Every element is tagged (RDD partition, position in it) before kit shuffles the data, so an
-error names the partition and element of the RDD the user gave, not the worker it was moved to.
-
-Only plain data crosses the wire: the JSON configuration (a string) in a `RoundSpec`, flat
-float arrays (the parameters and updater state, through a Spark broadcast), NumPy data, and
-a `RoundResult` coming back (kit.spark.wire's typed values). No kit model object is pickled:
-each executor process builds its own Network with `Network.from_config` (once per
-configuration, then reused) and sets the flat buffer. Every failure is re-raised as
-`PartitionError`, whose message starts with `[kit.spark] partition N`, so the driver can name
-the partition.
+The elements (tag, check, cut into mini-batches once, count, store by round) are kit.spark.elements';
+the typed values on the wire kit.spark.wire's; both re-exported here. Every element is tagged
+(RDD partition, position) before kit shuffles the data, so an error names the partition and element
+the user gave. Only plain data crosses the wire (JSON configuration, flat float arrays, NumPy data,
+a `RoundResult` back): no kit model object is pickled. Every failure is re-raised as
+`PartitionError`, whose message starts with `[kit.spark] partition N`.
 """
 
 from __future__ import annotations

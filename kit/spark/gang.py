@@ -8,25 +8,18 @@
     Traceback (most recent call last):
     ValueError: ParameterAveragingTrainingMaster(averaging_frequency=5, exchange='gradients'): ...
 
-kit's rounds (kit.spark.training_master) run one Spark job per averaging: a broadcast, a stage,
-a tree aggregation, some 100 ms of Spark for a few ms of training. A gang runs one job for the
-fit: the data of all rounds go to one partition per worker, `rdd.barrier().mapPartitions` starts
-every worker at once, and the workers exchange state among themselves (kit.spark.collectives:
-torch.distributed's Gloo, NCCL through CuPy, or Spark's allGather) until the last epoch; the
-driver gets rank 0's final state and every worker's scores and timings (kit.spark.gang_worker).
+kit's rounds (kit.spark.training_master) run one Spark job per averaging: far more Spark than
+training. A gang runs one job for the fit: one partition per worker, `rdd.barrier().mapPartitions`
+starts every worker at once, and the workers exchange state among themselves (kit.spark.collectives)
+until the last epoch; the driver gets rank 0's final state and every worker's scores and timings.
 
-`execution` (keyword-only on ParameterAveragingTrainingMaster): "auto", the default, runs a gang
-where one can run and the rounds otherwise, with GangFallbackWarning naming why; "gang" refuses,
-naming why; "rounds" is the per-round path. The fit's stats say which ran (`record_execution`).
-What a gang cannot do (`why_not_gang`): what Spark refuses to a barrier stage (dynamic
-allocation, more workers than task slots), listeners (they see the model between rounds, on the
-driver), checkpoints between rounds, a mixed-precision loss scaler.
+`execution`: "auto" (default) runs a gang where one can run and the rounds otherwise, with
+GangFallbackWarning naming why; "gang" refuses, naming why; "rounds" is the per-round path.
+`why_not_gang` lists what a gang cannot do: what Spark refuses a barrier stage, listeners,
+checkpoints between rounds, a mixed-precision loss scaler.
 
-`exchange`: "parameters" (DL4J's averaging every `averaging_frequency` steps, updater state
-averaged too with save_updater) or "gradients" (DDP: a gradient all-reduce every step, each
-worker's optimizer state kept; averaging_frequency must be 1). Every wait of a worker on its
-peers is bounded by the master's round_timeout; the driver's wait on the whole gang by
-round_timeout times (rounds + 2).
+`exchange`: "parameters" (DL4J's averaging) or "gradients" (DDP: an all-reduce every step;
+averaging_frequency must be 1). Every wait on peers is bounded by the master's round_timeout.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """One gang task: a worker that trains for the whole fit inside one Spark barrier stage.
 
-kit.spark.gang builds the task on the driver; Spark runs it on every worker's partition (all of
-the worker's rounds), all workers started together (barrier execution):
-
-    job = rounds_rdd.barrier().mapPartitionsWithIndex(gang_task(spec, state_broadcast))
-
-Each worker builds its network from the JSON configuration (kit.spark.executor.network_for),
-sets the broadcast state, opens a collective (kit.spark.collectives) and then, for every round
-of every epoch, runs one of two exchanges:
+kit.spark.gang builds the task (`rounds_rdd.barrier().mapPartitionsWithIndex(gang_task(...))`);
+each worker builds its network (kit.spark.executor.network_for), sets the broadcast state, opens
+a collective (kit.spark.collectives) and, for every round of every epoch, runs one of two exchanges:
 
 - "parameters" (DL4J's averaging): `batches_per_round` local steps, then every worker's flat
   state (the updater's too with save_updater) and a 1 go into one float64 all-reduce; the sum
-  over the count is the mean every worker goes on from. The same float64 sum divided the same
-  way as kit's round path (kit.spark.averaging_master), so with two workers (a + b, either order)
-  the two paths give the same bits; with more, gloo's summation order is not kit's tree's.
+  over the count is the mean every worker goes on from (with two workers the same bits as kit's
+  round path; with more, gloo's summation order is not kit's tree's).
 - "gradients" (DDP's semantics): every step, each worker's gradient times its batch size, and
   the batch size, go into one all-reduce; the sum over the examples is the gradient of the
   concatenated global batch, which every worker's updater applies (its state kept on every

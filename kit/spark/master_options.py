@@ -8,13 +8,11 @@
     >>> tm.options.batch_size_per_worker, tm.options.mode, tm.options.threshold_settings.initial_threshold
     (32, <TrainingMode.SHARED_GRADIENTS: 'SHARED_GRADIENTS'>, 0.001)
 
-`AveragingOptions` and `SharedOptions` ARE the masters' signatures: a master's constructor takes
-exactly their fields (the first two positional, the rest by keyword), so the list of arguments,
-their defaults and their checks live in one place, and what a master hands its rounds is one
-frozen, picklable value rather than a row of positional arguments. Each check names the master,
-the argument and the rule, so an error reads as the call the user wrote. `Repartition`,
-`RDDTrainingApproach` are DL4J's enums (re-exported by kit.spark.masters); a master's `mode` is
-ParallelWrapper's `TrainingMode` (AVERAGING or SHARED_GRADIENTS), the same two ways to combine workers.
+`AveragingOptions` and `SharedOptions` ARE the masters' signatures (the first two fields
+positional, the rest by keyword): arguments, defaults and checks live in one place, and a master
+hands its rounds one frozen, picklable value. Each error names the master, the argument and the
+rule. `Repartition` and `RDDTrainingApproach` are DL4J's enums; a master's `mode` is
+ParallelWrapper's `TrainingMode`.
 """
 
 from __future__ import annotations

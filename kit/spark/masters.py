@@ -11,24 +11,18 @@
 Both prepare the data once per fit (kit.spark.prepared), then run rounds; a round is one step of
 kit's TrainingLoop on the driver.
 
-ParameterAveragingTrainingMaster (DL4J 0.x's default): the driver broadcasts the flat parameters
-(and the updater state when `save_updater`) as one float array; each worker fits
-`averaging_frequency` mini-batches of `batch_size_per_worker` examples and sends its flat state
-back up a tree (`aggregation_depth`, kit.spark.aggregation) that sums in float64, in worker order;
-the next round starts from the mean over the workers that had data.
+ParameterAveragingTrainingMaster (DL4J 0.x's default): the driver broadcasts the flat state; each
+worker fits `averaging_frequency` mini-batches and sends its state back up a tree
+(kit.spark.aggregation); the next round starts from the mean over the workers that had data.
 
-SharedTrainingMaster (DL4J 1.0's default, gradient sharing): each worker adds every step's update
-to its residual, threshold-encodes it (kit.parallel.threshold) and applies what it encoded; the
-messages come back up the same tree still encoded, the driver applies their sum in worker order
-and broadcasts the parameters. As in DL4J a worker's residual, updater state and threshold are its
-own for the whole training: they stay on the executor that ran its round (kit.spark.worker_store)
-and reach the driver at each epoch's end; a task elsewhere goes on from the driver's copy (said).
+SharedTrainingMaster (DL4J 1.0's default, gradient sharing): each worker threshold-encodes every
+step's update plus its residual (kit.parallel.threshold) and applies what it encoded; the driver
+applies the messages' sum in worker order. A worker's residual, updater state and threshold stay
+on its executor (kit.spark.worker_store) and reach the driver at each epoch's end.
 
-Data (`repartition` ALWAYS): example i of the RDD, in order, goes to mini-batch
-i // batch_size_per_worker, and mini-batch b to worker b % num_workers; so in the first epoch round
-r of worker w trains on ParallelWrapper's worker w's mini-batches between its averagings (in later
-epochs only when a worker's mini-batches per epoch are a multiple of the frequency: Spark starts a
-round at each epoch). With NEVER each existing partition is one worker and keeps its order.
+Data (`repartition` ALWAYS): example i goes to mini-batch i // batch_size_per_worker, and mini-batch
+b to worker b % num_workers, as with ParallelWrapper. With NEVER each existing partition is one
+worker and keeps its order.
 
 The parts, all re-exported here: kit.spark.master_options (the frozen options, enums and checks),
 kit.spark.prepared, kit.spark.training_master (what both masters share), and one module a master,

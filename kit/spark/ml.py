@@ -1,30 +1,21 @@
 """A kit Network as a pyspark.ml Estimator and Model (DL4J's dl4j-spark-ml SparkDl4jNetwork and
 SparkDl4jModel; MLlib's MultilayerPerceptronClassifier and its model), for Pipelines and CrossValidator.
 
-Usage (it needs a SparkSession, so it is not run as a doctest; `net` as in kit.spark's example):
+Usage (needs a SparkSession, so not a doctest; `net` as in kit.spark's example):
 
-    from kit.spark import NetworkClassifier, NetworkClassificationModel
     clf = NetworkClassifier(network=net, epochs=2, masterOptions={"batch_size_per_worker": 32})
     model = clf.fit(train_df)                        # SparkNetwork + a training master, on the executors
     scored = model.transform(test_df)                # + rawPrediction, probability, prediction columns
     model.write().overwrite().save("model")          # MLlib's layout: metadata/ (JSON) + data/network.npz
     same = NetworkClassificationModel.load("model")
 
-Params are MLlib's (featuresCol, labelCol, predictionCol, probabilityCol, rawPredictionCol; an
-output column set to "" is not added) and kit's, all JSON: `networkConfig` (the Network's
-configuration; fit starts from its seeded initialisation, `seed` overriding the configuration's),
-`trainingMaster` ("ParameterAveragingTrainingMaster" or "SharedTrainingMaster") with
-`masterOptions` (its keyword arguments, a JSON object), `epochs`, and `batchSize` (examples
-scored at a time). A bad value is refused when set, naming the Param. The network must end in
-softmax cross-entropy: `probability` is its output, `rawPrediction` the log of it (the logits less
-their log-sum-exp: the same order and argmax), `prediction` the argmax as a double, as
-MulticlassClassificationEvaluator reads it.
-
-transform runs on the executors (`mapInArrow`: a whole Arrow batch through the network at once,
-the parameters sent as one broadcast); nothing is collected to the driver. The model saves its
-network in kit's model-file format (.npz without pickle, JSON header, SHA-256 over arrays and
-configuration: kit.nn.persistence) beside MLlib's metadata, whose record of the file's SHA-256 and
-configuration load() checks too; a path on the driver's file system (or file://).
+Params are MLlib's (an output column set to "" is not added) and kit's, all JSON: `networkConfig`,
+`trainingMaster` with `masterOptions` (its keyword arguments), `epochs`, `batchSize`, `seed`. A bad
+value is refused when set, naming the Param. The network must end in softmax cross-entropy:
+`probability` is its output, `rawPrediction` its log, `prediction` the argmax as a double, as
+MulticlassClassificationEvaluator reads it. transform runs on the executors (`mapInArrow`, the
+parameters as one broadcast); nothing is collected to the driver. The model saves its network in
+kit's model-file format (kit.nn.persistence) beside MLlib's metadata, which load() checks too.
 """
 
 # ruff: noqa: N803, N815  (MLlib's Param names are camelCase: featuresCol, and the keyword arguments with them)

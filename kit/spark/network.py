@@ -1,42 +1,25 @@
 """SparkNetwork: train and evaluate a kit Network on Apache Spark (DL4J's SparkDl4jMultiLayer).
 
-Usage (not a doctest: Spark's JVM takes seconds to start; `train`, `test`, `net` as in kit.spark):
-
-    sc = local_spark_context("local[2]")
-    rdd = to_rdd(sc, train)                      # RDD of (features, labels) NumPy pairs
-    tm = ParameterAveragingTrainingMaster(batch_size_per_worker=32, averaging_frequency=5)
-    spark_net = SparkNetwork(sc, net, tm)
-    spark_net.fit(rdd, epochs=2, listeners=[ScoreIterationListener(10)])
-    spark_net.evaluate(to_rdd(sc, test)).accuracy()  # merged across partitions (tree aggregation)
-    spark_net.network                            # the trained model, on the driver
+Usage: kit.spark's example (Spark's JVM takes seconds to start, so not a doctest).
 
 The data: an RDD of `(features, labels)` NumPy pairs with a leading examples axis (labels as class
-indices or one-hot rows), each element holding any number of examples: a mini-batch is always
-`batch_size_per_worker` examples, as DL4J splits and merges DataSets (the master's
-`rdd_data_set_num_examples` is kept for DL4J's API and changes no mini-batch). A DataFrame's
-features_col and label_col (MLlib's "features" and "label") are read through Arrow a batch at a
-time (kit.spark.arrow_data); `to_rdd` makes an RDD from a kit DataSet.
+indices or one-hot rows), any number of examples an element: a mini-batch is always
+`batch_size_per_worker` examples, as DL4J splits and merges DataSets (`rdd_data_set_num_examples`
+is kept for DL4J's API). A DataFrame's features_col and label_col are read through Arrow
+(kit.spark.arrow_data); `to_rdd` makes an RDD from a kit DataSet.
 
 Training drives kit's TrainingLoop on the driver: one loop step is one round of the master (one
-Spark job), and listeners see DL4J's numbering, one `iteration_done` per worker per round (with
-`worker=`), as with ParallelWrapper. With one worker, frequency 1 and `save_updater=True` (or an
-updater that keeps no state), fit() equals Network.fit on the same mini-batches, in mixed precision
-too, skipped steps included, bit for bit; with DL4J's default save_updater=False each round's
-updater starts afresh. After fit `network.iteration` counts each worker's updater steps (what
-Adam's bias correction needs), and the next fit goes on from the network's counters.
+Spark job); listeners see one `iteration_done` per worker per round (with `worker=`), as with
+ParallelWrapper. With one worker, frequency 1 and an updater state that is kept (`save_updater`),
+fit() equals Network.fit on the same mini-batches bit for bit, mixed precision included.
+`network.iteration` counts each worker's updater steps (Adam's bias correction), and the next fit
+goes on from the network's counters. In mixed precision (kit.nn.mixed) the float32 master weights
+cross the wire; averaging keeps the most careful worker's loss scaler.
 
-Mixed precision (kit.nn.mixed) trains as with ParallelWrapper: the float32 master weights cross the
-wire and the executors write their float16 copies from them; each executor starts a round from the
-driver's loss-scaler state and skips its own overflowing steps. Averaging keeps the most careful
-worker's scaler (smallest scale, most skipped steps); shared training keeps each worker's with its
-residual, the network taking worker 0's.
-
-A failing task (bad labels, NaN features, a crash) stops fit() with SparkTrainingError naming the
-partition, and the job group is cancelled. A driver that dies loses nothing past the last
-checkpoint (`checkpoint_every`): a new driver's `fit(rdd, epochs=N, resume=True)` goes on from it
-bit for bit (kit.spark.checkpoint). The parts, each re-exported here: kit.spark.spark_context,
-rdd_data, spark_errors, spark_evaluation and scoring (mixins: evaluation; inference); this module
-holds the jobs and training: sessions, rounds, checkpoints.
+A failing task stops fit() with SparkTrainingError naming the partition, and the job group is
+cancelled. A new driver's `fit(rdd, epochs=N, resume=True)` goes on from the last checkpoint bit for
+bit (kit.spark.checkpoint). The parts, each re-exported here: kit.spark.spark_context, rdd_data,
+spark_errors, spark_evaluation and scoring; this module holds the jobs: sessions, rounds, checkpoints.
 """
 
 from __future__ import annotations

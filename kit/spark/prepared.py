@@ -6,22 +6,16 @@ and kept for the next fit on the same RDD with the same settings.
     >>> cache.get("rdd 7, batch 16") is None, cache.preparations
     (True, 0)
 
-`TrainingMaster.prepare` (kit.spark.training_master) asks its `PreparedCache` first: a
-`fit(epochs=1)` in a loop prepares once, and the stats' `setup["preparations"]` says whether
-this fit prepared (1) or reused (0). `prepare_data` does the work: each element tagged with where
-it began, cut into mini-batches once (kit.spark.elements), shuffled as mini-batches (one element
-each, not one pickled example) to one partition per worker, counted, and each (worker, round)
-stored as one partition of its own (DIRECT: cached; EXPORT: .npz bytes on Spark's disks), or
-written as files under `export_directory`. A round's job then reads only its own partitions
-(`only_partitions`). A fit that runs as one gang stores each worker's rounds in one partition
-instead (`Plan.per_worker`): its barrier stage reads them with no shuffle, and a preparation's
-jobs run one task a worker, not one a round.
+`TrainingMaster.prepare` asks its `PreparedCache` first, so a `fit(epochs=1)` in a loop prepares
+once (`setup["preparations"]` says which). `prepare_data` tags and cuts the elements
+(kit.spark.elements), shuffles the mini-batches to one partition per worker and stores each
+(worker, round) as a partition of its own (DIRECT: cached; EXPORT: .npz bytes, or files under
+`export_directory`), so a round's job reads only its own (`only_partitions`). A gang stores each
+worker's rounds in one partition instead (`Plan.per_worker`).
 
-EXPORT to a directory: each fit's files go to a run directory of their own holding a marker
-(`MARKER`: the driver's host and pid). An executor checks the run directory before the first
-round (a directory only the driver sees fails at fit, naming it), and each fit sweeps the run
-directories whose driver is gone (killed, or its machine lost): files a stopped driver left
-behind do not pile up.
+EXPORT to a directory: each fit's files go to a run directory of their own marked with the driver's
+host and pid (`MARKER`); an executor that cannot see it fails at fit, naming it, and each fit sweeps
+the run directories whose driver is gone.
 """
 
 from __future__ import annotations

@@ -10,20 +10,14 @@ SparkContext is needed, so only the argument checks run as doctests):
     Traceback (most recent call last):
     ValueError: SharedTrainingMaster(gpus_per_task=0.7): GPUs each task needs, a whole number >= 1 or a share ...
 
-Barrier execution (`barrier=True`): Spark starts all the tasks of a barrier stage together, or
-none, and retries them together: the round's workers run at the same time, as DL4J's gradient
-sharing assumes. A stage of N tasks needs N free task slots, so a fit with more workers than
-the cluster's slots is refused when fit() is called (Spark would wait and then fail). Spark
-allows no PartitionPruningRDD (nor any change in the number of partitions) inside a barrier
-stage, so a barrier round first moves its stored partitions to one partition per worker with a
-shuffle of one record each.
+Barrier execution: Spark starts all the tasks of a stage together or none, as DL4J's gradient
+sharing assumes. A fit with more workers than the cluster's task slots is refused at fit() (Spark
+would wait and then fail). A barrier stage allows no change in the number of partitions, so a
+barrier round first moves its stored partitions to one partition per worker.
 
-GPUs (`gpus_per_task`): the round's job carries a ResourceProfile whose task requests ask for
-that many GPUs (`TaskResourceRequests().resource("gpu", amount)`, applied with
-`rdd.withResources`), and each task builds its network on the GPU whose address Spark gave it
-(`TaskContext.get().resources()["gpu"].addresses`, `task_device`). Spark
-schedules GPUs on standalone, YARN and Kubernetes clusters whose executors declare them; its
-local mode cannot, which fit() says at the call.
+GPUs: the round's job carries a ResourceProfile asking `gpus_per_task` GPUs a task, and each task
+builds its network on the GPU Spark gave it (`task_device`). Spark's local mode cannot schedule
+GPUs, which fit() says at the call.
 """
 
 from __future__ import annotations

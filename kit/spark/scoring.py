@@ -9,12 +9,9 @@
     >>> [(key, out.shape) for key, out in outputs_in_batches(net, iter(elements), batch_size=2, keyed=True)]
     [('a', (2,)), ('b', (2, 2))]
 
-An element's features are one example (`input_shape`: its output is (C,)) or a batch of n
-examples ((n, *input_shape): its output is (n, C)); elements are stacked into batches of
-`batch_size` examples per partition (the network runs once a batch, not once an element) and the
-outputs are cut back per element, in the partition's order, each with its key. `Scoring` is the
-mixin of kit.spark.network.SparkNetwork that runs these; kit.spark.ml's model scores DataFrames
-with `outputs_of_rows`.
+An element is one example (output (C,)) or a batch of n (output (n, C)); elements are stacked into
+batches of `batch_size` examples and the outputs cut back per element, in order, with their keys.
+`Scoring` is SparkNetwork's mixin that runs these; kit.spark.ml scores DataFrames with `outputs_of_rows`.
 """
 
 from __future__ import annotations

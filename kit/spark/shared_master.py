@@ -38,25 +38,20 @@ class LostWorkerStateWarning(UserWarning):
 
 class SharedTrainingMaster(TrainingMaster):
     """DL4J 1.0's SharedTrainingMaster (gradient sharing), its exchange done through Spark:
-    threshold-encoded updates with residuals, AdaptiveThresholdAlgorithm (initial threshold
-    1e-3 as in DL4J; target sparsity 1e-4..1/16), worker_prefetch_num_batches 2, periodic GC on
-    executors with a 5000 ms window (DL4J's workerTogglePeriodicGC / workerPeriodicGCFrequency).
-    Its arguments are `SharedOptions`' fields (kit.spark.master_options).
-    `batches_per_round`: mini-batches each worker fits between two exchanges (one Spark job).
+    threshold-encoded updates with residuals, AdaptiveThresholdAlgorithm (DL4J's initial threshold),
+    worker_prefetch_num_batches and periodic GC on executors as in DL4J. Its arguments are
+    `SharedOptions`' fields (kit.spark.master_options). `batches_per_round`: mini-batches each worker
+    fits between two exchanges (one Spark job).
     kit's defaults, so that it learns as parameter averaging does and moves fewer bytes:
-    `average_updates=True`: each worker encodes its update divided by the number of workers, so
-    a round moves the parameters by the workers' mean update, as averaging does, and each worker
-    keeps its whole step between exchanges, as an averaging worker does (False: DL4J's sum, a step
-    as many times Adam's as there are workers, each worker moving by what it sent). `max_target_sparsity=1/16`: a dense
-    message (2 bits a parameter, a sixteenth of the float32 parameters) is within the band, so
-    the threshold stays near the size of Adam's steps instead of rising until 1 % of the
-    parameters move a step (DL4J's 1e-2). `threshold_update_multiple=1.0`: each step's threshold
-    is at least the step's largest update entry (kit.parallel.threshold's floor_to_update), since
-    a message moves an entry by one threshold at most: at larger learning rates Adam's steps
-    outgrew the threshold and those entries fell behind for good (None: DL4J's threshold alone).
-    `keep_state_on_driver=False`: each worker's residual
-    and updater state stay on its executor between rounds (kit.spark.worker_store); True sends
-    them to the driver and back every round."""
+    `average_updates=True`: each worker encodes its update divided by the number of workers, so a
+    round moves the parameters by the workers' mean update (False: DL4J's sum, a step as many times
+    Adam's as there are workers). `max_target_sparsity=1/16`: a dense message (2 bits a parameter) is
+    within the band, so the threshold stays near the size of Adam's steps. `threshold_update_multiple=1.0`:
+    each step's threshold is at least the step's largest update entry (kit.parallel.threshold's
+    floor_to_update), since a message moves an entry by one threshold at most (None: DL4J's threshold
+    alone). `keep_state_on_driver=False`: each worker's residual and updater state stay on its executor
+    between rounds (kit.spark.worker_store); True sends them to the driver and back every round.
+    """
 
     Options = SharedOptions
 

@@ -25,13 +25,7 @@ from typing import Any
 from kit.measurement.tables import wrap
 from kit.settings import install_hint
 
-__all__ = [
-    "SparkMasterWarning",
-    "SparkUnavailableError",
-    "local_spark_context",
-    "require_spark",
-    "spark_missing",
-]
+__all__ = ["SparkMasterWarning", "SparkUnavailableError", "local_spark_context", "require_spark", "spark_missing"]
 
 
 class SparkUnavailableError(RuntimeError):
@@ -172,14 +166,10 @@ def local_spark_context(
     (`sc.master` always tells). app_name and driver_memory likewise never replace what
     spark-submit set; `conf` entries are set.
 
-    Spark's log level is left to the user (Spark's default, WARN: lost tasks and retries are
-    said; `sc.setLogLevel(...)` changes it). Spark's own web UI stays on (http://localhost:4040
-    while the context lives, the next free port if taken): what DL4J's users were told to turn
-    off was DL4J's training UI, whose dependencies clashed with Spark's;
-    `conf={"spark.ui.enabled": "false"}` turns it off. `quiet=True` drops the lines the JVM
-    prints every time it starts (START_UP_NOISE: a notebook's red boxes) and lets everything
-    else through, Spark's warnings about lost and retried tasks among them. It applies only
-    when this call starts the JVM."""
+    Spark's log level is left to the user (WARN; `sc.setLogLevel(...)`). Spark's web UI stays on
+    (http://localhost:4040; what DL4J's users turned off was DL4J's training UI), and
+    `conf={"spark.ui.enabled": "false"}` turns it off. `quiet=True`, when this call starts the
+    JVM, drops the lines it prints every time it starts (START_UP_NOISE) and nothing else."""
     if not isinstance(quiet, bool):
         raise TypeError(f"local_spark_context(quiet={quiet!r}): True or False")
     if master is not None and not (isinstance(master, str) and master):

@@ -1,15 +1,8 @@
 """Spark training statistics for offline viewing: phases per round and per executor, JSON, HTML.
 
-Collecting needs a fit on Spark (a JVM that takes seconds to start, so not run as a doctest; `sc`, `net`
-and `rdd` as in kit.spark.network's example):
-
-    tm = ParameterAveragingTrainingMaster(batch_size_per_worker=32, collect_training_stats=True)
-    spark_net = SparkNetwork(sc, net, tm)
-    spark_net.fit(rdd)
-    stats = spark_net.get_training_stats()       # DL4J: getSparkTrainingStats()
-    stats.save_json("stats.json"); export_stats_html(stats, "stats.html")
-
-Viewing runs anywhere, later (here on one round of one worker, written by hand):
+DL4J's answer to its training UI clashing with Spark: collect at run time
+(`collect_training_stats=True` on the master, then `spark_net.get_training_stats()`), view later,
+anywhere (here one round of one worker, written by hand):
 
     >>> from pathlib import Path
     >>> from kit.spark.stats import SparkTrainingStats, export_stats_html
@@ -23,19 +16,13 @@ Viewing runs anywhere, later (here on one round of one worker, written by hand):
     {'broadcast_ms': 2.0, 'job_ms': 40.0, 'aggregate_ms': 1.0, 'worker_load_ms': 1.5, 'worker_get_model_ms': 0.5, ...}
     >>> export_stats_html(stats, "stats.html")       # one self-contained page: timeline, medians, rounds
 
-DL4J's answer to its training UI clashing with Spark: collect at run time, view later. Per
-round the driver records the broadcast, the Spark job and its share of the aggregation; each
-worker (kit.spark.wire's `WorkerStats`) its loading, getting the model, fitting and exporting,
-heap allocations, peak workspace bytes, GC calls and `attempt` (Spark's attempt number: 0
-unless retried). `setup["preparations"]` is 1 when the fit prepared its data, 0 when it reused
-its master's (kit.spark.prepared); `retries` (setup and rounds) add up Spark's retried tasks.
-Bytes (the `nbytes` of the NumPy arrays, never the pickle framing, the closure or the JSON):
-`broadcast_bytes` (round: the flat state, and SharedTrainingMaster's workers' own states),
-`received_bytes` (worker: the broadcast, read whole), `sent_bytes` (worker: its state, or its
-messages and own state), `driver_received_bytes` (round: the `partials` the driver received
-after `tree_levels` levels; float64 sums, or a lone worker's state) and `tree_bytes` (what the
-levels moved between executors). `export_stats_html` writes one self-contained file (inline SVG
-timeline and tables, no script, no network).
+Per round the driver records the broadcast, the Spark job and the aggregation; each worker
+(kit.spark.wire's `WorkerStats`) its loading, getting the model, fitting, exporting, allocations,
+peak workspace bytes, GC and Spark's `attempt`. `setup["preparations"]` says whether the fit
+prepared its data or reused its master's; `retries` add up Spark's retried tasks. Bytes count the
+NumPy arrays' `nbytes`, never pickle framing: `broadcast_bytes`, `received_bytes`, `sent_bytes`,
+`driver_received_bytes` (after `tree_levels` levels) and `tree_bytes` (moved between executors).
+The HTML page is inline SVG and tables: no script, no network.
 """
 
 from __future__ import annotations

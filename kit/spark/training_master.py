@@ -41,30 +41,16 @@ class TrainingMaster:
     """What both masters share: the options, preparation, the job runner. A master's arguments
     are its `Options` dataclass's fields (kit.spark.master_options), checked at construction
     and kept frozen in `self.options`; `tm.batch_size_per_worker` and the like read them.
-    `round_timeout` (kit's, seconds, default 300): a Spark job of a fit or evaluation (the data
-    preparation, a round) that has not finished within it is cancelled, and SparkTrainingError
-    says how many executors were alive; the network keeps its state from the last complete round.
-    `aggregation_depth` (DL4J's aggregationDepth, default 2): the workers' results come back by
-    tree aggregation (kit.spark.aggregation), so the driver receives at most
-    ceil(workers ** (1 / depth)) partial results a round, in float64: as many bytes as depth 1's
-    float32 states with 4 workers, fewer results; 1 brings every worker's result to the driver.
-    Distributed evaluation merges its partitions the same way.
+    `round_timeout` (seconds): a Spark job of a fit or evaluation that has not finished within it is
+    cancelled, and SparkTrainingError says how many executors were alive; the network keeps its state
+    from the last complete round. `aggregation_depth` (DL4J's aggregationDepth): the depth of the tree
+    the workers' results come back by (kit.spark.aggregation), evaluation's too.
 
-    kit's scheduling and recovery options (none in DL4J's masters):
-    `checkpoint_every` (rounds; None or 0: off) and `checkpoint_directory` (a path, a file:// URL,
-    or a URL fsspec opens): the driver checkpoints the fit, and `SparkNetwork.fit(...,
-    resume=True)` goes on from the latest checkpoint bit for bit (kit.spark.checkpoint).
-    `barrier` (default False): each round's job is one Spark barrier stage, every worker's task
-    started together or none (Spark's barrier execution); more workers than the cluster's task
-    slots is refused when fit() is called. A barrier round first shuffles its stored partitions
-    to one partition per worker (Spark allows no PartitionPruningRDD in a barrier stage).
-    `gpus_per_task` (None, a whole number, or a share <= 0.5): the round's job asks Spark for
-    that many GPUs per task (a ResourceProfile), and each task trains on the GPU whose address
-    Spark gave it (`TaskContext.resources()["gpu"]`); Spark's local mode cannot schedule GPUs,
-    which fit() says at the call.
-
-    The data are prepared once per RDD and settings (kit.spark.prepared): a later fit on the
-    same RDD reuses them until `close()` or until newer data take their place."""
+    kit's scheduling and recovery options (none in DL4J's masters): `checkpoint_every` and
+    `checkpoint_directory` (kit.spark.checkpoint), `barrier` and `gpus_per_task`
+    (kit.spark.scheduling). The data are prepared once per RDD and settings (kit.spark.prepared): a
+    later fit on the same RDD reuses them until `close()` or until newer data take their place.
+    """
 
     Options: ClassVar[type[MasterOptions]] = MasterOptions
 

@@ -8,17 +8,13 @@
     >>> load(where, "fit-1", 0, 4).tau, load(where, "fit-1", 0, 3), load(where, "fit-1", 1, 4)
     (0.001, None, None)
 
-A worker's residual and updater state (Adam's m and v) are three arrays the size of the
-parameters. Sent to the driver and back every round, they were most of a round's bytes: more
-than parameter averaging moves. The round's task finds them here instead, in a file of the
-executor's (Spark's per-application files directory, removed with the application), saved under
-the number of rounds the worker has done, so a task uses only the state its round expects: a
-retried task on the same executor starts from exactly what the failed one started from (the
-previous round's file is kept), and a stale copy is never taken for a current one. A task
-whose executor does not hold that file (another executor ran the worker's last round, or the
-executor was lost) goes on from the driver's copy, which the driver refreshes at each epoch's
-end, at every round when the master checkpoints, and on a worker's first round; the stats say
-which (`state_from`). Files are NumPy .npz (no pickle), written atomically.
+A worker's residual and updater state are three arrays the size of the parameters: sent to the
+driver and back every round they would outweigh the messages. The round's task finds them here, in
+the executor's per-application files directory, saved under the number of rounds the worker has
+done, so a retried task starts from exactly what the failed one did and a stale copy is never taken
+for a current one. A task whose executor lacks the file goes on from the driver's copy (refreshed
+at each epoch's end, at checkpoints and on a worker's first round); the stats say which
+(`state_from`). Files are NumPy .npz (no pickle), written atomically.
 """
 
 from __future__ import annotations

@@ -18,19 +18,15 @@
     >>> len(result.timings[2].seconds) == job.epochs   # every repeat's seconds per epoch, kept
     True
 
-Devices: N physical GPUs when there are; on a CPU-only machine N simulated host devices when
-`KIT_HOST_DEVICES` makes that many (every batch and average crosses the transfer path, as between
-GPUs); otherwise N *logical* devices of one device. Every row says which, because devices that share
-one CPU measure overlapping work on shared hardware, not what N GPUs would give; each row also counts
-the copies between devices an epoch made (what averaging costs).
+Devices: N physical GPUs when there are; else N simulated host devices when `KIT_HOST_DEVICES` makes
+that many; else N *logical* devices of one device. Every row says which (devices that share one CPU
+measure shared hardware, not N GPUs) and counts the copies between devices an epoch made.
 
-Timing is kit.measure's: the configurations are interleaved in every repeat, a row reports the median
-epoch time and its spread, and every figure carries its own flags (`row["flags"]`) -- a speedup is
-flagged when its timing or its baseline's is, or when it exceeds its device count. The table greys
-flagged figures (`*` in text), the plot crosses them out, and `Comparison.speedup_sentence` refuses a
-direction the table flags. On a CPU the one-device baseline gets every core (the N workers' total
-thread budget); the speedup over one worker's share is shown beside it. The repeats are kept
-(`Comparison.timings`) so a plot can show their range; `progress` is called after every epoch.
+Timing is kit.measure's (interleaved, median and spread), and every figure carries its flags
+(`row["flags"]`): a speedup is flagged when its timing or its baseline's is, or when it exceeds its
+device count; the table greys it, the plot crosses it out, `Comparison.speedup_sentence` draws no
+direction from it. On a CPU the one-device baseline gets every core; the speedup over one worker's
+share is shown beside it.
 
 The scaling model (kit.scaling) predicts the N-device epoch time from one-device measurements.
 """

@@ -161,9 +161,7 @@ class Comparison:
         """Every input of the scaling model, measured or given, in words: the predicted speedup
         (`predicted_speedup`) can be recomputed from this table alone."""
         return tables.Table(
-            ["scaling model input", "value"],
-            _model_rows(self.model),
-            text_columns=["scaling model input"],
+            ["scaling model input", "value"], _model_rows(self.model), text_columns=["scaling model input"]
         )
 
     def _no_conclusion(

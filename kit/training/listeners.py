@@ -18,11 +18,8 @@ notebook dashboard and a tqdm progress bar.
     >>> len(records), sorted(records[0])
     (46, ['batch_size', 'epoch', 'etl_ms', 'iteration', 'iteration_ms', 'score', 'time'])
 
-A listener implements `iteration_done(model, iteration, epoch, score=..., batch_size=...)`
-and optionally `on_fit_start(model)`, `on_epoch_start(model, epoch)`, `on_epoch_end(model,
-epoch)`, called by the one training loop (kit.nn.loop) with DL4J's numbering on every path:
-Network.fit, ParallelWrapper.fit, both early-stopping trainers. `worker` names the replica
-that reports when several train at once (ParallelWrapper).
+The listener protocol and its numbering are kit.nn.loop's (DL4J's), the same on every path;
+`worker` names the replica that reports when several train at once (ParallelWrapper).
 """
 
 from __future__ import annotations

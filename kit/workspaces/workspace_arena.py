@@ -13,11 +13,10 @@
     >>> arena.carve((16,), np.dtype(np.float32)).shape, arena.offset, arena.capacity
     ((16,), 64, 192)
 
-What a `kit.workspaces.workspace.Workspace` owns and calls down into (as CuPy's pool owns its arenas): the
-block, the write pointer (`offset`), the views it carved (a cyclic workload asks for the same
-(offset, shape, dtype) every cycle, and a view made last time is reused: same memory, so same
-semantics, and three times cheaper than carving), and what it learned about its size (ND4J's
-initializeWorkspace: FIRST_LOOP, OVER_TIME, REALLOCATE's growth, a circular buffer's block).
+What a `kit.workspaces.workspace.Workspace` owns and calls down into (as CuPy's pool owns its
+arenas): the block, the write pointer (`offset`), the views it carved (a cyclic workload asks for
+the same (offset, shape, dtype) every cycle, so last cycle's view is reused: same memory, same
+semantics), and what it learned about its size (ND4J's initializeWorkspace).
 
 The arena knows nothing of scopes, generations, threads or errors: `learn` is told the largest
 cycle and how many ran, and answers with the size it should have; the workspace decides what that
@@ -50,7 +49,6 @@ class Arena:
         "blocks_made",
         "capacity",
         "config",
-        "learned_cycle_bytes",
         "offset",
         "physical",
         "ring_block",
@@ -68,7 +66,6 @@ class Arena:
         self.offset = 0  # the write pointer: where the next carve starts
         self.blocks_made = 0
         self.sized = False  # learned (or given) its size: the learning policy has had its say
-        self.learned_cycle_bytes = 0
         self.ring_block = 0  # a circular arena's room for one cycle, before over-allocation
 
     # ---- the block -----------------------------------------------------------------
@@ -148,7 +145,7 @@ class Arena:
         """The size for cycles of `largest_cycle` bytes (ND4J initializeWorkspace): over-allocated
         as the policy says, at least min_size, never past max_size; the arena counts as sized."""
         cfg = self.config
-        size = self.learned_cycle_bytes = largest_cycle
+        size = largest_cycle
         if cfg.max_size:
             size = min(size, cfg.max_size)
         if cfg.circular:

@@ -8,13 +8,10 @@
     Traceback (most recent call last):
     kit.workspaces.workspace.WorkspaceConfigError: WorkspaceConfig: LearningPolicy.OVER_TIME needs ...
 
-What each policy decides: AllocationPolicy, how much room over the learned size; LearningPolicy,
-when the arena is sized (from the first cycle, after N, or never); SpillPolicy, what happens when
-an array does not fit (fail, go to the heap, or grow next time); ResetPolicy, scoped (offsets reset
-when the scope is left) or circular (reset when the end is reached). A config is frozen and checked
-whole at construction, so a workspace never meets a bad one. `DebugMode` and allocation-site
-tracking are process-wide (they live in `kit.state.STATE`). Everything here is re-exported by
-`kit.workspace`.
+AllocationPolicy: room over the learned size; LearningPolicy: when the arena is sized; SpillPolicy:
+what happens when an array does not fit; ResetPolicy: scoped or circular. A config is frozen and
+checked whole at construction. `DebugMode` and allocation-site tracking are process-wide
+(`kit.state.STATE`). Everything here is re-exported by `kit.workspace`.
 """
 
 from __future__ import annotations

@@ -9,17 +9,11 @@ and, when not, the error that says why; and a scope closed out of order.
     (False, 1)
     >>> ws.destroy()
 
-Each cycle (and, in a circular workspace, each lap of the write pointer) is one `Generation`
-object (kit.workspaces.workspace, where a cycle opens and closes). An array holds the generation
-it was carved in; every op compares it with its owner's by identity, so the check on the hot path
-is one attribute load. Only when the two differ does the workspace look closer (`_still_valid`: a
-circular buffer's last lap stays valid until the pointer reaches it) and word the error
-(`_stale`), with the file:line each array was carved at when
-`kit.workspace.track_allocation_sites(True)` asked the generation to remember it.
-
-`Cycles` is a mixin of `kit.workspaces.workspace.Workspace`, and opens by declaring what it needs
-from it. None of it runs while arrays are used in their own cycle: a training step never enters
-this file. Re-exported by `kit.workspace`.
+Each cycle (or lap of a circular workspace) is one `Generation` object; an array holds the one it
+was carved in, and every op compares it with its owner's by identity (one attribute load). Only
+when they differ does the workspace look closer (`_still_valid`) and word the error (`_stale`,
+with the carving file:line under `kit.workspace.track_allocation_sites(True)`). `Cycles` is a mixin
+of `Workspace` that declares what it needs from it; a training step never enters this file.
 """
 
 from __future__ import annotations

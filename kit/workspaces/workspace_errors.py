@@ -6,11 +6,9 @@
 
 `StaleArrayError` and its four subclasses say *why* an array may no longer be used (its scope
 closed, its workspace was reopened or destroyed, a circular buffer lapped it); the others are
-misuse of the workspace itself (a full arena, the wrong thread, scopes closed out of order, a
-bad config). They live here so that the configuration, the arena and the per-thread table can all
-raise them without importing one another; `kit.workspace` (kit.workspaces.workspace) re-exports
-every one, and each takes that module as its `__module__`, the path tracebacks and pickles name;
-`except kit.workspace.X` is the same class.
+misuse of the workspace itself (a full arena, the wrong thread, scopes closed out of order, a bad
+config). They live here so that the configuration, the arena and the per-thread table can raise them
+without importing one another; `kit.workspace` re-exports every one as its own (`__module__`).
 """
 
 from __future__ import annotations

@@ -18,15 +18,11 @@ One request, room by room: `facade` (`ParallelInference`, its modes, the caller-
 replica workers, recovery after a failed batch); `delivery` (the answer's way back to a blocking
 caller, a `concurrent.futures.Future` or an asyncio loop, the copies between devices counted).
 
-Every request is answered with its result or with an error that belongs to it alone: a wrong shape or
-dtype is refused in the caller's thread; a batch that fails is split so that only the request that
-caused it fails (DL4J hung callers here, dl4j#4813, and fails whole batches). `shutdown()` -- or
-dropping the last reference -- answers every waiting request with a clear error and joins every thread.
-
-Every waiting caller thread costs a wake-up and a turn at the GIL per answer, so with many of them
-those turns, not the model, bound the throughput (`python -m kit bench parallel` measures it). Two ways
-keep many requests in flight without a thread each: `submit` (a Future) and `await output_async(x)`
-(asyncio; a worker settles a whole batch's answers with one call into the event loop).
+Every request is answered with its result or an error of its own: a wrong shape or dtype is refused
+in the caller's thread; a failed batch is split so that only the guilty request fails (DL4J hangs,
+dl4j#4813). `shutdown()`, or dropping the last reference, answers every waiting request and joins
+every thread. A blocked caller thread costs a GIL turn per answer (`python -m kit bench parallel`),
+so `submit` (a Future) and `await output_async(x)` keep many requests in flight without a thread each.
 
     >>> import asyncio
     >>> async def serve(pi, rows):  # 64 concurrent requests, one thread

@@ -48,10 +48,8 @@ class ParallelInference(ShutsDownOnExit):
     answer. `inference_mode` picks how requests reach the replicas:
 
     - SEQUENTIAL: each request is one job; idle workers take jobs first come, first served.
-    - BATCHED (the default): a worker takes, under one lock acquisition, every request already
-      waiting with the same per-example shape, up to `batch_limit` requests, runs them as one
-      batch and splits the results back: under light load requests run alone, under heavy load
-      they are batched.
+    - BATCHED (the default): a worker takes every waiting request of the same per-example shape, up
+      to `batch_limit`, and runs them as one batch: alone under light load, batched under heavy.
     - INPLACE: no worker threads; the calling thread borrows a replica from a pool (FIFO).
 
     At most `queue_limit` requests wait in the queue; more callers wait for room. Use it as a
@@ -285,19 +283,13 @@ class ParallelInference(ShutsDownOnExit):
     # ---- control -----------------------------------------------------------------------
     def update_model(self, model: Network) -> None:
         """Serve `model` from now on, without a restart: every request made after this returns
-        is answered with what `model.output()` returns. Everything answers depend on is swapped:
-        parameters (BatchNorm's running statistics among them), layers, loss and its output
-        activation, dtype, input and output shape; nothing else is asked of `model` (its updater,
-        L2, seed, workspace modes and device may be anything: the replicas stay on this server's
-        devices). With the same architecture, loss and dtype only the parameters are copied into
-        the replicas; otherwise new replicas are built. Requests already queued or running are
-        answered by the old model or the new one.
+        is answered with what `model.output()` returns (parameters, BatchNorm statistics, layers,
+        loss, dtype and shapes all swapped; the replicas stay on this server's devices). With the
+        same architecture, loss and dtype only the parameters are copied; otherwise new replicas
+        are built. Requests already queued or running are answered by the old model or the new one.
 
-        A model of another input shape cannot answer the requests queued for the old one: such
-        an update is made only while no request is queued or running, and otherwise raises
-        ValueError naming both shapes and changes nothing (every queued request is answered by
-        the current model). A request checked against the old shape that arrives after the swap
-        is refused at its call with the usual shape error."""
+        A model of another input shape is swapped in only while no request is queued or running;
+        otherwise ValueError names both shapes and nothing changes."""
         if not isinstance(model, Network):
             raise TypeError(f"ParallelInference.update_model needs a kit.nn.Network, got {type(model).__name__}")
         with model.lock:  # one whole state, also while another thread trains the model
