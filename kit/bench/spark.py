@@ -191,7 +191,7 @@ def peer_lines(peers: dict[str, Any]) -> dict[str, str]:
             f"accuracy {r['final_accuracy']:.3f}"
         )
         if "per_seed" in r:
-            spreads = ", ".join(f"{c} ±{v:.0%}" for c, v in r["spread"].items())
+            spreads = ", ".join(f"{c} {measure.format_spread(v)}" for c, v in r["spread"].items())
             accuracies = ", ".join(f"{a:.4f}" for a in r["per_seed"]["final_accuracy"])
             lines[f"peer[{r['system']}]"] += f"; over the seeds: {spreads}; accuracies {accuracies}"
     lines["peers_torch_distributor"] = peers["torch_distributor"]

@@ -37,7 +37,7 @@ from kit.data import ArrayIterator, DataSet
 from kit.data.datasets import find_fashion_mnist, load_fashion_mnist
 from kit.measurement.goals import NO_VERDICT, flagged_figure, goal_verdict
 from kit.measurement.load import LOAD_LIMIT, LoadReading, format_load, machine_load
-from kit.measurement.measure import SPREAD_LIMIT
+from kit.measurement.measure import SPREAD_LIMIT, format_spread
 from kit.nn import Adam, mlp
 from kit.spark import GangFallbackWarning, ParameterAveragingTrainingMaster, SparkNetwork, to_rdd
 from kit.training.listeners import TrainingListener
@@ -505,7 +505,7 @@ def goals(rows: list[dict[str, Any]], load: LoadReading | None = None) -> dict[s
             []
             if column == "to_target_s"
             else [
-                f"{r['system']}'s ±{r['spread'][column]:.0%}"
+                f"{r['system']}'s {format_spread(r['spread'][column])}"
                 for r in (ours, peer)
                 if r.get("spread", {}).get(column, 0) > SPREAD_LIMIT
             ]
