@@ -112,6 +112,9 @@ class Evaluating:
             else:
                 raise TypeError(f"do_evaluation: kit.spark merges Evaluation and ROC, got {type(ev).__name__}")
         raw = self._aggregate(data, tuple(kinds), batch_size)
+        first = raw[0]
+        if (int(np.sum(first)) if kinds[0] == "evaluation" else len(first[0])) == 0:  # before any is merged into
+            raise ValueError("SparkNetwork evaluation: no examples (every partition of the RDD is empty)")
         for ev, part in zip(evaluations, raw):
             merge_evaluations(ev, part)
         return evaluations

@@ -96,14 +96,34 @@ def test_what_cannot_be_evaluated_is_refused_before_any_job_and_the_remedy_runs(
         ("no-partitions", "evaluate", "SparkNetwork evaluation: the RDD holds no elements"),
         ("no-partitions", "score", "SparkNetwork evaluation: the RDD holds no elements"),
         ("empty-partitions", "score", "SparkNetwork.score: no examples"),
+        (
+            "empty-partitions",
+            "evaluate",
+            r"SparkNetwork evaluation: no examples \(every partition of the RDD is empty\)",
+        ),
+        ("empty-partitions", "roc", r"SparkNetwork evaluation: no examples \(every partition of the RDD is empty\)"),
     ],
-    ids=["no-partitions-evaluate", "no-partitions-score", "empty-partitions-score"],
+    ids=[
+        "no-partitions-evaluate",
+        "no-partitions-score",
+        "empty-partitions-score",
+        "empty-partitions-evaluate",
+        "empty-partitions-roc",
+    ],
 )
 def test_an_empty_rdd_is_refused_in_words(sc, empty, call, said):
     snet = SparkNetwork(sc, mlp(64, hidden=(8,), n_out=10, seed=0), ParameterAveragingTrainingMaster(20, 1))
     rdd = sc.emptyRDD() if empty == "no-partitions" else sc.parallelize([], 2)
+    kept = Evaluation(10)
+    kept.confusion[3, 3] = 5  # what an evaluation passed in already holds is not touched
     with pytest.raises(ValueError, match=said):
-        getattr(snet, call)(rdd)
+        if call == "roc":
+            snet.do_evaluation(rdd, ROC())
+        elif call == "evaluate" and empty == "empty-partitions":
+            snet.do_evaluation(rdd, kept)
+        else:
+            getattr(snet, call)(rdd)
+    assert kept.confusion.sum() == 5
 
 
 def test_a_partitions_sums_merge_into_an_evaluation_and_nothing_else():
