@@ -18,8 +18,14 @@ def digits():
     return DataSet(train.features.numpy()[:240], train.labels.numpy()[:240])
 
 
-@pytest.mark.parametrize("sizes", ["32 each", "7 each", "mixed"])
-@pytest.mark.parametrize("approach", ["DIRECT", "EXPORT"])
+@pytest.mark.parametrize(
+    ("approach", "sizes"),
+    [  # the fast default runs the mixed elements each way; `-m slow` (CI) the rest
+        pytest.param(approach, sizes, marks=() if sizes == "mixed" else pytest.mark.slow)
+        for approach in ("DIRECT", "EXPORT")
+        for sizes in ("32 each", "7 each", "mixed")
+    ],
+)
 def test_mini_batches_hold_batch_size_per_worker_examples_whatever_the_elements_hold(sc, digits, sizes, approach):
     """Issue 22: with elements of 32 examples and batch_size_per_worker=32, kit trained
     1,024-example mini-batches (one per 32 elements), silently. DL4J re-batches by example:

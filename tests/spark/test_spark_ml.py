@@ -58,6 +58,7 @@ def test_fit_trains_what_spark_network_trains(sc, digits, fitted):
     assert not np.array_equal(net.params().numpy(), _net().params().numpy())  # it trained
 
 
+@pytest.mark.slow  # three fits (38 s on a quiet 2-core machine): CI's slow set runs it
 def test_fits_on_the_same_dataframe_prepare_the_data_once(digits, monkeypatch):
     """Like SparkNetwork's fits, the estimator's: the second fit on the same DataFrame with the same
     settings reuses the rounds the first prepared (counted at kit.spark.prepared.prepare_data), and
@@ -230,9 +231,25 @@ def test_a_flipped_bit_is_caught_by_kits_own_check_too(tmp_path, fitted):
     ("columns", "params", "said"),
     [
         (["pixels", "label"], {}, r"NetworkClassifier\(featuresCol='features'\): the DataFrame has no column"),
-        (["features", "digit"], {}, r"NetworkClassifier\(labelCol='label'\): the DataFrame has no column 'label'"),
-        (["features", "label", "name"], {"labelCol": "name"}, r"labelCol='name'\): column 'name' holds string"),
-        (["label", "features"], {"featuresCol": "label", "labelCol": "features"}, r"column 'label' holds double"),
+        # each remedy trains: the fast default runs the first, `-m slow` (CI) the rest
+        pytest.param(
+            ["features", "digit"],
+            {},
+            r"NetworkClassifier\(labelCol='label'\): the DataFrame has no column 'label'",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            ["features", "label", "name"],
+            {"labelCol": "name"},
+            r"labelCol='name'\): column 'name' holds string",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            ["label", "features"],
+            {"featuresCol": "label", "labelCol": "features"},
+            r"column 'label' holds double",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_wrong_columns_are_refused_at_fit_naming_them_and_the_printed_remedy_runs(spark, digits, columns, params, said):

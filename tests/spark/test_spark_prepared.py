@@ -40,7 +40,7 @@ def _state(net):
     return {k: v.numpy().copy() for k, v in net.state_arrays().items()}
 
 
-@pytest.mark.parametrize("approach", ["DIRECT", "EXPORT"])
+@pytest.mark.parametrize("approach", ["DIRECT", pytest.param("EXPORT", marks=pytest.mark.slow)])
 def test_a_fit_in_a_loop_prepares_once_and_trains_as_one_longer_fit(sc, approach, tmp_path):
     rdd = _rdd(sc)
     options = {"num_workers": 2, "rdd_training_approach": approach, "collect_training_stats": True}
@@ -289,8 +289,9 @@ def _jobs_between(sc, run):
 @pytest.mark.parametrize(
     ("case", "expected"),
     [
-        ("the same DataFrame", [1, 0, 0]),
-        ("the same query, read again", [1, 0, 0]),
+        # the fast default runs one of each table; `-m slow` (CI) runs the rest
+        pytest.param("the same DataFrame", [1, 0, 0], marks=pytest.mark.slow),
+        pytest.param("the same query, read again", [1, 0, 0], marks=pytest.mark.slow),
         ("another query", [1, 1, 0]),
     ],
 )
@@ -340,8 +341,8 @@ def _tasks_between(sc, run):
     ("approach", "many_rounds"),
     [
         ("DIRECT", {"averaging_frequency": 1}),
-        ("EXPORT", {"averaging_frequency": 1}),  # into Spark's storage
-        ("DIRECT", {"averaging_frequency": 1, "exchange": "gradients"}),  # DDP's semantics
+        pytest.param("EXPORT", {"averaging_frequency": 1}, marks=pytest.mark.slow),  # into Spark's storage
+        pytest.param("DIRECT", {"averaging_frequency": 1, "exchange": "gradients"}, marks=pytest.mark.slow),  # DDP's
     ],
 )
 def test_a_gangs_preparation_and_stage_run_one_task_a_worker_however_many_rounds(sc, approach, many_rounds):

@@ -22,7 +22,10 @@ class Numbers:
         self.iterations.append((iteration, epoch))
 
 
-@pytest.mark.parametrize("between", ["fit", "fit_batch", "copy_state_from"])
+@pytest.mark.parametrize(  # the fast default runs the first; `-m slow` (CI) the rest
+    "between",
+    ["fit", pytest.param("fit_batch", marks=pytest.mark.slow), pytest.param("copy_state_from", marks=pytest.mark.slow)],
+)
 def test_training_on_the_network_between_two_spark_fits_is_carried_on(sc, digits, between):
     """Item 4: the executors started the second Spark fit from the iteration count of the first
     (Adam's bias correction wrong) and the network's counters went back. One worker, frequency 1,
@@ -101,7 +104,12 @@ def test_the_networks_updater_state_after_shared_training_is_a_workers(sc, digit
 
 
 @pytest.mark.parametrize(
-    ("updater", "save_updater", "equal"), [("adam", True, True), ("sgd", False, True), ("adam", False, False)]
+    ("updater", "save_updater", "equal"),
+    [  # the fast default runs sgd; `-m slow` (CI) the rest
+        pytest.param("adam", True, True, marks=pytest.mark.slow),
+        ("sgd", False, True),
+        pytest.param("adam", False, False, marks=pytest.mark.slow),
+    ],
 )
 def test_one_worker_equals_network_fit_exactly_when_the_docstring_says(sc, digits, updater, save_updater, equal):
     """Item 17: kit.spark's docstring said one worker at frequency 1 equals Network.fit, which
