@@ -84,12 +84,15 @@ def test_libsvm_order_trains(sc, spark, digits, tmp_path):
 @pytest.mark.parametrize(
     ("layout", "cols", "positional"),
     [
+        # each row trains: the fast default runs arrays, named and positional; `-m slow` (CI) every row
         ("features,label (arrays)", {}, False),
-        ("label,features (ml vectors)", {}, False),
-        ("label,features (sparse)", {}, False),
-        ("id,label,features", {}, False),
+        pytest.param("label,features (ml vectors)", {}, False, marks=pytest.mark.slow),
+        pytest.param("label,features (sparse)", {}, False, marks=pytest.mark.slow),
+        pytest.param("id,label,features", {}, False, marks=pytest.mark.slow),
         ("pixels,digit (named)", {"features_col": "pixels", "label_col": "digit"}, False),
-        ("digit,pixels (named)", {"features_col": "pixels", "label_col": "digit"}, False),
+        pytest.param(
+            "digit,pixels (named)", {"features_col": "pixels", "label_col": "digit"}, False, marks=pytest.mark.slow
+        ),
         ("pixels,digit (positional)", {}, True),
     ],
 )
@@ -112,11 +115,29 @@ def test_every_column_layout_trains_the_same_network(sc, spark, digits, layout, 
     ("columns", "cols", "said"),
     [
         (["pixels", "digit"], {"features_col": "features"}, r"features_col='features'\): the DataFrame has no column"),
-        (["features", "digit"], {}, r"label_col='label'\): the DataFrame has no column 'label'"),
-        (["pixels", "label"], {}, r"features_col='features'\): the DataFrame has no column 'features'"),
+        # each remedy trains: the fast default runs the first and the swapped columns; `-m slow` (CI) every row
+        pytest.param(
+            ["features", "digit"],
+            {},
+            r"label_col='label'\): the DataFrame has no column 'label'",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            ["pixels", "label"],
+            {},
+            r"features_col='features'\): the DataFrame has no column 'features'",
+            marks=pytest.mark.slow,
+        ),
         (["label", "features"], {"features_col": "label", "label_col": "features"}, r"column 'label' holds double"),
-        (["features", "label"], {"label_col": "name"}, r"label_col='name'\): .*no column 'name'"),
-        (["features", "name", "label"], {"label_col": "name"}, r"column 'name' holds string"),
+        pytest.param(
+            ["features", "label"],
+            {"label_col": "name"},
+            r"label_col='name'\): .*no column 'name'",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            ["features", "name", "label"], {"label_col": "name"}, r"column 'name' holds string", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_a_missing_or_wrong_column_is_refused_at_the_call_and_the_remedy_runs(sc, spark, digits, columns, cols, said):
