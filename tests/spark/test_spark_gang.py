@@ -15,51 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _gang import COLLECTIVES, PER_WORKER, TIMEOUT, _fit, _net
 
-from kit.data import DataSet, load_digits
 from kit.nn import Adam, mlp
 from kit.nn.mixed import LossScaler
-from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, to_rdd
-from kit.spark.collectives import torch_missing
+from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork
 from kit.spark.gang import GangFallbackWarning, barrier_blocker
 from kit.training.listeners import TrainingListener
-
-# the collectives that run here: Spark's allGather always, gloo where torch imports
-COLLECTIVES = ["allgather"] + ([] if torch_missing() else ["gloo"])
-PER_WORKER = 16
-TIMEOUT = 120.0  # the machine is shared: Spark's first jobs can take tens of seconds
-
-
-@pytest.fixture(scope="module")
-def data():
-    train, _ = load_digits()
-    return DataSet(train.features.numpy()[:128], train.labels.numpy()[:128], num_classes=10)
-
-
-@pytest.fixture(scope="module")
-def rdd(sc, data):
-    out = to_rdd(sc, data, num_slices=2).cache()
-    out.count()
-    return out
-
-
-def _net():
-    return mlp(64, hidden=(16,), n_out=10, updater=Adam(1e-2), seed=5)
-
-
-def _fit(sc, rdd, *, epochs=1, freq=2, **options):
-    tm = ParameterAveragingTrainingMaster(
-        PER_WORKER,
-        freq,
-        num_workers=options.pop("num_workers", 2),
-        rdd_training_approach=options.pop("approach", "DIRECT"),
-        collect_training_stats=True,
-        round_timeout=TIMEOUT,
-        **options,
-    )
-    spark = SparkNetwork(sc, _net(), tm)
-    spark.fit(rdd, epochs=epochs)
-    return spark
 
 
 @pytest.mark.parametrize(
