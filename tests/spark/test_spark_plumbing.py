@@ -60,7 +60,7 @@ def _report(tmp_path, calls, submit=None, **env):
             str(script),
             json.dumps(calls),
         ]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=50, env=_env(**env), cwd=tmp_path)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=_env(**env), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     (line,) = [x for x in r.stdout.splitlines() if x.startswith("REPORT ")]
     return json.loads(line[len("REPORT ") :])
@@ -121,7 +121,7 @@ def test_a_lost_task_is_said_on_stderr_whatever_quiet_is(have_spark, tmp_path, q
         "    print('failed as it should')\n"
         "sc.stop()\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50, env=_env())
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=_env())
     assert r.returncode == 0 and "failed as it should" in r.stdout, r.stderr[-2000:]
     assert "WARN TaskSetManager: Lost task 0.0" in r.stderr
     if quiet:
@@ -164,7 +164,7 @@ def test_kit_data_imports_without_pooch(tmp_path, body, expected):
     """An executor imports kit.data (DataSet) to train; only downloading needs pooch."""
     code = BLOCK_POOCH.format(body=body)
     r = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=50, env=_env(), cwd=tmp_path
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=_env(), cwd=tmp_path
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert expected in r.stdout
