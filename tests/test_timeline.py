@@ -7,12 +7,13 @@ import threading
 import weakref
 
 import pytest
+from _timeline_run import batches, trained_in_timeline
 
 import kit
 from kit import memory
 from kit.data import ArrayIterator, DataSet, load_digits
 from kit.monitor.timeline import FIELDS, KINDS, TimelineError
-from kit.nn import ArrayType, Nesterovs, Sgd, WorkspaceMode, mlp
+from kit.nn import ArrayType, Sgd, mlp
 from kit.parallel import ParallelWrapper
 from kit.state import STATE
 from kit.workspaces.workspace import AllocationPolicy, LearningPolicy, ResetPolicy, SpillPolicy, WorkspaceConfig
@@ -23,28 +24,9 @@ def digits():
     return load_digits()
 
 
-def batches(train, n, size=64):
-    x, y = train.features.numpy(), train.labels.numpy()
-    return [DataSet(x[i * size : (i + 1) * size], y[i * size : (i + 1) * size]) for i in range(n)]
-
-
-def this_threads_workspaces(names):
-    mine = threading.get_ident()
-    return {ws.name: ws for ws in kit.workspace.all_workspaces() if ws.name in names and ws.thread_id == mine}
-
-
 @pytest.fixture
 def trained(digits):
-    """A fresh SEPARATE-mode MLP trained on 5 equal batches inside a timeline: its workspaces are
-    made (and learn) while it records. (Nesterovs: its update carves a working array; Sgd's
-    writes over the gradient and carves none, see the next test.)"""
-    train, _ = digits
-    net = mlp(64, hidden=(32,), n_out=10, updater=Nesterovs(0.1), training_workspace_mode=WorkspaceMode.SEPARATE)
-    with kit.memory_timeline() as tl:
-        for ds in batches(train, 5):
-            net.fit(ds)
-    names = {e["workspace"] for e in tl.events if e["workspace"] is not None}
-    return tl, this_threads_workspaces(names)
+    return trained_in_timeline(digits[0])
 
 
 def test_cycle_bytes_and_peak_agree_with_each_workspace(trained):

@@ -5,15 +5,15 @@ an instant per event and the arena's bytes in use as a counter, and is written a
 
 import json
 import os
-import threading
 
 import pytest
+from _timeline_run import batches, trained_in_timeline
 
 import kit
 from kit import timeline_views
-from kit.data import DataSet, load_digits
+from kit.data import load_digits
 from kit.monitor.timeline import MemoryTimeline, TimelineError
-from kit.nn import Nesterovs, Sgd, WorkspaceMode, mlp
+from kit.nn import Sgd, WorkspaceMode, mlp
 from kit.workspaces.workspace import AllocationPolicy, LearningPolicy, WorkspaceConfig
 
 
@@ -22,28 +22,9 @@ def digits():
     return load_digits()
 
 
-def batches(train, n, size=64):
-    x, y = train.features.numpy(), train.labels.numpy()
-    return [DataSet(x[i * size : (i + 1) * size], y[i * size : (i + 1) * size]) for i in range(n)]
-
-
-def this_threads_workspaces(names):
-    mine = threading.get_ident()
-    return {ws.name: ws for ws in kit.workspace.all_workspaces() if ws.name in names and ws.thread_id == mine}
-
-
 @pytest.fixture
 def trained(digits):
-    """A fresh SEPARATE-mode MLP trained on 5 equal batches inside a timeline: its workspaces are
-    made (and learn) while it records. (Nesterovs: its update carves a working array; Sgd's
-    writes over the gradient and carves none, see the next test.)"""
-    train, _ = digits
-    net = mlp(64, hidden=(32,), n_out=10, updater=Nesterovs(0.1), training_workspace_mode=WorkspaceMode.SEPARATE)
-    with kit.memory_timeline() as tl:
-        for ds in batches(train, 5):
-            net.fit(ds)
-    names = {e["workspace"] for e in tl.events if e["workspace"] is not None}
-    return tl, this_threads_workspaces(names)
+    return trained_in_timeline(digits[0])
 
 
 def test_summary_counts_what_each_workspace_counts(trained):

@@ -6,6 +6,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from _workspace_ring import _full_ring, ws_named
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,10 +54,6 @@ EVERY_OP = {
     "concatenate": lambda a: kit.concatenate([a, a]),
     "data": lambda a: a.data,
 }
-
-
-def ws_named(name, **cfg):
-    return kit.get_workspace_for_current_thread(WorkspaceConfig(**cfg), name)
 
 
 @pytest.mark.parametrize("op", sorted(EVERY_OP))
@@ -220,22 +217,6 @@ def test_debug_modes():
     kit.workspace.set_debug_mode("DISABLED")
     with pytest.raises(WorkspaceConfigError, match="use one of DISABLED"):
         kit.workspace.set_debug_mode("LOUD")
-
-
-def _full_ring(name: str) -> tuple[kit.Workspace, list]:
-    """A 4,096-byte circular workspace holding 4 batches of 1,024 bytes (batch i full of i): full."""
-    cfg = dict(
-        initial_size=4096,
-        policy_reset=ResetPolicy.ENDOFBUFFER_REACHED,
-        policy_allocation=AllocationPolicy.STRICT,
-        policy_learning=LearningPolicy.NONE,
-    )
-    ws = ws_named(name, **cfg)
-    batches = []
-    for i in range(4):  # 4 x 1024 bytes fill the ring exactly
-        with ws:
-            batches.append(kit.full((256,), float(i)))
-    return ws, batches
 
 
 def test_invalid_configs_are_clear():

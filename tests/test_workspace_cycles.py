@@ -8,41 +8,18 @@ import threading
 
 import numpy as np
 import pytest
+from _workspace_ring import _full_ring, ws_named
 
 import kit
 from kit.workspaces.workspace import (
-    AllocationPolicy,
     ArrayFromClosedScopeError,
     ArrayFromDestroyedWorkspaceError,
     ArrayFromOldCycleError,
     ArrayOverwrittenError,
-    LearningPolicy,
-    ResetPolicy,
     StaleArrayError,
-    WorkspaceConfig,
     WorkspaceScopeError,
     WorkspaceThreadError,
 )
-
-
-def ws_named(name, **cfg):
-    return kit.get_workspace_for_current_thread(WorkspaceConfig(**cfg), name)
-
-
-def _full_ring(name: str) -> tuple[kit.Workspace, list]:
-    """A 4,096-byte circular workspace holding 4 batches of 1,024 bytes (batch i full of i): full."""
-    cfg = dict(
-        initial_size=4096,
-        policy_reset=ResetPolicy.ENDOFBUFFER_REACHED,
-        policy_allocation=AllocationPolicy.STRICT,
-        policy_learning=LearningPolicy.NONE,
-    )
-    ws = ws_named(name, **cfg)
-    batches = []
-    for i in range(4):  # 4 x 1024 bytes fill the ring exactly
-        with ws:
-            batches.append(kit.full((256,), float(i)))
-    return ws, batches
 
 
 def test_message_names_op_cycles_and_remedy():
