@@ -9,7 +9,8 @@ a collective (kit.spark.collectives) and, for every round of every epoch, runs o
   over the count is the mean every worker goes on from (with two workers the same bits as kit's
   round path; with more, gloo's summation order is not kit's tree's).
 - "gradients" (DDP's semantics): every step, each worker's gradient times its batch size, and
-  the batch size, go into one all-reduce; the sum over the examples is the gradient of the
+  the batch size, go into one all-reduce in the network's precision (a float64 network's in
+  float64); the sum over the examples is the gradient of the
   concatenated global batch, which every worker's updater applies (its state kept on every
   worker, identical). A worker with no batch left that step adds zeros and still steps.
 
@@ -206,7 +207,8 @@ class _Worker:
         batches = self.batches.get(k, [])
         grads = net.flat_grads
         n = grads.shape[0]
-        buf = np.zeros(n + 2, np.float32)
+        dtype = np.promote_types(grads.data.dtype, np.float32)  # the network's precision, at least float32
+        buf = np.zeros(n + 2, dtype)
         direct = isinstance(grads.data, np.ndarray) and grads.data.dtype == buf.dtype  # the mean written in place
         for s in range(steps):
             self._maybe_fail()
