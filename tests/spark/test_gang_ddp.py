@@ -97,6 +97,22 @@ def test_the_gang_every_step_trains_as_network_fit_on_the_global_batches(sc, cas
     assert np.abs(one.params().numpy() - _net(updater).params().numpy()).max() > 1e-3  # it trained
 
 
+def test_two_fits_of_one_epoch_continue_adams_step_count_as_one_fit_of_two(sc):
+    """Adam's bias correction reads the iteration: a second fit's gang starts from the first's count."""
+    data = _data(46)
+    rdd = to_rdd(sc, data, num_slices=2).cache()
+    tm = ParameterAveragingTrainingMaster(
+        4, 1, num_workers=2, exchange="gradients", execution="gang", collective="allgather", round_timeout=TIMEOUT
+    )
+    spark = SparkNetwork(sc, _net("adam"), tm)
+    spark.fit(rdd, epochs=1)
+    spark.fit(rdd, epochs=1)
+    rdd.unpersist()
+    one = _single(data, 8, "adam")
+    np.testing.assert_allclose(spark.network.params().numpy(), one.params().numpy(), rtol=RTOL, atol=ATOL)
+    assert spark.network.iteration == one.iteration == 12
+
+
 def test_each_partition_a_worker_pairs_the_partitions_batches_step_by_step(sc):
     """repartition="NEVER": each of the RDD's partitions is a worker's data as it stands, so a global
     batch is not a run of consecutive examples by design: step k joins partition 0's k-th batch of 4
