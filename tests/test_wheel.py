@@ -81,13 +81,30 @@ def test_wheel_metadata_names_the_distribution_and_its_licence(wheel):
     assert "kit = kit.__main__:main" in archive.read(entry_points).decode()
 
 
+KERNEL = ["ipykernel", "nbclient"]  # what running a chapter needs beside kit
+
+
+def _venv_with_pip(venv: Path) -> None:
+    """A fresh venv with pip in it. The venv module's own seeding (ensurepip) byte-compiles all of pip,
+    most of a minute on a loaded 2-core machine; this interpreter's pip installs pip into it uncompiled
+    instead (`pip --python`, pip >= 22.3), and ensurepip is the fallback where that fails."""
+    assert _run([sys.executable, "-m", "venv", "--without-pip", str(venv)]).returncode == 0
+    py = str(venv / "bin" / "python")
+    seeded = _run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-compile", "pip"])
+    if seeded.returncode != 0:
+        fallback = _run([py, "-m", "ensurepip"])
+        assert fallback.returncode == 0, (seeded.stderr + fallback.stdout + fallback.stderr)[-3000:]
+
+
 @pytest.fixture(scope="module")
 def fresh_venv(wheel, tmp_path_factory):
     """A fresh venv outside the repository with the wheel installed by a normal pip install (kit's own
     dependencies come with it), plus the kernel and the runner a chapter needs."""
     venv = tmp_path_factory.mktemp("fresh") / "venv"
-    assert _run([sys.executable, "-m", "venv", str(venv)]).returncode == 0
-    r = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel), "ipykernel", "nbclient"])
+    _venv_with_pip(venv)
+    # --no-compile: no .pyc written ahead for every installed module (numpy, matplotlib, IPython, ...), which
+    # took most of this set-up; Python compiles what is imported when it is imported
+    r = _run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", str(wheel), *KERNEL])
     if r.returncode != 0 and "No matching distribution" in r.stderr:
         pytest.skip(f"pip cannot reach an index here: {r.stderr[-300:]}")
     assert r.returncode == 0, r.stderr[-3000:]
