@@ -62,7 +62,9 @@ def _single(data, global_batch, updater, epochs=2):
     return one
 
 
-@pytest.mark.parametrize("collective", COLLECTIVES)
+@pytest.mark.parametrize(
+    "collective", [pytest.param(c, marks=pytest.mark.slow) if i else c for i, c in enumerate(COLLECTIVES)]
+)
 def test_a_float64_network_all_reduces_its_gradients_in_float64(sc, collective):
     """Regression: 46 examples, two workers of 4 (a last global batch of 6: 4 + 2), Adam, float64:
     before the fix the all-reduce buffer was float32 and the gang ended ~2e-9 away from Network.fit."""
@@ -86,7 +88,12 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))
+FAST = ("last batch 1 example", "export stored, 4 + 3")  # the fast default's rows; `-m slow` runs the others
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=k, marks=() if k in FAST else pytest.mark.slow) for k, c in CASES.items()]
+)
 def test_the_gang_every_step_trains_as_network_fit_on_the_global_batches(sc, case, tmp_path):
     workers, n, per_worker, updater, path = case
     options = {"rdd_training_approach": "EXPORT" if path != "DIRECT" else "DIRECT"}
