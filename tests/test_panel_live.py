@@ -73,6 +73,9 @@ def test_each_badge_says_its_state_and_why_on_hover(state, text, hover):
         ("vbox of a row", "first in the head row"),
         ("vbox of a title", "beside the title"),
         ("empty vbox", "alone"),
+        ("box", "first"),
+        ("gridbox", "first"),
+        ("empty box", "alone"),
     ],
 )
 def test_the_badge_goes_at_the_head_of_every_shape_of_panel(shape, where):
@@ -82,11 +85,14 @@ def test_the_badge_goes_at_the_head_of_every_shape_of_panel(shape, where):
         "vbox of a row": lambda: w.VBox([w.HBox([title, bar]), w.HTML(value="footer")]),
         "vbox of a title": lambda: w.VBox([title, w.HTML(value="footer")]),
         "empty vbox": lambda: w.VBox([]),
+        "box": lambda: w.Box([title, bar]),
+        "gridbox": lambda: w.GridBox([title, bar]),
+        "empty box": lambda: w.Box([]),
     }[shape]()
     badge = add_badge(widget)
     assert badge.value == badge_html(RUNNING)
     head = widget.children[0]
-    if shape == "hbox":
+    if shape in ("hbox", "box", "gridbox"):
         assert widget.children == (badge, title, bar)
     elif shape == "vbox of a row":
         assert head.children == (badge, title, bar) and len(widget.children) == 2

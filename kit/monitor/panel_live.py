@@ -69,17 +69,18 @@ def badge_html(state: str) -> str:
 
 def add_badge(widget: ipywidgets.Box) -> ipywidgets.HTML:
     """A RUNNING badge (an ipywidgets.HTML), put first in the head of a panel's `widget`: in the row
-    its bar is on (an HBox, or a VBox whose first row is one), else beside its title."""
+    its bar is on (an HBox, or a VBox whose first row is one), else beside its title (a VBox's
+    first child), else first in any other Box. No child is dropped."""
     import ipywidgets as w
 
     badge = w.HTML(value=badge_html(RUNNING))
     head = widget.children[0] if isinstance(widget, w.VBox) and widget.children else None
-    if isinstance(widget, w.HBox):
-        widget.children = (badge, *widget.children)
-    elif isinstance(head, w.HBox):
+    if isinstance(head, w.HBox):
         head.children = (badge, *head.children)
+    elif head is not None:
+        widget.children = (w.HBox([badge, head]), *widget.children[1:])
     else:
-        widget.children = (w.HBox([badge, head]) if head is not None else badge, *widget.children[1:])
+        widget.children = (badge, *widget.children)
     return badge
 
 

@@ -10,6 +10,9 @@ the driver's TMPDIR, so that the workers cannot see what the driver writes there
 hosts; `private_namespaces_missing()` says why that is not permitted where it is not. Every wait
 is bounded (the master's port, the workers' registration, read from the master's JSON page), and
 the context kills every process it started, and their descendants, on exit: nothing is left.
+A driver killed hard (SIGKILL) cannot run that exit: each cluster's folder keeps a marker naming
+its owner and its processes, and the next start sweeps the clusters whose owner is gone
+(`sweep_leftover_clusters`).
 
 What a driver on it needs is in `driver_conf()`: executors importing kit from `python_path`,
 `spark.cores.max`, and `spark.shuffle.readHostLocalDisk=false`, because two workers on one host
@@ -38,9 +41,16 @@ import psutil
 
 from kit.spark.spark_context import SparkUnavailableError, spark_missing
 
-__all__ = ["StandaloneCluster", "StandaloneClusterError", "private_namespaces_missing", "standalone_cluster"]
+__all__ = [
+    "StandaloneCluster",
+    "StandaloneClusterError",
+    "private_namespaces_missing",
+    "standalone_cluster",
+    "sweep_leftover_clusters",
+]
 
 MEMORY = re.compile(r"^[1-9]\d*[mg]$")
+PREFIX, MARKER = "kit-standalone-", "kit-cluster.json"
 
 
 class StandaloneClusterError(RuntimeError):
@@ -201,6 +211,61 @@ def _kill(procs: list[subprocess.Popen], timeout: float = 30.0) -> None:
     psutil.wait_procs(tree, timeout=timeout)
 
 
+def _identity(pid: int) -> list[float]:
+    """A process as (pid, start time): a pid the system reuses later names another process."""
+    return [pid, psutil.Process(pid).create_time()]
+
+
+def _same(pid: int, started: float) -> psutil.Process | None:
+    try:
+        proc = psutil.Process(pid)
+        return proc if abs(proc.create_time() - started) < 0.01 else None
+    except psutil.Error:
+        return None
+
+
+def _mark(base: Path, procs: list[subprocess.Popen]) -> None:
+    """The folder's marker, written atomically: who owns the cluster and which processes it started."""
+    marker = {"owner": _identity(os.getpid()), "processes": [_identity(p.pid) for p in procs]}
+    tmp = base / f".{MARKER}.tmp"
+    tmp.write_text(json.dumps(marker))
+    os.replace(tmp, base / MARKER)
+
+
+def sweep_leftover_clusters(root: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Clusters whose owner died without its exit (a driver killed hard): each `kit-standalone-*`
+    folder under `root` (default: the temporary folder) whose marker names an owner that is gone has
+    its processes and their descendants killed and the folder removed. The folders swept, returned.
+    A marker that cannot be read, or a live owner, leaves the folder alone."""
+    swept = []
+    for base in sorted(Path(root or tempfile.gettempdir()).glob(f"{PREFIX}*")):
+        try:
+            marker = json.loads((base / MARKER).read_text())
+            owner, listed = marker["owner"], marker["processes"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if _same(*owner) is not None:
+            continue
+        alive = [proc for proc in (_same(*pair) for pair in listed) if proc is not None]
+        tree = [child for proc in alive for child in _children(proc)]
+        for proc in alive + tree:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive + tree, timeout=30)
+        shutil.rmtree(base, ignore_errors=True)
+        swept.append(base)
+    return swept
+
+
+def _children(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return proc.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
 def _worker_command(
     spark_class: str, i: int, master: str, cores: int, memory: str, base: Path, private: bool
 ) -> list[str]:
@@ -232,7 +297,8 @@ def standalone_cluster(
     block; every process it started killed at its end. `private`: each worker in a mount namespace
     of its own that hides the driver's TMPDIR (`private_namespaces_missing` says why not, where
     not). `python_path`: where executors import kit from (default: this kit's parent folder).
-    `directory`: where its logs, work and shared folders go (kept; default a temporary one, removed)."""
+    `directory`: where its logs, work and shared folders go (kept; default a temporary one, removed).
+    Clusters left by a driver that died hard are swept first (`sweep_leftover_clusters`)."""
     _check(workers, cores, memory, private, {"start_timeout": start_timeout, "register_timeout": register_timeout})
     if directory is not None and (not Path(directory).is_dir() or any(Path(directory).iterdir())):
         raise ValueError(f"standalone_cluster(directory={str(directory)!r}): an empty folder that exists, or None")
@@ -242,7 +308,8 @@ def standalone_cluster(
     why = spark_missing()
     if why:
         raise SparkUnavailableError(why)
-    base = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix="kit-standalone-"))
+    sweep_leftover_clusters()
+    base = Path(directory) if directory is not None else Path(tempfile.mkdtemp(prefix=PREFIX))
     import pyspark
 
     home = Path(pyspark.__file__).parent
@@ -260,6 +327,7 @@ def standalone_cluster(
     def start(cmd: list[str], log: Path) -> subprocess.Popen:
         with open(log, "w") as out:
             procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+        _mark(base, procs)
         return procs[-1]
 
     try:
