@@ -60,7 +60,7 @@ def test_fit_trains_what_spark_network_trains(sc, digits, fitted):
     assert not np.array_equal(net.params().numpy(), _net().params().numpy())  # it trained
 
 
-@pytest.mark.slow  # three fits (38 s on a quiet 2-core machine): CI's slow set runs it
+@pytest.mark.slow  # three fits: CI's slow set runs it
 def test_fits_on_the_same_dataframe_prepare_the_data_once(digits, monkeypatch):
     """Like SparkNetwork's fits, the estimator's: the second fit on the same DataFrame with the same
     settings reuses the rounds the first prepared (counted at kit.spark.prepared.prepare_data), and
