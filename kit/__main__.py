@@ -237,6 +237,18 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         metavar="N",
         help="spark only: the side-by-side once a seed (0..N-1): timings' medians and spread, accuracies' mean",
     )
+    bench.add_argument(
+        "--models",
+        metavar="NAMES",
+        help="spark only: the rounds table's models, comma-separated, from mlp and resnet18 (default both)",
+    )
+    bench.add_argument(
+        "--examples",
+        type=int,
+        metavar="N",
+        help="spark only: the side-by-side's training examples, its test set half as many (default 10,000; "
+        "1,024 with --quick)",
+    )
     chapters = sub.add_parser(
         "chapters",
         help="copy the chapter notebooks into a folder (a wheel carries them)",
@@ -328,11 +340,9 @@ def _run(args: argparse.Namespace, rest: list[str], found: settings.Settings, pr
             return _error(f"{prog} book", str(exc))
         print(f"book written: {index}")
         return 0
-    benchmarks.options_for(
-        args.name, standalone=args.standalone, epochs=args.epochs, seeds=args.seeds
-    )  # refused before anything
+    given = {k: getattr(args, k) for k in benchmarks.SPARK_ONLY}
+    options = benchmarks.options_for(args.name, **given)  # refused before anything
     json_path = benchmarks.check_json_path(args.json) if args.json else None  # before minutes of benchmark
-    options = benchmarks.options_for(args.name, standalone=args.standalone, epochs=args.epochs, seeds=args.seeds)
     result = benchmarks.run(args.name, quick=args.quick or found.quick, **options)
     print(benchmarks.format_result(result))
     if json_path is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from kit.bench.d2l import bench_d2l
 from kit.bench.memory import bench_memory
 from kit.bench.parallel import bench_parallel
 from kit.bench.precision import bench_precision
+from kit.bench.spark import MODELS as SPARK_MODELS  # the rounds table's, for --models
 from kit.bench.spark import bench_spark
 from kit.bench.train import bench_train
 from kit.bench.workspaces import bench_workspaces, mlp_cycle
@@ -29,6 +30,8 @@ from kit.measurement import measure, tables
 
 __all__ = [
     "BENCHMARKS",
+    "SPARK_MODELS",
+    "SPARK_ONLY",
     "BenchOptionError",
     "OutputPathError",
     "bench_arrays",
@@ -61,20 +64,44 @@ class BenchOptionError(ValueError):
     """An option given to a benchmark that has none such, or a bad value; said before it starts."""
 
 
+SPARK_ONLY = ("standalone", "epochs", "seeds", "models", "examples")
+
+
 def options_for(
-    name: str, standalone: bool = False, epochs: int | None = None, seeds: int | None = None
+    name: str,
+    standalone: bool = False,
+    epochs: int | None = None,
+    seeds: int | None = None,
+    models: str | Sequence[str] | None = None,
+    examples: int | None = None,
 ) -> dict[str, Any]:
     """The keyword options `run` passes to benchmark `name` (only spark takes `standalone`,
-    `epochs` and `seeds`), checked now: a benchmark can take minutes."""
-    for flag, value, example in (("epochs", epochs, 10), ("seeds", seeds, 3)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise BenchOptionError(f"--{flag} {value}: a whole number >= 1, e.g. --{flag} {example}")
-    given = {
-        k: v for k, v in (("standalone", standalone), ("epochs", epochs), ("seeds", seeds)) if v not in (False, None)
-    }
+    `epochs`, `seeds`, `models` and `examples`), checked now: a benchmark can take minutes.
+    `models`: comma-separated names from SPARK_MODELS, passed on as a tuple."""
+    for flag, value, least, example in (
+        ("epochs", epochs, 1, 10),
+        ("seeds", seeds, 1, 3),
+        ("examples", examples, 128, 1024),
+    ):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise BenchOptionError(f"--{flag} {value}: a whole number >= {least}, e.g. --{flag} {example}")
+    picked = None
+    if models is not None:  # the command line's "mlp,resnet18", or the names already split (run's)
+        picked = tuple(m.strip() for m in (models.split(",") if isinstance(models, str) else models))
+        if not all(m in SPARK_MODELS for m in picked) or len(set(picked)) != len(picked) or not picked:
+            shown = models if isinstance(models, str) else ",".join(map(str, models))
+            raise BenchOptionError(
+                f"--models {shown}: one or more of {', '.join(SPARK_MODELS)}, comma-separated, e.g. --models mlp"
+            )
+    values = dict(zip(SPARK_ONLY, (standalone, epochs, seeds, picked, examples)))
+    given = {k: v for k, v in values.items() if v not in (False, None)}
     if given and name != "spark":
         flags = " ".join(f"--{k}" for k in given)
         raise BenchOptionError(f"{flags}: only `bench spark` takes it; run `bench {name}` without it")
+    if standalone and picked is not None:
+        raise BenchOptionError(
+            "--models: the rounds table's models; --standalone runs the side-by-side alone: drop --models"
+        )
     return given
 
 

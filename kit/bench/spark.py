@@ -5,6 +5,7 @@ under "peers" in the JSON).
     python -m kit bench spark            # 3 repeats, after a warm-up call each
     python -m kit bench spark --quick    # 2 repeats, no warm-up, fewer rounds: a smoke run (tests), every row flagged
     python -m kit bench spark --standalone --epochs 10   # the side-by-side alone, on a standalone cluster
+    python -m kit bench spark --quick --models mlp --examples 256   # the MLP's rounds, a small side-by-side
 
 For an MLP (19,210 parameters) and ResNet-18 (kit.nn.zoo.resnet18, 11,183,626 parameters),
 parameter averaging (rdd_training_approach DIRECT, averaging every `frequency` mini-batches)
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["bench_spark", "expected_driver_bytes"]
 
 VARIANTS = ((1, 2), (2, 2), (4, 2), (4, 1))  # (workers, aggregation_depth)
+MODELS = ("mlp", "resnet18")  # the rounds table's (`--models` picks among them; kit.bench.SPARK_MODELS)
 
 
 def expected_driver_bytes(workers: int, depth: int, params: int, itemsize: int = 4) -> tuple[int, int]:
@@ -71,22 +73,30 @@ QUICK_WARNING = "quick run: no warm-up call and 2 repeats, a smoke run: no time 
 
 
 def bench_spark(
-    quick: bool = False, standalone: bool = False, epochs: int | None = None, seeds: int = 1
+    quick: bool = False,
+    standalone: bool = False,
+    epochs: int | None = None,
+    seeds: int = 1,
+    models: tuple[str, ...] = MODELS,
+    examples: int | None = None,
 ) -> dict[str, Any]:
     """The rounds' bytes and times and the side-by-side on local[2]; `standalone`: the side-by-side
-    alone, on a standalone cluster (`standalone_peers`)."""
+    alone, on a standalone cluster (`standalone_peers`). `models`: the rounds table's, from MODELS;
+    `examples`: the side-by-side's training examples (its test set half as many)."""
     if standalone:
-        return standalone_peers(quick, epochs, seeds)
+        return standalone_peers(quick, epochs, seeds, examples)
     sc = local_spark_context(
         "local[2]", app_name="kit-bench", driver_memory="2g", conf={"spark.ui.showConsoleProgress": "false"}
     )
     try:
-        return run_on(sc, quick, epochs, seeds)
+        return run_on(sc, quick, epochs, seeds, models, examples)
     finally:
         sc.stop()
 
 
-def standalone_peers(quick: bool, epochs: int | None = None, seeds: int = 1) -> dict[str, Any]:
+def standalone_peers(
+    quick: bool, epochs: int | None = None, seeds: int = 1, examples: int | None = None
+) -> dict[str, Any]:
     """The side-by-side (peers_table: BENCH_SYSTEMS but the per-round fallback, which local[2]'s run
     times) on a standalone cluster started here, the
     issue's setting: a master and 2 one-core workers, each in a private mount namespace that hides
@@ -100,7 +110,7 @@ def standalone_peers(quick: bool, epochs: int | None = None, seeds: int = 1) -> 
             sc = local_spark_context(cluster.url, app_name="kit-bench-standalone", driver_memory="2g", conf=conf)
             try:
                 systems = tuple(name for name in BENCH_SYSTEMS if not name.startswith("kit rounds"))
-                peers = peers_table(sc, quick, epochs=epochs, systems=systems, seeds=seeds)
+                peers = peers_table(sc, quick, epochs=epochs, systems=systems, size=_size(examples), seeds=seeds)
                 version = sc.version
             finally:
                 sc.stop()
@@ -117,10 +127,16 @@ def standalone_peers(quick: bool, epochs: int | None = None, seeds: int = 1) -> 
     }
 
 
-def _models(quick: bool) -> list[dict[str, Any]]:
+def _size(examples: int | None) -> tuple[int, int] | None:
+    """The side-by-side's (train, test) examples for `--examples`; None: the bench's own."""
+    return None if examples is None else (examples, examples // 2)
+
+
+def _models(quick: bool, models: tuple[str, ...] = MODELS) -> list[dict[str, Any]]:
     rounds = 1 if quick else 2  # rounds of the 4-worker fit (1 worker: 4 times as many)
-    return [
+    specs = [
         {
+            "key": "mlp",
             "model": "MLP 64-256-10",
             "make": lambda: mlp(64, hidden=(256,), n_out=10, updater=Sgd(0.05), seed=0),
             "shape": (64,),
@@ -129,6 +145,7 @@ def _models(quick: bool) -> list[dict[str, Any]]:
             "examples": 4 * 32 * 5 * (2 if quick else 4),
         },
         {
+            "key": "resnet18",
             "model": "ResNet-18 (1x8x8 inputs)",
             "make": lambda: resnet18(num_classes=10, in_channels=1, size=8, updater=Sgd(0.01), seed=0),
             "shape": (1, 8, 8),
@@ -137,15 +154,23 @@ def _models(quick: bool) -> list[dict[str, Any]]:
             "examples": 4 * 4 * 2 * rounds,
         },
     ]
+    return [spec for spec in specs if spec["key"] in models]
 
 
-def run_on(sc: SparkContext, quick: bool, epochs: int | None = None, seeds: int = 1) -> dict[str, Any]:
+def run_on(
+    sc: SparkContext,
+    quick: bool,
+    epochs: int | None = None,
+    seeds: int = 1,
+    models: tuple[str, ...] = MODELS,
+    examples: int | None = None,
+) -> dict[str, Any]:
     """The benchmark on a running SparkContext (the caller owns it)."""
     repeats = 2 if quick else 3
     rows: list[dict[str, Any]] = []
     overheads: dict[str, float] = {}
     warnings: set[str] = set()
-    for spec in _models(quick):
+    for spec in _models(quick, models):
         model_rows, overhead = _one_model(sc, spec, repeats, warmup=not quick)
         for row in model_rows:
             row_warnings = row.pop("_warnings") + ([QUICK_WARNING] if quick else [])
@@ -153,7 +178,9 @@ def run_on(sc: SparkContext, quick: bool, epochs: int | None = None, seeds: int 
             row["reliable"] = "NO" if row_warnings else "yes"
         rows += model_rows
         overheads[spec["model"]] = overhead
-    peers = peers_table(sc, quick, epochs=epochs, seeds=seeds)  # kit's gang and rounds beside TorchDistributor
+    peers = peers_table(
+        sc, quick, epochs=epochs, size=_size(examples), seeds=seeds
+    )  # kit's gang and rounds beside TorchDistributor
     peers.pop("right")  # per-example results: the chapter's McNemar tests read them, the JSON does not
     cols = ["model", "params", "workers", "depth", "rounds", "round_ms", "spread", "vs_network_fit"]
     cols += ["broadcast_bytes", "driver_bytes", "formula_bytes", "partials", "formula_partials", "reliable"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kit.bench.spark import expected_driver_bytes
 from kit.bench.spark_peers import DEFAULT_ROW
 from kit.data import DataSet, load_digits
 from kit.nn import Adam, Sgd, mlp
@@ -99,14 +100,15 @@ def test_bytes_a_round_follow_from_the_parameter_count(sc, digits, workers, dept
     assert summary["worker_sent_bytes"] == itemsize * p
 
 
-@pytest.mark.slow  # four-worker fits at two depths
+@pytest.mark.slow  # four-worker fits at two depths, a round each
 def test_depth_2_with_4_workers_sends_the_driver_fewer_partials_and_float32_as_many_bytes(sc, digits):
     """Fewer bytes where the sums are not wider than the states (float64), fewer partial results
     always; float32 states summed in pairs (float64) weigh what they replace."""
+    one_round = DataSet(digits.features.numpy()[:80], digits.labels.numpy()[:80])  # 4 workers x 2 mini-batches of 10
     received = {}
     for dtype in ("float32", "float64"):
         for depth in (1, 2):
-            _, stats = _averaging(sc, digits, 4, depth, dtype)
+            _, stats = _averaging(sc, one_round, 4, depth, dtype)
             received[dtype, depth] = (stats.rounds[0]["driver_received_bytes"], stats.rounds[0]["partials"])
     assert received["float64", 2][0] < received["float64", 1][0]
     assert received["float32", 2][0] == received["float32", 1][0]
@@ -215,6 +217,55 @@ def test_evaluation_merges_up_the_same_tree(sc, digits):
     assert counts[1].sum() == digits.num_examples
 
 
+RESNET_ROUNDS = """
+import json
+from kit.bench.spark import VARIANTS, _models, _spark_fit
+from kit.spark import local_spark_context, to_rdd
+import numpy as np
+
+(spec,) = _models(True, ("resnet18",))  # the bench's model, mini-batch and frequency
+n = spec["examples"]
+rng = np.random.default_rng(0)
+# as `bench spark` starts it: 2 GB for the driver, where 11.2 M parameters a worker come back
+sc = local_spark_context("local[2]", app_name="kit-resnet-rounds", driver_memory="2g",
+                         conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
+try:
+    x, y = rng.random((n, *spec["shape"]), dtype=np.float32), rng.integers(0, 10, n)
+    stats = {}
+    for variant in VARIANTS:  # one round each: every worker 2 mini-batches of 4 (11.2 M parameters a round)
+        k = variant[0] * spec["batch"] * spec["frequency"]
+        _spark_fit(sc, spec, to_rdd(sc, (x[:k], y[:k])), variant, stats)()
+    rounds = [[w, d, [(r["broadcast_bytes"], r["driver_received_bytes"], r["partials"]) for r in stats[w, d].rounds]]
+              for w, d in VARIANTS]
+    print("RESULT " + json.dumps({"params": spec["make"]().num_params, "rounds": rounds}), flush=True)
+finally:
+    sc.stop()
+"""
+
+
+@pytest.mark.slow  # ResNet-18's 11.2 M parameters through every variant's rounds, in a driver of 2 GB
+def test_the_benchs_resnet18_rounds_move_the_bytes_the_formula_gives():
+    """`bench spark`'s ResNet-18 fits (kit.bench.spark's own fit of each variant, a round each):
+    a round broadcasts 4 P bytes and the driver receives what expected_driver_bytes gives, P
+    11,183,626. (The bench's own run below times the MLP's rounds, `--models mlp`.)"""
+    from kit.spark import spark_missing
+
+    if spark_missing():
+        pytest.skip(spark_missing())
+    proc = subprocess.run([sys.executable, "-c", RESNET_ROUNDS], capture_output=True, text=True, timeout=480, cwd=ROOT)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT ") :])
+    p = result["params"]
+    assert p == 11_183_626 and [(w, d) for w, d, _ in result["rounds"]] == [(1, 2), (2, 2), (4, 2), (4, 1)]
+    by = {}
+    for workers, depth, rounds in result["rounds"]:
+        formula = list(expected_driver_bytes(workers, depth, p))
+        assert len(rounds) == 1 and all(r[0] == 4 * p and r[1:] == formula for r in rounds), (workers, depth, rounds)
+        by[workers, depth] = rounds[0][1]
+    assert by[1, 2] == 4 * p and by[4, 2] == 2 * 8 * p == by[4, 1]
+
+
 @pytest.mark.slow
 def test_bench_spark_quick_prints_every_row_and_bytes_fit_the_formula(tmp_path):
     from kit.spark import spark_missing
@@ -223,8 +274,10 @@ def test_bench_spark_quick_prints_every_row_and_bytes_fit_the_formula(tmp_path):
     if why:
         pytest.skip(why)
     out = tmp_path / "spark.json"
+    # the logic's check on a small run: the MLP's rounds (ResNet-18's bytes: the test above), 256 examples a side
+    cmd = [sys.executable, "-m", "kit", "bench", "spark", "--quick", "--models", "mlp", "--examples", "256"]
     proc = subprocess.run(
-        [sys.executable, "-m", "kit", "bench", "spark", "--quick", "--json", str(out)],
+        [*cmd, "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=540,  # under pytest's 600 s, so the bench's own output reaches the report
@@ -234,22 +287,19 @@ def test_bench_spark_quick_prints_every_row_and_bytes_fit_the_formula(tmp_path):
     result = json.loads(out.read_text())
     rows = result["rows"]
     assert [(r["model"].split()[0], r["workers"], r["depth"]) for r in rows] == [
-        (m, w, d) for m in ("MLP", "ResNet-18") for w, d in ((1, 2), (2, 2), (4, 2), (4, 1))
-    ]
+        ("MLP", w, d) for w, d in ((1, 2), (2, 2), (4, 2), (4, 1))
+    ]  # --models mlp: the MLP's rows only
     for r in rows:
         assert r["broadcast_bytes"] == 4 * r["params"]
         assert (r["driver_bytes"], r["partials"]) == (r["formula_bytes"], r["formula_partials"])
         assert r["round_ms"] > 0 and r["vs_network_fit"] > 0
-    resnet = [r for r in rows if r["model"].startswith("ResNet")]
-    assert all(r["params"] == 11_183_626 for r in resnet)
-    by = {(r["workers"], r["depth"]): r["driver_bytes"] for r in resnet}
-    assert by[1, 2] == 4 * 11_183_626 and by[4, 2] == 2 * 8 * 11_183_626 == by[4, 1]
     text = proc.stdout
     assert "benchmark spark" in text and "vs_network_fit" in text and "driver_bytes" in text
     # a quick run (no warm-up, 2 repeats) measures no round's time: every row says so
     assert all(r["reliable"] == "NO" for r in rows) and "quick run: no warm-up" in result["summary"]["warnings"]
     # kit's gang and rounds beside TorchDistributor and each system's one process, on one job
     peers = result["peers"]
+    assert peers["steps_per_epoch"] == 8 and peers["test_examples"] == 128  # --examples 256
     systems = [r["system"] for r in peers["rows"]]
     kit_rows = ["kit Network.fit (one process)", "kit gang, every step", "kit gang, every 5 steps"]
     assert systems[:5] == [*kit_rows, "kit rounds, every 5 steps", DEFAULT_ROW]  # and kit's defaults as they run

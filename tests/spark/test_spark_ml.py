@@ -19,7 +19,9 @@ from kit.nn.persistence import ModelFileError
 from kit.spark import NetworkClassificationModel, NetworkClassifier, ParameterAveragingTrainingMaster, SparkNetwork
 
 N = 240
-OPTIONS = {"batch_size_per_worker": 20, "averaging_frequency": 1, "num_workers": 1, "rdd_training_approach": "DIRECT"}
+# one worker: its average is its own parameters, so averaging every 12 mini-batches trains as every 1 does,
+# in one round an epoch (240 examples, 12 mini-batches of 20) where frequency 1 ran 12
+OPTIONS = {"batch_size_per_worker": 20, "averaging_frequency": 12, "num_workers": 1, "rdd_training_approach": "DIRECT"}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +60,7 @@ def test_fit_trains_what_spark_network_trains(sc, digits, fitted):
     assert not np.array_equal(net.params().numpy(), _net().params().numpy())  # it trained
 
 
-@pytest.mark.slow  # three fits (38 s on a quiet 2-core machine): CI's slow set runs it
+@pytest.mark.slow  # three fits: CI's slow set runs it
 def test_fits_on_the_same_dataframe_prepare_the_data_once(digits, monkeypatch):
     """Like SparkNetwork's fits, the estimator's: the second fit on the same DataFrame with the same
     settings reuses the rounds the first prepared (counted at kit.spark.prepared.prepare_data), and

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -142,7 +143,7 @@ def test_the_sweep_removes_runs_of_gone_drivers_only(tmp_path):
     ]
 
 
-# ---- drivers of their own: one killed mid-fit, one whose context retries a failed task ----------
+# ---- a driver of its own: a context that retries a failed task, then killed mid-fit -----------------
 
 DRIVER = textwrap.dedent(
     """
@@ -152,7 +153,7 @@ DRIVER = textwrap.dedent(
     from tests.spark.test_spark_prepared import X, Y, _net
     from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, local_spark_context
 
-    what, directory = sys.argv[1], sys.argv[2]
+    directory = sys.argv[1]
     sc = local_spark_context("local[2,2]", app_name="kit-prepared-driver", driver_memory="512m",
                              conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
 
@@ -169,86 +170,87 @@ DRIVER = textwrap.dedent(
             print("STOPPED", flush=True)
             time.sleep(600)
 
-    if what == "kill":
-        tm = ParameterAveragingTrainingMaster(10, 2, num_workers=2, export_directory=directory)
-        SparkNetwork(sc, _net(), tm).fit(rdd, listeners=[StandStill()])
-    else:
-        out = {}
-        for name, data in (("plain", rdd), ("fails_once", rdd.map(fail_once))):
-            tm = ParameterAveragingTrainingMaster(10, 2, repartition="NEVER", rdd_training_approach="DIRECT",
-                                                  collect_training_stats=True, execution="rounds")  # per round
-            spark = SparkNetwork(sc, _net(), tm)
-            spark.fit(data)
-            stats = spark.get_training_stats()
-            out[name] = {"setup": stats.setup["retries"], "rounds": [r["retries"] for r in stats.rounds]}
-        print("REPORT " + json.dumps(out), flush=True)
+    out = {}  # first the retries: one fit plain, one whose partition 1 fails once
+    for name, data in (("plain", rdd), ("fails_once", rdd.map(fail_once))):
+        tm = ParameterAveragingTrainingMaster(10, 2, repartition="NEVER", rdd_training_approach="DIRECT",
+                                              collect_training_stats=True, execution="rounds")  # per round
+        spark = SparkNetwork(sc, _net(), tm)
+        spark.fit(data)
+        stats = spark.get_training_stats()
+        out[name] = {"setup": stats.setup["retries"], "rounds": [r["retries"] for r in stats.rounds]}
+    print("REPORT " + json.dumps(out), flush=True)
+    # then an export fit, stopped after its first round until the test kills this driver
+    tm = ParameterAveragingTrainingMaster(10, 2, num_workers=2, export_directory=directory)
+    SparkNetwork(sc, _net(), tm).fit(rdd, listeners=[StandStill()])
     print("FINISHED", flush=True)
     """
 )
 
 
-def _driver(tmp_path, what, directory):
+@dataclass(frozen=True)
+class Killed:
+    log: str  # everything the driver printed, Spark's log included
+    pid: int
+    returncode: int | None
+    export: Path  # its export directory
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory) -> Killed:
+    """One driver of its own (a JVM and a context: seconds to start) for both tests below: its fits
+    with retries, then an export fit it stands still in, killed there (its JVM and Python workers too)."""
+    tmp_path = tmp_path_factory.mktemp("driver")
+    export = tmp_path / "export"
+    export.mkdir()
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
-    log = open(tmp_path / f"driver-{what}.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, str(script), what, str(directory)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    return proc, log
+    with open(tmp_path / "driver.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, str(script), str(export)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        text = lambda: (tmp_path / "driver.log").read_text()  # noqa: E731
+        try:
+            deadline = time.monotonic() + 300
+            while "STOPPED" not in text() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # the driver, its JVM and Python workers
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+    return Killed(text(), proc.pid, proc.returncode, export)
 
 
 @pytest.mark.slow  # a driver of its own, killed
-@pytest.mark.timeout(300)
-def test_a_killed_drivers_export_run_is_swept_at_the_next_fit(sc, tmp_path):
-    export = tmp_path / "export"
-    export.mkdir()
-    proc, log = _driver(tmp_path, "kill", export)
-    text = lambda: (tmp_path / "driver-kill.log").read_text()  # noqa: E731
-    try:
-        deadline = time.monotonic() + 240
-        while "STOPPED" not in text() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert "STOPPED" in text(), text()[-3000:]
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # the driver, its JVM and Python workers
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-        log.close()
-    assert proc.returncode == -signal.SIGKILL
-    (left,) = list(export.iterdir())  # what the killed driver left: its run, marked, and its files
-    assert json.loads((left / MARKER).read_text())["pid"] == proc.pid and list(left.glob("*.npz"))
+@pytest.mark.timeout(420)
+def test_a_killed_drivers_export_run_is_swept_at_the_next_fit(sc, killed):
+    assert "STOPPED" in killed.log, killed.log[-3000:]
+    assert killed.returncode == -signal.SIGKILL
+    (left,) = list(killed.export.iterdir())  # what the killed driver left: its run, marked, and its files
+    assert json.loads((left / MARKER).read_text())["pid"] == killed.pid and list(left.glob("*.npz"))
     tm = ParameterAveragingTrainingMaster(
-        10, 2, num_workers=2, export_directory=str(export), collect_training_stats=True
+        10, 2, num_workers=2, export_directory=str(killed.export), collect_training_stats=True
     )
     spark = SparkNetwork(sc, _net(), tm)
     spark.fit(_rdd(sc))
     assert spark.get_training_stats().setup["export_runs_swept"] == 1 and not left.exists()
     tm.close()
-    assert list(export.iterdir()) == []
+    assert list(killed.export.iterdir()) == []
 
 
 @pytest.mark.slow  # a driver of its own, with a context that retries
-@pytest.mark.timeout(300)
-def test_a_task_that_fails_once_is_counted_as_a_retry(tmp_path):
-    proc, log = _driver(tmp_path, "retry", tmp_path)
-    try:
-        proc.wait(timeout=240)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=60)
-        log.close()
-    text = (tmp_path / "driver-retry.log").read_text()
-    assert proc.returncode == 0, text[-3000:]
-    report = json.loads(text.split("REPORT ", 1)[1].splitlines()[0])
+@pytest.mark.timeout(420)
+def test_a_task_that_fails_once_is_counted_as_a_retry(killed):
+    # its fits ended without an error: it printed their report and went on to the export fit
+    assert "REPORT " in killed.log and "STOPPED" in killed.log, killed.log[-3000:]
+    report = json.loads(killed.log.split("REPORT ", 1)[1].splitlines()[0])
     assert report["plain"]["setup"] == 0 and set(report["plain"]["rounds"]) == {0}
     assert report["fails_once"]["setup"] >= 1  # partition 1's first attempt failed, its second ran
-    assert "the first attempt of partition 1 fails" in text  # Spark said so: its log level is the user's
+    assert "the first attempt of partition 1 fails" in killed.log  # Spark said so: its log level is the user's
 
 
 # ---- a DataFrame is prepared once too (issue 44 item 4): the same plan, read the same way ---------

@@ -1,8 +1,9 @@
 """kit.spark on a real standalone cluster started by this module (issue 22; kit.spark.standalone):
 one master and two workers bound to 127.0.0.1, each worker in its own mount namespace with a private
-tmpfs over the driver's TMPDIR, as on separate hosts that cannot see the driver's disk. Each test runs a driver in
-a subprocess (its own SparkContext, its own application on the one cluster); the last one kills the
-workers. Skips, saying why, where `unshare` is not permitted."""
+tmpfs over the driver's TMPDIR, as on separate hosts that cannot see the driver's disk. One driver in a
+subprocess (its own SparkContext, one application on the cluster) runs every part in turn, the one that
+kills the workers last (a driver and its executors start once: seconds each); each test reads its part's
+results. Skips, saying why, where `unshare` is not permitted."""
 
 import json
 import subprocess
@@ -30,9 +31,9 @@ DRIVER = textwrap.dedent(
     from kit.spark import ParameterAveragingTrainingMaster, SharedTrainingMaster, SparkNetwork, SparkTrainingError
     from kit.spark import local_spark_context, to_rdd
 
-    master, shared_dir, part = sys.argv[1], sys.argv[2], sys.argv[3]
-    worker_pids = [int(p) for p in sys.argv[4].split(",")]
-    conf = json.loads(sys.argv[5])  # kit.spark.standalone's driver_conf: executors' PYTHONPATH, cores.max, ...
+    master, shared_dir = sys.argv[1], sys.argv[2]
+    worker_pids = [int(p) for p in sys.argv[3].split(",")]
+    conf = json.loads(sys.argv[4])  # kit.spark.standalone's driver_conf: executors' PYTHONPATH, cores.max, ...
 
 
     def averaging(sc, rdd, data, out):
@@ -77,7 +78,7 @@ DRIVER = textwrap.dedent(
                     for pid in worker_pids:
                         os.killpg(pid, signal.SIGKILL)
 
-        tm = ParameterAveragingTrainingMaster(20, 1, num_workers=2, rdd_training_approach="DIRECT", round_timeout=20)
+        tm = ParameterAveragingTrainingMaster(20, 1, num_workers=2, rdd_training_approach="DIRECT", round_timeout=12)  # a round: a second; 12 s: room under load
         try:
             SparkNetwork(sc, net4, tm).fit(rdd, epochs=5, listeners=[KillWorkers()])
             out["after_kill"] = "no error"
@@ -101,10 +102,8 @@ DRIVER = textwrap.dedent(
         train, test = load_digits()
         data = DataSet(train.features.numpy()[:320], train.labels.numpy()[:320])
         rdd = to_rdd(sc, data, num_slices=2)
-        if part == "averaging":
-            averaging(sc, rdd, data, out)
-        else:
-            shared_then_kill(sc, rdd, test, out)
+        averaging(sc, rdd, data, out)
+        shared_then_kill(sc, rdd, test, out)  # last: it kills the workers
     finally:
         print("RESULT " + json.dumps(out), flush=True)
         sc.stop()
@@ -137,14 +136,15 @@ def cluster(tmp_path_factory):
         yield Cluster(c.url, c.env, json.dumps(c.driver_conf()), c.shared, pids, script)
 
 
-def _drive(cluster: Cluster, part: str) -> tuple[dict, str]:
-    """Runs one driver (one application) on the cluster: what it measured, and its stderr's tail."""
-    args = [cluster.url, str(cluster.shared), part, cluster.worker_pids, cluster.conf]
+@pytest.fixture(scope="module")
+def driven(cluster: Cluster) -> tuple[dict, str]:
+    """Runs the driver (one application) on the cluster once: what it measured, and its stderr's tail."""
+    args = [cluster.url, str(cluster.shared), cluster.worker_pids, cluster.conf]
     proc = subprocess.run(
         [sys.executable, str(cluster.scripts), *args],
         capture_output=True,
         text=True,
-        timeout=480,
+        timeout=600,  # one driver for every part; under pytest-timeout's 900 s with the cluster's start
         cwd=ROOT,
         env=cluster.env,
     )
@@ -155,9 +155,9 @@ def _drive(cluster: Cluster, part: str) -> tuple[dict, str]:
     return out, proc.stderr[-3000:]
 
 
-@pytest.mark.timeout(600)
-def test_averaging_on_workers_that_cannot_see_the_drivers_disk_equals_parallel_wrapper(cluster):
-    out, stderr = _drive(cluster, "averaging")
+@pytest.mark.timeout(900)
+def test_averaging_on_workers_that_cannot_see_the_drivers_disk_equals_parallel_wrapper(driven):
+    out, stderr = driven
     assert out["ui"], out
     assert "averaging_diff" in out, stderr
     assert out["averaging_diff"] < 1e-4, out
@@ -168,10 +168,10 @@ def test_averaging_on_workers_that_cannot_see_the_drivers_disk_equals_parallel_w
     assert out["driver_only_left"] == [], out  # the run directory the executors could not see is gone
 
 
-@pytest.mark.timeout(600)
-def test_shared_training_learns_there_and_killed_workers_end_the_fit_in_words(cluster):
-    """Last in the module: it kills the workers."""
-    out, stderr = _drive(cluster, "shared-then-kill")
+@pytest.mark.timeout(900)
+def test_shared_training_learns_there_and_killed_workers_end_the_fit_in_words(driven):
+    """The driver's last part: it kills the workers."""
+    out, stderr = driven
     assert "shared_score" in out, stderr
     before, after = out["shared_score"]
     assert after < before, out  # learns (the direction, not a size)
