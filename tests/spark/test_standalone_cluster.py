@@ -78,7 +78,8 @@ DRIVER = textwrap.dedent(
                     for pid in worker_pids:
                         os.killpg(pid, signal.SIGKILL)
 
-        tm = ParameterAveragingTrainingMaster(20, 1, num_workers=2, rdd_training_approach="DIRECT", round_timeout=12)  # a round: a second; 12 s: room under load
+        # a round takes about a second; 12 s leaves room under load
+        tm = ParameterAveragingTrainingMaster(20, 1, num_workers=2, rdd_training_approach="DIRECT", round_timeout=12)
         try:
             SparkNetwork(sc, net4, tm).fit(rdd, epochs=5, listeners=[KillWorkers()])
             out["after_kill"] = "no error"
