@@ -134,7 +134,11 @@ def _fit(sc, df):
     ("fault", "said"),
     [
         ("null features", r"column 'features': 1 of \d+ rows are null .*df\.na\.drop\(subset=\['features'\]\)"),
-        ("null label", r"column 'label': 1 of \d+ rows are null .*df\.na\.drop\(subset=\['label'\]\)"),
+        pytest.param(  # `-m slow` (CI)
+            "null label",
+            r"column 'label': 1 of \d+ rows are null .*df\.na\.drop\(subset=\['label'\]\)",
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_a_null_row_is_refused_naming_the_column_and_the_printed_remedy_runs(sc, spark, data, fault, said):

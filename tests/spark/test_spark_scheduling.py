@@ -32,7 +32,7 @@ def _fit(sc, digits, cls, approach, barrier, epochs=1):
     ("cls", "approach"),
     [
         (ParameterAveragingTrainingMaster, "DIRECT"),
-        (ParameterAveragingTrainingMaster, "EXPORT"),
+        pytest.param(ParameterAveragingTrainingMaster, "EXPORT", marks=pytest.mark.slow),  # `-m slow` (CI)
         (SharedTrainingMaster, "DIRECT"),
     ],
 )

@@ -224,7 +224,7 @@ def test_good_master_arguments_are_kept(tmp_path):
     assert shared.threshold["decay_rate"] == 0.5
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float16"])
+@pytest.mark.parametrize("dtype", [pytest.param("float64", marks=pytest.mark.slow), "float16"])  # float64: `-m slow`
 def test_spark_trains_a_network_of_any_float_dtype_like_network_fit(sc, digits, dtype):
     """Item 16: the executors cast features to float32 and the driver broadcast the parameters as
     float32, so a float64 network lost its precision on every round and float16 data was cast
