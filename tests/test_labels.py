@@ -49,7 +49,8 @@ def test_spark_trains_on_an_n_by_1_column_as_on_class_indices(sc):
     x, y = train.features.numpy()[:120], train.labels.numpy()[:120].argmax(axis=1)
     net = mlp(64, hidden=(16,), n_out=10, updater=Sgd(0.1), seed=0)
     ref = net.clone()
-    tm = ParameterAveragingTrainingMaster(20, 1, num_workers=1, rdd_training_approach="DIRECT")
+    # one worker: averaging every 6 mini-batches trains as every 1 does, in one Spark job, not six
+    tm = ParameterAveragingTrainingMaster(20, 6, num_workers=1, rdd_training_approach="DIRECT")
     SparkNetwork(sc, net, tm).fit(to_rdd(sc, (x, y[:, None]), num_slices=1))
     ref.fit(ArrayIterator(DataSet(x, y, num_classes=10), 20))
     np.testing.assert_allclose(net.params().numpy(), ref.params().numpy(), rtol=1e-5, atol=1e-6)
