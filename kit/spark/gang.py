@@ -16,7 +16,8 @@ until the last epoch; the driver gets rank 0's final state and every worker's sc
 `execution`: "auto" (default) runs a gang where one can run and the rounds otherwise, with
 GangFallbackWarning naming why; "gang" refuses, naming why; "rounds" is the per-round path.
 `why_not_gang` lists what a gang cannot do: what Spark refuses a barrier stage, listeners,
-checkpoints between rounds, a mixed-precision loss scaler.
+checkpoints between rounds, a mixed-precision loss scaler; "auto" also skips a gang whose only
+collective is Spark's allGather (`slow_collective`: about a second an averaging).
 
 `exchange`: "parameters" (DL4J's averaging) or "gradients" (DDP: an all-reduce every step;
 averaging_frequency must be 1). Every wait on peers is bounded by the master's round_timeout.
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from kit.nn.loop import NonFiniteScoreError
-from kit.spark import scheduling
+from kit.spark import collectives, scheduling
 from kit.spark.executor import load_state, pack_state, state_keys
 from kit.spark.gang_worker import GangSpec, gang_task
 from kit.spark.master_options import EXCHANGES, EXECUTIONS, Repartition, check_gang_options
@@ -77,6 +78,32 @@ def why_not_gang(master: Any, sc: Any, rdd: Any, network: Any, listeners: list[A
         return f"{len(listeners)} listener(s) given: listeners see the model between rounds, on the driver"
     if network.loss_scaler is not None:
         return "a mixed-precision network: its loss scaler's state is merged between rounds"
+    if master.execution == "auto":  # "gang" runs one on any collective
+        return slow_collective(master.collective, collectives.available(bool(master.gpus_per_task)))
+    return None
+
+
+def slow_collective(collective: str, available: str) -> str | None:
+    """Why execution="auto" should not run a gang on `collective` when "auto" would open
+    `available` here (kit.spark.collectives.available), or None. Spark's BarrierTaskContext looks
+    for an allGather's answer once a second (it sleeps 1 s between looks), so a gang whose
+    all-reduces go through allGather waits up to about a second an averaging, where a round is
+    one Spark job.
+
+        >>> slow_collective("auto", "gloo") is None and slow_collective("nccl", "allgather") is None
+        True
+        >>> print(slow_collective("auto", "allgather"))
+        the gang's collective would be Spark's allGather (torch.distributed's Gloo is not importable here), ...
+    """
+    if collective == "allgather" or (collective == "auto" and available == "allgather"):
+        where = (
+            "collective='allgather'" if collective == "allgather" else "torch.distributed's Gloo is not importable here"
+        )
+        return (
+            f"the gang's collective would be Spark's allGather ({where}), whose answer Spark looks for once a "
+            "second (BarrierTaskContext sleeps 1 s between looks), so each averaging would wait up to about a second; "
+            "install torch for Gloo, or use execution='gang' to run a gang on allGather anyway"
+        )
     return None
 
 

@@ -33,7 +33,7 @@ def test_a_worker_that_dies_fails_the_fit_and_the_next_gang_trains(sc, rdd, coll
     """Worker 1's process exits at its third step (os._exit, as a lost executor's would): worker 0,
     waiting on it in the collective, must not hang; the fit raises and the network is untouched."""
     tm = ParameterAveragingTrainingMaster(
-        PER_WORKER, 1, num_workers=2, exchange="gradients", collective=collective, round_timeout=30.0
+        PER_WORKER, 1, num_workers=2, exchange="gradients", execution="gang", collective=collective, round_timeout=30.0
     )
     tm.gang_fault = (1, 2)
     spark = SparkNetwork(sc, _net(), tm)

@@ -119,10 +119,11 @@ def test_stats_json_and_html(sc, digits, tmp_path):
 
 
 def test_gang_stats_json_and_html(sc, digits, tmp_path):
-    """The default (a gang here): the stats name the execution that ran, and save and export as the rounds' do."""
+    """A gang's stats name the execution that ran, and save and export as the rounds' do."""
     data, _ = digits
     net = mlp(64, hidden=(32,), n_out=10, updater=Sgd(0.1), seed=0)
-    spark_net = SparkNetwork(sc, net, ParameterAveragingTrainingMaster(20, 2, collect_training_stats=True))
+    tm = ParameterAveragingTrainingMaster(20, 2, collect_training_stats=True, execution="gang")
+    spark_net = SparkNetwork(sc, net, tm)
     spark_net.fit(to_rdd(sc, data))
     stats = spark_net.get_training_stats()
     assert stats.setup["execution"] == "gang" and stats.setup["gang"]["workers"] == 2, stats.setup

@@ -19,8 +19,8 @@ from _gang import COLLECTIVES, PER_WORKER, TIMEOUT, _fit, _net
 
 from kit.nn import Adam, mlp
 from kit.nn.mixed import LossScaler
-from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork
-from kit.spark.gang import GangFallbackWarning, barrier_blocker
+from kit.spark import ParameterAveragingTrainingMaster, SparkNetwork, collectives
+from kit.spark.gang import GangFallbackWarning, barrier_blocker, slow_collective
 from kit.training.listeners import TrainingListener
 
 
@@ -186,20 +186,64 @@ def test_the_default_falls_back_to_rounds_saying_why_and_gang_refuses(sc, rdd, c
 
 @pytest.mark.slow
 def test_the_default_master_trains_as_a_gang_with_the_bits_of_the_rounds(sc, rdd, rounds_reference):
-    """Issue 44: the gang is the default wherever a barrier stage can run; no warning, the stats say
-    so, and it ends with the bits the per-round path (execution="rounds", pinned) ends with."""
+    """Issue 44: the gang is the default wherever a barrier stage can run and a collective other than
+    Spark's allGather opens (Gloo where torch imports); no warning, the stats say so, and it ends with
+    the bits the per-round path (execution="rounds", pinned) ends with. Where allGather is all there
+    is (no torch), the default trains in rounds, warned once, to the same bits."""
     ref = rounds_reference(2, True)
     assert ref.get_training_stats().setup["execution"] == "rounds"
     assert ref.get_training_stats().setup["rounds_because"] == "execution='rounds'"
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", GangFallbackWarning)
+    gang = collectives.available() != "allgather"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         spark = _fit(sc, rdd, epochs=2, freq=2)
+    said = [str(w.message) for w in caught if issubclass(w.category, GangFallbackWarning)]
     assert spark.training_master.execution == "auto"
     setup = spark.get_training_stats().setup
-    assert setup["execution"] == "gang" and "rounds_because" not in setup, setup
+    if gang:
+        assert not said and setup["execution"] == "gang" and "rounds_because" not in setup, (said, setup)
+    else:
+        assert len(said) == 1 and "Spark's allGather" in said[0] and setup["execution"] == "rounds", (said, setup)
     for key, arr in ref.network.state_arrays().items():
         np.testing.assert_array_equal(spark.network.state_arrays()[key].numpy(), arr.numpy(), err_msg=key)
     assert (spark.network.iteration, spark.network.epoch) == (ref.network.iteration, ref.network.epoch)
+
+
+# What execution="auto" does with each collective, by what "auto" would open here: a gang unless
+# the all-reduces would go through Spark's allGather (checked once a second by Spark).
+SLOW = "the gang's collective would be Spark's allGather"
+COLLECTIVE_CASES = [
+    ("auto", "gloo", None),
+    ("auto", "nccl", None),
+    ("auto", "allgather", SLOW + " (torch.distributed's Gloo is not importable here)"),
+    ("gloo", "allgather", None),  # asked for by name: the gang opens it (or fails saying torch is missing)
+    ("nccl", "gloo", None),
+    ("allgather", "gloo", SLOW + " (collective='allgather')"),
+    ("allgather", "allgather", SLOW + " (collective='allgather')"),
+]
+
+
+@pytest.mark.parametrize(("collective", "available", "said"), COLLECTIVE_CASES)
+def test_auto_runs_no_gang_whose_collective_is_spark_s_allgather(collective, available, said):
+    why = slow_collective(collective, available)
+    assert why == said if said is None else why.startswith(said) and "execution='gang'" in why, why
+
+
+def test_the_default_on_allgather_trains_in_rounds_and_the_printed_remedy_runs_a_gang(sc, rdd):
+    """The regression: without torch, the default's gang synced through Spark's allGather, about a
+    second an averaging. Now execution="auto" trains in rounds, warned once with why; the remedy it
+    prints (execution='gang') runs the gang on allGather, to the same bits."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rounds = _fit(sc, rdd, freq=2, collective="allgather")
+    said = [str(w.message) for w in caught if issubclass(w.category, GangFallbackWarning)]
+    assert len(said) == 1 and SLOW in said[0] and "use execution='gang'" in said[0], said
+    assert rounds.get_training_stats().setup["execution"] == "rounds"
+    assert SLOW in rounds.get_training_stats().setup["rounds_because"]
+    gang = _fit(sc, rdd, freq=2, collective="allgather", execution="gang")  # the remedy, as printed
+    assert gang.get_training_stats().setup["gang"]["collective"] == "allgather"
+    for key, arr in rounds.network.state_arrays().items():
+        np.testing.assert_array_equal(gang.network.state_arrays()[key].numpy(), arr.numpy(), err_msg=key)
 
 
 class _Scores(TrainingListener):

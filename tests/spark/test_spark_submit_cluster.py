@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.spark import spark_missing
+from kit.spark import collectives, spark_missing
 from kit.spark.standalone import standalone_cluster
 
 pytestmark = pytest.mark.slow  # a cluster of its own (`pytest -m slow`)
@@ -106,5 +106,7 @@ def test_spark_submit_to_a_standalone_master_trains_on_the_cluster_with_kit_from
     assert "kit.zip" in out["driver_kit"], out  # kit from the zip, on the driver
     assert [e[0].split("kit.zip")[1] for e in out["executors"]] == ["/kit/__init__.py"], out  # and the executors
     assert not out["driver_pooch"] and not any(e[1] for e in out["executors"]), out
-    # the default trains as a barrier gang on the cluster (2 workers, 2 slots) and learns: chance is 0.25
-    assert out["execution"] == "gang" and out["accuracy"] > max(0.5, out["before"] + 0.1), out
+    # the default trains as a barrier gang on the cluster (2 workers, 2 slots) where Gloo imports, in
+    # rounds where the gang's only collective would be Spark's allGather; and learns: chance is 0.25
+    gang = collectives.available() != "allgather"  # the executors run this same Python
+    assert out["execution"] == ("gang" if gang else "rounds") and out["accuracy"] > max(0.5, out["before"] + 0.1), out
