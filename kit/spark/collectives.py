@@ -3,7 +3,8 @@
 A gang (kit.spark.gang) is one Spark barrier stage that lives for a whole fit; its tasks exchange
 state with one of these, opened once per fit inside the task:
 
-    coll = open_collective("auto", BarrierTaskContext.get(), timeout=300.0)
+    coll = open_collective("auto", BarrierTaskContext.get(), timeout=300.0, hello="rank 0's news")
+    coll.hellos                         # every worker's hello, in rank order (one allGather for both)
     coll.allreduce_sum(flat)            # in place: every worker ends with the same sum
     coll.close()
 
@@ -18,6 +19,8 @@ state with one of these, opened once per fit inside the task:
   the driver: always available, slow for big arrays, summed in rank order (deterministic).
 
 "auto" takes nccl for GPU arrays where CuPy has it, gloo where torch imports, else allgather.
+Opening one is one allGather, which also carries each worker's `hello` (a gang's batch counts):
+Spark looks for an allGather's answer once a second, so each allGather saved is up to a second.
 Every wait is bounded by `timeout`; a peer that dies makes the others fail, not hang. Every worker
 gets the same sum, in gloo's order across workers, not kit's.
 """
@@ -46,6 +49,7 @@ class CollectiveTimeoutError(RuntimeError):
 
 class Collective(Protocol):
     name: str
+    hellos: list[str]  # every worker's `hello` to open_collective, in rank order
 
     def allreduce_sum(self, arr: Any) -> Any: ...
 
@@ -97,14 +101,22 @@ def nccl_missing() -> str | None:
         return f"CuPy's NCCL is not usable ({exc})"
 
 
-def open_collective(kind: str, ctx: Any, timeout: float, device_is_gpu: bool = False) -> Collective:
-    """The gang's collective of `kind` ("auto" resolved here, on the executor) for this barrier task."""
+def open_collective(kind: str, ctx: Any, timeout: float, device_is_gpu: bool = False, hello: str = "") -> Collective:
+    """The gang's collective of `kind` ("auto" resolved here, on the executor) for this barrier task;
+    its `hellos` are every worker's `hello`, in rank order, from the rendezvous' one allGather."""
     kind = available(device_is_gpu) if kind == "auto" else kind
     if kind == "gloo":
-        return TorchGloo(ctx, timeout)
+        return TorchGloo(ctx, timeout, hello)
     if kind == "nccl":
-        return CupyNccl(ctx, timeout)
-    return SparkAllGather(ctx, timeout)
+        return CupyNccl(ctx, timeout, hello)
+    return SparkAllGather(ctx, timeout, hello)
+
+
+def _rendezvous(ctx: Any, timeout: float, what: str, mine: Any, hello: str) -> tuple[list[Any], list[str]]:
+    """One allGather of (this worker's `mine`, its `hello`): everyone's of each, in rank order."""
+    said = bounded(lambda: ctx.allGather(json.dumps([mine, hello])), timeout, what)
+    pairs = [json.loads(s) for s in said]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 def _host(ctx: Any, rank: int) -> str:
@@ -117,7 +129,7 @@ class TorchGloo:
 
     name = "gloo"
 
-    def __init__(self, ctx: Any, timeout: float) -> None:
+    def __init__(self, ctx: Any, timeout: float, hello: str = "") -> None:
         import torch
         import torch.distributed as dist
 
@@ -131,9 +143,9 @@ class TorchGloo:
         store = (  # wait_for_workers=False: the others learn the port only from the allGather below
             dist.TCPStore(host, 0, world, is_master=True, timeout=wait, wait_for_workers=False) if rank == 0 else None
         )
-        ports = bounded(lambda: ctx.allGather(json.dumps(store.port if store else -1)), timeout, "gloo rendezvous")
+        ports, self.hellos = _rendezvous(ctx, timeout, "gloo rendezvous", store.port if store else -1, hello)
         if store is None:
-            store = dist.TCPStore(host, int(json.loads(ports[0])), world, is_master=False, timeout=wait)
+            store = dist.TCPStore(host, int(ports[0]), world, is_master=False, timeout=wait)
         if dist.is_initialized():  # a Python worker Spark reused after a gang that could not close
             dist.destroy_process_group()
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=wait)
@@ -154,13 +166,13 @@ class CupyNccl:
 
     name = "nccl"
 
-    def __init__(self, ctx: Any, timeout: float) -> None:
+    def __init__(self, ctx: Any, timeout: float, hello: str = "") -> None:
         nccl = _nccl()
         rank, world = ctx.partitionId(), len(ctx.getTaskInfos())
         uid = nccl.get_unique_id() if rank == 0 else None
-        ids = bounded(lambda: ctx.allGather(json.dumps(list(uid) if uid else None)), timeout, "nccl rendezvous")
+        ids, self.hellos = _rendezvous(ctx, timeout, "nccl rendezvous", list(uid) if uid else None, hello)
         self._nccl, self._timeout = nccl, timeout
-        self._comm = nccl.NcclCommunicator(world, tuple(json.loads(ids[0])), rank)
+        self._comm = nccl.NcclCommunicator(world, tuple(ids[0]), rank)
 
     def allreduce_sum(self, arr: Any) -> Any:
         cupy, nccl = backend.cupy(), self._nccl
@@ -187,8 +199,9 @@ class SparkAllGather:
 
     name = "allgather"
 
-    def __init__(self, ctx: Any, timeout: float) -> None:
+    def __init__(self, ctx: Any, timeout: float, hello: str = "") -> None:
         self._ctx, self._timeout = ctx, timeout
+        _, self.hellos = _rendezvous(ctx, timeout, "allGather rendezvous", None, hello)
 
     def allreduce_sum(self, arr: np.ndarray) -> np.ndarray:
         text = base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode("ascii")

@@ -124,12 +124,11 @@ class _Worker:
         load_state(net, state, spec.keys, spec.sizes)
         net.iteration = spec.base_iteration
         t1 = time.perf_counter()
-        coll = collectives.open_collective(spec.collective, self.ctx, spec.timeout, device is not None)
+        mine = json.dumps([len(self.batches.get(k, [])) for k in range(spec.rounds)])
+        coll = collectives.open_collective(spec.collective, self.ctx, spec.timeout, device is not None, hello=mine)
         self.stats["collective"] = coll.name
         try:
-            mine = [len(self.batches.get(k, [])) for k in range(spec.rounds)]
-            said = collectives.bounded(lambda: self.ctx.allGather(json.dumps(mine)), spec.timeout, "batch counts")
-            counts = [json.loads(s) for s in said]  # every worker's batches a round, in rank order
+            counts = [json.loads(s) for s in coll.hellos]  # every worker's batches a round, in rank order
             self.stats["setup_ms"] = (time.perf_counter() - t1) * 1e3
             t2 = time.perf_counter()
             diverged = self._epochs(net, coll, counts)

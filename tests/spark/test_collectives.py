@@ -1,7 +1,8 @@
 """kit.spark.collectives: how a gang's workers sum arrays among themselves. In a real Spark barrier
 stage (local[2], the session's `sc`) every collective that runs here gives each worker NumPy's sum of
-the workers' arrays, in place, in their dtype; every wait is bounded, and a wait past its timeout
-says which wait and what to raise (which then runs); "auto" picks what this process has."""
+the workers' arrays, in place, in their dtype, and every worker's hello from the rendezvous; every
+wait is bounded, and a wait past its timeout says which wait and what to raise (which then runs);
+"auto" picks what this process has."""
 
 import threading
 
@@ -35,18 +36,19 @@ def test_every_worker_ends_with_numpys_sum_in_place(sc, kind, dtype):
         ctx = BarrierTaskContext.get()
         rank = ctx.partitionId()
         arr = (np.arange(6, dtype=np.float64).reshape(2, 3) * (rank + 1) + 0.125 * rank).astype(dtype)
-        coll = open_collective(kind, ctx, timeout=60.0)
+        coll = open_collective(kind, ctx, timeout=60.0, hello=f"rank {rank} says {dtype}")
         try:
             out = coll.allreduce_sum(arr)
-            yield rank, coll.name, out is arr, str(arr.dtype), arr.tolist()
+            yield rank, coll.name, out is arr, str(arr.dtype), arr.tolist(), coll.hellos
         finally:
             coll.close()
 
     got = sorted(sc.parallelize(range(2), 2).barrier().mapPartitions(task).collect())
     expected = _array(0, dtype) + _array(1, dtype)
     assert [g[0] for g in got] == [0, 1]
-    for _, name, in_place, got_dtype, values in got:
+    for _, name, in_place, got_dtype, values, hellos in got:
         assert name == (available() if kind == "auto" else kind) and in_place and got_dtype == dtype
+        assert hellos == [f"rank 0 says {dtype}", f"rank 1 says {dtype}"]  # the rendezvous' one allGather
         np.testing.assert_array_equal(np.array(values, dtype=dtype), expected)
 
 
