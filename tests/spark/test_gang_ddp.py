@@ -66,25 +66,28 @@ def _single(data, global_batch, updater, epochs=2):
     "collective", [pytest.param(c, marks=pytest.mark.slow) if i else c for i, c in enumerate(COLLECTIVES)]
 )
 def test_a_float64_network_all_reduces_its_gradients_in_float64(sc, collective):
-    """Regression: 46 examples, two workers of 4 (a last global batch of 6: 4 + 2), Adam, float64:
-    before the fix the all-reduce buffer was float32 and the gang ended ~2e-9 away from Network.fit."""
+    """Regression: 46 examples, two workers of 4 (a last global batch of 6: 4 + 2), Adam, float64, one
+    epoch: before the fix the all-reduce buffer was float32 and the gang ended 1e-9 or more away from
+    Network.fit (each step is one all-reduce: about a second on allGather, so one epoch is enough)."""
     data = _data(46)
-    gang, one = _gang(sc, data, 2, 4, "adam", collective), _single(data, 8, "adam")
+    gang, one = _gang(sc, data, 2, 4, "adam", collective, epochs=1), _single(data, 8, "adam", epochs=1)
     np.testing.assert_allclose(gang.params().numpy(), one.params().numpy(), rtol=RTOL, atol=ATOL)
-    assert gang.iteration == one.iteration == 2 * 6
+    assert gang.iteration == one.iteration == 6
 
 
-# (workers, examples, per-worker batch, updater, data path): examples that divide into global
+# (workers, examples, per-worker batch, updater, data path, epochs): examples that divide into global
 # batches evenly and that leave a last global batch of one worker's full batch, a full and a
-# partial one, a single example; one worker; DIRECT, EXPORT in Spark's storage and to files
+# partial one, a single example; one worker; DIRECT, EXPORT in Spark's storage and to files. One
+# row crosses an epoch inside the gang; the others run one epoch (each step is an all-reduce:
+# about a second on Spark's allGather, the collective where torch is missing)
 CASES = {
-    "even": (2, 48, 4, "adam", "DIRECT"),
-    "last batch one worker's": (2, 44, 4, "sgd", "DIRECT"),
-    "last batch 4 + 2": (2, 46, 4, "sgd", "DIRECT"),
-    "last batch 1 example": (2, 41, 4, "adam", "DIRECT"),
-    "one worker, remainder": (1, 42, 4, "adam", "DIRECT"),
-    "export stored, 4 + 3": (2, 47, 4, "adam", "EXPORT"),
-    "export files, 3 + 0": (2, 43, 4, "sgd", "FILES"),
+    "even": (2, 48, 4, "adam", "DIRECT", 2),
+    "last batch one worker's": (2, 44, 4, "sgd", "DIRECT", 1),
+    "last batch 4 + 2": (2, 46, 4, "sgd", "DIRECT", 1),
+    "last batch 1 example": (2, 41, 4, "adam", "DIRECT", 1),
+    "one worker, remainder": (1, 42, 4, "adam", "DIRECT", 1),
+    "export stored, 4 + 3": (2, 47, 4, "adam", "EXPORT", 1),
+    "export files, 3 + 0": (2, 43, 4, "sgd", "FILES", 1),
 }
 
 
@@ -95,21 +98,22 @@ FAST = ()  # the regression row above is the fast default's; `-m slow` (CI) runs
     "case", [pytest.param(c, id=k, marks=() if k in FAST else pytest.mark.slow) for k, c in CASES.items()]
 )
 def test_the_gang_every_step_trains_as_network_fit_on_the_global_batches(sc, case, tmp_path):
-    workers, n, per_worker, updater, path = case
+    workers, n, per_worker, updater, path, epochs = case
     options = {"rdd_training_approach": "EXPORT" if path != "DIRECT" else "DIRECT"}
     if path == "FILES":
         options["export_directory"] = str(tmp_path)
     data = _data(n)
-    gang = _gang(sc, data, workers, per_worker, updater, **options)
-    one = _single(data, workers * per_worker, updater)
+    gang = _gang(sc, data, workers, per_worker, updater, epochs=epochs, **options)
+    one = _single(data, workers * per_worker, updater, epochs=epochs)
     np.testing.assert_allclose(gang.params().numpy(), one.params().numpy(), rtol=RTOL, atol=ATOL)
-    assert gang.iteration == one.iteration == 2 * -(-n // (workers * per_worker))
+    assert gang.iteration == one.iteration == epochs * -(-n // (workers * per_worker))
     assert np.abs(one.params().numpy() - _net(updater).params().numpy()).max() > 1e-3  # it trained
 
 
 def test_two_fits_of_one_epoch_continue_adams_step_count_as_one_fit_of_two(sc):
-    """Adam's bias correction reads the iteration: a second fit's gang starts from the first's count."""
-    data = _data(46)
+    """Adam's bias correction reads the iteration: a second fit's gang starts from the first's count.
+    22 examples: three steps a fit (8, 8, then 4 + 2)."""
+    data = _data(22)
     rdd = to_rdd(sc, data, num_slices=2).cache()
     tm = ParameterAveragingTrainingMaster(
         4, 1, num_workers=2, exchange="gradients", execution="gang", collective="allgather", round_timeout=TIMEOUT
@@ -120,7 +124,7 @@ def test_two_fits_of_one_epoch_continue_adams_step_count_as_one_fit_of_two(sc):
     rdd.unpersist()
     one = _single(data, 8, "adam")
     np.testing.assert_allclose(spark.network.params().numpy(), one.params().numpy(), rtol=RTOL, atol=ATOL)
-    assert spark.network.iteration == one.iteration == 12
+    assert spark.network.iteration == one.iteration == 6
 
 
 @pytest.mark.slow
