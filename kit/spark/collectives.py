@@ -49,7 +49,7 @@ class CollectiveTimeoutError(RuntimeError):
 
 class Collective(Protocol):
     name: str
-    hellos: list[str]  # every worker's `hello` to open_collective, in rank order
+    hellos: list[Any]  # every worker's `hello` to open_collective (JSON-able), in rank order
 
     def allreduce_sum(self, arr: Any) -> Any: ...
 
@@ -101,7 +101,7 @@ def nccl_missing() -> str | None:
         return f"CuPy's NCCL is not usable ({exc})"
 
 
-def open_collective(kind: str, ctx: Any, timeout: float, device_is_gpu: bool = False, hello: str = "") -> Collective:
+def open_collective(kind: str, ctx: Any, timeout: float, device_is_gpu: bool = False, hello: Any = None) -> Collective:
     """The gang's collective of `kind` ("auto" resolved here, on the executor) for this barrier task;
     its `hellos` are every worker's `hello`, in rank order, from the rendezvous' one allGather."""
     kind = available(device_is_gpu) if kind == "auto" else kind
@@ -112,7 +112,7 @@ def open_collective(kind: str, ctx: Any, timeout: float, device_is_gpu: bool = F
     return SparkAllGather(ctx, timeout, hello)
 
 
-def _rendezvous(ctx: Any, timeout: float, what: str, mine: Any, hello: str) -> tuple[list[Any], list[str]]:
+def _rendezvous(ctx: Any, timeout: float, what: str, mine: Any, hello: Any) -> tuple[list[Any], list[Any]]:
     """One allGather of (this worker's `mine`, its `hello`): everyone's of each, in rank order."""
     said = bounded(lambda: ctx.allGather(json.dumps([mine, hello])), timeout, what)
     pairs = [json.loads(s) for s in said]
@@ -129,7 +129,7 @@ class TorchGloo:
 
     name = "gloo"
 
-    def __init__(self, ctx: Any, timeout: float, hello: str = "") -> None:
+    def __init__(self, ctx: Any, timeout: float, hello: Any = None) -> None:
         import torch
         import torch.distributed as dist
 
@@ -166,7 +166,7 @@ class CupyNccl:
 
     name = "nccl"
 
-    def __init__(self, ctx: Any, timeout: float, hello: str = "") -> None:
+    def __init__(self, ctx: Any, timeout: float, hello: Any = None) -> None:
         nccl = _nccl()
         rank, world = ctx.partitionId(), len(ctx.getTaskInfos())
         uid = nccl.get_unique_id() if rank == 0 else None
@@ -199,7 +199,7 @@ class SparkAllGather:
 
     name = "allgather"
 
-    def __init__(self, ctx: Any, timeout: float, hello: str = "") -> None:
+    def __init__(self, ctx: Any, timeout: float, hello: Any = None) -> None:
         self._ctx, self._timeout = ctx, timeout
         _, self.hellos = _rendezvous(ctx, timeout, "allGather rendezvous", None, hello)
 

@@ -21,7 +21,6 @@ back: each worker's scores and timings, and rank 0's final state.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -124,11 +123,11 @@ class _Worker:
         load_state(net, state, spec.keys, spec.sizes)
         net.iteration = spec.base_iteration
         t1 = time.perf_counter()
-        mine = json.dumps([len(self.batches.get(k, [])) for k in range(spec.rounds)])
+        mine = [len(self.batches.get(k, [])) for k in range(spec.rounds)]
         coll = collectives.open_collective(spec.collective, self.ctx, spec.timeout, device is not None, hello=mine)
         self.stats["collective"] = coll.name
         try:
-            counts = [json.loads(s) for s in coll.hellos]  # every worker's batches a round, in rank order
+            counts = coll.hellos  # every worker's batches a round, in rank order
             self.stats["setup_ms"] = (time.perf_counter() - t1) * 1e3
             t2 = time.perf_counter()
             diverged = self._epochs(net, coll, counts)
