@@ -472,10 +472,10 @@ def timing_flag(load: LoadReading | None) -> str:
 def goals(rows: list[dict[str, Any]], load: LoadReading | None = None) -> dict[str, str]:
     """The side-by-side's goals from the rows, by kit's one rule (kit.measurement.goals.goal_verdict):
     kit's gang every step (DDP's semantics, as the overhead goal asks) against TorchDistributor, and
-    kit's defaults against it too (the issue's own table read its gaps off the defaults' row). One run each: a timing goal has no verdict, its figures
-    flagged, where other processes were busy while it ran (`timing_flag` on `load`), or a system's own
-    single process came out slower per step than its two workers (a negative sync overhead: the
-    baseline was slowed). Accuracies are seeded, so the accuracy goal always has one.
+    kit's defaults against it too (what a Spark user gets without choosing). A timing goal has no
+    verdict, its figures flagged, where other processes were busy while it ran (`timing_flag` on
+    `load`), or a system's own single process came out slower per step than its two workers (a
+    negative sync overhead: the baseline was slowed). Accuracies are seeded, so they always get one.
 
         >>> def row(system, overhead, to_target, accuracy):
         ...     return {"system": system, "overhead_ms": overhead, "to_target_s": to_target, "final_accuracy": accuracy}

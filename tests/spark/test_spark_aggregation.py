@@ -303,8 +303,9 @@ def test_bench_spark_quick_prints_every_row_and_bytes_fit_the_formula(tmp_path):
     systems = [r["system"] for r in peers["rows"]]
     kit_rows = ["kit Network.fit (one process)", "kit gang, every step", "kit gang, every 5 steps"]
     assert systems[:5] == [*kit_rows, "kit rounds, every 5 steps", DEFAULT_ROW]  # and kit's defaults as they run
-    if peers["torch_distributor"] == "ran":  # three goals against the peer, one of the defaults against Network.fit
-        assert systems[5:] == ["PyTorch (one process)", "TorchDistributor (DDP)"] and len(peers["goals"]) == 4
+    if peers["torch_distributor"] == "ran":  # three goals against the peer, the gang's and the defaults', and
+        # one of the defaults against Network.fit
+        assert systems[5:] == ["PyTorch (one process)", "TorchDistributor (DDP)"] and len(peers["goals"]) == 7
     else:  # said why (torch, pandas or pyarrow missing)
         assert "not importable" in peers["torch_distributor"] and systems[5:] == []
     assert all(0 <= r["final_accuracy"] <= 1 and r["per_step_ms"] > 0 for r in peers["rows"])
