@@ -469,6 +469,9 @@ def timing_flag(load: LoadReading | None) -> str:
     return f"{NO_VERDICT} (other processes used {format_load(load.others)} of the CPU)"
 
 
+SLOWED = "no verdict: a single-process baseline ran slower per step than its two workers"
+
+
 def goals(rows: list[dict[str, Any]], load: LoadReading | None = None) -> dict[str, str]:
     """The side-by-side's goals from the rows, by kit's one rule (kit.measurement.goals.goal_verdict):
     kit's gang every step (DDP's semantics, as the overhead goal asks) against TorchDistributor, and
@@ -514,17 +517,17 @@ def goals(rows: list[dict[str, Any]], load: LoadReading | None = None) -> dict[s
         if wide:
             return f"{NO_VERDICT} (spread over the seeds wider than ±{SPREAD_LIMIT:.0%}: {', '.join(wide)})"
         if min(mine["overhead_ms"], peer["overhead_ms"]) < 0:  # the machine slowed a baseline: no timing is read
-            return "no verdict: a single-process baseline ran slower per step than its two workers"
+            return SLOWED
         return ""
 
-    def said(op: str, column: str, margin: float = 0.0, mine: dict[str, Any] = ours) -> str:
+    def said(op: str, column: str, mine: dict[str, Any], margin: float = 0.0) -> str:
         a, b = mine[column], peer[column]
         figures = f"({a:.4g} vs {b:.4g})"
         if a != a and b != b:  # both NaN: neither reached the target in this run
             return f"not reached by either in this run (raise the epochs): {figures}"
         why = timing_why(column, mine) if column in TIMINGS else ""
         if why:
-            flagged = why != "no verdict: a single-process baseline ran slower per step than its two workers"
+            flagged = why != SLOWED
             return f"{why} ({flagged_figure(f'{a:.4g}', flagged)} vs {flagged_figure(f'{b:.4g}', flagged)})"
         if b != b or a != a:  # one reached the target, the other did not
             return f"{'met' if a == a else 'NOT met'} {figures}"
@@ -544,23 +547,12 @@ def goals(rows: list[dict[str, Any]], load: LoadReading | None = None) -> dict[s
             f"{verdict} {figures[:-1]}; per seed {listed}; their median within {lo:+.3g} to {hi:+.3g}, {coverage:.0%})"
         )
 
-    return {
-        **lines,
-        "overhead_per_step_ms <= TorchDistributor's": said("<=", "overhead_ms"),
-        f"time_to_{TARGET}_s <= TorchDistributor's": said("<=", "to_target_s"),
-        "final_accuracy >= TorchDistributor's - 0.005": said(">=", "final_accuracy", 0.005),
-        **(
-            {
-                "defaults' overhead_per_step_ms <= TorchDistributor's": said("<=", "overhead_ms", mine=defaults),
-                f"defaults' time_to_{TARGET}_s <= TorchDistributor's": said("<=", "to_target_s", mine=defaults),
-                "defaults' final_accuracy >= TorchDistributor's - 0.005": said(
-                    ">=", "final_accuracy", 0.005, mine=defaults
-                ),
-            }
-            if defaults is not None
-            else {}
-        ),
-    }
+    for prefix, mine in (("", ours), ("defaults' ", defaults)):
+        if mine is not None:
+            lines[f"{prefix}overhead_per_step_ms <= TorchDistributor's"] = said("<=", "overhead_ms", mine)
+            lines[f"{prefix}time_to_{TARGET}_s <= TorchDistributor's"] = said("<=", "to_target_s", mine)
+            lines[f"{prefix}final_accuracy >= TorchDistributor's - 0.005"] = said(">=", "final_accuracy", mine, 0.005)
+    return lines
 
 
 def default_goal(by: dict[str, dict[str, Any]]) -> dict[str, str]:
