@@ -153,7 +153,7 @@ def copy_chapters(target: Path) -> list[Path]:
     anything is copied."""
     source = chapters_source()
     chapters = _chapters_in(source)
-    target = Path(target)
+    target = Path(os.path.realpath(target)) if Path(target).is_symlink() else Path(target)  # a link: its folder
     if target.exists() and not target.is_dir():
         raise ChaptersExistError(f"{target} is a file, not a folder: give a folder for the chapters")
     there = [p.name for p in chapters if (target / p.name).exists()]

@@ -198,7 +198,8 @@ def build_book(
         raise FileNotFoundError(f"no chapter notebooks (NN_name.ipynb) in {notebooks}")
     if repository:
         _github(repository)  # a bad address fails before the build
-    out = Path(out)
+    given = Path(out)
+    out = Path(os.path.realpath(given)) if given.is_symlink() else given  # a link stays, its folder gets the book
     _check_out(out)  # before the build; the earlier book stays until the new one is whole
     with tempfile.TemporaryDirectory(prefix="kit-book-") as tmp:
         src = Path(tmp) / "src"
@@ -211,7 +212,7 @@ def build_book(
             shutil.copy(path, html / path.name)
         out.parent.mkdir(parents=True, exist_ok=True)
         _replace(out, html)
-    return out / "index.html"
+    return given / "index.html"
 
 
 def mathjax_source() -> Path:
@@ -237,7 +238,9 @@ def _copy_mathjax(target: Path) -> None:
 
 def _check_out(out: Path) -> None:
     """`out` may hold an earlier book (replaced once the new one is built) or nothing; a non-empty
-    folder that holds no book is refused before anything is built."""
+    folder that holds no book, or a file, is refused before anything is built."""
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"--out {out}: that is a file; the book is a folder: choose another --out")
     if out.exists() and any(out.iterdir()) and not (out / ".buildinfo").is_file():
         raise FileExistsError(f"{out} is not empty and holds no earlier book: choose another --out")
 

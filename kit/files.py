@@ -10,9 +10,10 @@ then renamed over it, so a failed or interrupted write leaves the previous file 
     >>> open(os.path.join(folder, "notes.txt")).read()
     'kept'
 
-A symbolic link is written through (the link stays a link); permissions come from the umask, as
-with `open`. A target that is a directory, or in a missing directory, is refused before anything
-is written, naming the path and the remedy.
+A symbolic link is written through (the link stays a link); permissions are what `open` gives (a
+new file's from the umask, an existing file keeps its own). A target that is a directory, in a
+missing directory, write-protected or not a regular file (a device, a pipe) is refused before
+anything is written, naming the path and the remedy; an error while writing names the target.
 """
 
 from __future__ import annotations
@@ -35,6 +36,21 @@ def write_target(path: str | os.PathLike[str], what: str = "write") -> Path:
     checked to be a file name in a directory that exists. `what` names the call in errors."""
     given = Path(path)
     target = Path(os.path.realpath(given)) if given.is_symlink() else given
+    if os.fspath(path).endswith(("/", os.sep)) and not target.is_dir():
+        raise NotADirectoryError(
+            f"{what}({os.fspath(path)!r}): a path ending in {os.sep!r} names a directory; give the file's name "
+            f"without it, e.g. {os.fspath(path).rstrip('/' + os.sep)!r}"
+        )
+    if given.exists() and not given.is_dir() and not given.is_file():  # stat through the link: /dev/stdout's pipe
+        raise FileExistsError(
+            f"{what}({os.fspath(path)!r}): {str(target)!r} is not a regular file (a device, a pipe or a socket), "
+            "and replacing it would lose it; give the name of a file"
+        )
+    if target.is_file() and not os.access(target, os.W_OK):
+        raise PermissionError(
+            f"{what}({os.fspath(path)!r}): {str(target)!r} is write-protected, as open() would find it; make it "
+            f"writable (chmod u+w {target}) or write another file"
+        )
     if target.is_dir():
         raise IsADirectoryError(
             f"{what}({os.fspath(path)!r}): that path is a directory; give a file name inside it, e.g. "
@@ -67,15 +83,26 @@ def atomic_write(
     """A file object to write `path`'s new contents to; they replace the old ones only when the
     block ends without an exception (then flushed, fsync'ed and renamed into place)."""
     target = write_target(path, what)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a file kit writes gets what open() would give
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise _named(exc, path, what) from None
+    try:
+        # mkstemp makes 0600; a file kit writes gets what open() would give: an existing file keeps its mode
+        os.chmod(tmp, (target.stat().st_mode & 0o7777) if target.is_file() else 0o666 & ~_umask())
         with os.fdopen(fd, mode, **open_kw) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename in (tmp, None):  # name the file written, not the temporary
+            raise _named(exc, path, what) from None
         raise
+
+
+def _named(exc: OSError, path: str | os.PathLike[str], what: str) -> OSError:
+    """`exc` again, naming the file kit was writing (the OS names the hidden temporary beside it, or nothing)."""
+    return type(exc)(exc.errno, f"{what}({os.fspath(path)!r}): {exc.strerror or exc}; nothing was changed")

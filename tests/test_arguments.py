@@ -5,21 +5,39 @@ meaning (listed in ACCEPTED). kit.checks.whole and kit.checks.real are the two r
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import kit
 from kit import measure
 from kit.data import ArrayIterator, AsyncPrefetchIterator, DataSet
+from kit.data.datasets import load_fashion_mnist
+from kit.monitor.panels import Progress, TimingPanel
+from kit.monitor.widgets import WorkerPanel
 from kit.nn import Adam, BatchNorm, Conv2D, Dense, Dropout, MaxPool2D, Nesterovs, Residual, Sgd, mlp
+from kit.nn.evaluation import Evaluation
 from kit.parallel import ParallelInference, ParallelWrapper
+from kit.parallel.threshold import (
+    AdaptiveThresholdAlgorithm,
+    FixedThresholdAlgorithm,
+    ResidualClippingPostProcessor,
+    TargetSparsityThresholdAlgorithm,
+    threshold_encode,
+)
 from kit.training.earlystopping_config import (
     BestScoreEpochTerminationCondition,
+    DataSetLossCalculator,
+    EarlyStoppingConfig,
     MaxEpochsTerminationCondition,
     MaxScoreIterationTerminationCondition,
     MaxTimeIterationTerminationCondition,
     ScoreImprovementEpochTerminationCondition,
 )
+from kit.training.listeners import PerformanceListener, ScoreIterationListener, StatsRecorder
+from kit.training.scaling import measure_bandwidth, predict_epoch_seconds
 from kit.workspaces.workspace import WorkspaceConfig
 
 BAD = {
@@ -33,6 +51,16 @@ BAD = {
     "bool": True,
 }
 DS = DataSet(np.random.default_rng(0).random((8, 4)), np.arange(8) % 2, num_classes=2)
+
+
+STATS = Path(tempfile.mkdtemp()) / "stats.jsonl"
+LOSS = DataSetLossCalculator(ArrayIterator(DS, 4))
+
+
+def _evaluation():
+    ev = Evaluation(2)
+    ev.eval(np.eye(2)[[0, 1]], np.eye(2)[[0, 1]])
+    return ev
 
 
 def _net():
@@ -124,6 +152,77 @@ CALLS = {
     "measure.compare number": (lambda v: measure.compare({"a": lambda: 0}, repeats=1, number=v), "number", "count>=1"),
     "measure.compare min_time": (lambda v: measure.compare({"a": lambda: 0}, repeats=1, min_time=v), "min_time", ">0"),
     "set_host_device_count": (lambda v: kit.devices.set_host_device_count(v), "n", "count>=1"),
+    # the 2026-11-29 pass: calls the first table did not list, each once refusing a bad number late or never
+    "ResidualClippingPostProcessor clip": (lambda v: ResidualClippingPostProcessor(v, 1), "clip_value", ">=1"),
+    "ResidualClippingPostProcessor frequency": (lambda v: ResidualClippingPostProcessor(5, v), "frequency", "count>=1"),
+    "FixedThresholdAlgorithm": (lambda v: FixedThresholdAlgorithm(v), "threshold", "(0,float32]"),
+    "AdaptiveThresholdAlgorithm": (lambda v: AdaptiveThresholdAlgorithm(v), "initial_threshold", "(0,float32]"),
+    "TargetSparsityThresholdAlgorithm": (
+        lambda v: TargetSparsityThresholdAlgorithm(v),
+        "initial_threshold",
+        "(0,float32]",
+    ),
+    "threshold_encode tau": (lambda v: threshold_encode(np.ones(4, np.float32), v), "tau", "(0,float32]"),
+    "threshold_encode boundary": (
+        lambda v: threshold_encode(np.ones(4, np.float32), 0.5, boundary=v),
+        "boundary",
+        "count>=1",
+    ),
+    "load_fashion_mnist limit": (lambda v: load_fashion_mnist(limit=v), "limit", "count>=1"),
+    "DataSet num_classes": (
+        lambda v: DataSet(np.zeros((4, 2)), np.arange(4) % 2, num_classes=v),
+        "num_classes",
+        "count>=1",
+    ),
+    "DataSet.split fraction": (lambda v: DS.split(v), "fraction", "(0,1)"),
+    "DataSet.split seed": (lambda v: DS.split(0.5, seed=v), "seed", "count>=0"),
+    "ArrayIterator seed": (lambda v: ArrayIterator(DS, 4, seed=v), "seed", "count>=0"),
+    "mlp loss_scale": (lambda v: mlp(4, hidden=(3,), n_out=2, loss_scale=v), "loss_scale", "(0,float32]"),
+    "goal value": (lambda v: measure.goal("x", v, "<=", 2), "value", "number"),
+    "goal limit": (lambda v: measure.goal("x", 1.0, "<=", v), "limit", "finite"),
+    "median_interval confidence": (lambda v: measure.median_interval([1, 2, 3], confidence=v), "confidence", "(0,1)"),
+    "autorange min_time": (lambda v: measure.autorange(lambda: 0, min_time=v, max_number=2), "min_time", ">0"),
+    "autorange max_number": (
+        lambda v: measure.autorange(lambda: 0, min_time=1e-9, max_number=v),
+        "max_number",
+        "count>=1",
+    ),
+    "histogram_bins max_share": (lambda v: measure.histogram_bins([1.0, 2.0], max_share=v), "max_share", "(0,1]"),
+    "histogram_bins max_bins": (lambda v: measure.histogram_bins([1.0, 2.0], max_bins=v), "max_bins", "count>=1"),
+    "ScoreIterationListener": (lambda v: ScoreIterationListener(v), "frequency", "count, <=0 = 1"),
+    "StatsRecorder frequency": (lambda v: StatsRecorder(STATS, frequency=v), "frequency", "count, <=0 = 1"),
+    "StatsRecorder memory_every": (
+        lambda v: StatsRecorder(STATS, memory_every=v),
+        "memory_every",
+        "count, <=0 = 1",
+    ),
+    "PerformanceListener": (lambda v: PerformanceListener(v), "frequency", "count>=1"),
+    "Evaluation num_classes": (lambda v: Evaluation(v), "num_classes", "count>=1"),
+    "Evaluation.precision cls": (lambda v: _evaluation().precision(v), "cls", "count>=0"),
+    "kit.seed": (lambda v: kit.seed(v), "value", "count>=0"),
+    "logical_devices": (lambda v: kit.logical_devices(v), "n", "count>=1"),
+    "EarlyStoppingConfig": (
+        lambda v: EarlyStoppingConfig([MaxEpochsTerminationCondition(1)], [], LOSS, evaluate_every_n_epochs=v),
+        "evaluate_every_n_epochs",
+        "count>=1",
+    ),
+    "Progress total": (lambda v: Progress("x", total=v, display=False), "total", "count>=0"),
+    "Progress done": (lambda v: Progress("x", total=3, display=False)(v), "done", "count>=0"),
+    "Progress interval": (
+        lambda v: Progress("x", interval=v, widgets=True, display=False),
+        "interval",
+        "seconds, inf: never",
+    ),
+    "TimingPanel total": (lambda v: TimingPanel(total=v, display=False), "total", "count>=0"),
+    "WorkerPanel": (lambda v: WorkerPanel(v, display=False), "workers", "count>=1"),
+    "predict_epoch_seconds n": (lambda v: predict_epoch_seconds(10, v, 0.1, 1, 100, 4, 2, 1e9, True), "n", "count>=1"),
+    "predict_epoch_seconds bandwidth": (
+        lambda v: predict_epoch_seconds(10, 2, 0.1, 1, 100, 4, 2, v, True),
+        "bandwidth",
+        ">0",
+    ),
+    "measure_bandwidth": (lambda v: measure_bandwidth(v, repeats=1), "nbytes", "count>=1"),
+    "kit.arange": (lambda v: kit.arange(v), "stop", "finite"),
 }
 
 
@@ -131,6 +230,18 @@ def refused(kind: str, bad: str) -> bool:
     """Whether `kind` of argument must refuse the `bad` value (the rest are its documented meaning)."""
     if bad in ("nan", "string", "bool"):
         return True
+    if kind == "number":  # a figure: infinity reads as such
+        return False
+    if kind == "seconds, inf: never":  # a panel's redraw interval
+        return bad == "negative"
+    if kind == "count, <=0 = 1":  # DL4J's listener frequencies
+        return bad in ("inf", "huge", "float-for-a-count")
+    if kind in ("(0,1)", "(0,float32]", ">=1"):
+        return (
+            bad in ("inf", "zero", "negative")
+            or (bad == "huge" and kind != ">=1")
+            or (bad == "float-for-a-count" and kind == "(0,1)")
+        )
     if kind.startswith("count"):
         return bad in ("inf", "huge", "negative", "float-for-a-count") or (bad == "zero" and kind == "count>=1")
     if kind == "finite":
@@ -155,3 +266,64 @@ def test_a_bad_number_is_refused_at_the_call_naming_the_value(call, bad):
         kit.devices.set_host_device_count(before)
     message = str(info.value)
     assert repr(value) in message or str(value) in message, message
+
+
+# a count given as a NumPy integer (y.max() + 1, an array's length) is a count: accepted wherever a count is
+NOT_RUN = {"load_fashion_mnist limit", "Network.fit epochs", "measure_bandwidth"}  # work, not checks
+GOOD = {"Evaluation num_classes": 2, "DataSet num_classes": 2}
+COUNTS = [c for c, (_, _, kind) in CALLS.items() if kind.startswith("count") and c not in NOT_RUN]
+
+
+@pytest.mark.parametrize("call", COUNTS)
+def test_a_numpy_integer_is_a_count(call):
+    make, _, kind = CALLS[call]
+    before = kit.devices.host_device_count()
+    try:
+        make(np.int64(GOOD.get(call, 0 if kind == "count>=0" else 1)))
+    finally:
+        kit.devices.set_host_device_count(before)
+
+
+def test_a_count_given_as_a_numpy_integer_trains_as_many_epochs():
+    net = _net()
+    net.fit(DS, epochs=np.int64(2))
+    assert net.iteration == 2  # one batch an epoch
+
+
+# every axis and size argument of the array calls: a float, a string, a bool, NaN or None (where it is
+# not "every axis") is refused naming it, never truncated (2.5 -> 2), parsed ("1" -> 1) or read as 1 (True)
+X = kit.zeros((3, 4))
+AXES = {
+    "reshape": lambda v: X.reshape(v, -1),
+    "reshape alone": lambda v: X.reshape(v),
+    "transpose": lambda v: X.transpose(v, 0),
+    "expand_dims": lambda v: X.expand_dims(v),
+    "squeeze": lambda v: kit.zeros((1, 4)).squeeze(v),
+    "sum": lambda v: X.sum(axis=v),
+    "max": lambda v: X.max(axis=v),
+    "mean": lambda v: X.mean(axis=v),
+    "argmax": lambda v: X.argmax(axis=v),
+    "concatenate": lambda v: kit.concatenate([X, X], axis=v),
+    "stack": lambda v: kit.stack([X, X], axis=v),
+}
+NONE_IS_EVERY_AXIS = {"squeeze", "sum", "max", "mean", "argmax"}
+AXIS_BAD = {"float": 1.5, "whole float": 1.0, "string": "1", "bool": True, "nan": float("nan"), "none": None}
+AXIS_CASES = [
+    (call, bad)
+    for call in AXES
+    for bad in AXIS_BAD
+    if not (bad == "none" and call in NONE_IS_EVERY_AXIS | {"transpose"})
+]
+
+
+@pytest.mark.parametrize(("call", "bad"), AXIS_CASES, ids=[f"{c}-{b}" for c, b in AXIS_CASES])
+def test_an_axis_or_a_size_that_is_not_a_whole_number_is_refused_naming_it(call, bad):
+    value = AXIS_BAD[bad]
+    with pytest.raises((ValueError, TypeError)) as info:
+        AXES[call](value)
+    assert repr(value) in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("call", list(AXES))
+def test_a_numpy_integer_is_an_axis(call):
+    AXES[call](np.int64({"reshape": 2, "reshape alone": 12, "transpose": 1}.get(call, 0)))

@@ -216,7 +216,9 @@ def test_the_missing_calculator_error_names_calculators_that_make_the_configurat
 
 @pytest.mark.parametrize("every", [0, -1, 1.5])
 def test_evaluating_every_n_epochs_needs_a_whole_number_from_1(every):
-    with pytest.raises(ValueError, match=rf"EarlyStoppingConfig\(evaluate_every_n_epochs={every!r}\): >= 1"):
+    with pytest.raises(
+        ValueError, match=rf"EarlyStoppingConfig\(evaluate_every_n_epochs={every!r}\): must be a whole number >= 1"
+    ):
         EarlyStoppingConfig(
             [MaxEpochsTerminationCondition(1)], score_calculator=Scripted([], True), evaluate_every_n_epochs=every
         )

@@ -194,7 +194,7 @@ def test_progress_widget_leaves_a_static_final_line_and_refuses_bad_arguments():
     assert unknown._numbers().startswith("2 steps, ")
     for kw, message in [
         ({"what": ""}, r"what=''\): say what is being measured"),
-        ({"what": "x", "total": -1}, r"total=-1\): a whole number"),
+        ({"what": "x", "total": -1}, r"total=-1\): must be a whole number >= 0"),
         ({"what": "x", "total": 2.5}, r"total=2.5\)"),
     ]:
         with pytest.raises(ValueError, match=message):

@@ -78,7 +78,9 @@ def test_norm_axis_and_reduced_shape_give_numpys_reduction_shape(axis, keepdims)
 @pytest.mark.parametrize(
     ("axis", "said"),
     [(3, "axis 3 is out of bounds for an array of shape"), (-4, "axis -4"), ((0, -3), "repeated axis"),
-     (1.0, "axis 1.0 must be an int"), ("0", "axis '0' must be an int"), ((0, 1.5), "axis 1.5 is out of")],
+     (1.0, "axis 1.0 must be an int"), ("0", "axis '0' must be an int"),
+     ((0, 1.5), r"an axis is a whole number, got 1.5 \(float\)"), (True, r"got True \(bool\)"),
+     ((0, True), r"got True \(bool\)"), (np.True_, "axis np.True_ must be an int")],
 )  # fmt: skip
 def test_norm_axis_refuses_axes_the_array_does_not_have(axis, said):
     with pytest.raises(ShapeError, match=said):

@@ -31,7 +31,7 @@ from kit.core.shapes import accumulator
 if TYPE_CHECKING:
     from kit.core.backend import RawArray
 
-__all__ = ["all_finite", "check_cast", "check_finite", "real", "whole"]
+__all__ = ["all_finite", "check_cast", "check_finite"]
 
 
 def _host(raw: RawArray) -> np.ndarray:
@@ -101,47 +101,3 @@ def check_cast(source: RawArray, cast: RawArray, what: str, remedy: str = "") ->
         f"{what}: {int(bad.sum())} finite values exceed {out.dtype}'s range (largest {float(limit):g}); first at index "
         f"[{', '.join(str(int(i)) for i in first)}], {float(value):g}{remedy}"
     )
-
-
-# ---- arguments: one rule for every count and every real number a public call takes ---------------
-def whole(where: str, name: str, value: object, low: int = 1, high: int | None = None, what: str = "") -> int:
-    """`value` as a whole number in [low, high] (NumPy's integers too), else a ValueError that
-    names the call, the argument and the value: a float (2.5, even 2.0), a string, a bool, NaN or
-    infinity is no count, and is refused rather than truncated or read as 1."""
-    ok = isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
-    if not ok or value < low or (high is not None and value > high):
-        span = f">= {low}" if high is None else f"from {low} to {high}"
-        raise ValueError(f"{where}({name}={value!r}): must be a whole number {span}{what}")
-    return int(value)
-
-
-def real(
-    where: str,
-    name: str,
-    value: object,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-    what: str = "",
-) -> float:
-    """`value` as a finite real number within the bounds given (open or closed), else a ValueError
-    naming the call, the argument and the value (a string, a bool, NaN and infinity are refused)."""
-    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool | np.bool_)
-    v = float(value) if ok else math.nan
-    inside = (
-        math.isfinite(v)
-        and (low is None or (v > low if low_open else v >= low))
-        and (high is None or (v < high if high_open else v <= high))
-    )
-    if not inside:
-        if low is not None and high is not None:
-            span = f" in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        elif low is not None:
-            span = f" {'>' if low_open else '>='} {low:g}"
-        elif high is not None:
-            span = f" {'<' if high_open else '<='} {high:g}"
-        else:
-            span = ""
-        raise ValueError(f"{where}({name}={value!r}): must be a finite number{span}{what}")
-    return v

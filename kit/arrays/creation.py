@@ -28,6 +28,7 @@ from numpy.typing import ArrayLike, DTypeLike
 
 from kit.arrays.ndarray import NDArray, ShapeError, wrap
 from kit.core import backend
+from kit.core.arguments import real
 from kit.core.backend import RawArray
 from kit.core.devices import AnyDevice, as_device, host_source, transfer
 from kit.core.memory import allocate, allocate_aligned
@@ -67,6 +68,8 @@ def _filled(op: str, shape: Shape, value: float, dtype: DTypeLike, device: str |
 
 
 def full(shape: Shape, value: float, dtype: DTypeLike = None, device: str | AnyDevice | None = None) -> NDArray:
+    if isinstance(value, str | bytes) or value is None:  # NumPy fills NaN for None and 3.0 for "3"
+        raise TypeError(f"full(value={value!r}): the fill value is a number (or a bool)")
     return _filled("full", shape, value, dtype, device)
 
 
@@ -117,8 +120,10 @@ def arange(
 ) -> NDArray:
     if stop is None:
         start, stop = 0, start
+    for name, value in (("start", start), ("stop", stop), ("step", step)):
+        real("arange", name, value)  # checked, kept as given: whole numbers give int64
     if step == 0:
-        raise ValueError("arange: step must not be 0")
+        raise ValueError("arange(step=0): the step must not be 0")
     n = max(0, int(np.ceil((stop - start) / step)))
     if dtype is None:
         ints = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))

@@ -21,7 +21,7 @@ import numpy as np
 from kit.core.device_objects import DeviceMismatchError, mismatch_error
 from kit.core.devices import AnyDevice
 from kit.core.memory import allocate
-from kit.core.shapes import ShapeError, check_take_bounds, is_basic_index, norm_axis, resolve_reshape
+from kit.core.shapes import ShapeError, as_axis, check_take_bounds, is_basic_index, norm_axis, resolve_reshape
 
 __all__ = ["Views"]
 
@@ -39,7 +39,7 @@ class Views:
 
     def reshape(self, *shape: Any) -> Self:
         a = self._check("reshape")
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
             shape = tuple(shape[0])
         try:
             target = resolve_reshape(a.shape, a.size, shape)
@@ -58,9 +58,9 @@ class Views:
 
     def transpose(self, *axes: int) -> Self:
         a = self._check("transpose")
-        if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)):
+        if len(axes) == 1 and isinstance(axes[0], tuple | list):
             axes = tuple(axes[0])
-        if axes and sorted(int(x) % max(a.ndim, 1) for x in axes) != list(range(a.ndim)):
+        if axes and sorted(as_axis(x, a.ndim, "transpose", a.shape) for x in axes) != list(range(a.ndim)):
             raise ShapeError(f"transpose: axes {axes} are not a permutation of the {a.ndim} axes of shape {a.shape}")
         return self._view(a.transpose(axes) if axes else a.T)
 
@@ -73,7 +73,7 @@ class Views:
 
     def expand_dims(self, axis: int) -> Self:
         a = self._check("expand_dims")
-        return self._view(self._device.xp.expand_dims(a, axis))
+        return self._view(self._device.xp.expand_dims(a, as_axis(axis, a.ndim + 1, "expand_dims", a.shape)))
 
     def __getitem__(self, key: Any) -> Self:
         a = self._check("getitem")

@@ -23,7 +23,7 @@ from kit.arrays.creation import asarray
 from kit.arrays.ndarray import NDArray, mismatch_error, wrap
 from kit.core.devices import AnyDevice
 from kit.core.memory import allocate
-from kit.core.shapes import SCALARS, ShapeError, broadcast_shape, norm_axis
+from kit.core.shapes import SCALARS, ShapeError, as_axis, broadcast_shape
 
 __all__ = ["concatenate", "maximum", "minimum", "stack", "where"]
 
@@ -55,7 +55,7 @@ def concatenate(arrays: Iterable[ArrayLike | NDArray], axis: int = 0) -> NDArray
         raise ShapeError(
             f"concatenate: arrays need the same number (>= 1) of dimensions, got shapes {[d.shape for d in datas]}"
         )
-    (ax,) = norm_axis(axis, nd, "concatenate", datas[0].shape)  # type: ignore[misc]
+    ax = as_axis(axis, nd, "concatenate", datas[0].shape)  # None is no axis here (NumPy's flattening is not kit's)
     for d in datas[1:]:
         if d.shape[:ax] + d.shape[ax + 1 :] != datas[0].shape[:ax] + datas[0].shape[ax + 1 :]:
             raise ShapeError(f"concatenate: shapes {datas[0].shape} and {d.shape} differ off axis {ax}")
@@ -73,7 +73,7 @@ def stack(arrays: Iterable[ArrayLike | NDArray], axis: int = 0) -> NDArray:
     if any(d.shape != datas[0].shape for d in datas):
         raise ShapeError(f"stack: all arrays need the same shape, got {[d.shape for d in datas]}")
     nd = datas[0].ndim + 1
-    (ax,) = norm_axis(axis, nd, "stack", datas[0].shape)  # type: ignore[misc]
+    ax = as_axis(axis, nd, "stack", datas[0].shape)
     shape = (*datas[0].shape[:ax], len(datas), *datas[0].shape[ax:])
     out, owner = allocate(shape, np.result_type(*[d.dtype for d in datas]), dev)
     dev.xp.stack(datas, axis=ax, out=out)

@@ -25,7 +25,7 @@ from kit.bench.spark import MODELS as SPARK_MODELS  # the rounds table's, for --
 from kit.bench.spark import bench_spark
 from kit.bench.train import bench_train
 from kit.bench.workspaces import bench_workspaces, mlp_cycle
-from kit.files import Json, atomic_write
+from kit.files import Json, atomic_write, write_target
 from kit.measurement import measure, tables
 
 __all__ = [
@@ -196,7 +196,10 @@ def check_json_path(path: str | os.PathLike[str]) -> Path:
         )
     if not os.access(folder, os.W_OK):
         raise OutputPathError(f"--json {str(path)!r}: the directory {str(folder)!r} is not writable; choose another")
-    return target
+    try:  # what the write will meet: a link's target, a device or a pipe, a write-protected file
+        return write_target(path, "--json")
+    except OSError as exc:
+        raise OutputPathError(str(exc)) from None
 
 
 def write_json(result: dict[str, Json], path: str | os.PathLike[str]) -> None:

@@ -6,6 +6,7 @@
     context           which workspace new arrays go to on this thread
     memory            the one allocation door, its counters, the caching allocator (gc_window: periodic GC)
     shapes            shape and dtype rules every op follows
+    arguments         the one rule for every count and real number a public call takes
 
 Nothing here knows a workspace's arena or an NDArray: kit.workspaces and kit.arrays sit above.
 Every name a reader uses is re-exported by `kit` (`kit.memory.count`, `kit.devices()`).

@@ -296,7 +296,7 @@ def set_host_device_count(n: int) -> int:
     """Simulate `n` host devices cpu:0..cpu:n-1 (1: the CPU is one device). Returns the previous
     count. Call it before making arrays on the devices it removes: those stay usable but can no
     longer be looked up by name."""
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= settings.MAX_HOST_DEVICES:
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 1 <= n <= settings.MAX_HOST_DEVICES:
         raise DeviceError(
             f"set_host_device_count({n!r}): kit simulates 1 to {settings.MAX_HOST_DEVICES} host devices; "
             "e.g. kit.devices.set_host_device_count(2)"

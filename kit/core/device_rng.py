@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from kit.core import backend
+from kit.core.arguments import whole
 from kit.state import STATE
 
 __all__ = ["seed"]
@@ -42,7 +43,7 @@ def make_rng(dev: AnyDevice, s: int) -> Any:
 
 def seed(value: int) -> None:
     """Re-seed every device's generator (reproducible rand/randn)."""
-    STATE.base_seed = int(value)
+    STATE.base_seed = whole("seed", "value", value, 0)
     _forget_generators()
 
 

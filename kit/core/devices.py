@@ -38,6 +38,8 @@ import threading
 import types
 from collections.abc import Iterator
 
+import numpy as np
+
 from kit.core import backend
 from kit.core.cpu_threads import BlasThreadShare, cores_per_worker
 from kit.core.cpu_threads import blas_threads as blas_threads  # kit.devices.blas_threads, as before (not in __all__)
@@ -190,8 +192,9 @@ def default_devices(workers: int) -> list[AnyDevice]:
     """The placement rule: worker i -> device i % n over the GPUs when there are any (logical GPU
     slots when there are more workers than GPUs); else over the simulated host devices when
     there are enough; else `workers` logical slots of cpu:0 (one worker: cpu:0 itself)."""
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+    if isinstance(workers, bool) or not isinstance(workers, int | np.integer) or workers < 1:
         raise DeviceError(f"default_devices({workers!r}): give a whole number of workers >= 1")
+    workers = int(workers)
     n = gpu_count()
     if n >= workers:
         return [Device(f"gpu:{i}") for i in range(workers)]
@@ -207,8 +210,9 @@ def default_devices(workers: int) -> list[AnyDevice]:
 
 def logical_devices(n: int, physical: str | Device | None = None) -> list[LogicalDevice]:
     """Split one physical device into n labelled logical devices (worker slots)."""
-    if not isinstance(n, int) or n < 1:
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1:
         raise DeviceError(f"logical_devices(n): n must be a positive integer, got {n!r}")
+    n = int(n)
     phys = as_device(physical) if physical is not None else default_device()
     if isinstance(phys, LogicalDevice):
         raise DeviceError(f"{phys.name} is already logical; split a physical device")

@@ -13,7 +13,7 @@ import numpy as np
 if TYPE_CHECKING:
     from kit.core.backend import RawArray, Xp
 
-__all__ = ["ShapeError", "accumulator", "as_shape"]
+__all__ = ["ShapeError", "accumulator", "as_axis", "as_shape"]
 
 
 class ShapeError(ValueError):
@@ -96,14 +96,20 @@ def norm_axis(axis: int | Iterable[int] | None, ndim: int, op: str, shape: tuple
         axes = tuple(axis)
     else:
         raise ShapeError(f"{op}: axis {axis!r} must be an int, a tuple of ints or None (for every axis)")
-    out = []
-    for ax in axes:
-        if not isinstance(ax, (int, np.integer)) or not -ndim <= ax < ndim:
-            raise ShapeError(f"{op}: axis {ax!r} is out of bounds for an array of shape {shape}")
-        out.append(int(ax) % ndim)
+    out = [as_axis(ax, ndim, op, shape) for ax in axes]
     if len(set(out)) != len(out):
         raise ShapeError(f"{op}: repeated axis in {axis!r}")
     return tuple(out)
+
+
+def as_axis(axis: object, ndim: int, op: str, shape: tuple) -> int:
+    """One axis of `ndim` as a whole number in [0, ndim): -1 counts from the end; a bool, a float
+    or a string is refused naming it (True is no axis 1)."""
+    if isinstance(axis, bool | np.bool_) or not isinstance(axis, int | np.integer):
+        raise ShapeError(f"{op}: an axis is a whole number, got {axis!r} ({type(axis).__name__})")
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"{op}: axis {axis!r} is out of bounds for an array of shape {shape}")
+    return int(axis) % ndim
 
 
 def reduced_shape(shape: tuple, axes: tuple | None, keepdims: bool) -> tuple:
@@ -171,6 +177,9 @@ FLOAT_RESULT_UFUNCS = frozenset({np.true_divide})
 
 
 def resolve_reshape(shape: tuple, size: int, new: tuple) -> tuple:
+    bad = [n for n in new if isinstance(n, bool | np.bool_) or not isinstance(n, int | np.integer)]
+    if bad:
+        raise ValueError(f"the size {bad[0]!r} is a {type(bad[0]).__name__}: give whole numbers (and one -1 at most)")
     new = tuple(int(n) for n in new)
     unknown = [i for i, n in enumerate(new) if n == -1]
     if len(unknown) > 1 or any(n < -1 for n in new):

@@ -30,8 +30,8 @@ import warnings
 import weakref
 from collections.abc import Iterable, Iterator
 
-from kit.arrays.checks import whole
 from kit.arrays.ndarray import NDArray
+from kit.core.arguments import whole
 from kit.core.devices import AnyDevice, as_device, attach_thread_to_device
 from kit.data.dataset import DataSet, DataSetIterator, dataset_of
 from kit.lifecycle import ShutsDownOnExit

@@ -27,10 +27,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from kit.arrays.checks import check_finite, whole
+from kit.arrays.checks import check_finite
 from kit.arrays.creation import asarray
 from kit.arrays.ndarray import NDArray
 from kit.core import backend
+from kit.core.arguments import real, whole
 from kit.core.context import scope_out_of_workspaces
 from kit.core.devices import AnyDevice, as_device
 from kit.data.labels import class_indices, probability_rows
@@ -49,6 +50,8 @@ class DataSet:
         num_classes: int | None = None,
         device: str | AnyDevice | None = None,
     ) -> None:
+        if num_classes is not None:
+            num_classes = whole("DataSet", "num_classes", num_classes, 1)
         dev = as_device(device) if device is not None else getattr(features, "device", None)
         dev = dev if dev is not None and not isinstance(dev, str) else as_device(None)
         self.features = _as_features(features, dev)
@@ -85,10 +88,18 @@ class DataSet:
 
     def split(self, fraction: float, seed: int = 0) -> tuple[DataSet, DataSet]:
         """A seeded random split into (first, rest), `fraction` of the examples first."""
-        if not 0 < fraction < 1:
-            raise ValueError(f"split(fraction={fraction!r}): must be strictly between 0 and 1")
-        order = np.random.default_rng(seed).permutation(self.num_examples)
+        fraction = real("DataSet.split", "fraction", fraction, 0, 1, low_open=True, high_open=True)
+        seed = whole("DataSet.split", "seed", seed, 0)
         n = round(self.num_examples * fraction)
+        if self.num_examples < 2:
+            raise ValueError(f"DataSet.split: {self.num_examples} example(s) cannot be split into two parts")
+        if not 0 < n < self.num_examples:
+            raise ValueError(
+                f"DataSet.split(fraction={fraction!r}) of {self.num_examples} examples leaves {n} in the first part "
+                f"and {self.num_examples - n} in the rest: give a fraction from {1 / self.num_examples:.3g} to "
+                f"{1 - 1 / self.num_examples:.3g}, so that each part has an example"
+            )
+        order = np.random.default_rng(seed).permutation(self.num_examples)
         return self.take(order[:n]), self.take(order[n:])
 
     def take(self, index: np.ndarray) -> DataSet:
@@ -179,6 +190,7 @@ class ArrayIterator(DataSetIterator):
     ) -> None:
         self.data = data if isinstance(data, DataSet) else DataSet(*data)
         batch_size = whole("ArrayIterator", "batch_size", batch_size, 1)
+        seed = whole("ArrayIterator", "seed", seed, 0)
         self.batch_size, self.shuffle, self.seed, self.drop_last = batch_size, shuffle, seed, drop_last
         self.epoch = 0
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kit.core.arguments import whole
 from kit.data.dataset import DataSet
 
 __all__ = ["FASHION_MNIST_FILES", "DataNotFoundError", "load_digits", "load_fashion_mnist", "read_idx"]
@@ -123,6 +124,8 @@ def find_fashion_mnist() -> Path | None:
 def load_fashion_mnist(download: bool = False, limit: int | None = None) -> tuple[DataSet, DataSet]:
     """Fashion-MNIST as (train, test) DataSets of (N, 1, 28, 28) floats in [0, 1].
     `limit` keeps the first N examples of each split (quick mode)."""
+    if limit is not None:
+        limit = whole("load_fashion_mnist", "limit", limit, 1, what=", or None for every example")
     where = find_fashion_mnist()
     if where is None:
         if not download:

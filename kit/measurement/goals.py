@@ -23,6 +23,10 @@ import math
 import operator
 from collections.abc import Callable, Iterable, Sequence
 
+import numpy as np
+
+from kit.core.arguments import real
+
 __all__ = ["FLAGGED", "NO_VERDICT", "UNRELIABLE_NOTE", "flagged_figure", "goal", "goal_verdict", "median_interval"]
 
 FLAGGED = " (flagged)"  # the mark a figure from a flagged measurement carries (kit.reference's cells too)
@@ -62,6 +66,7 @@ def median_interval(values: Iterable[float], confidence: float = 0.9) -> tuple[f
         >>> (lo, hi, round(p, 3))                                 # 11 repeats: the 3rd lowest to the 3rd highest
         (1.2, 1.8, 0.935)
     """
+    confidence = real("median_interval", "confidence", confidence, 0, 1, low_open=True, high_open=True)
     xs = sorted(float(v) for v in values)
     n = len(xs)
     if n == 0:
@@ -78,6 +83,14 @@ def median_interval(values: Iterable[float], confidence: float = 0.9) -> tuple[f
 
 
 _GOAL_OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
+
+
+def _figures(where: str, value: float, limit: float) -> None:
+    """A figure may be infinite (a target never reached reads against its limit), never NaN; a
+    limit is a finite number: else a ValueError naming them, never a verdict."""
+    real(where, "limit", limit)
+    if not isinstance(value, int | float | np.integer | np.floating) or isinstance(value, bool) or value != value:
+        raise ValueError(f"{where}(value={value!r}): the figure must be a number (infinity reads as such), not NaN")
 
 
 def _goal_op(op: str) -> Callable[[float, float], bool]:
@@ -104,6 +117,7 @@ def goal_verdict(
         'no verdict: kit.measure flagged the measurement'
     """
     holds = _goal_op(op)
+    _figures("goal_verdict", value, limit)
     if not reliable:
         return NO_VERDICT
     if interval is not None:
@@ -156,6 +170,7 @@ def goal(
         'kit / NumPy: 1.02 (its median within 1-1.06, 98%) -> within the spread: not shown either way (goal <= 1.03)'
     """
     _goal_op(op)  # a bad op is refused before anything is computed
+    _figures("goal", value, limit)
     u = f" {unit}" if unit else ""
     shown, bound = _distinct(value, limit)
     spread, interval = _spread(per_repeat, repeats, u)

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from kit.core.arguments import real, whole
 from kit.measurement import tables
 from kit.measurement.goals import FLAGGED, NO_VERDICT, flagged_figure, goal, goal_verdict, median_interval
 from kit.measurement.load import LOAD_LIMIT, LoadMeter, LoadReading, format_load, machine_load, unchecked_note
@@ -197,8 +198,8 @@ def autorange(
 ) -> int:
     """Calls per repeat so one repeat lasts at least `min_time` (1, 2, 5, 10, 20, 50, ...),
     as `timeit.Timer.autorange` does."""
-    if min_time <= 0:
-        raise ValueError(f"autorange(min_time={min_time!r}): must be > 0 seconds")
+    min_time = real("autorange", "min_time", min_time, 0, low_open=True, what=" (seconds a repeat lasts at least)")
+    max_number = whole("autorange", "max_number", max_number)
     i = 1
     while True:
         for m in (1, 2, 5):
@@ -403,8 +404,8 @@ def histogram_bins(values: ArrayLike, max_share: float = MAX_BIN_SHARE, max_bins
             + (f", the smallest {x.min():g}" if x.size and np.isfinite(x).all() else "")
             + (", some NaN or infinite" if x.size and not np.isfinite(x).all() else "")
         )
-    if not 0 < max_share <= 1:
-        raise ValueError(f"histogram_bins(max_share={max_share!r}): a share of the values in (0, 1]")
+    max_share = real("histogram_bins", "max_share", max_share, 0, 1, low_open=True, what=" (a share of the values)")
+    max_bins = whole("histogram_bins", "max_bins", max_bins)
     lo, hi = float(x.min()), float(x.max())
     if lo == hi:
         return np.array([lo * 0.99, hi * 1.01])

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from kit.core.arguments import whole
 from kit.measurement.measure import LoadMeter, unchecked_note
 from kit.monitor import panel_live
 
@@ -158,8 +159,11 @@ def table_html(title: str, header: list[str], rows: list[list[str]], footer: str
 
 
 class Throttle:
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
+    def __init__(self, interval: float, where: str = "panel") -> None:
+        # seconds between redraws; infinity: only forced ones (a final line)
+        if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval >= 0:
+            raise ValueError(f"{where}(interval={interval!r}): seconds between redraws, a number >= 0 (inf: never)")
+        self.interval = float(interval)
         self.last = float("-inf")
         self.updates = 0  # how many redraws were actually sent
 
@@ -236,9 +240,11 @@ class TimingPanel(Panel):
         display: bool = True,
         widgets: bool | None = None,
     ) -> None:
-        self.total, self.label = total, label
+        self.total = None if total is None else whole("TimingPanel", "total", total, 0)
+        self.label = label
         self.use_widgets = in_notebook() if widgets is None else widgets
-        self._throttle = Throttle(interval if self.use_widgets else text_interval)
+        window = whole("TimingPanel", "window", window)
+        self._throttle = Throttle(interval if self.use_widgets else text_interval, type(self).__name__)
         self.count = 0
         self.times: deque[float] = deque(maxlen=window)
         self._start = self._last = time.perf_counter()
@@ -326,12 +332,12 @@ class Progress(Panel):
     ) -> None:
         if not isinstance(what, str) or not what.strip():
             raise ValueError(f"Progress(what={what!r}): say what is being measured, e.g. 'timing the three modes'")
-        if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total < 0):
-            raise ValueError(f"Progress(total={total!r}): a whole number of steps >= 0, or None while unknown")
+        if total is not None:
+            total = whole("Progress", "total", total, 0, what=" (steps), or None while unknown")
         self.what, self.total, self.done, self.note = what, total, 0, ""
         self.stopped = ""  # what stopped the work (the exception's name) where a `with` block raised
         self.use_widgets = in_notebook() if widgets is None else widgets
-        self._throttle = Throttle(interval if self.use_widgets else text_interval)
+        self._throttle = Throttle(interval if self.use_widgets else text_interval, type(self).__name__)
         self._start = time.perf_counter()
         self._ended: float | None = None
         if self.use_widgets:
@@ -345,8 +351,8 @@ class Progress(Panel):
     def __call__(self, done: int, total: int | None = None, note: str = "") -> None:
         """`done` steps of `total` (None: the total given before) finished; `note`: the step now."""
         if total is not None:
-            self.total = total
-        self.done, self.note = done, note
+            self.total = whole("Progress", "total", total, 0)
+        self.done, self.note = whole("Progress", "done", done, 0), note
         self._redraw(force=False)
 
     def tick(self, n: int = 1, note: str = "") -> None:

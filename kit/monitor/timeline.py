@@ -60,8 +60,9 @@ class MemoryTimeline(TimelineViews):
 
     Each event is a dict: `time` (seconds since the timeline started, perf_counter), `thread` (its
     name; a later thread of a name seen already is "name #2", "name #3", ...), `device`, `workspace`
-    (None: the heap), `cycle` (the workspace's cycle number; None on the heap), `offset` (bytes from
-    the arena start; None on the heap and for a spill), `nbytes`, `array_type` (ND4J's ArrayType name
+    (its name, numbered the same way for another workspace of a name its thread had; None: the
+    heap), `cycle` (the workspace's cycle number; None on the heap), `offset` (bytes from the
+    arena start; None on the heap and for a spill), `nbytes`, `array_type` (ND4J's ArrayType name
     -- INPUT, ACTIVATIONS, ACTIVATION_GRAD, FF_WORKING_MEM, BP_WORKING_MEM, UPDATER_WORKING_MEM -- for
     an array a layer asked its LayerWorkspaceMgr for; None otherwise), and `kind`:
 
@@ -87,10 +88,11 @@ class MemoryTimeline(TimelineViews):
         self._live: dict[int, tuple] = {}  # id(weakref) -> (weakref, device, workspace, cycle, nbytes, type)
         self._lock = threading.RLock()  # re-entrant: a release can be recorded inside a record (GC)
         self._typing = _Typing()
-        # each thread's label: its name, or "name #2", "name #3" ... for later threads of the same
-        # name, so two threads called "worker" are two rows, never merged (keyed by the thread object)
-        self._labels: weakref.WeakKeyDictionary[threading.Thread, str] = weakref.WeakKeyDictionary()
-        self._names_seen: dict[str, int] = {}
+        # each thread's and each workspace's label: its name, or "name #2", "name #3" ... for a later
+        # one of a name taken already, so two threads called "worker" (or a workspace made again under
+        # its old name) are two rows, never merged (keyed by the object, unique among all labels)
+        self._labels: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+        self._issued: set[tuple[str, str]] = set()  # ("thread" or a thread's label, label)
         self._t0 = 0.0
         self.recording = False
         self._used = False
@@ -137,21 +139,31 @@ class MemoryTimeline(TimelineViews):
         nbytes: int,
         kind: str,
         array_type: str | None,
+        thread: str | None = None,
     ) -> None:
         with self._lock:
             if self.recording:
-                thread = self._thread_label()
+                thread = thread or self._thread_label()
                 row = (perf_counter() - self._t0, thread, device, workspace, cycle, offset, nbytes, array_type, kind)
                 self._rows.append(row)
 
     def _thread_label(self) -> str:
-        """This thread's label in the timeline (called under the lock)."""
+        """This thread's label in the timeline."""
         t = threading.current_thread()
-        label = self._labels.get(t)
-        if label is None:
-            n = self._names_seen[t.name] = self._names_seen.get(t.name, 0) + 1
-            label = self._labels[t] = t.name if n == 1 else f"{t.name} #{n}"
-        return label
+        return self._label(t, t.name, "thread")
+
+    def _label(self, obj: object, name: str, kind: str) -> str:
+        """`obj`'s label: `name`, or `name #2`, `name #3` ... when another object has it already."""
+        with self._lock:
+            label = self._labels.get(obj)
+            if label is None:
+                label, n = name, 1
+                while (kind, label) in self._issued:
+                    n += 1
+                    label = f"{name} #{n}"
+                self._issued.add((kind, label))
+                self._labels[obj] = label
+            return label
 
     def _watch(
         self, data: RawArray, device: str, workspace: str | None, cycle: int | None, nbytes: int, array_type: str | None
@@ -161,14 +173,14 @@ class MemoryTimeline(TimelineViews):
             return
         ref = weakref.ref(data, self._released)
         with self._lock:
-            if self.recording:
-                self._live[id(ref)] = (ref, device, workspace, cycle, nbytes, array_type)
+            if self.recording:  # a release is the allocating thread's row (the collector may be a dying thread)
+                self._live[id(ref)] = (ref, device, workspace, cycle, nbytes, array_type, self._thread_label())
 
     def _released(self, ref: weakref.ref) -> None:
         info = self._live.pop(id(ref), None)
         if info is not None:
-            _, device, workspace, cycle, nbytes, array_type = info
-            self._add(device, workspace, cycle, None, nbytes, "release", array_type)
+            _, device, workspace, cycle, nbytes, array_type, thread = info
+            self._add(device, workspace, cycle, None, nbytes, "release", array_type, thread)
 
     def heap(self, result: tuple[RawArray, object], device: AnyDevice, nbytes: int) -> None:
         """A heap allocation by kit.memory.allocate_heap, `result` being (array, owner)."""
@@ -182,15 +194,19 @@ class MemoryTimeline(TimelineViews):
         self._watch(arena, ws.device.name, None, None, nbytes, None)
 
     def carve(self, ws: Workspace, offset: int, nbytes: int) -> None:
-        self._add(ws.device.name, ws.name, ws.current_cycle, offset, nbytes, "alloc", self._typing.array_type)
+        self._add(ws.device.name, self._ws(ws), ws.current_cycle, offset, nbytes, "alloc", self._typing.array_type)
 
     def spill(self, ws: Workspace, data: RawArray, nbytes: int) -> None:
         array_type = self._typing.array_type
-        self._add(ws.device.name, ws.name, ws.current_cycle, None, nbytes, "spill", array_type)
-        self._watch(data, ws.device.name, ws.name, ws.current_cycle, nbytes, array_type)
+        self._add(ws.device.name, self._ws(ws), ws.current_cycle, None, nbytes, "spill", array_type)
+        self._watch(data, ws.device.name, self._ws(ws), ws.current_cycle, nbytes, array_type)
 
     def reset(self, ws: Workspace) -> None:
-        self._add(ws.device.name, ws.name, ws.current_cycle, 0, ws.used, "reset", None)
+        self._add(ws.device.name, self._ws(ws), ws.current_cycle, 0, ws.used, "reset", None)
+
+    def _ws(self, ws: Workspace) -> str:
+        """A workspace's label: its name, "name #2" for another workspace object of that name on its thread."""
+        return self._label(ws, ws.name, self._thread_label())  # numbered among this thread's workspaces
 
     def replay(self, device: AnyDevice, nbytes: int) -> None:
         """A step replayed at the kernel seam on `nbytes` of arrays it allocated when recorded."""
@@ -208,7 +224,7 @@ class MemoryTimeline(TimelineViews):
         with self._lock:
             thread = self._thread_label()
         cycle = {
-            "workspace": ws.name,
+            "workspace": self._ws(ws),
             "thread": thread,
             "device": ws.device.name,
             "cycle": ws.current_cycle,

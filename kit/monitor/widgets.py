@@ -33,6 +33,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from kit.core.arguments import whole
 from kit.measurement.measure import unchecked_note
 from kit.monitor.panels import (
     Panel,
@@ -84,7 +85,7 @@ class MemoryPanel(Panel):
     ) -> None:
         self.use_widgets = in_notebook() if widgets is None else widgets
         self.title = title
-        self._throttle = Throttle(interval if self.use_widgets else text_interval)
+        self._throttle = Throttle(interval if self.use_widgets else text_interval, type(self).__name__)
         self._rows: dict[str, tuple[Any, Any, Any]] = {}
         self._last: dict[str, Any] = {}
         if self.use_widgets:
@@ -216,7 +217,7 @@ class TrainingPanel(Panel):
         self.use_widgets = in_notebook() if widgets is None else widgets
         self.timing = TimingPanel(total_iterations, "training", interval, widgets=self.use_widgets, display=False)
         self.memory = MemoryPanel(max(interval, 0.5), widgets=self.use_widgets, display=False) if memory else None
-        self._throttle = Throttle(interval if self.use_widgets else 2.0)
+        self._throttle = Throttle(interval if self.use_widgets else 2.0, type(self).__name__)
         self.scores: list[float] = []
         self.epochs_done = 0
         # steps replayed at the kernel seam (kit.nn.replay) among those seen: None for a model that never replays
@@ -299,13 +300,12 @@ class WorkerPanel(Panel):
         display: bool = True,
         title: str = "workers",
     ) -> None:
-        if not isinstance(workers, int) or workers < 1:
-            raise ValueError(f"WorkerPanel(workers={workers!r}): a positive number of workers")
+        workers = whole("WorkerPanel", "workers", workers)
         if not isinstance(title, str) or not title.strip():
             raise ValueError(f"WorkerPanel(title={title!r}): a non-empty string naming the run, e.g. '2 workers'")
         self.workers, self.total, self.title = workers, total_iterations, title
         self.use_widgets = in_notebook() if widgets is None else widgets
-        self._throttle = Throttle(interval if self.use_widgets else 2.0)
+        self._throttle = Throttle(interval if self.use_widgets else 2.0, type(self).__name__)
         self.counts = [0] * workers
         self.times: list[deque[float]] = [deque(maxlen=50) for _ in range(workers)]
         self.busy = [0.0] * workers  # each worker's step times added up over the whole run

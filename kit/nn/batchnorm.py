@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from kit.arrays.checks import real
 from kit.arrays.ndarray import NDArray
+from kit.core.arguments import real
 from kit.core.backend import RawArray
 from kit.core.shapes import accumulator
 from kit.nn.image_kernels import (

@@ -26,12 +26,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kit.arrays.checks import whole
 from kit.arrays.ndarray import NDArray
+from kit.core.arguments import whole
 from kit.core.backend import RawArray
 from kit.core.device_objects import Device
 from kit.nn.im2col import out_size
 from kit.nn.image_kernels import ConvShape, channel_scratch_size, channel_sums_into, conv2d_backward_into, conv2d_into
+from kit.nn.init import check_init
 from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ParamSpec
 from kit.nn.pooling import AvgPool2D, GlobalAvgPool, MaxPool2D
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
@@ -64,7 +65,7 @@ class Conv2D(Layer):
         self.kernel = whole("Conv2D", "kernel", kernel, 1)
         self.stride = whole("Conv2D", "stride", stride, 1)
         self.padding = whole("Conv2D", "padding", padding, 0)
-        self.weight_init = weight_init
+        self.weight_init = check_init("Conv2D", weight_init)
         self.kept_bytes = 0  # bytes of columns kept from the last training forward
         self._cols: NDArray | None = None
 

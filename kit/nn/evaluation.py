@@ -40,6 +40,7 @@ from numpy.typing import ArrayLike
 
 from kit.arrays.checks import check_finite
 from kit.arrays.ndarray import NDArray
+from kit.core.arguments import whole
 from kit.data.labels import class_indices
 
 __all__ = ["ROC", "Evaluation"]
@@ -56,11 +57,14 @@ def _check_finite(what: str, values: np.ndarray, where: str) -> None:
         check_finite(values, what, where=where, then=then, per_row=True)
 
 
+def _class(where: str, cls: object, num_classes: int) -> int:
+    """A class index in [0, num_classes): -1 is no "last class" here, True no class 1."""
+    return whole(where, "cls", cls, 0, num_classes - 1, what=f" (a class of {num_classes})")
+
+
 class Evaluation:
     def __init__(self, num_classes: int, labels: list[str] | None = None) -> None:
-        if not isinstance(num_classes, int) or num_classes < 2:
-            raise ValueError(f"Evaluation(num_classes={num_classes!r}): needs at least 2 classes")
-        self.num_classes = num_classes
+        self.num_classes = num_classes = whole("Evaluation", "num_classes", num_classes, 2, what=" (classes)")
         self.label_names = list(labels) if labels else [str(i) for i in range(num_classes)]
         self.confusion = np.zeros((num_classes, num_classes), dtype=np.int64)  # [actual, predicted]
 
@@ -136,7 +140,7 @@ class Evaluation:
         if cls is None and self.num_classes == 2:
             cls = 1  # DL4J: binary metrics are for the positive class
         if cls is not None:
-            v = values[cls]
+            v = values[_class(which, cls, self.num_classes)]
             return 0.0 if np.isnan(v) else float(v)
         return float(np.nanmean(values)) if np.any(~np.isnan(values)) else 0.0
 
@@ -267,6 +271,7 @@ class ROC:
             if self.num_classes != 2:
                 raise ValueError("calculate_auc(): give a class, or use calculate_average_auc() for several classes")
             cls = 1
+        cls = _class("calculate_auc", cls, self.num_classes)
         y = np.concatenate(self._labels)[:, cls]
         s = np.concatenate(self._scores)[:, cls]
         return _exact_auc(y, s)
@@ -275,6 +280,7 @@ class ROC:
         return float(np.mean([self.calculate_auc(c) for c in range(self.num_classes)]))
 
     def roc_curve(self, cls: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        cls = _class("roc_curve", cls, self.num_classes)
         y = np.concatenate(self._labels)[:, cls]
         s = np.concatenate(self._scores)[:, cls]
         return _curve(y, s)

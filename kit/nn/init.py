@@ -23,7 +23,27 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["initial_values"]
+__all__ = ["check_init", "initial_values"]
+
+NAMED = ("xavier", "he", "relu", "zeros", "ones")
+
+
+def check_init(where: str, init: object) -> str:
+    """A weight initialisation, checked at the layer's call: a name in NAMED or 'normal:<std>' with a
+    finite std > 0 (a NaN one made every weight NaN, said only when the network was built)."""
+    if isinstance(init, str) and init in NAMED:
+        return init
+    if isinstance(init, str) and init.startswith("normal:"):
+        try:
+            std = float(init.split(":", 1)[1])
+        except ValueError:
+            std = math.nan
+        if math.isfinite(std) and std > 0:
+            return init
+    raise ValueError(
+        f"{where}(weight_init={init!r}): use 'xavier', 'he', 'normal:<std>', 'zeros' or 'ones' (<std>: a finite "
+        "number > 0, e.g. normal:0.01)"
+    )
 
 
 def initial_values(specs: Sequence[Any], seed: int) -> np.ndarray:

@@ -31,9 +31,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kit.arrays.checks import real, whole
 from kit.arrays.ndarray import NDArray
+from kit.core.arguments import real, whole
 from kit.core.shapes import BOOL_DTYPE
+from kit.nn.init import check_init
 from kit.nn.kernels import (
     copy_into,
     dense_backward_into,
@@ -204,7 +205,7 @@ class Dense(Layer):
 
     def __init__(self, n_out: int, weight_init: str = "xavier") -> None:
         super().__init__()
-        self.n_out, self.weight_init = whole("Dense", "n_out", n_out, 1), weight_init
+        self.n_out, self.weight_init = whole("Dense", "n_out", n_out, 1), check_init("Dense", weight_init)
 
     def _output_shape(self, input_shape: tuple[int, ...]) -> tuple[int, ...]:
         if len(input_shape) != 1:

@@ -44,6 +44,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from kit.core.arguments import whole
+
 __all__ = [
     "HOOKS",
     "EmptyDataError",
@@ -138,8 +140,7 @@ class TrainingLoop:
         iteration_conditions: Iterable[Any] = (),
         epoch_end: Callable[[int], bool] | None = None,
     ) -> None:
-        if not isinstance(batches_per_step, int) or isinstance(batches_per_step, bool) or batches_per_step < 1:
-            raise ValueError(f"TrainingLoop(batches_per_step={batches_per_step!r}): must be an integer >= 1")
+        batches_per_step = whole("TrainingLoop", "batches_per_step", batches_per_step)
         self.model = model
         self.step = step
         self.listeners = list(listeners)
@@ -172,8 +173,8 @@ class TrainingLoop:
     def run(self, data: Iterable[Any], epochs: int | None = 1) -> int:
         """Train for `epochs` epochs (None: until `stop()`, a condition or `epoch_end` ends it).
         Returns the number of epochs run (an interrupted one included)."""
-        if epochs is not None and (not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1):
-            raise ValueError(f"fit(epochs={epochs!r}): must be a positive integer")
+        if epochs is not None:
+            epochs = whole("fit", "epochs", epochs)
         if epochs is None and self.epoch_end is None and not self.iteration_conditions:
             raise ValueError("TrainingLoop.run(epochs=None) needs a stop condition or an epoch_end hook")
         self._stop, self.stopped_by, self.interrupted, self.epochs_run = False, None, False, 0

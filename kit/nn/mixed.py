@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from kit.arrays.checks import all_finite
+from kit.core.arguments import real, whole
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["DYNAMIC", "LossScaleError", "LossScaler", "master_dtype_for", "precision_step", "scale_seed"]
@@ -53,11 +54,10 @@ class LossScaleError(FloatingPointError):
     """Dynamic loss scaling gave up: the scale fell below its floor."""
 
 
-def _number(where: str, name: str, value: Any, test: Any, what: str) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(float(value)) or not test(float(value)):
-        raise ValueError(f"{where}({name}={value!r}): must be {what}")
-    return float(value)
+# a scale multiplies the loss in float32 (kit.shapes.accumulator): a larger one is infinity there, and
+# a fixed scale whose every step overflows this many times in a row can never train (LossScaler.update)
+SCALE_MAX = float(np.finfo(np.float32).max)
+FIXED_GIVE_UP = 20
 
 
 class LossScaler:
@@ -74,19 +74,13 @@ class LossScaler:
         min_scale: float = 2.0**-14,
     ) -> None:
         where = "LossScaler"
-        self.init_scale = _number(where, "init_scale", init_scale, lambda v: v > 0, "a positive finite number")
-        self.growth_factor = _number(where, "growth_factor", growth_factor, lambda v: v > 1, "a finite number > 1")
-        self.backoff_factor = _number(
-            where, "backoff_factor", backoff_factor, lambda v: 0 < v < 1, "a number in (0, 1)"
+        self.init_scale = real(where, "init_scale", init_scale, 0, SCALE_MAX, low_open=True)
+        self.growth_factor = real(where, "growth_factor", growth_factor, 1, 2.0**16, low_open=True)
+        self.backoff_factor = real(where, "backoff_factor", backoff_factor, 0, 1, low_open=True, high_open=True)
+        self.growth_interval = whole(
+            where, "growth_interval", growth_interval, what=" (clean steps before the scale grows; GradScaler's: 2000)"
         )
-        whole = isinstance(growth_interval, (int, np.integer)) and not isinstance(growth_interval, bool)
-        if not whole or growth_interval < 1:
-            raise ValueError(
-                f"{where}(growth_interval={growth_interval!r}): must be a whole number of steps >= 1 "
-                "(clean steps before the scale grows; GradScaler's default is 2000)"
-            )
-        self.growth_interval = int(growth_interval)
-        self.min_scale = _number(where, "min_scale", min_scale, lambda v: v > 0, "a positive finite number")
+        self.min_scale = real(where, "min_scale", min_scale, 0, SCALE_MAX, low_open=True)
         if not isinstance(dynamic, bool):
             raise ValueError(f"{where}(dynamic={dynamic!r}): must be True or False")
         self.dynamic = dynamic
@@ -98,6 +92,7 @@ class LossScaler:
         self.scale = self.init_scale
         self.skipped_steps = 0  # steps whose gradient held inf or NaN (no update)
         self.clean_steps = 0  # consecutive finite steps since the scale last changed
+        self.skipped_in_a_row = 0  # not saved: a fixed scale gives up after FIXED_GIVE_UP of them
 
     @classmethod
     def from_spec(cls, spec: Any, where: str = "Network") -> LossScaler | None:
@@ -117,8 +112,8 @@ class LossScaler:
                 raise ValueError(f"{where}(loss_scale={spec!r}): a saved loss scale is {{'type': 'dynamic', ...}}")
             return cls(**{k: v for k, v in spec.items() if k != "type"})
         ok = isinstance(spec, (int, float, np.integer, np.floating)) and not isinstance(spec, bool)
-        if not ok or not math.isfinite(float(spec)) or float(spec) <= 0:
-            raise ValueError(f"{where}(loss_scale={spec!r}): {_SPEC}")
+        if not ok or not math.isfinite(float(spec)) or not 0 < float(spec) <= SCALE_MAX:
+            raise ValueError(f"{where}(loss_scale={spec!r}): {_SPEC} (at most {SCALE_MAX:.6g}, float32's largest)")
         return cls(float(spec), dynamic=False)
 
     def config(self) -> float | dict[str, Any]:
@@ -146,6 +141,7 @@ class LossScaler:
                 f"loss scaler state {values!r}: expected [scale > 0, skipped steps >= 0, clean steps >= 0]"
             )
         self.scale, self.skipped_steps, self.clean_steps = float(values[0]), int(values[1]), int(values[2])
+        self.skipped_in_a_row = 0
 
     @staticmethod
     def merged(scalers: list[LossScaler]) -> np.ndarray:
@@ -164,6 +160,7 @@ class LossScaler:
         """After a backward pass: True to apply the step. A non-finite gradient skips it and
         backs off; `growth_interval` clean steps in a row grow the scale."""
         if finite:
+            self.skipped_in_a_row = 0
             self.clean_steps += 1
             if self.dynamic and self.clean_steps >= self.growth_interval:
                 self.scale *= self.growth_factor
@@ -172,11 +169,18 @@ class LossScaler:
         if self.dynamic and self.scale * self.backoff_factor < self.min_scale:  # nothing changes: the error says why
             raise LossScaleError(
                 f"dynamic loss scaling gave up: the scale would fall to {self.scale * self.backoff_factor:g}, below "
-                f"min_scale {self.min_scale:g}, after {self.skipped_steps + 1} skipped steps (inf/NaN gradients). At "
-                "such a scale float16 is not what overflows in backward: the training itself diverges. Lower the "
-                "learning rate, check the data for extreme values, or train in float32 (dtype='float32') to see "
-                "where it blows up"
+                f"min_scale {self.min_scale:g}, after {self.skipped_in_a_row + 1} skipped steps in a row (inf/NaN "
+                "gradients). At such a scale float16 is not what overflows in backward: the training itself "
+                "diverges. Lower the learning rate, check the data for extreme values, or train in float32 "
+                "(dtype='float32') to see where it blows up"
             )
+        if not self.dynamic and self.skipped_in_a_row + 1 >= FIXED_GIVE_UP:
+            raise LossScaleError(
+                f"the fixed loss scale {self.scale:g} overflowed the gradients {FIXED_GIVE_UP} steps in a row: with it "
+                f"no step can be taken. Give a smaller fixed scale (e.g. loss_scale={self.scale / 2**8:g}) or "
+                "loss_scale='dynamic', which finds one"
+            )
+        self.skipped_in_a_row += 1
         self.skipped_steps += 1
         self.clean_steps = 0
         if self.dynamic:

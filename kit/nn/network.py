@@ -39,10 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from kit.arrays.checks import all_finite, check_cast, check_finite, real, whole
+from kit.arrays.checks import all_finite, check_cast, check_finite
 from kit.arrays.creation import aligned_zeros, asarray
 from kit.arrays.ndarray import NDArray
 from kit.core import backend
+from kit.core.arguments import real, whole
 from kit.core.devices import as_device
 from kit.data.labels import probability_rows
 from kit.nn.init import initial_values

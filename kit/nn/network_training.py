@@ -254,7 +254,7 @@ class Training:
         of N (DL4J always wraps, with a queue of 2; kit asks you to choose)."""
         loop = self.make_loop(listeners=listeners)
         if isinstance(data, DataSet):
-            if epochs == 1:  # one iteration, no epoch (DL4J's fit(DataSet))
+            if epochs is not None and not isinstance(epochs, bool) and epochs == 1:  # one step (DL4J fit(DataSet))
                 loop.run_step([data])
                 return self
             loop.run([data], epochs)  # as many epochs of this one batch (checked: a whole number >= 1)

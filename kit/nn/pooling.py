@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from kit.arrays.checks import whole
 from kit.arrays.ndarray import NDArray
+from kit.core.arguments import whole
 from kit.core.backend import RawArray
 from kit.nn.im2col import (
     avg_pool_backward_into,

@@ -27,6 +27,7 @@ import numpy as np
 from kit.arrays.checks import all_finite, check_finite
 from kit.arrays.creation import empty
 from kit.arrays.ndarray import NDArray, heap_result
+from kit.core.arguments import whole
 from kit.core.context import scope_out_of_workspaces
 from kit.nn.layers import call_forward
 from kit.nn.recording import KeepMgr, record
@@ -44,8 +45,7 @@ class InferencePlan:
     def __init__(self, net: Any, batch_size: int, first: Any = None, max_bytes: int | None = None) -> None:
         """`first`: the batch to record on (else zeros), whose answer `_answer()` gives; past
         `max_bytes` of buffers nothing is kept (`complete` False) but the answer still comes."""
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"plan_inference(batch_size={batch_size!r}): must be a positive integer")
+        batch_size = whole("plan_inference", "batch_size", batch_size)
         reason = declined(net)
         if reason is not None:
             raise PlanDeclinedError(reason)

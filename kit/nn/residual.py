@@ -13,6 +13,7 @@ from kit.nn.activations import ReLU, relu_grad_into
 from kit.nn.batchnorm import BatchNorm
 from kit.nn.conv import Conv2D
 from kit.nn.image_kernels import add_into, add_relu_into
+from kit.nn.init import check_init
 from kit.nn.layers import ACT, GRAD, Layer, call_backward, call_forward, mark_in_place
 from kit.nn.recompute import RecomputeView
 from kit.nn.workspace_mgr import LayerWorkspaceMgr
@@ -40,7 +41,7 @@ class Residual(Layer):
         if not isinstance(recompute, bool):
             raise TypeError(f"Residual(recompute={recompute!r}): True or False")
         self.channels, self.use_1x1conv, self.stride = channels, use_1x1conv, stride
-        self.weight_init, self.recompute = weight_init, recompute
+        self.weight_init, self.recompute = check_init("Residual", weight_init), recompute
         self.replayable = not recompute
         self._x: NDArray | None = None  # the input a recomputed block keeps
         self.main = [

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kit.arrays.checks import real
 from kit.arrays.ndarray import NDArray
+from kit.core.arguments import real
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["Adam", "Nesterovs", "Sgd", "Updater", "state_dtype", "updater_from_config"]

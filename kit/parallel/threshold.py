@@ -13,13 +13,16 @@ elements one message carries; the others stay in the residual for a later messag
 
 from __future__ import annotations
 
-import math
 from typing import Protocol
 
 import numpy as np
 
 from kit.core import backend
+from kit.core.arguments import real, whole
 from kit.core.backend import RawArray, Xp
+
+# tau travels as float32 bits in a message's header: a larger one is infinity there
+TAU_MAX = float(np.finfo(np.float32).max)
 
 __all__ = [
     "BITMAP_ENCODING",
@@ -83,13 +86,9 @@ def threshold_encode(residual: RawArray, tau: float, boundary: int | None = None
 
 def _check_encode_args(tau: float, boundary: int | None) -> None:
     """Refuse a tau that is not a finite number > 0 and a boundary that is not an integer >= 1."""
-    if not tau > 0 or not math.isfinite(tau):
-        raise ValueError(f"threshold_encode: tau must be a finite number > 0, got {tau!r}")
-    if boundary is not None and (isinstance(boundary, bool) or not isinstance(boundary, int) or boundary < 1):
-        raise ValueError(
-            f"threshold_encode: boundary (the most elements one message carries) must be an integer >= 1, "
-            f"got {boundary!r}; leave it None for DL4J's default, length/16"
-        )
+    real("threshold_encode", "tau", tau, 0, TAU_MAX, low_open=True, what=" (a float32 threshold)")
+    if boundary is not None:
+        whole("threshold_encode", "boundary", boundary, what="; leave it None for DL4J's default, length/16")
 
 
 def _bitmap_body(residual: RawArray, pos: RawArray, neg: RawArray, step: np.floating, xp: Xp) -> np.ndarray:
@@ -194,9 +193,7 @@ class ThresholdAlgorithm:
 
 class FixedThresholdAlgorithm(ThresholdAlgorithm):
     def __init__(self, threshold: float = 1e-3) -> None:
-        if not threshold > 0:
-            raise ValueError(f"FixedThresholdAlgorithm(threshold={threshold!r}): must be > 0")
-        self.threshold = float(threshold)
+        self.threshold = real("FixedThresholdAlgorithm", "threshold", threshold, 0, TAU_MAX, low_open=True)
 
     def calculate_threshold(self, iteration, epoch, last_threshold, last_was_dense, last_sparsity):
         return self.threshold
@@ -212,8 +209,7 @@ class AdaptiveThresholdAlgorithm(ThresholdAlgorithm):
         max_target_sparsity: float = 1e-2,
         decay_rate: float = 0.5 ** (1 / 20),
     ) -> None:
-        if not initial_threshold > 0:
-            raise ValueError(f"AdaptiveThresholdAlgorithm: initial_threshold must be > 0, got {initial_threshold}")
+        initial_threshold = real("AdaptiveThresholdAlgorithm", "initial_threshold", initial_threshold, 0, TAU_MAX, True)
         if not 0 < min_target_sparsity < max_target_sparsity <= 1:
             raise ValueError(
                 f"AdaptiveThresholdAlgorithm: need 0 < min_target_sparsity ({min_target_sparsity}) < "
@@ -233,13 +229,10 @@ class TargetSparsityThresholdAlgorithm(ThresholdAlgorithm):
     def __init__(
         self, initial_threshold: float = 1e-4, sparsity_target: float = 1e-3, decay_rate: float = 0.5 ** (1 / 20)
     ) -> None:
-        if not 0 < sparsity_target < 1 / 16:
-            raise ValueError(
-                f"TargetSparsityThresholdAlgorithm: sparsity_target must be in (0, 1/16), got {sparsity_target}"
-            )
-        if not 0.5 <= decay_rate < 1 or not initial_threshold > 0:
-            raise ValueError("TargetSparsityThresholdAlgorithm: decay_rate in [0.5, 1), initial_threshold > 0")
-        self.initial_threshold, self.sparsity_target, self.decay_rate = initial_threshold, sparsity_target, decay_rate
+        where = "TargetSparsityThresholdAlgorithm"
+        self.initial_threshold = real(where, "initial_threshold", initial_threshold, 0, TAU_MAX, low_open=True)
+        self.sparsity_target = real(where, "sparsity_target", sparsity_target, 0, 1 / 16, True, True)
+        self.decay_rate = real(where, "decay_rate", decay_rate, 0.5, 1, high_open=True)
 
     def calculate_threshold(self, iteration, epoch, last_threshold, last_was_dense, last_sparsity):
         target = self.sparsity_target
@@ -261,12 +254,9 @@ class ResidualClippingPostProcessor:
     """Every `frequency` iterations (iteration > 0), clip the residual to [-C tau, C tau]."""
 
     def __init__(self, threshold_multiple_clip_value: float = 5.0, frequency: int = 5) -> None:
-        if threshold_multiple_clip_value < 1 or frequency < 1:
-            raise ValueError(
-                f"ResidualClippingPostProcessor({threshold_multiple_clip_value}, {frequency}): "
-                "the clip multiple must be >= 1 and the frequency >= 1"
-            )
-        self.clip, self.frequency = float(threshold_multiple_clip_value), int(frequency)
+        where = "ResidualClippingPostProcessor"
+        self.clip = real(where, "threshold_multiple_clip_value", threshold_multiple_clip_value, 1)
+        self.frequency = whole(where, "frequency", frequency)
 
     def process_residual(self, iteration: int, epoch: int, last_threshold: float, residual: RawArray) -> None:
         if iteration > 0 and iteration % self.frequency == 0:

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.arrays.checks import whole
+from kit.core.arguments import whole
 from kit.core.context import scope_out_of_workspaces
 from kit.core.devices import AnyDevice, as_device, blas_threads, cores_per_worker, default_devices, gpu_count
 from kit.data.async_iter import AsyncPrefetchIterator

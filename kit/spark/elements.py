@@ -35,6 +35,7 @@ import numpy as np
 
 from kit.arrays.checks import check_finite
 from kit.data.dataset import DataSet
+from kit.files import atomic_write
 from kit.spark.checkpoint import example_digest
 from kit.spark.wire import task_attempt
 
@@ -253,7 +254,8 @@ def export_task(directory: str, per_round: int) -> Any:
                     example_digest(hasher, batch)
                     n += len(batch[0])
                 path = os.path.join(directory, f"w{partition}_r{k}.npz")
-                _save_npz(path, batches)
+                with atomic_write(path, "wb", what="export") as f:  # a retried attempt never tears a good file
+                    _save_npz(f, batches)
                 yield partition, k, path, n, hasher.hexdigest(), task_attempt()
         except Exception as exc:
             raise partition_error(partition, "export", exc) from exc

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.core.arguments import whole
 from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
 from kit.nn.network import Network
 from kit.spark import checkpoint, gang
@@ -78,12 +79,12 @@ class _FitRun:
         self.written = 0
 
 
-def _check_fit_args(epochs: Any, resume: Any) -> None:
-    """Refuse epochs that are not a positive integer and a resume that is not a bool."""
-    if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
-        raise ValueError(f"fit(epochs={epochs!r}): must be a positive integer")
+def _check_fit_args(epochs: Any, resume: Any) -> int:
+    """Epochs as a whole number >= 1 (NumPy's too); refuse a resume that is not a bool."""
+    epochs = whole("fit", "epochs", epochs)
     if not isinstance(resume, (bool, np.bool_)):
         raise ValueError(f"fit(resume={resume!r}): True (go on from the latest checkpoint) or False")
+    return epochs
 
 
 class SparkNetwork(Evaluating, Scoring):
@@ -189,7 +190,7 @@ class SparkNetwork(Evaluating, Scoring):
         configuration (its state is replaced by the checkpoint's), and the same data."""
         kept = self.training_master.prepared  # a DataFrame's RDD too: its prepared rounds are found again
         listeners, rdd = list(listeners), as_rdd(data, self.features_col, self.label_col, kept)
-        _check_fit_args(epochs, resume)
+        epochs = _check_fit_args(epochs, resume)
         why_rounds = gang.use_gang(self, rdd, listeners)  # decided at the call, before the data are prepared
         with self.session(rdd, epochs, resume, gang=why_rounds is None) as rounds:
             gang.record_execution(self._run.stats, why_rounds)
@@ -229,7 +230,7 @@ class SparkNetwork(Evaluating, Scoring):
     def _claimed_session(self, data: Any, epochs: int, resume: bool, gang: bool) -> Iterator[_Rounds]:
         """`session` once this SparkNetwork is claimed for it."""
         master = self.training_master
-        _check_fit_args(epochs, resume)
+        epochs = _check_fit_args(epochs, resume)
         store = master.checkpoint_store()
         saved = self._checkpoint_to_resume(store) if resume else self._fresh_start(store)
         rdd = as_rdd(data, self.features_col, self.label_col, self.training_master.prepared)

@@ -28,6 +28,7 @@ import zipfile
 
 import numpy as np
 
+from kit.files import atomic_write
 from kit.spark.wire import SharedWorkerState
 
 __all__ = ["executor_directory", "load", "save"]
@@ -59,10 +60,9 @@ def save(directory: str, token: str, worker: int, state: SharedWorkerState) -> N
     meta = {"tau": state.tau, "last_dense": state.last_dense, "last_sparsity": state.last_sparsity}
     meta.update(rounds=state.rounds, scaler=None if state.scaler is None else list(state.scaler))
     arrays = {"residual": state.residual, **{f"u_{k}": v for k, v in state.updater.items()}}
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
-    os.replace(tmp, path)  # atomic: a reader sees the whole file or none
+    text = json.dumps(meta, default=float)  # before the file opens: a value JSON cannot hold leaves nothing behind
+    with atomic_write(path, "wb", what="worker_store.save") as f:  # a reader sees the whole file or none
+        np.savez(f, meta=np.array(text), **arrays)
     for old in range(state.rounds - 2, -1, -1):
         stale = _path(directory, token, worker, old)
         if not os.path.exists(stale):

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.core.arguments import whole
 from kit.core.devices import (
     as_device,
     blas_threads,
@@ -140,9 +141,9 @@ def compare_devices(
     is called after every epoch trained while measuring (warm-up, autorange and timed repeats).
     In three rooms: the scaling model's inputs (`_scaling_inputs`), the interleaved epochs
     (`_timed_epochs`), and one row per device count (`_device_row`)."""
-    if not counts or any(not isinstance(c, int) or c < 1 for c in counts):
-        raise ValueError(f"compare_devices(counts={counts!r}): positive integers")
-    counts = sorted(set(counts) | {1})  # the baseline always runs
+    if not counts:
+        raise ValueError(f"compare_devices(counts={counts!r}): give device counts, e.g. counts=[1, 2]")
+    counts = sorted({whole("compare_devices", "counts", c) for c in counts} | {1})  # the baseline always runs
     cores = os.cpu_count() or 1
     on_cpu = default_device().kind == "cpu"
     share = max(1, cores // max(counts))

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.arrays.checks import real, whole
+from kit.core.arguments import real, whole
 from kit.data.dataset import DataSet
 from kit.measurement import tables
 from kit.nn.evaluation import ROC, Evaluation
@@ -322,7 +322,7 @@ class EarlyStoppingConfig:
                 "EarlyStoppingConfig: no score_calculator; give DataSetLossCalculator(valid_iterator) "
                 "or ClassificationScoreCalculator('ACCURACY', valid_iterator)"
             )
-        if not isinstance(self.evaluate_every_n_epochs, int) or self.evaluate_every_n_epochs < 1:
-            raise ValueError(f"EarlyStoppingConfig(evaluate_every_n_epochs={self.evaluate_every_n_epochs!r}): >= 1")
+        every = whole("EarlyStoppingConfig", "evaluate_every_n_epochs", self.evaluate_every_n_epochs)
+        self.evaluate_every_n_epochs = every
         if self.model_saver is None:
             self.model_saver = InMemoryModelSaver()

@@ -31,9 +31,12 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from kit.core import memory
+from kit.core.arguments import whole
+from kit.files import write_target
 from kit.monitor import readings
 from kit.monitor.widgets import TrainingPanel, WorkerPanel
 
@@ -65,12 +68,19 @@ class TrainingListener:
         pass
 
 
+def _every(where: str, name: str, value: object) -> int:
+    """Every `value` iterations: a whole number (DL4J's rule: <= 0 means 1), never a truncated 2.5."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool) and value <= 0:
+        return 1
+    return whole(where, name, value, what=" (<= 0 means every iteration)")
+
+
 class ScoreIterationListener(TrainingListener):
     """Every `frequency` iterations: `Score at iteration N is S` (DL4J's line; <= 0 means 1).
     A network with a loss scaler (kit.nn.mixed) adds `(loss scale 65536, 0 skipped steps)`."""
 
     def __init__(self, frequency: int = 10, stream: TextIO | None = None) -> None:
-        self.frequency = max(1, int(frequency))
+        self.frequency = _every("ScoreIterationListener", "frequency", frequency)
         self.stream = stream
         self.lines: list[str] = []
 
@@ -117,9 +127,8 @@ class PerformanceListener(TrainingListener):
         report_etl: bool = True,
         stream: TextIO | None = None,
     ) -> None:
-        if not isinstance(frequency, int) or frequency < 1:
-            raise ValueError(f"PerformanceListener(frequency={frequency!r}): must be > 0")
-        self.frequency, self.report_score = frequency, report_score
+        self.frequency = whole("PerformanceListener", "frequency", frequency)
+        self.report_score = report_score
         self.report_gc, self.report_etl = report_gc, report_etl
         self.stream = stream
         self.lines: list[str] = []
@@ -193,8 +202,9 @@ class StatsRecorder(TrainingListener):
     with `StatsRecorder.read(path)`. Collect at run time, look later."""
 
     def __init__(self, path: str | os.PathLike, frequency: int = 1, memory_every: int = 10) -> None:
-        self.path = os.fspath(path)
-        self.frequency, self.memory_every = max(1, frequency), max(1, memory_every)
+        self.path = os.fspath(write_target(path, "StatsRecorder"))  # a missing folder is said now, not at fit
+        self.frequency = _every("StatsRecorder", "frequency", frequency)
+        self.memory_every = _every("StatsRecorder", "memory_every", memory_every)
         self._file: TextIO | None = None
         self._last = time.perf_counter()
 

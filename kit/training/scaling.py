@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kit.core.arguments import real, whole
 from kit.core.devices import AnyDevice, as_device, default_device
 from kit.measurement import measure
 
@@ -20,9 +21,10 @@ __all__ = ["measure_bandwidth", "predict_epoch_seconds"]
 
 def measure_bandwidth(nbytes: int, device: str | AnyDevice | None = None, repeats: int = 7) -> float:
     """Bytes per second of a device-to-device copy (read + write counted once, as moved)."""
+    n = whole("measure_bandwidth", "nbytes", nbytes, 4, what=" (bytes to copy: one float32 or more)") // 4
+    repeats = whole("measure_bandwidth", "repeats", repeats)
     dev = as_device(device) if device is not None else default_device()
     xp = dev.xp
-    n = max(1, nbytes // 4)
     with dev.activate():
         a = xp.ones(n, dtype=np.float32)
         b = xp.empty_like(a)
@@ -44,6 +46,12 @@ def predict_epoch_seconds(
 ) -> float:
     """The scaling model (the formula above). `parallel`: whether the N workers really
     run side by side (physical devices, or CPU cores shared out) or share one device."""
+    where = "predict_epoch_seconds"
+    batches, n, frequency = (whole(where, k, v) for k, v in (("batches", batches), ("n", n), ("frequency", frequency)))
+    params = whole(where, "params", params, 0)
+    bytes_per_value = real(where, "bytes_per_value", bytes_per_value, 0, low_open=True)
+    step_seconds, buffers = real(where, "step_seconds", step_seconds, 0), real(where, "buffers", buffers, 0)
+    bandwidth = real(where, "bandwidth", bandwidth, 0, low_open=True, what=" (bytes per second)")
     compute = batches * step_seconds / (n if parallel else 1)
     if n == 1:
         return compute

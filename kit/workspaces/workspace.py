@@ -494,5 +494,5 @@ def get_workspace_for_current_thread(
             )
         return ws
     ws = Workspace(config or WorkspaceConfig(), name, dev)
-    mgr.workspaces[(name, dev.name)] = ws
+    mgr.workspaces[(name, dev)] = ws
     return ws

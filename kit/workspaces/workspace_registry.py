@@ -40,13 +40,14 @@ Workspace = Any  # kit.workspace.Workspace, named in hints only (importing it he
 class _Manager:
     """One thread's workspaces, keyed by (name, device): a workspace belongs to one device, so
     "STEP" on cpu:0 and "STEP" on cpu:1 are two arenas (ND4J binds a thread to one device; kit's
-    threads may use several, so the device is part of the key)."""
+    threads may use several, so the device is part of the key). The device object, not its name:
+    two sets of logical devices both have a "cpu:0/logical0of2", and their slots are not one."""
 
     def __init__(self) -> None:
-        self.workspaces: dict[tuple[str, str], Workspace] = {}
+        self.workspaces: dict[tuple[str, AnyDevice], Workspace] = {}
 
     def get(self, name: str, device: AnyDevice) -> Workspace | None:
-        return self.workspaces.get((name, device.name))
+        return self.workspaces.get((name, device))
 
     def named(self, name: str) -> list[Workspace]:
         """This thread's workspaces called `name`, on any device."""
@@ -54,7 +55,7 @@ class _Manager:
 
     def forget(self, ws: Workspace) -> None:
         """Drop `ws` from the table (its destroy() calls this); a newer one of that name stays."""
-        key = (ws.name, ws.device.name)
+        key = (ws.name, ws.device)
         if self.workspaces.get(key) is ws:
             del self.workspaces[key]
 

@@ -1,6 +1,8 @@
 """kit.data.dataset: DataSet's label forms and refusals, split/take/detach/to, and ArrayIterator's
 epochs (more in tests/data/test_data.py: one-hot checks, coverage of every example, views)."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -67,9 +69,17 @@ def test_split_is_seeded_disjoint_and_complete():
     np.testing.assert_array_equal(again.features.numpy(), first.features.numpy())
     other, _ = ds.split(0.3, seed=2)
     assert other.features.numpy()[:, 0].tolist() != first.features.numpy()[:, 0].tolist()
-    for bad in (0, 1.0, -0.5):
-        with pytest.raises(ValueError, match=rf"split\(fraction={bad!r}\): must be strictly between 0 and 1"):
+    for bad in (0, 1.0, -0.5, float("nan"), "0.3", True):
+        with pytest.raises(
+            ValueError, match=rf"split\(fraction={re.escape(repr(bad))}\): must be a finite number in \(0, 1\)"
+        ):
             ds.split(bad)
+    with pytest.raises(
+        ValueError, match=r"fraction=0.01\) of 10 examples leaves 0 in the first part and 10 in the rest"
+    ):
+        ds.split(0.01)
+    first, _ = ds.split(0.1)  # the remedy's smallest fraction gives each part an example
+    assert first.num_examples == 1
 
 
 def test_take_keeps_features_and_labels_together_in_the_order_given():

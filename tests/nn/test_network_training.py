@@ -48,7 +48,7 @@ def test_fit_of_one_dataset_honours_epochs(epochs):
     net = mlp(64, hidden=(16,), n_out=10, seed=0)
     net.fit(train, epochs=epochs)
     assert net.iteration == epochs and net.epoch == (0 if epochs == 1 else epochs)
-    with pytest.raises(ValueError, match=r"fit\(epochs=0\): must be a positive integer"):
+    with pytest.raises(ValueError, match=r"fit\(epochs=0\): must be a whole number >= 1"):
         net.fit(train, epochs=0)
 
 

@@ -83,7 +83,7 @@ def test_a_plan_refuses_other_batch_sizes_and_nan():
     bad[2, 5] = np.nan
     with pytest.raises(ValueError, match=r"features contain NaN or infinity \(1 values; first at index \[2, 5\]\)"):
         plan.output(bad)
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(ValueError, match=r"plan_inference\(batch_size=.*\): must be a whole number >= 1"):
         InferencePlan(net, 0)
 
 

@@ -93,7 +93,7 @@ def test_two_threads_fitting_one_spark_network_one_is_refused_at_once(sc, digits
 @pytest.mark.parametrize(
     ("argument", "said"),
     [
-        ({"epochs": 0}, r"fit\(epochs=0\): must be a positive integer"),
+        ({"epochs": 0}, r"fit\(epochs=0\): must be a whole number >= 1"),
         ({"epochs": -1}, r"fit\(epochs=-1\): must be a positive integer"),
         ({"epochs": True}, r"fit\(epochs=True\): must be a positive integer"),
         ({"epochs": 2.0}, r"fit\(epochs=2.0\): must be a positive integer"),

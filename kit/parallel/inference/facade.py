@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from kit.arrays.checks import whole
 from kit.arrays.creation import asarray
 from kit.arrays.ndarray import NDArray
+from kit.core.arguments import whole
 from kit.core.devices import AnyDevice, BlasThreadShare, as_device, current_device
 from kit.lifecycle import ShutsDownOnExit
 from kit.nn.network import Network
