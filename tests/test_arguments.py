@@ -211,7 +211,7 @@ CALLS = {
     "Progress interval": (
         lambda v: Progress("x", interval=v, widgets=True, display=False),
         "interval",
-        "seconds, inf: never",
+        "secs, inf: never",
     ),
     "TimingPanel total": (lambda v: TimingPanel(total=v, display=False), "total", "count>=0"),
     "WorkerPanel": (lambda v: WorkerPanel(v, display=False), "workers", "count>=1"),
@@ -232,7 +232,7 @@ def refused(kind: str, bad: str) -> bool:
         return True
     if kind == "number":  # a figure: infinity reads as such
         return False
-    if kind == "seconds, inf: never":  # a panel's redraw interval
+    if kind == "secs, inf: never":  # a panel's redraw interval
         return bad == "negative"
     if kind == "count, <=0 = 1":  # DL4J's listener frequencies
         return bad in ("inf", "huge", "float-for-a-count")

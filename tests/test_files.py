@@ -91,6 +91,75 @@ def test_a_failed_write_leaves_the_previous_file_whole(writer, tmp_path, monkeyp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.out"]
 
 
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_a_failed_write_names_the_file_not_its_temporary(writer, tmp_path, monkeypatch):
+    target = tmp_path / "f.out"
+
+    def no_rename(src, dst):  # what the OS says: the temporary's name
+        raise OSError(30, "Read-only file system", src)
+
+    monkeypatch.setattr(files.os, "replace", no_rename)
+    with pytest.raises(OSError, match="Read-only file system") as info:
+        WRITERS[writer](target)
+    assert str(target) in str(info.value) and ".tmp" not in str(info.value)
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_a_pipe_or_a_device_is_refused_and_kept(writer, tmp_path):
+    fifo = tmp_path / "pipe.out"
+    os.mkfifo(fifo)
+    with pytest.raises((FileExistsError, ValueError), match="is not a regular file"):
+        WRITERS[writer](fifo)
+    assert stat.S_ISFIFO(fifo.stat().st_mode)  # still a pipe: it was not renamed over
+    link = tmp_path / "to-pipe.out"
+    link.symlink_to(fifo)
+    with pytest.raises((FileExistsError, ValueError), match="is not a regular file"):
+        WRITERS[writer](link)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe.out", "to-pipe.out"]
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_an_existing_file_keeps_its_mode_as_open_would(writer, tmp_path):
+    target = tmp_path / "f.out"
+    target.write_text("private")
+    target.chmod(0o600)
+    WRITERS[writer](target)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600 and target.read_bytes() != b"private"
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_a_path_ending_in_a_separator_is_refused(writer, tmp_path):
+    with pytest.raises((NotADirectoryError, ValueError), match="ending in '/' names a directory"):
+        WRITERS[writer](f"{tmp_path / 'f.out'}/")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_spark_s_files_on_executors_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """An export task's round files and a shared worker's state: a retried attempt that fails
+    leaves the earlier attempt's file readable, and no temporary file."""
+    from kit.spark import worker_store
+    from kit.spark.elements import export_task, read_npz
+    from kit.spark.wire import SharedWorkerState
+
+    batches = [(np.ones((2, 3), np.float32), np.eye(2, dtype=np.float32))]
+    run = export_task(str(tmp_path), per_round=1)
+    ((_, _, path, *_),) = list(run(0, iter(batches)))
+    state = SharedWorkerState(np.ones(3, np.float32), tau=1e-3, rounds=4)
+    worker_store.save(str(tmp_path), "fit-1", 0, state)
+
+    def no_rename(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os, "replace", no_rename)
+    with pytest.raises(Exception, match="No space left"):
+        list(export_task(str(tmp_path), per_round=1)(0, iter(batches)))
+    with pytest.raises(OSError, match="No space left"):
+        worker_store.save(str(tmp_path), "fit-1", 0, state)
+    np.testing.assert_array_equal(read_npz(path)[0][0], batches[0][0])
+    assert worker_store.load(str(tmp_path), "fit-1", 0, 4).tau == 1e-3
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
 def _rewrite(path, change):
     """The model file at `path` with one array changed by `change` and the header kept as it was."""
     with np.load(path, allow_pickle=False) as z:

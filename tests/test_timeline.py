@@ -240,3 +240,58 @@ def test_two_threads_of_one_name_are_two_rows_never_merged():
     for label in ("worker", "worker #2"):
         c, _allocs = tl.cycle_events(workspace=acts[0]["workspace"], thread=label)
         assert c["thread"] == label
+
+
+# every identity the timeline keys on is the object, never a name two can share: a thread named as
+# another thread's label, a workspace made again under its old name, a release collected elsewhere
+def _in_thread(name, fn):
+    t = threading.Thread(target=fn, name=name)
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive()
+
+
+def _one_cycle(name="PROBE"):
+    ws = kit.get_workspace_for_current_thread(name=name)
+    with ws:
+        kit.zeros((100,))
+    return ws
+
+
+@pytest.mark.parametrize(
+    "names",
+    [("w", "w", "w #2"), ("w #2", "w", "w"), ("a", "a", "a", "a #3")],
+    ids=["a-name-like-a-label-after", "a-name-like-a-label-first", "four"],
+)
+def test_every_thread_is_its_own_row_whatever_its_name(names):
+    with kit.memory_timeline() as tl:
+        for name in names:
+            _in_thread(name, _one_cycle)
+    rows = [r for r in tl.summary() if r["workspace"] == "PROBE"]
+    assert len(rows) == len(names) and len({r["thread"] for r in rows}) == len(names)
+    assert all(r["cycles"] == 1 for r in rows)
+
+
+def test_a_workspace_made_again_under_its_old_name_is_its_own_row():
+    with kit.memory_timeline() as tl:
+        first = _one_cycle("STEP")
+        first.destroy()
+        second = _one_cycle("STEP")
+        with second:
+            kit.zeros((300,))
+        second.destroy()
+    rows = {r["workspace"]: r["cycles"] for r in tl.summary() if (r["workspace"] or "").startswith("STEP")}
+    assert rows == {"STEP": 1, "STEP #2": 2}
+    _, allocs = tl.cycle_events(cycle=1, workspace="STEP")
+    assert [e["workspace"] for e in allocs] == ["STEP"]  # the first workspace's cycle 1 only
+
+
+def test_a_release_belongs_to_the_thread_that_allocated():
+    kept = []
+    with kit.memory_timeline() as tl:
+        _in_thread("maker", lambda: kept.append(kit.zeros((1000,)).data.copy()))
+        kept.clear()
+        gc.collect()
+    released = [e["thread"] for e in tl.events if e["kind"] == "release"]
+    assert released and set(released) <= {"maker", "MainThread"}
+    assert not [t for t in released if t.startswith("Dummy")]

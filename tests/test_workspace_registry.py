@@ -109,3 +109,18 @@ def test_resetting_kits_state_closes_and_destroys_this_threads_workspaces():
 
     STATE.reset()
     assert ws.destroyed and get_manager().named("REG_RESET") == []
+
+
+def test_two_devices_of_one_name_have_their_own_workspaces():
+    """The table keyed a workspace by its device's name: two sets of logical devices both have a
+    "cpu:0/logical0of2", and the second slot got the first's workspace (on a GPU, another stream's)."""
+    (a, _), (b, _) = kit.logical_devices(2), kit.logical_devices(2)
+    assert a is not b and a.name == b.name
+    wa = kit.get_workspace_for_current_thread(name="SLOT", device=a)
+    wb = kit.get_workspace_for_current_thread(name="SLOT", device=b)
+    try:
+        assert wa is not wb and wa.device is a and wb.device is b
+        assert kit.get_workspace_for_current_thread(name="SLOT", device=a) is wa  # the same device: the same one
+    finally:
+        wa.destroy()
+        wb.destroy()
