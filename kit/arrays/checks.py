@@ -31,7 +31,7 @@ from kit.core.shapes import accumulator
 if TYPE_CHECKING:
     from kit.core.backend import RawArray
 
-__all__ = ["all_finite", "check_cast", "check_finite"]
+__all__ = ["all_finite", "check_cast", "check_finite", "narrow_remedy"]
 
 
 def _host(raw: RawArray) -> np.ndarray:
@@ -84,6 +84,14 @@ def check_finite(raw: RawArray, what: str, where: str = "", then: str = "", per_
         first = np.argwhere(bad)[0] if host.ndim else ()
         found = f"{int(bad.sum())} values; first at index [{', '.join(str(int(i)) for i in first)}]"
     raise ValueError(f"{prefix}{what} contain NaN or infinity ({found}){then}")
+
+
+def narrow_remedy(dtype: np.dtype, what: str = "features") -> str:
+    """What to do about `what` that `dtype` cannot hold: scale them, or (where there is one) a
+    wider dtype: float32 for float16, float64 for float32."""
+    wider = {"float16": "float32", "float32": "float64"}.get(np.dtype(dtype).name)
+    instead = f" or train a network of a wider dtype ({wider})" if wider else ""
+    return f"; scale the {what} (divide by their largest value){instead}"
 
 
 def check_cast(source: RawArray, cast: RawArray, what: str, remedy: str = "") -> None:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from kit.arrays.checks import check_finite
+from kit.arrays.checks import check_cast, check_finite, narrow_remedy
 from kit.arrays.creation import asarray
 from kit.arrays.ndarray import NDArray
 from kit.core import backend
@@ -163,7 +163,10 @@ def _as_labels(
     if num_classes is not None and num_classes > 1:
         probability_rows(raw)  # a classifier's rows: one-hot or probabilities (NaN is neither)
     check_finite(raw, "labels", then="; drop or fix those rows")
-    return asarray(raw.astype(dtype, copy=False), device=dev)
+    with np.errstate(over="ignore"):  # an overflow is found and named just below
+        cast = raw.astype(dtype, copy=False)
+    check_cast(raw, cast, "labels", narrow_remedy(dtype, "targets").replace("train a network", "give features"))
+    return asarray(cast, device=dev)
 
 
 class DataSetIterator:

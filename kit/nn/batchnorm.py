@@ -27,7 +27,7 @@ from kit.nn.image_kernels import (
     batchnorm_train_into,
     channel_scratch_size,
 )
-from kit.nn.layers import ACT, BP, FF, GRAD, Layer, ParamSpec
+from kit.nn.layers import ACT, BP, FF, GRAD, Hyper, Layer, ParamSpec
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = ["BatchNorm"]
@@ -42,6 +42,7 @@ class BatchNorm(Layer):
 
     output_read_by_backward = False
     replayable = True  # its arithmetic is kit.nn.image_kernels'
+    decay, eps = Hyper(), Hyper()
 
     def __init__(self, decay: float = 0.9, eps: float = 1e-5) -> None:
         super().__init__()

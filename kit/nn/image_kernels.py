@@ -293,11 +293,11 @@ def batchnorm_train_into(
         xp.subtract(x, mean.reshape(view), out=centred)
     channel_sums_into(xp, xhat if centred is None else centred, var, scratch, True)
     var *= 1.0 / n  # biased batch variance, no hidden temporaries
-    if moving:
+    if moving:  # a channel whose batch statistics overflowed (inf, NaN) keeps its running ones
         for running, batch in ((running_mean, mean), (running_var, var)):
-            running *= decay
             xp.multiply(batch, 1 - decay, out=tmp)
-            running += tmp
+            tmp += running * decay  # (C,): the same sum as before, in the other order
+            xp.copyto(running, tmp, where=xp.isfinite(tmp))
     _normalise(xp, var, eps, stat, xhat, gamma, beta, y)
 
 

@@ -48,9 +48,11 @@ from kit.nn.kernels import (
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr
 
 __all__ = [
+    "HYPER_CHANGES",
     "Dense",
     "Dropout",
     "Flatten",
+    "Hyper",
     "Layer",
     "ParamSpec",
     "ReLU",
@@ -61,6 +63,29 @@ __all__ = [
 ]
 
 ACT, GRAD, FF, BP = ArrayType.ACTIVATIONS, ArrayType.ACTIVATION_GRAD, ArrayType.FF_WORKING_MEM, ArrayType.BP_WORKING_MEM
+
+
+class Hyper:
+    """A layer's hyperparameter that its recorded steps read (BatchNorm's eps, Dropout's retain).
+    Changing one after the layer was made drops every recorded plan (HYPER_CHANGES[0] changes), so
+    the next step runs the layer's code with the new value instead of replaying the old one."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(obj, self.slot)
+
+    def __set__(self, obj: object, value: object) -> None:
+        changed = self.slot in obj.__dict__  # the value the layer was made with is no change
+        setattr(obj, self.slot, value)
+        if changed:
+            HYPER_CHANGES[0] = object()
+
+
+# HYPER_CHANGES[0]: a new object whenever any layer's `Hyper` value changed, which a plan compares by
+# identity (read as an item, not through a function: a replayed step calls nothing here)
+HYPER_CHANGES = [object()]
 
 
 @dataclass(frozen=True)
@@ -285,6 +310,7 @@ class Dropout(Layer):
 
     output_read_by_backward = False  # backward reads the mask
     replayable = True
+    retain = Hyper()
 
     def __init__(self, retain: float = 0.5) -> None:
         super().__init__()

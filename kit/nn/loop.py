@@ -229,6 +229,18 @@ class TrainingLoop:
         if counters.iteration == before:  # a Network's step moves it itself, under its lock
             counters.iteration = before + 1
         iteration = counters.iteration
+        # a step whose every result is a refused one (a non-finite loss, nothing updated) is no
+        # iteration: listeners and conditions see its number, the count goes back after them
+        refused = bool(results) and all(not math.isfinite(r.score) and not r.skipped for r in results)
+        try:
+            self._after_step(results, group, iteration, epoch, etl_ms)
+        finally:
+            if refused:
+                counters.iteration = before
+
+    def _after_step(self, results: list[Any], group: list[Any], iteration: int, epoch: int, etl_ms: float) -> None:
+        """The listeners, the stop conditions, and the refusal of a non-finite loss nothing stopped."""
+        model = self.model
         for r in results:
             info: dict[str, Any] = {"score": r.score, "batch_size": r.batch_size, "etl_ms": etl_ms}
             if r.worker is not None:

@@ -227,18 +227,34 @@ def _finite(raw: Any) -> bool:
         return all_finite(raw)
 
 
+def _undo_frozen(net: Any) -> None:
+    """A step not taken: BatchNorm's running statistics, moved in the forward pass in the compute
+    copy, back to the master's (a float32 network without master weights keeps them moved, as
+    PyTorch's GradScaler does)."""
+    if net.mixed:
+        for sl in net.frozen_slices:
+            net.flat_params.data[sl] = net.flat_master.data[sl]
+
+
 def precision_step(net: Any, mgr: LayerWorkspaceMgr) -> bool:
     """The update of a Network with master weights and/or a loss scale (inside mgr.updater()).
     Returns False for a skipped step."""
     xp, scaler = net.device.xp, net.loss_scaler
     master, params = net.flat_master, net.flat_params
+    grads = net.flat_grads.data
+    used = scaler.scale if scaler is not None else 1.0  # what the seed was multiplied by (update may grow it)
+    if scaler is not None:
+        try:
+            applied = scaler.update(_finite(grads))
+        except LossScaleError:
+            _undo_frozen(net)
+            raise
+        if not applied:
+            _undo_frozen(net)
+            return False  # params, master, updater state and Adam's t stay as they were
     if net.mixed:  # BatchNorm's running statistics moved in the forward pass, in the compute copy
         for sl in net.frozen_slices:
             master.data[sl] = params.data[sl]
-    grads = net.flat_grads.data
-    used = scaler.scale if scaler is not None else 1.0  # what the seed was multiplied by (update may grow it)
-    if scaler is not None and not scaler.update(_finite(grads)):
-        return False  # params, master, updater state and Adam's t stay as they were
     wide = np.promote_types(master.dtype, np.float32)  # the unscaled gradient, where it cannot underflow
     g = mgr.create(ArrayType.UPDATER_WORKING_MEM, master.shape, wide, net.device)
     if scaler is not None:

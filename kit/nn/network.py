@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.arrays.checks import all_finite, check_cast, check_finite
+from kit.arrays.checks import all_finite, check_cast, check_finite, narrow_remedy
 from kit.arrays.creation import aligned_zeros, asarray
 from kit.arrays.ndarray import NDArray
 from kit.core import backend
@@ -269,8 +269,8 @@ class Network(Training, Inference, NetworkState):
                 raise TypeError(f"features must be numbers, got dtype {arr.dtype}")
             with np.errstate(over="ignore"):  # an overflow is found and named just below
                 cast = arr.astype(self.dtype, copy=False)
-            if cast is not arr and arr.dtype.kind == "f":
-                check_cast(arr, cast, "features", _NARROW)
+            if cast is not arr:  # whole numbers too: int64's 70,000 is no float16
+                check_cast(arr, cast, "features", narrow_remedy(self.dtype))
             x = asarray(cast, device=self.device)
         if x.device is not self.device and x.device.physical is not self.device.physical:
             raise ValueError(
@@ -286,7 +286,7 @@ class Network(Training, Inference, NetworkState):
             # network's dtype (DL4J does the same), never to a process-wide default
             with np.errstate(over="ignore"):  # an overflow is found and named just below
                 source, x = x, x.astype(self.dtype)
-            check_cast(source.data, x.data, "features", _NARROW)
+            check_cast(source.data, x.data, "features", narrow_remedy(self.dtype))
         if x.shape[1:] != self.input_shape:
             raise ValueError(
                 f"features of shape {x.shape} do not fit the first layer, which expects "
@@ -307,7 +307,9 @@ class Network(Training, Inference, NetworkState):
                 f"{self.output_shape[0]} classes/outputs per example"
             )
         if y.dtype != self.dtype:  # cast where the data meets the network, as the features are
-            y = y.astype(self.dtype)
+            with np.errstate(over="ignore"):  # an overflow is found and named just below
+                source, y = y, y.astype(self.dtype)
+            check_cast(source.data, y.data, "labels", narrow_remedy(self.dtype, "targets"))
         if self.loss.classification:
             _check_label_rows(y)
         return y
@@ -345,9 +347,6 @@ class Network(Training, Inference, NetworkState):
 
     def workspace_stats(self) -> dict[str, dict[str, Any]]:
         return {"training": self.train_mgr.stats(), "inference": self.infer_mgr.stats()}
-
-
-_NARROW = "; scale the features (divide by their largest value) or train a network of a wider dtype (float32)"
 
 
 @functools.lru_cache(maxsize=64)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
-from kit.arrays.checks import check_cast
+from kit.arrays.checks import all_finite, check_cast, check_finite
 from kit.arrays.ndarray import NDArray
 from kit.nn.config import NetworkConfig
 from kit.nn.layers import layer_from_config
@@ -129,6 +129,7 @@ class NetworkState:
                 "to copy parameters only"
             )
         for key, dst in ours.items():  # every value fits before any is copied: a refused copy changes nothing
+            _check_state("copy_state_from", key, source[key].data)
             if dst.dtype != source[key].dtype:
                 values = source[key].numpy()
                 with np.errstate(over="ignore"):
@@ -150,6 +151,8 @@ class NetworkState:
                 arrays["loss_scaler"] = self.loss_scaler.state()
             counters = {"iteration": self.iteration, "epoch": self.epoch}
             config = self.config()
+        for key, values in arrays.items():  # load() refuses them: a file that cannot be read back is not written
+            _check_state("save", key, values)
         write_model(path, config, arrays, counters)
 
     @classmethod
@@ -180,3 +183,15 @@ class NetworkState:
 
 def _architecture(cfg: NetworkConfig) -> str:
     return f"input {cfg.input_shape}, layers " + ", ".join(c["type"] for c in cfg.layers)
+
+
+def _check_state(where: str, key: str, values: Any) -> None:
+    """Refuse a state array holding NaN or infinity, naming it: set_params and load refuse one."""
+    if not all_finite(values):
+        check_finite(
+            values,
+            key,
+            where,
+            then="; the network's state is not finite (see fit's errors); nothing was written or copied. Train "
+            "again from a saved model, or set_params() finite values",
+        )

@@ -29,7 +29,7 @@ from kit.data.dataset import DataSet
 from kit.nn import replay
 from kit.nn.kernels import l2_into
 from kit.nn.layers import call_forward
-from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
+from kit.nn.loop import NonFiniteScoreError, StepResult, TrainingLoop, loop_hooks
 from kit.nn.mixed import LossScaleError, precision_step, scale_seed
 from kit.nn.workspace_mgr import ArrayType, LayerWorkspaceMgr, WorkspaceMode
 from kit.state import STATE
@@ -161,6 +161,12 @@ class Training:
         that updates in place (Sgd, Nesterovs: `Updater.exact_in_place`) leaves the update there
         instead of the gradient, as DL4J's do: read the gradient before this call."""
         with self.lock:
+            if self.loss_scaler is None and not all_finite(self.flat_grads.data):  # with one, the scaler skips
+                raise NonFiniteScoreError(
+                    "apply_update: the gradients hold NaN or infinity (was compute_gradient_and_score's score "
+                    f"finite?); nothing was applied and the iteration count stays {self.iteration}. Train on other "
+                    "data, lower the learning rate, or let fit() stop on it (InvalidScoreIterationTerminationCondition)"
+                )
             mgr = self.train_mgr
             with mgr.iteration(), mgr.updater():
                 self._update(mgr)
@@ -203,7 +209,7 @@ class Training:
                                 raise
                             raise LossScaleError(f"{exc}. Here the loss itself is {score}: {cause}") from None
             self.last_score = score
-            if advance:
+            if advance and (self.loss_scaler is not None or math.isfinite(score)):  # a refused step is no iteration
                 self.iteration += 1
         if STATE.gc["enabled"]:  # the GC window (kit.core.gc_window), off by default: asked only when on
             memory.maybe_gc()

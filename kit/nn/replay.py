@@ -35,7 +35,7 @@ import numpy as np
 from kit import settings
 from kit.arrays.ndarray import NDArray, wrap
 from kit.core.memory import count
-from kit.nn.layers import Layer
+from kit.nn.layers import HYPER_CHANGES, Layer
 from kit.nn.recording import Recorder, record
 from kit.nn.workspace_mgr import LayerWorkspaceMgr, WorkspaceMode
 from kit.state import STATE
@@ -299,7 +299,7 @@ class TrainingPlans(PlanCache):
         if not _ready(ds, net):
             return None
         fixed = (net.loss, net.updater, net.flat_params.data, net.flat_grads.data, *net.body.layers, net.l2)
-        fixed += (net.loss_scaler, net.master_dtype, net.device, net.dtype, net.train_mgr)
+        fixed += (net.loss_scaler, net.master_dtype, net.device, net.dtype, net.train_mgr, HYPER_CHANGES[0])
         if not self._current(net, fixed, training=True):
             return None
         x, y = net.checked_batch(ds)  # the checks of an unplanned iteration; nothing to convert

@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from kit.arrays.checks import all_finite, check_finite
+from kit.arrays.checks import all_finite, check_cast, check_finite, narrow_remedy
 from kit.arrays.creation import empty
 from kit.arrays.ndarray import NDArray, heap_result
 from kit.core.arguments import whole
 from kit.core.context import scope_out_of_workspaces
-from kit.nn.layers import call_forward
+from kit.nn.layers import HYPER_CHANGES, call_forward
 from kit.nn.recording import KeepMgr, record
 from kit.nn.replay import PlanCache, PlanDeclinedError, Tape, declined, switch
 from kit.state import STATE
@@ -110,6 +110,8 @@ class InferencePlan:
             else:
                 self.net.device.xp.copyto(target, raw, casting="unsafe")
         if not all_finite(target):
+            if isinstance(raw, np.ndarray):  # finite values the network's dtype cannot hold: said so
+                check_cast(raw, target, "features", narrow_remedy(self._dtype))
             check_finite(target, "features")  # names the first bad value
 
     def _answer(self) -> NDArray:
@@ -175,7 +177,8 @@ class OutputPlans(PlanCache):
         batch = shape[0]
         if self._too_big and batch >= self._too_big:
             return None
-        if not self._current(net, (net.loss, net.flat_params._data, net.device, net.dtype, *net.body.layers), False):
+        fixed = (net.loss, net.flat_params._data, net.device, net.dtype, HYPER_CHANGES[0], *net.body.layers)
+        if not self._current(net, fixed, False):
             return None
         plan = self._plans.get(batch)
         if plan is None:

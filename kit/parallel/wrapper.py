@@ -300,8 +300,9 @@ class ParallelWrapper(ShutsDownOnExit):
         with scope_out_of_workspaces():
             for key in keys:
                 sources = [r.state_arrays()[key] for r in trained]
-                home = sources[0].device
-                mean = sources[0].dup()
+                home, dtype = sources[0].device, sources[0].dtype
+                wide = np.promote_types(dtype, np.float32)  # float16's sum of two 40,000s is inf; the mean fits
+                mean = sources[0].dup() if wide == dtype else sources[0].astype(wide)
                 for arr in sources[1:]:  # a fixed order: the same sum whatever the thread timing
                     mean += arr.to(home)
                 mean /= len(sources)

@@ -200,7 +200,7 @@ def test_an_overflowing_loss_stops_fit_instead_of_training_on_nan():
     huge = DataSet(np.full((10, 4), 3e38, dtype=np.float32), np.arange(10) % 2, num_classes=2)
     with pytest.raises(NonFiniteScoreError, match=r"iteration 1 \(epoch 0\): the loss is (nan|inf)"):
         net.fit(ArrayIterator(huge, 5), epochs=3)
-    assert net.iteration == 1  # it stopped at once
+    assert net.iteration == 0  # it stopped at once, and the refused step (nothing updated) is no iteration
 
 
 @pytest.mark.parametrize("parallel", [False, True])
