@@ -3,6 +3,7 @@ stored outputs, offline, with every figure it references present beside it."""
 
 import html.parser
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -281,3 +282,42 @@ def test_an_unreadable_chapter_is_named_and_the_earlier_book_is_kept(tmp_path):
     assert "the earlier book is kept" in str(info.value)
     assert (out / "index.html").read_text() == "<p>the earlier book</p>"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["book", "notebooks"]
+
+
+def _one_chapter(tmp_path):
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    (notebooks / "01_one.ipynb").write_text(
+        '{"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# One"}], "metadata": {}, '
+        '"nbformat": 4, "nbformat_minor": 5}'
+    )
+    return notebooks
+
+
+def test_an_out_that_is_a_file_is_refused_before_building(tmp_path):
+    from kit.book import build_book
+
+    out = tmp_path / "book.html"
+    out.write_text("mine")
+    with pytest.raises(NotADirectoryError, match=r"--out .*book\.html: that is a file; the book is a folder"):
+        build_book(_one_chapter(tmp_path), out)
+    assert out.read_text() == "mine"
+
+
+def test_an_out_that_is_a_link_stays_a_link_and_its_folder_gets_the_book(tmp_path):
+    """`--out` a link to an earlier book became a real folder beside the old book, and a link named
+    .out.old-PID was left behind."""
+    pytest.importorskip("nbformat")
+    from kit.book import build_book
+
+    target = tmp_path / "books" / "v1"
+    target.mkdir(parents=True)
+    (target / ".buildinfo").write_text("earlier")
+    (target / "index.html").write_text("<p>the earlier book</p>")
+    link = tmp_path / "book"
+    link.symlink_to(target)
+    index = build_book(_one_chapter(tmp_path), link)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert index == link / "index.html" and "the earlier book" not in index.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["book", "books", "notebooks"]
+    assert sorted(p.name for p in (tmp_path / "books").iterdir()) == ["v1"]

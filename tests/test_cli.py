@@ -401,3 +401,14 @@ def test_bench_progress_counts_every_timed_step_up_to_its_total(which):
     done = [d for d, _, _ in seen]
     assert done == list(range(1, len(seen) + 1)) and {t for _, t, _ in seen} == {len(seen)}
     assert all(note for _, _, note in seen)
+
+
+def test_chapters_into_a_link_to_a_folder_not_made_yet_keeps_the_link(tmp_path):
+    """A dangling link as the target: mkdir met the link and raised FileExistsError with a traceback."""
+    from kit.__main__ import copy_chapters
+
+    link = tmp_path / "mine"
+    link.symlink_to(tmp_path / "elsewhere" / "chapters")
+    copied = copy_chapters(link)
+    assert link.is_symlink() and len(copied) == len(list((tmp_path / "elsewhere" / "chapters").glob("*.ipynb")))
+    assert len(copied) > 0

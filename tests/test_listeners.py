@@ -46,3 +46,13 @@ def test_progress_bar_counts_iterations():
     mlp(64, hidden=(8,), n_out=10).fit(ArrayIterator(train, batch_size=64), epochs=1, listeners=[bar])
     assert bar.bar.n == 23
     bar.close()
+
+
+def test_stats_recorder_names_a_path_it_cannot_write_at_the_call(tmp_path):
+    """A missing folder or a folder as the path was said by fit at its first iteration, bare."""
+    import pytest
+
+    with pytest.raises(FileNotFoundError, match=r"StatsRecorder\(.*\): the directory .* does not exist"):
+        StatsRecorder(tmp_path / "missing" / "run.jsonl")
+    with pytest.raises(IsADirectoryError, match=r"StatsRecorder\(.*\): that path is a directory"):
+        StatsRecorder(tmp_path)
