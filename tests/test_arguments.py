@@ -1,7 +1,7 @@
 """Every numeric argument of kit's public calls, one table (issue 43's sweep): NaN, infinity, a huge
 value, zero, a negative, a float where a count is meant, a string and a bool are each refused at
 the call, in words that name the call, the argument and the value, or given their documented
-meaning (listed in ACCEPTED). kit.checks.whole and kit.checks.real are the two rules behind it."""
+meaning (listed in ACCEPTED). kit.core.arguments' whole and real are the two rules behind it."""
 
 from __future__ import annotations
 
@@ -223,6 +223,7 @@ CALLS = {
     ),
     "measure_bandwidth": (lambda v: measure_bandwidth(v, repeats=1), "nbytes", "count>=1"),
     "kit.arange": (lambda v: kit.arange(v), "stop", "finite"),
+    "fit prefetch, a list of DataSets": (lambda v: _net().fit([DS], prefetch=v), "prefetch", "count>=0"),
 }
 
 
@@ -327,3 +328,11 @@ def test_an_axis_or_a_size_that_is_not_a_whole_number_is_refused_naming_it(call,
 @pytest.mark.parametrize("call", list(AXES))
 def test_a_numpy_integer_is_an_axis(call):
     AXES[call](np.int64({"reshape": 2, "reshape alone": 12, "transpose": 1}.get(call, 0)))
+
+
+@pytest.mark.parametrize("value", [np.float32("nan"), 3, 2.5, np.int64(1)])
+def test_a_number_is_no_dtype(value):
+    before = kit.backend.get_default_dtype()
+    with pytest.raises(TypeError, match="is a number, not a dtype"):
+        kit.backend.set_default_dtype(value)
+    assert kit.backend.get_default_dtype() == before

@@ -201,6 +201,8 @@ def resolve_dtype(dtype: object, *, floating_only: bool = False) -> np.dtype:
             dt = np.dtype(canonical)
         except TypeError:
             raise TypeError(f"unknown dtype {dtype!r}; kit supports {', '.join(supported_dtypes())}") from None
+    elif isinstance(dtype, int | float | complex | np.generic):  # a value, not a type: np.float32(nan) is no dtype
+        raise TypeError(f"dtype {dtype!r} is a number, not a dtype; give e.g. 'float32' or np.float32")
     else:
         try:
             dt = np.dtype(dtype)  # type: ignore[call-overload]

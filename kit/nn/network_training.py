@@ -24,6 +24,7 @@ import numpy as np
 
 from kit.arrays.checks import all_finite
 from kit.core import memory
+from kit.core.arguments import whole
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
 from kit.nn import replay
@@ -258,6 +259,7 @@ class Training:
         that one batch) or an iterator (epochs).
         `prefetch=N` wraps an iterator that allows it in an AsyncPrefetchIterator with a queue
         of N (DL4J always wraps, with a queue of 2; kit asks you to choose)."""
+        prefetch = whole("fit", "prefetch", prefetch, 0, what=" (0: no prefetching)")  # whatever the data
         loop = self.make_loop(listeners=listeners)
         if isinstance(data, DataSet):
             if epochs is not None and not isinstance(epochs, bool) and epochs == 1:  # one step (DL4J fit(DataSet))
