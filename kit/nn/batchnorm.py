@@ -42,12 +42,12 @@ class BatchNorm(Layer):
 
     output_read_by_backward = False
     replayable = True  # its arithmetic is kit.nn.image_kernels'
-    decay, eps = Hyper(), Hyper()
+    decay = Hyper(lambda v: real("BatchNorm", "decay", v, 0, 1, high_open=True))
+    eps = Hyper(lambda v: real("BatchNorm", "eps", v, low=0, low_open=True))
 
     def __init__(self, decay: float = 0.9, eps: float = 1e-5) -> None:
         super().__init__()
-        self.decay = real("BatchNorm", "decay", decay, 0, 1, high_open=True)
-        self.eps = real("BatchNorm", "eps", eps, low=0, low_open=True)
+        self.decay, self.eps = decay, eps  # checked by their Hyper
 
     def config(self) -> dict[str, Any]:
         return {"type": "BatchNorm", "decay": self.decay, "eps": self.eps}

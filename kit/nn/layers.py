@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -57,6 +58,7 @@ __all__ = [
     "ParamSpec",
     "ReLU",
     "Sequential",
+    "hyper_values",
     "layer_from_config",
     "mark_in_place",
     "relu_grad_into",
@@ -66,21 +68,34 @@ ACT, GRAD, FF, BP = ArrayType.ACTIVATIONS, ArrayType.ACTIVATION_GRAD, ArrayType.
 
 
 class Hyper:
-    """A layer's hyperparameter that its recorded steps read (BatchNorm's eps, Dropout's retain).
-    Changing one after the layer was made drops every recorded plan (HYPER_CHANGES[0] changes), so
-    the next step runs the layer's code with the new value instead of replaying the old one."""
+    """A layer's hyperparameter that its recorded steps read (BatchNorm's eps, Dropout's retain),
+    checked by `check` whenever it is set (at the layer's call and later alike). Changing one after
+    the layer was made drops every recorded plan (HYPER_CHANGES[0] changes), so the next step runs
+    the layer's code with the new value instead of replaying the old one; ParallelWrapper hands
+    the model's values to its replicas at each fit (`hyper_values`)."""
+
+    def __init__(self, check: Callable[[object], object]) -> None:
+        self.check = check
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.slot = f"_{name}"
+        self.name, self.slot = name, f"_{name}"
 
     def __get__(self, obj: object, owner: type | None = None) -> Any:
         return self if obj is None else getattr(obj, self.slot)
 
     def __set__(self, obj: object, value: object) -> None:
+        value = self.check(value)
         changed = self.slot in obj.__dict__  # the value the layer was made with is no change
         setattr(obj, self.slot, value)
         if changed:
             HYPER_CHANGES[0] = object()
+
+
+def hyper_values(layer: Layer) -> dict[str, Any]:
+    """A layer's `Hyper` values by name (its sublayers' are theirs: see `sublayers()`)."""
+    return {
+        v.name: getattr(layer, v.name) for c in type(layer).__mro__ for v in vars(c).values() if isinstance(v, Hyper)
+    }
 
 
 # HYPER_CHANGES[0]: a new object whenever any layer's `Hyper` value changed, which a plan compares by
@@ -310,13 +325,13 @@ class Dropout(Layer):
 
     output_read_by_backward = False  # backward reads the mask
     replayable = True
-    retain = Hyper()
+    retain = Hyper(
+        lambda v: real("Dropout", "retain", v, 0, 1, low_open=True, what=" (the probability of keeping a unit)")
+    )
 
     def __init__(self, retain: float = 0.5) -> None:
         super().__init__()
-        self.retain = real(
-            "Dropout", "retain", retain, 0, 1, low_open=True, what=" (the probability of keeping a unit)"
-        )
+        self.retain = retain  # checked by its Hyper
 
     def config(self) -> dict[str, Any]:
         return {"type": "Dropout", "retain": self.retain}

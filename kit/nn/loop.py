@@ -80,11 +80,11 @@ class StepResult:
 Step = Callable[[Sequence[Any]], Sequence[StepResult]]
 
 
-def call_listener(listener: Any, name: str, *args: Any) -> None:
+def call_listener(listener: Any, name: str, *args: Any, **kw: Any) -> None:
     """Call an optional listener method (listeners implement only what they need)."""
     fn = getattr(listener, name, None)
     if fn is not None:
-        fn(*args)
+        fn(*args, **kw)
 
 
 @runtime_checkable
@@ -247,7 +247,7 @@ class TrainingLoop:
                 info["worker"] = r.worker
             target = r.model if r.model is not None else model
             for listener in self.listeners:
-                listener.iteration_done(target, iteration, epoch, **info)
+                call_listener(listener, "iteration_done", target, iteration, epoch, **info)
         for r in results:
             for condition in self.iteration_conditions:
                 if getattr(condition, "terminate", condition)(r.score):

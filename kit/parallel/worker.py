@@ -19,6 +19,7 @@ RuntimeError saying so. kit.parallel.wrapper re-exports WorkerError.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -97,7 +98,13 @@ class Worker:
         if self.residual is None:
             self.residual = xp.zeros_like(params)
         update = old - params  # what this worker would have applied alone (0 for a skipped step)
+        frozen = [params[sl].copy() for sl in net.frozen_slices]  # BatchNorm's running statistics: no gradient
         params[...] = old
+        for sl, moved in zip(net.frozen_slices, frozen):  # they stay as this batch moved them (the wrapper
+            params[sl], update[sl] = moved, 0  # averages them over the workers), never in a message
+        if not math.isfinite(score) and not net.last_step_skipped:  # a refused step sends nothing, keeps all
+            net.cast_master()
+            return score, None, {"worker": self.index, "tau": self.tau, "sparsity": 0.0, "dense": False}
         net.cast_master()
         self.residual += update
         self.tau = self.threshold_algorithm.calculate_threshold(

@@ -18,7 +18,9 @@ state, `average_updaters`) every `averaging_frequency` rounds: with plain SGD an
 model on the concatenated batches. SHARED_GRADIENTS: every replica applies the sum of all workers'
 threshold-encoded updates, so replicas stay identical without averaging. In mixed precision each
 replica skips its own overflowing steps; AVERAGING keeps the smallest scale. Each fit() starts from
-the model as it is then, hyper-parameters included.
+the model as it is then, hyper-parameters included; the model holds the fit's result when fit()
+returns: a listener's epoch callbacks get the model as the fit found it (call `pw.sync()` there to
+see the average so far, as early stopping does), and sync() refuses a model changed meanwhile.
 
 Differences from DL4J, on purpose: workers=1 is allowed (a comparison's baseline); the model ends
 with the averaged parameters, not worker 0's; a worker's exception stops fit() at once, naming the
@@ -31,18 +33,21 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import math
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from kit.core import backend
 from kit.core.arguments import whole
 from kit.core.context import scope_out_of_workspaces
 from kit.core.devices import AnyDevice, as_device, blas_threads, cores_per_worker, default_devices, gpu_count
 from kit.data.async_iter import AsyncPrefetchIterator
 from kit.data.dataset import DataSet
 from kit.lifecycle import ShutsDownOnExit
+from kit.nn.layers import Layer, hyper_values
 from kit.nn.loop import StepResult, TrainingLoop, loop_hooks
 from kit.nn.losses import loss_from_config
 from kit.nn.mixed import LossScaler
@@ -191,6 +196,7 @@ class ParallelWrapper(ShutsDownOnExit):
                 w.replica.copy_state_from(self.model)
             self.iteration, self.epoch = self.model.iteration, self.model.epoch
             self._dirty.clear()
+            self._published = self._fingerprint()
 
     def _hand_over_hyper_parameters(self) -> None:
         """Give every replica the model's current updater (type and every hyper-parameter: lr,
@@ -206,6 +212,10 @@ class ParallelWrapper(ShutsDownOnExit):
             if r.loss.config() != loss:
                 r.loss = loss_from_config(loss)
             r.l2 = model.l2
+            for ours, theirs in zip(_layers(model.body.layers), _layers(r.body.layers), strict=True):
+                for name, value in hyper_values(ours).items():  # BatchNorm's eps, Dropout's retain ...
+                    if getattr(theirs, name) != value:
+                        setattr(theirs, name, value)
 
     # ---- training -------------------------------------------------------------------
     def fit(self, data: Iterable[DataSet], epochs: int = 1) -> ParallelWrapper:
@@ -274,11 +284,14 @@ class ParallelWrapper(ShutsDownOnExit):
             for w in self._zoo:  # every replica, including idle ones, applies the same sum
                 w.submit(lambda worker: worker.apply(messages))
             self._collect(self._zoo)
+            self._average_frozen(zoo)
         self.last_score = float(np.mean(scores))
         self.round_seconds.append(time.perf_counter() - t0)
+        skipped = [w.replica.last_step_skipped for w in zoo]
+        # a round every worker refused (a non-finite loss, nothing updated) is no iteration (kit.nn.loop)
+        refused = all(not math.isfinite(s) and not k for s, k in zip(scores, skipped))
         for w in self._zoo:  # idle workers of a short last round keep the same step count
-            w.replica.iteration = iteration
-        skipped = [self.training_mode is TrainingMode.AVERAGING and w.replica.last_step_skipped for w in zoo]
+            w.replica.iteration = self.iteration if refused else iteration
         return [
             StepResult(score, ds.num_examples, w.replica, w.index, skip)
             for w, ds, score, skip in zip(zoo, batches, scores, skipped)
@@ -287,6 +300,22 @@ class ParallelWrapper(ShutsDownOnExit):
     def _collect(self, zoo: list[Worker]) -> list[Any]:
         # the first failure stops everything; the others finish their task first
         return [w.result() for w in zoo]
+
+    def _average_frozen(self, zoo: list[Worker]) -> None:
+        """SHARED_GRADIENTS: BatchNorm's running statistics (no gradient, never encoded) as the mean
+        of the workers' that trained this round, in every replica: one network's statistics again."""
+        slices = self.model.frozen_slices
+        if not slices:
+            return
+        with scope_out_of_workspaces():
+            for sl in slices:
+                values = [w.replica.flat_master.data[sl] for w in zoo]
+                host = [v.get() if backend.is_cupy_array(v) else v for v in values]  # (C,): small
+                mean = np.mean(np.asarray(host, dtype=np.float64), axis=0)
+                for w in self._zoo:
+                    w.replica.flat_master.data[sl] = w.replica.device.xp.asarray(mean)
+        for w in self._zoo:
+            w.replica.cast_master()
 
     def _average(self) -> None:
         """Mean of the replicas that trained (parameters, and updater state when asked), computed
@@ -312,15 +341,30 @@ class ParallelWrapper(ShutsDownOnExit):
             r.cast_master()
         if self.model.loss_scaler is not None:  # one scaler state again: the most careful scale
             merged = LossScaler.merged([r.loss_scaler for r in trained])
-            for r in self.replicas:
+            in_a_row = max(r.loss_scaler.skipped_in_a_row for r in trained)  # a fixed scale that never steps
+            for r in self.replicas:  # still gives up (the file format keeps three numbers; this is not one)
                 r.loss_scaler.load_state(merged)
+                r.loss_scaler.skipped_in_a_row = in_a_row
         self.averagings += 1
         self.averaging_seconds += time.perf_counter() - t0
         if self.report_score_after_averaging:
             log.info("Averaged score: %s", self.last_score)
 
     def sync(self) -> None:
-        """End on the average (AVERAGING) and leave the state in the user's model."""
+        """End on the average (AVERAGING) and leave the state in the user's model; refused when the
+        model changed since this wrapper last wrote it (another fit, another wrapper): that would
+        be overwritten."""
+        if self._closed:
+            raise RuntimeError(
+                "ParallelWrapper.sync(): it was shut down (by shutdown(), a `with` block, or a worker's failure); "
+                "make a new one"
+            )
+        if self._fingerprint() != self._published:
+            raise RuntimeError(
+                f"ParallelWrapper.sync(): the model changed since this wrapper last wrote it (it is at iteration "
+                f"{self.model.iteration}); syncing would overwrite that. fit() again to train on from it, or "
+                "make a new wrapper"
+            )
         if self.training_mode is TrainingMode.AVERAGING and self._dirty and self.workers > 1:
             self._average()
         with self.model.lock:  # a save() from another thread sees the state before or after, whole
@@ -350,3 +394,10 @@ class ParallelWrapper(ShutsDownOnExit):
 
     def threads_alive(self) -> int:
         return sum(w.thread.is_alive() for w in self._zoo)
+
+
+def _layers(layers: Sequence[Layer]) -> Iterator[Layer]:
+    """Every layer, sublayers included, in one order."""
+    for layer in layers:
+        yield layer
+        yield from _layers(layer.sublayers())
