@@ -27,6 +27,9 @@ from kit.parallel.threshold import (
     TargetSparsityThresholdAlgorithm,
     threshold_encode,
 )
+from kit.spark import ParameterAveragingTrainingMaster, SharedTrainingMaster
+from kit.spark.rdd_data import to_rdd
+from kit.training.compare import Job
 from kit.training.earlystopping_config import (
     BestScoreEpochTerminationCondition,
     DataSetLossCalculator,
@@ -36,7 +39,7 @@ from kit.training.earlystopping_config import (
     MaxTimeIterationTerminationCondition,
     ScoreImprovementEpochTerminationCondition,
 )
-from kit.training.listeners import PerformanceListener, ScoreIterationListener, StatsRecorder
+from kit.training.listeners import PerformanceListener, ScoreIterationListener, StatsRecorder, TrainingDashboard
 from kit.training.scaling import measure_bandwidth, predict_epoch_seconds
 from kit.workspaces.workspace import WorkspaceConfig
 
@@ -224,6 +227,41 @@ CALLS = {
     "measure_bandwidth": (lambda v: measure_bandwidth(v, repeats=1), "nbytes", "count>=1"),
     "kit.arange": (lambda v: kit.arange(v), "stop", "finite"),
     "fit prefetch, a list of DataSets": (lambda v: _net().fit([DS], prefetch=v), "prefetch", "count>=0"),
+    # the second pass of 2026-11-29: Spark's masters and data, jobs, panels, shutdowns
+    "to_rdd examples_per_element": (lambda v: to_rdd(None, DS, examples_per_element=v), "examples", "count>=1"),
+    "to_rdd num_slices": (lambda v: to_rdd(None, DS, num_slices=v), "num_slices", "count>=1"),
+    "ParameterAveragingTrainingMaster": (
+        lambda v: ParameterAveragingTrainingMaster(batch_size_per_worker=v),
+        "batch_size_per_worker",
+        "count>=1",
+    ),
+    "SharedTrainingMaster initial_threshold": (
+        lambda v: SharedTrainingMaster(4, 1, initial_threshold=v),
+        "initial_threshold",
+        "(0,float32]",
+    ),
+    "a master's round_timeout": (
+        lambda v: ParameterAveragingTrainingMaster(batch_size_per_worker=4, round_timeout=v),
+        "round_timeout",
+        "(0,float32]",
+    ),
+    "Job batch_size": (lambda v: Job(_net, DS, batch_size=v), "batch_size", "count>=1"),
+    "Job min_time": (lambda v: Job(_net, DS, min_time=v), "min_time", ">0"),
+    "WorkerPanel total_iterations": (
+        lambda v: WorkerPanel(2, total_iterations=v, widgets=False, display=False),
+        "total_iterations",
+        "count>=0",
+    ),
+    "TrainingDashboard interval": (
+        lambda v: TrainingDashboard(10, interval=v, widgets=False),
+        "interval",
+        "secs, inf: never",
+    ),
+    "AsyncPrefetchIterator.shutdown": (
+        lambda v: AsyncPrefetchIterator(ArrayIterator(DS, 4), prefetch=1).shutdown(timeout=v),
+        "timeout",
+        "secs, inf: never",
+    ),
 }
 
 
@@ -270,7 +308,8 @@ def test_a_bad_number_is_refused_at_the_call_naming_the_value(call, bad):
 
 
 # a count given as a NumPy integer (y.max() + 1, an array's length) is a count: accepted wherever a count is
-NOT_RUN = {"load_fashion_mnist limit", "Network.fit epochs", "measure_bandwidth"}  # work, not checks
+NOT_RUN = {"load_fashion_mnist limit", "Network.fit epochs", "measure_bandwidth", "to_rdd examples_per_element"}
+NOT_RUN |= {"to_rdd num_slices"}  # (they need a SparkContext past the check)  # work, not checks
 GOOD = {"Evaluation num_classes": 2, "DataSet num_classes": 2}
 COUNTS = [c for c, (_, _, kind) in CALLS.items() if kind.startswith("count") and c not in NOT_RUN]
 
@@ -336,3 +375,21 @@ def test_a_number_is_no_dtype(value):
     with pytest.raises(TypeError, match="is a number, not a dtype"):
         kit.backend.set_default_dtype(value)
     assert kit.backend.get_default_dtype() == before
+
+
+# a flag is True or False: "False" and "no" are true strings, and None no answer
+FLAGS = {
+    "ParallelWrapper average_updaters": lambda v: ParallelWrapper(_net(), workers=1, average_updaters=v),
+    "ParallelWrapper report_score_after_averaging": lambda v: ParallelWrapper(
+        _net(), workers=1, report_score_after_averaging=v
+    ),
+    "PerformanceListener report_score": lambda v: PerformanceListener(1, report_score=v),
+    "track_allocation_sites": lambda v: kit.workspaces.workspace.track_allocation_sites(v),
+}
+
+
+@pytest.mark.parametrize("value", ["False", "no", None])
+@pytest.mark.parametrize("call", list(FLAGS))
+def test_a_flag_is_true_or_false(call, value):
+    with pytest.raises(TypeError, match="True or False"):
+        FLAGS[call](value)

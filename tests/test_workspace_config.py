@@ -130,3 +130,6 @@ def test_allocation_site_tracking_is_a_process_wide_switch():
     assert STATE.track_sites is False
     track_allocation_sites(1)
     assert STATE.track_sites is True
+    with pytest.raises(TypeError, match=r"track_allocation_sites\(enabled='False'\): True or False"):
+        track_allocation_sites("False")  # a true string: it switched tracking on
+    assert STATE.track_sites is True

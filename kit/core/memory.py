@@ -28,6 +28,7 @@ import ctypes
 import ctypes.util
 import functools
 import math
+import re
 import threading
 import weakref
 from collections import defaultdict
@@ -235,15 +236,28 @@ def counters() -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in total.items()}
 
 
-def heap_allocations(device: str | None = None, *, this_thread: bool = False) -> int:
-    """How many heap allocations kit has made (all devices unless one is named)."""
-    source = {k.name: tuple(v) for k, v in _thread_counters().items()} if this_thread else counters()
-    return sum(n for name, (n, _) in source.items() if device is None or name == device)
+def heap_allocations(device: str | AnyDevice | None = None, *, this_thread: bool = False) -> int:
+    """How many heap allocations kit has made (all devices unless one is given: a Device or its name)."""
+    return sum(n for n, _ in _counted(device, this_thread, "heap_allocations"))
 
 
-def heap_bytes(device: str | None = None, *, this_thread: bool = False) -> int:
+def heap_bytes(device: str | AnyDevice | None = None, *, this_thread: bool = False) -> int:
+    return sum(b for _, b in _counted(device, this_thread, "heap_bytes"))
+
+
+DEVICE_NAME = re.compile(r"(cpu|gpu):\d+(/logical\d+of\d+)?")  # Device.name and LogicalDevice.name
+
+
+def _counted(device: str | AnyDevice | None, this_thread: bool, where: str) -> list[tuple[int, int]]:
+    """(allocations, bytes) of each device counted, of `device` only when given: a name that is no
+    device's ("cpu", "CPU:0", 0) is refused, never read as a device that allocated nothing."""
     source = {k.name: tuple(v) for k, v in _thread_counters().items()} if this_thread else counters()
-    return sum(b for name, (_, b) in source.items() if device is None or name == device)
+    if device is None:
+        return list(source.values())
+    name = getattr(device, "name", device)
+    if not isinstance(name, str) or not DEVICE_NAME.fullmatch(name):
+        raise ValueError(f"{where}(device={device!r}): a device or its name, e.g. 'cpu:0' or 'gpu:0'")
+    return [v for k, v in source.items() if k == name]
 
 
 def reset_counters() -> None:

@@ -30,6 +30,8 @@ import warnings
 import weakref
 from collections.abc import Iterable, Iterator
 
+import numpy as np
+
 from kit.arrays.ndarray import NDArray
 from kit.core.arguments import whole
 from kit.core.devices import AnyDevice, as_device, attach_thread_to_device
@@ -221,8 +223,10 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
         gets IteratorShutDownError at its next batch. Waits at most `timeout` seconds for the
         thread (a base iterator blocked in its own code cannot be interrupted); returns True when
         it ended, else warns and lets it end by itself at its next batch."""
-        if not isinstance(timeout, (int, float)) or not timeout >= 0:
+        number = isinstance(timeout, int | float | np.integer | np.floating) and not isinstance(timeout, bool)
+        if not number or not timeout >= 0:  # True is no second; inf waits as long as it takes
             raise ValueError(f"AsyncPrefetchIterator.shutdown(timeout={timeout!r}): seconds >= 0")
+        timeout = float(timeout)
         self._shut.set()
         self._closed = True
         if self._thread is threading.current_thread():  # collected on its own thread: it ends by itself

@@ -155,6 +155,8 @@ class Timing:
     @property
     def warnings(self) -> list[str]:
         out = []
+        if not all(math.isfinite(s) and s >= 0 for s in self.seconds):  # no clock gives these: no figure either
+            out.append(f"timings that are not finite or are negative: {[s for s in self.seconds if not s >= 0]}")
         if self.load > LOAD_LIMIT:
             used = format_load(self.load)
             out.append(f"machine busy: other processes used {used} of the CPU while this was measured")

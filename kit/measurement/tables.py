@@ -23,6 +23,8 @@ import textwrap
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 __all__ = ["Table", "header", "html_table", "number", "percent", "text_table", "wrap"]
 
 WIDTH = 100
@@ -53,9 +55,9 @@ def number(value: object, missing: str = "-") -> str:
     """
     if value is None:
         return missing
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
         return str(value)
-    if isinstance(value, int):
+    if isinstance(value, int | np.integer):
         return f"{value:,}"
     return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
 

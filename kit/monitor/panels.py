@@ -158,6 +158,13 @@ def table_html(title: str, header: list[str], rows: list[list[str]], footer: str
     )
 
 
+def throttle(where: str, interval: float, use_widgets: bool, text_interval: float) -> Throttle:
+    """A panel's redraw throttle: `interval` in a notebook, `text_interval` in a terminal, both
+    checked whichever is used (a script that runs in a terminal runs in a notebook too)."""
+    shown, printed = Throttle(interval, where), Throttle(text_interval, where)
+    return shown if use_widgets else printed
+
+
 class Throttle:
     def __init__(self, interval: float, where: str = "panel") -> None:
         # seconds between redraws; infinity: only forced ones (a final line)
@@ -244,7 +251,7 @@ class TimingPanel(Panel):
         self.label = label
         self.use_widgets = in_notebook() if widgets is None else widgets
         window = whole("TimingPanel", "window", window)
-        self._throttle = Throttle(interval if self.use_widgets else text_interval, type(self).__name__)
+        self._throttle = throttle(type(self).__name__, interval, self.use_widgets, text_interval)
         self.count = 0
         self.times: deque[float] = deque(maxlen=window)
         self._start = self._last = time.perf_counter()
@@ -337,7 +344,7 @@ class Progress(Panel):
         self.what, self.total, self.done, self.note = what, total, 0, ""
         self.stopped = ""  # what stopped the work (the exception's name) where a `with` block raised
         self.use_widgets = in_notebook() if widgets is None else widgets
-        self._throttle = Throttle(interval if self.use_widgets else text_interval, type(self).__name__)
+        self._throttle = throttle(type(self).__name__, interval, self.use_widgets, text_interval)
         self._start = time.perf_counter()
         self._ended: float | None = None
         if self.use_widgets:

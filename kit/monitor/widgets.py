@@ -39,7 +39,6 @@ from kit.monitor.panels import (
     Panel,
     Progress,
     StaticPanel,
-    Throttle,
     TimingPanel,
     bar_html,
     emit,
@@ -48,6 +47,7 @@ from kit.monitor.panels import (
     note_html,
     panel_html,
     table_html,
+    throttle,
 )
 from kit.monitor.readings import stats as _memory_stats
 
@@ -85,7 +85,7 @@ class MemoryPanel(Panel):
     ) -> None:
         self.use_widgets = in_notebook() if widgets is None else widgets
         self.title = title
-        self._throttle = Throttle(interval if self.use_widgets else text_interval, type(self).__name__)
+        self._throttle = throttle(type(self).__name__, interval, self.use_widgets, text_interval)
         self._rows: dict[str, tuple[Any, Any, Any]] = {}
         self._last: dict[str, Any] = {}
         if self.use_widgets:
@@ -217,7 +217,7 @@ class TrainingPanel(Panel):
         self.use_widgets = in_notebook() if widgets is None else widgets
         self.timing = TimingPanel(total_iterations, "training", interval, widgets=self.use_widgets, display=False)
         self.memory = MemoryPanel(max(interval, 0.5), widgets=self.use_widgets, display=False) if memory else None
-        self._throttle = Throttle(interval if self.use_widgets else 2.0, type(self).__name__)
+        self._throttle = throttle(type(self).__name__, interval, self.use_widgets, 2.0)
         self.scores: list[float] = []
         self.epochs_done = 0
         # steps replayed at the kernel seam (kit.nn.replay) among those seen: None for a model that never replays
@@ -303,9 +303,10 @@ class WorkerPanel(Panel):
         workers = whole("WorkerPanel", "workers", workers)
         if not isinstance(title, str) or not title.strip():
             raise ValueError(f"WorkerPanel(title={title!r}): a non-empty string naming the run, e.g. '2 workers'")
-        self.workers, self.total, self.title = workers, total_iterations, title
+        total = None if total_iterations is None else whole("WorkerPanel", "total_iterations", total_iterations, 0)
+        self.workers, self.total, self.title = workers, total, title
         self.use_widgets = in_notebook() if widgets is None else widgets
-        self._throttle = Throttle(interval if self.use_widgets else 2.0, type(self).__name__)
+        self._throttle = throttle(type(self).__name__, interval, self.use_widgets, 2.0)
         self.counts = [0] * workers
         self.times: list[deque[float]] = [deque(maxlen=50) for _ in range(workers)]
         self.busy = [0.0] * workers  # each worker's step times added up over the whole run

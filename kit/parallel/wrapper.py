@@ -135,12 +135,25 @@ class ParallelWrapper(ShutsDownOnExit):
         averaging_frequency = whole("ParallelWrapper", "averaging_frequency", averaging_frequency, 1)
         self.model, self.workers, self.devices = model, workers, on
         self.prefetch_buffer, self.averaging_frequency = prefetch_buffer, averaging_frequency
-        self.report_score_after_averaging = report_score_after_averaging
-        self.average_updaters = average_updaters
-        self.training_mode = TrainingMode(training_mode)
-        self.threshold_algorithm = threshold_algorithm or AdaptiveThresholdAlgorithm()
+        self.report_score_after_averaging = _flag("report_score_after_averaging", report_score_after_averaging)
+        self.average_updaters = _flag("average_updaters", average_updaters)
+        self.training_mode = _choice("training_mode", training_mode, TrainingMode)
+        if threshold_algorithm is not None and not hasattr(threshold_algorithm, "calculate_threshold"):
+            raise TypeError(
+                f"ParallelWrapper(threshold_algorithm={threshold_algorithm!r}): a ThresholdAlgorithm, e.g. "
+                "FixedThresholdAlgorithm(1e-3), or None for AdaptiveThresholdAlgorithm()"
+            )
+        if residual_post_processor is not None and not hasattr(residual_post_processor, "process_residual"):
+            raise TypeError(
+                f"ParallelWrapper(residual_post_processor={residual_post_processor!r}): a ResidualPostProcessor, "
+                "e.g. ResidualClippingPostProcessor(5, 5), or None for none"
+            )
+        self.threshold_algorithm = AdaptiveThresholdAlgorithm() if threshold_algorithm is None else threshold_algorithm
         self.residual_post_processor = residual_post_processor or NoOpResidualPostProcessor()
-        self.workspace_mode = WorkspaceMode(workspace_mode) if workspace_mode else model.training_workspace_mode
+        mode = workspace_mode
+        self.workspace_mode = (
+            model.training_workspace_mode if mode is None else _choice("workspace_mode", mode, WorkspaceMode)
+        )
         self.listeners = list(listeners)
         self.iteration = model.iteration  # a trained model goes on counting (Adam's bias correction too)
         self.epoch = model.epoch
@@ -220,6 +233,7 @@ class ParallelWrapper(ShutsDownOnExit):
     # ---- training -------------------------------------------------------------------
     def fit(self, data: Iterable[DataSet], epochs: int = 1) -> ParallelWrapper:
         """Train `epochs` epochs on the wrapper's workers; the user's model ends with the average."""
+        epochs = whole("fit", "epochs", epochs)  # before the session, which shuts the wrapper down on any error
         self.make_loop(listeners=self.listeners)
         with self.session(data) as source:
             self.loop.run(source, epochs)
@@ -394,6 +408,20 @@ class ParallelWrapper(ShutsDownOnExit):
 
     def threads_alive(self) -> int:
         return sum(w.thread.is_alive() for w in self._zoo)
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool | np.bool_):  # "False" is a true string
+        raise TypeError(f"ParallelWrapper({name}={value!r}): True or False")
+    return bool(value)
+
+
+def _choice(name: str, value: object, kind: type[enum.Enum]) -> Any:
+    try:
+        return kind(value.value if isinstance(value, kind) else value)
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in kind)
+        raise ValueError(f"ParallelWrapper({name}={value!r}): one of {choices}") from None
 
 
 def _layers(layers: Sequence[Layer]) -> Iterator[Layer]:

@@ -43,7 +43,7 @@ __all__ = ["RoundPartial", "array_bytes", "check_depth", "fan_in", "merge_round"
 
 def check_depth(owner: str, depth: Any) -> int:
     """`aggregation_depth` as an integer >= 1, or a ValueError naming the value and the remedy."""
-    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+    if not isinstance(depth, int | np.integer) or isinstance(depth, bool) or depth < 1:
         raise ValueError(
             f"{owner}(aggregation_depth={depth!r}): must be an integer >= 1 (DL4J's default 2: the driver "
             "receives about sqrt(workers) partial sums; 1 sends every worker's result to the driver)"

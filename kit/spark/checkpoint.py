@@ -48,12 +48,12 @@ def check_every(owner: str, value: Any) -> int:
     """`checkpoint_every` as rounds (0: off)."""
     if value is None:
         return 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 0:
         raise ValueError(
             f"{owner}(checkpoint_every={value!r}): rounds between two checkpoints, an integer >= 1 "
             "(None or 0: no checkpoints)"
         )
-    return value
+    return int(value)
 
 
 def check_directory(owner: str, value: Any) -> str | None:

@@ -20,12 +20,14 @@ from __future__ import annotations
 import enum
 import math
 import os
+import threading
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from kit.nn.workspace_mgr import WorkspaceMode
+from kit.parallel.threshold import TAU_MAX
 from kit.parallel.wrapper import TrainingMode  # ParallelWrapper's: the same two ways to combine workers
 from kit.spark import scheduling
 from kit.spark.aggregation import check_depth
@@ -113,15 +115,23 @@ class MasterOptions:
         self._set("barrier", check_bool(name, "barrier", self.barrier))
         self._set("gpus_per_task", scheduling.check_gpus(name, self.gpus_per_task))
         timeout = check_real(name, "round_timeout", self.round_timeout)
-        if not timeout > 0:
-            raise ValueError(f"{name}(round_timeout={self.round_timeout!r}): seconds > 0 (default 300)")
+        if not 0 < timeout <= threading.TIMEOUT_MAX:  # a larger one overflows every wait (no watchdog at all)
+            raise ValueError(
+                f"{name}(round_timeout={self.round_timeout!r}): seconds > 0 and at most {threading.TIMEOUT_MAX:.3g} "
+                "(default 300)"
+            )
         self._set("round_timeout", timeout)
-        check_int(name, "batch_size_per_worker", self.batch_size_per_worker, 1)
+        self._set("batch_size_per_worker", check_int(name, "batch_size_per_worker", self.batch_size_per_worker, 1))
         self._check_own()
         if self.num_workers is not None:
-            check_int(name, "num_workers", self.num_workers, 1)
-        check_int(name, "rdd_data_set_num_examples", self.rdd_data_set_num_examples, 1)
-        check_int(name, "worker_prefetch_num_batches", self.worker_prefetch_num_batches, 0)
+            self._set("num_workers", check_int(name, "num_workers", self.num_workers, 1))
+        self._set(
+            "rdd_data_set_num_examples", check_int(name, "rdd_data_set_num_examples", self.rdd_data_set_num_examples, 1)
+        )
+        self._set(
+            "worker_prefetch_num_batches",
+            check_int(name, "worker_prefetch_num_batches", self.worker_prefetch_num_batches, 0),
+        )
         self._set("repartition", check_enum(name, "repartition", self.repartition, Repartition))
         approach = check_enum(name, "rdd_training_approach", self.rdd_training_approach, RDDTrainingApproach)
         self._set("rdd_training_approach", approach)
@@ -131,7 +141,7 @@ class MasterOptions:
             mode = check_enum(name, "worker_workspace_mode", self.worker_workspace_mode, WorkspaceMode)
             self._set("worker_workspace_mode", mode.value)
         self._set("worker_periodic_gc", check_bool(name, "worker_periodic_gc", self.worker_periodic_gc))
-        check_int(name, "worker_gc_window_ms", self.worker_gc_window_ms, 0)
+        self._set("worker_gc_window_ms", check_int(name, "worker_gc_window_ms", self.worker_gc_window_ms, 0))
 
     def _check_own(self) -> None:
         """The subclass's own arguments."""
@@ -166,7 +176,7 @@ class AveragingOptions(MasterOptions):
         return self.averaging_frequency
 
     def _check_own(self) -> None:
-        check_int(self.master, "averaging_frequency", self.averaging_frequency, 1)
+        self._set("averaging_frequency", check_int(self.master, "averaging_frequency", self.averaging_frequency, 1))
         self._set("save_updater", check_bool(self.master, "save_updater", self.save_updater))
         gang = check_gang_options(self.master, self.execution, self.exchange, self.collective, self.averaging_frequency)
         for key, value in zip(("execution", "exchange", "collective"), gang):
@@ -204,7 +214,7 @@ class SharedOptions(MasterOptions):
         )
 
     def _check_own(self) -> None:
-        check_int(self.master, "batches_per_round", self.batches_per_round, 1)
+        self._set("batches_per_round", check_int(self.master, "batches_per_round", self.batches_per_round, 1))
         self._set("keep_state_on_driver", check_bool(self.master, "keep_state_on_driver", self.keep_state_on_driver))
         self._set("average_updates", check_bool(self.master, "average_updates", self.average_updates))
         multiple = check_update_multiple(self.master, self.threshold_update_multiple)
@@ -257,9 +267,9 @@ def local_path(directory: str) -> str:
 
 
 def check_int(owner: str, name: str, value: Any, minimum: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{owner}({name}={value!r}): must be an integer >= {minimum}")
-    return value
+    return int(value)  # NumPy's integers too, as a plain int (they travel to executors as JSON)
 
 
 def check_bool(owner: str, name: str, value: Any) -> bool:
@@ -337,8 +347,11 @@ def check_threshold(
         "max_target_sparsity": check_real(name, "max_target_sparsity", max_target_sparsity),
         "decay_rate": check_real(name, "decay_rate", decay_rate),
     }
-    if not t["initial_threshold"] > 0:
-        raise ValueError(f"{name}(initial_threshold={initial_threshold!r}): must be > 0 (DL4J's default: 1e-3)")
+    if not 0 < t["initial_threshold"] <= TAU_MAX:  # tau travels as float32: refused here, not on every executor
+        raise ValueError(
+            f"{name}(initial_threshold={initial_threshold!r}): must be > 0 and at most {TAU_MAX:.6g}, float32's "
+            "largest (DL4J's default: 1e-3)"
+        )
     if not 0 < t["min_target_sparsity"] < t["max_target_sparsity"] <= 1:
         raise ValueError(
             f"{name}(min_target_sparsity={min_target_sparsity!r}, max_target_sparsity={max_target_sparsity!r}): "

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.core.arguments import whole
 from kit.data.dataset import DataSet
 from kit.data.labels import class_indices
 from kit.spark import executor as ex
@@ -41,14 +42,16 @@ def to_rdd(
     indices past it too, else the workers refuse them); `examples_per_element` examples per
     element (how the data is cut for Spark; training re-batches to the master's
     batch_size_per_worker examples)."""
-    if isinstance(data, DataSet):
+    if isinstance(data, DataSet):  # the numbers first: -1 examples an element made an empty RDD, said at fit
         x, y = data.features.numpy(), data.labels.numpy()
     else:
         x, y = np.asarray(data[0]), data[1]
     y = class_indices(y, num_classes, where="to_rdd")
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"to_rdd: {x.shape[0]} feature rows but {y.shape[0]} labels")
-    n = examples_per_element  # features keep their dtype: the network casts them where they meet it
+    n = whole("to_rdd", "examples_per_element", examples_per_element)  # features keep their dtype (cast where
+    if num_slices is not None:  # they meet the network)
+        num_slices = whole("to_rdd", "num_slices", num_slices, what=" (partitions), or None for Spark's default")
     pairs = [(x[i : i + n], y[i : i + n]) for i in range(0, x.shape[0], n)]
     return sc.parallelize(pairs, num_slices or sc.defaultParallelism)
 

@@ -28,6 +28,8 @@ import re
 import warnings
 from typing import Any
 
+import numpy as np
+
 from kit.core import backend
 from kit.core.devices import Device, gpu_count
 
@@ -49,7 +51,11 @@ class MoreWorkersThanSlotsWarning(UserWarning):
 def check_gpus(owner: str, value: Any) -> float | None:
     if value is None:
         return None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = (
+        isinstance(value, int | float | np.integer | np.floating)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    )
     if not ok or not ((value >= 1 and float(value).is_integer()) or 0 < value <= 0.5):
         raise ValueError(
             f"{owner}(gpus_per_task={value!r}): GPUs each task needs, a whole number >= 1 or a share of one GPU "

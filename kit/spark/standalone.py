@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 from kit.spark.spark_context import SparkUnavailableError, spark_missing
@@ -126,12 +127,12 @@ def _check(workers: object, cores: object, memory: object, private: object, time
     if not isinstance(private, bool):
         raise TypeError(f"standalone_cluster(private={private!r}): True or False")
     for name, value in (("workers", workers), ("cores", cores)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
             raise ValueError(f"standalone_cluster({name}={value!r}): a whole number >= 1, e.g. {name}=2")
     if not isinstance(memory, str) or not MEMORY.match(memory):
         raise ValueError(f"standalone_cluster(memory={memory!r}): Spark's memory string, e.g. memory='1g' or '512m'")
     for name, value in timeouts.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        if not isinstance(value, int | float | np.integer | np.floating) or isinstance(value, bool) or not value > 0:
             raise ValueError(f"standalone_cluster({name}={value!r}): seconds > 0, e.g. {name}=90")
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.core.arguments import whole
+from kit.core.arguments import real, whole
 from kit.core.devices import (
     as_device,
     blas_threads,
@@ -76,6 +76,11 @@ class Job:
     averaging_frequency: int = 1
     shuffle: bool = True
     min_time: float = measure.MIN_TIME
+
+    def __post_init__(self) -> None:  # at the call: compare_devices builds models and measures before it trains
+        for name, least in (("batch_size", 1), ("epochs", 1), ("averaging_frequency", 1)):
+            setattr(self, name, whole("Job", name, getattr(self, name), least))
+        self.min_time = real("Job", "min_time", self.min_time, 0, low_open=True, what=" (seconds)")
 
 
 def _devices_for(n: int) -> tuple[list[Any], str]:

@@ -304,6 +304,22 @@ class EarlyStoppingConfig:
             ScoreImprovementEpochTerminationCondition,
             MaxTimeIterationTerminationCondition,
         )
+        for name, other in (
+            ("epoch_termination_conditions", IterationTerminationCondition),
+            ("iteration_termination_conditions", EpochTerminationCondition),
+        ):
+            wrong = [c for c in getattr(self, name) if isinstance(c, other)]
+            if wrong:
+                raise TypeError(
+                    f"EarlyStoppingConfig({name}=[... {wrong[0]!r} ...]): that is an {other.__name__}; an epoch "
+                    "condition (MaxEpochs..., ScoreImprovement..., BestScore...) goes in epoch_termination_conditions, "
+                    "an iteration one (MaxTime..., MaxScore..., InvalidScore...) in iteration_termination_conditions"
+                )
+        if self.score_calculator is not None and not hasattr(self.score_calculator, "minimize_score"):
+            raise TypeError(
+                f"EarlyStoppingConfig(score_calculator={self.score_calculator!r}): a ScoreCalculator, e.g. "
+                "DataSetLossCalculator(valid_iterator)"
+            )
         given = [*self.epoch_termination_conditions, *self.iteration_termination_conditions]
         if not given:
             raise ValueError(

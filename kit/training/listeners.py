@@ -129,6 +129,9 @@ class PerformanceListener(TrainingListener):
     ) -> None:
         self.frequency = whole("PerformanceListener", "frequency", frequency)
         self.report_score = report_score
+        for name, flag in (("report_score", report_score), ("report_gc", report_gc), ("report_etl", report_etl)):
+            if not isinstance(flag, bool):  # "no" is a true string
+                raise TypeError(f"PerformanceListener({name}={flag!r}): True or False")
         self.report_gc, self.report_etl = report_gc, report_etl
         self.stream = stream
         self.lines: list[str] = []

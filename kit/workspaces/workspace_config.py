@@ -83,7 +83,7 @@ class WorkspaceConfig:
     def __post_init__(self) -> None:
         for field in ("initial_size", "min_size", "max_size", "cycles_before_initialization"):
             value = getattr(self, field)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+            if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 0:
                 raise WorkspaceConfigError(f"WorkspaceConfig.{field}={value!r}: must be a whole number >= 0")
         for field, enum_type in (
             ("policy_allocation", AllocationPolicy),
@@ -93,14 +93,18 @@ class WorkspaceConfig:
         ):
             value = getattr(self, field)
             if not isinstance(value, enum_type):
-                try:
-                    object.__setattr__(self, field, enum_type(str(value).upper()))
+                try:  # a name, in any case; None is no policy ("NONE" is LearningPolicy's, named as such)
+                    if not isinstance(value, str):
+                        raise ValueError(value)
+                    object.__setattr__(self, field, enum_type(value.upper()))
                 except ValueError:
                     names = ", ".join(m.name for m in enum_type)
                     raise WorkspaceConfigError(f"WorkspaceConfig.{field}={value!r}: use one of {names}") from None
         lim = self.overallocation_limit
-        if not isinstance(lim, (int, float)) or isinstance(lim, bool) or not math.isfinite(lim) or lim < 0:
+        number = isinstance(lim, int | float | np.integer | np.floating) and not isinstance(lim, bool)
+        if not number or not math.isfinite(lim) or lim < 0:
             raise WorkspaceConfigError(f"WorkspaceConfig.overallocation_limit={lim!r}: must be a finite number >= 0")
+        object.__setattr__(self, "overallocation_limit", float(lim))
         if self.max_size and self.min_size > self.max_size:
             raise WorkspaceConfigError(
                 f"WorkspaceConfig: min_size={self.min_size} is larger than max_size={self.max_size}"
@@ -143,4 +147,6 @@ def get_debug_mode() -> DebugMode:
 def track_allocation_sites(enabled: bool = True) -> None:
     """Debug switch: remember where (file:line) each workspace array was allocated, and
     print it in stale-array errors. Costs a stack walk per allocation."""
+    if not isinstance(enabled, bool | int | np.bool_):  # "False" is a true string; 0 and 1 read as they say
+        raise TypeError(f"track_allocation_sites(enabled={enabled!r}): True or False")
     STATE.track_sites = bool(enabled)

@@ -185,7 +185,9 @@ def test_invalid_settings_are_clear():
         ParallelWrapper(net, workers=0)
     with pytest.raises(ValueError, match=r"averaging_frequency=0\): must be a whole number >= 1"):
         ParallelWrapper(net, workers=2, averaging_frequency=0)
-    with pytest.raises(ValueError, match="'BOTH' is not a valid TrainingMode"):
+    with pytest.raises(
+        ValueError, match=r"ParallelWrapper\(training_mode='BOTH'\): one of 'AVERAGING', 'SHARED_GRADIENTS'"
+    ):
         ParallelWrapper(net, workers=2, training_mode="BOTH")
     with pytest.raises(TypeError, match=r"needs a kit\.nn\.Network"):
         ParallelWrapper(object())
