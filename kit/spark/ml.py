@@ -90,10 +90,19 @@ def _network_config(value: Any) -> str:
 
 def _master_options(value: Any) -> str:
     if isinstance(value, str):
-        value = json.loads(value)
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"NetworkClassifier(masterOptions={value!r}): not JSON ({exc}); give a dict") from None
     if not isinstance(value, dict):
         raise TypeError(f"NetworkClassifier(masterOptions={value!r}): the master's keyword arguments, a dict")
-    return json.dumps(value, sort_keys=True)
+    return json.dumps(value, sort_keys=True, default=_plain)  # np.int64(32) is 32 on the wire
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.integer | np.floating | np.bool_):
+        return value.item()
+    raise TypeError(f"NetworkClassifier(masterOptions=...): {value!r} is not a number, string or bool")
 
 
 def _master_name(value: Any) -> str:
@@ -104,19 +113,17 @@ def _master_name(value: Any) -> str:
 
 def _positive(name: str) -> Any:
     def convert(value: Any) -> int:
-        number = TypeConverters.toInt(value)
-        if number < 1:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:  # 2.0 was 2, 1e300 huge
             raise ValueError(f"NetworkClassifier({name}={value!r}): must be an integer >= 1")
-        return number
+        return int(value)
 
     return convert
 
 
 def _seed(value: Any) -> int:
-    number = TypeConverters.toInt(value)
-    if number < 0:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
         raise ValueError(f"NetworkClassifier(seed={value!r}): an integer >= 0 (NumPy's seeds are)")
-    return number
+    return int(value)
 
 
 class _NetworkParams(HasFeaturesCol, HasLabelCol, HasPredictionCol, HasProbabilityCol, HasRawPredictionCol):

@@ -42,6 +42,9 @@ def test_a_shut_down_server_says_what_to_do_and_the_remedy_serves():
         with pytest.raises(RuntimeError) as err:
             pi.output(x)
         assert str(err.value) == f"{SHUT_DOWN}; {SHUT_DOWN_REMEDY}"
+        with pytest.raises(RuntimeError) as err:  # update_model was accepted and served nothing
+            pi.update_model(net)
+        assert str(err.value) == f"{SHUT_DOWN}; {SHUT_DOWN_REMEDY}"
         assert "ParallelInference(net, ...)" in str(err.value)
         with ParallelInference(net, workers=1) as fresh:  # the remedy
             np.testing.assert_allclose(fresh.output(x).numpy(), net.output(x[None]).numpy()[0], rtol=1e-6)

@@ -299,6 +299,11 @@ def test_an_output_column_that_exists_is_refused_and_the_printed_remedy_runs(dig
         ({"trainingMaster": "Averaging"}, ValueError, r"trainingMaster='Averaging'\): one of"),
         ({"masterOptions": {"batch_size_per_worker": 0}}, ValueError, r"batch_size_per_worker=0\): must be"),
         ({"masterOptions": [1]}, TypeError, r"masterOptions=\[1\]\): the master's keyword arguments"),
+        ({"epochs": 2.0}, ValueError, r"NetworkClassifier\(epochs=2.0\): must be an integer >= 1"),  # was 2
+        ({"epochs": 1e300}, ValueError, r"NetworkClassifier\(epochs=1e\+300\): must be an integer >= 1"),
+        ({"batchSize": True}, ValueError, r"NetworkClassifier\(batchSize=True\)"),
+        ({"seed": 2.5}, ValueError, r"NetworkClassifier\(seed=2.5\)"),
+        ({"masterOptions": "{batch"}, ValueError, r"masterOptions='\{batch'\): not JSON"),
     ],
 )
 def test_bad_params_are_refused_when_set(params, error, said):
@@ -322,3 +327,11 @@ def test_no_network_configuration_says_how_to_give_one(digits):
     import kit.nn
 
     assert isinstance(eval(remedy, {"kit": kit, "NetworkClassifier": NetworkClassifier}), NetworkClassifier)
+
+
+def test_numpy_numbers_are_params_and_master_options():
+    clf = NetworkClassifier(
+        _net(), epochs=np.int64(2), seed=np.int64(3), masterOptions={"batch_size_per_worker": np.int64(8)}
+    )
+    assert (clf.getOrDefault("epochs"), clf.getOrDefault("seed")) == (2, 3)
+    assert json.loads(clf.getOrDefault("masterOptions")) == {"batch_size_per_worker": 8}

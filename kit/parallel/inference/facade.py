@@ -292,6 +292,8 @@ class ParallelInference(ShutsDownOnExit):
         otherwise ValueError names both shapes and nothing changes."""
         if not isinstance(model, Network):
             raise TypeError(f"ParallelInference.update_model needs a kit.nn.Network, got {type(model).__name__}")
+        if self._closed:  # it was accepted and served nothing
+            raise shut_down_error()
         with model.lock:  # one whole state, also while another thread trains the model
             params = model.params()
             key = _answer_key(model)
