@@ -252,6 +252,11 @@ CALLS = {
         "total_iterations",
         "count>=0",
     ),
+    "TrainingDashboard total_iterations": (
+        lambda v: TrainingDashboard(v, widgets=False),
+        "total_iterations",
+        "count>=0",
+    ),
     "TrainingDashboard interval": (
         lambda v: TrainingDashboard(10, interval=v, widgets=False),
         "interval",
@@ -295,7 +300,7 @@ CASES = [(call, bad) for call, (_, _, kind) in CALLS.items() for bad in BAD if r
 
 @pytest.mark.parametrize(("call", "bad"), CASES, ids=[f"{c}-{b}" for c, b in CASES])
 def test_a_bad_number_is_refused_at_the_call_naming_the_value(call, bad):
-    make, _argument, _kind = CALLS[call]
+    make, argument, _kind = CALLS[call]
     value = BAD[bad]
     before = kit.devices.host_device_count()
     try:
@@ -305,6 +310,7 @@ def test_a_bad_number_is_refused_at_the_call_naming_the_value(call, bad):
         kit.devices.set_host_device_count(before)
     message = str(info.value)
     assert repr(value) in message or str(value) in message, message
+    assert argument in message, f"the message does not name {argument!r}: {message}"
 
 
 # a count given as a NumPy integer (y.max() + 1, an array's length) is a count: accepted wherever a count is

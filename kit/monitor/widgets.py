@@ -215,6 +215,8 @@ class TrainingPanel(Panel):
         memory: bool = True,
     ) -> None:
         self.use_widgets = in_notebook() if widgets is None else widgets
+        if total_iterations is not None:  # named as the caller gave it, not as the timing panel takes it
+            total_iterations = whole(type(self).__name__, "total_iterations", total_iterations, 0)
         self.timing = TimingPanel(total_iterations, "training", interval, widgets=self.use_widgets, display=False)
         self.memory = MemoryPanel(max(interval, 0.5), widgets=self.use_widgets, display=False) if memory else None
         self._throttle = throttle(type(self).__name__, interval, self.use_widgets, 2.0)
