@@ -75,6 +75,13 @@ def test_bad_options_are_refused_in_one_line_before_anything_runs(argv, says, ca
     assert line == f"python -m kit bench: error: {says}", line
 
 
+def test_an_option_another_benchmark_takes_is_said_before_its_value():
+    """`bench arrays --epochs 0` said "e.g. --epochs 10", and that said "only bench spark takes it"."""
+    for options in ({"epochs": 0}, {"models": "bogus"}, {"seeds": 2.5}):
+        with pytest.raises(bench.BenchOptionError, match=r"only `bench spark` takes it; run `bench arrays` without it"):
+            bench.options_for("arrays", **options)
+
+
 @pytest.mark.parametrize(
     ("name", "options", "passed"),
     [

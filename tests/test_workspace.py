@@ -1,6 +1,7 @@
 """Workspaces: stale use always raises, policies do what they say, cycles allocate nothing."""
 
 import gc
+import re
 import threading
 import tracemalloc
 
@@ -182,8 +183,15 @@ def test_spill_fail_raises_and_reallocate_grows():
     fail = ws_named("FAIL", initial_size=256, policy_learning=LearningPolicy.NONE, policy_spill=SpillPolicy.FAIL)
     with fail:
         kit.empty((16,))
-        with pytest.raises(WorkspaceFullError, match=r"workspace 'FAIL' is full: 4000 bytes .*SpillPolicy.FAIL"):
+        with pytest.raises(WorkspaceFullError, match=r"workspace 'FAIL' is full: 4000 bytes .*SpillPolicy.FAIL") as e:
             kit.empty((1000,))
+    # the remedy as printed: an initial_size of that many bytes (max_size, which it offered too, only caps growth)
+    (size,) = re.findall(r"raise initial_size to at least (\d+) bytes", str(e.value))
+    policies = {"policy_learning": LearningPolicy.NONE, "policy_spill": SpillPolicy.FAIL}
+    enough = ws_named("ENOUGH", initial_size=int(size), **policies)
+    with enough:
+        kit.empty((16,))
+        kit.empty((1000,))
     grow = ws_named("GROW", initial_size=256, policy_learning=LearningPolicy.NONE, policy_spill=SpillPolicy.REALLOCATE)
     run_cycle(grow, [1000])
     assert grow.capacity >= 4032 and grow.arena_allocations == 2

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from kit.bench.arrays import bench_arrays
 from kit.bench.common import run_metadata
 from kit.bench.d2l import bench_d2l
@@ -78,12 +80,17 @@ def options_for(
     """The keyword options `run` passes to benchmark `name` (only spark takes `standalone`,
     `epochs`, `seeds`, `models` and `examples`), checked now: a benchmark can take minutes.
     `models`: comma-separated names from SPARK_MODELS, passed on as a tuple."""
+    options = zip(SPARK_ONLY, (standalone, epochs, seeds, models, examples))
+    given_at_all = {k: v for k, v in options if v is not False and v is not None}  # 0 is given (0 == False)
+    if given_at_all and name != "spark":  # first: a value's remedy must not lead to this error next
+        flags = " ".join(f"--{k}" for k in given_at_all)
+        raise BenchOptionError(f"{flags}: only `bench spark` takes it; run `bench {name}` without it")
     for flag, value, least, example in (
         ("epochs", epochs, 1, 10),
         ("seeds", seeds, 1, 3),
         ("examples", examples, 128, 1024),
     ):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least):
             raise BenchOptionError(f"--{flag} {value}: a whole number >= {least}, e.g. --{flag} {example}")
     picked = None
     if models is not None:  # the command line's "mlp,resnet18", or the names already split (run's)
@@ -94,10 +101,7 @@ def options_for(
                 f"--models {shown}: one or more of {', '.join(SPARK_MODELS)}, comma-separated, e.g. --models mlp"
             )
     values = dict(zip(SPARK_ONLY, (standalone, epochs, seeds, picked, examples)))
-    given = {k: v for k, v in values.items() if v not in (False, None)}
-    if given and name != "spark":
-        flags = " ".join(f"--{k}" for k in given)
-        raise BenchOptionError(f"{flags}: only `bench spark` takes it; run `bench {name}` without it")
+    given = {k: int(v) if isinstance(v, np.integer) else v for k, v in values.items() if v not in (False, None)}
     if standalone and picked is not None:
         raise BenchOptionError(
             "--models: the rounds table's models; --standalone runs the side-by-side alone: drop --models"

@@ -62,6 +62,9 @@ class _Failure:
         self.exc = exc
 
 
+DRAIN_TIMEOUT = 10.0  # seconds an early-ended epoch waits for its producer to stop (as shutdown()'s default)
+
+
 class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
     async_supported = False  # never wrapped twice
 
@@ -88,6 +91,7 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
         )
         self.device = as_device(device)
         self.workspace = None  # the producer thread's circular workspace, once it exists
+        self._undrained = False  # an epoch ended early while its producer was blocked (see _drain)
         self._requests: queue.Queue = queue.Queue()
         self._out: queue.Queue = queue.Queue(maxsize=self.prefetch)
         self._abort = threading.Event()
@@ -153,6 +157,12 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
         if self._closed:
             raise IteratorShutDownError("AsyncPrefetchIterator was shut down; make a new one")
         self._start_thread()
+        if self._undrained and not self._drain():  # the last epoch's producer is still blocked in the base
+            raise RuntimeError(
+                f"AsyncPrefetchIterator: the previous epoch's producer is still waiting for the base iterator's next "
+                f"batch ({DRAIN_TIMEOUT:g} s more gone by); its data source has stalled. Shut this one down and make "
+                "a new one over a source that answers"
+            )
         self._abort.clear()
         self._requests.put(_EPOCH)
         finished, delivered = False, 0
@@ -203,17 +213,31 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
             "end. Shut it down after the loop (or use it in a with-block), and make a new one to iterate again"
         )
 
-    def _drain(self) -> None:
-        """Discard queued batches until the producer's end marker (or the producer is gone)."""
+    def _drain(self) -> bool:
+        """Discard queued batches until the producer's end marker (or the producer is gone); at most
+        DRAIN_TIMEOUT seconds: a producer blocked in its base iterator ends its epoch at its next
+        batch, which the next epoch drains first (False: not drained yet, and a warning says why)."""
+        deadline = time.monotonic() + DRAIN_TIMEOUT
         while True:
             try:
                 item = self._out.get(timeout=0.05)
             except queue.Empty:
                 if self._thread is None or not self._thread.is_alive():
-                    return
+                    self._undrained = False
+                    return True
+                if time.monotonic() > deadline:
+                    self._undrained = True
+                    warnings.warn(
+                        f"AsyncPrefetchIterator: the base iterator gave no batch within {DRAIN_TIMEOUT:g} s of the "
+                        "epoch's early end; not waiting for it (its epoch ends at its next batch)",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
+                    return False
                 continue
             if item is _END or item is _CUT:
-                return
+                self._undrained = False
+                return True
 
     def reset(self) -> None:
         """Each iteration is a new epoch; nothing to do."""

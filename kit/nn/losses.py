@@ -62,7 +62,7 @@ def rows_of_scores(shape: tuple[int, ...], loss: str) -> None:
         raise ValueError(
             f"{loss} scores one row of class scores per example, but the network's output has shape "
             f"{tuple(shape)} (each example {tuple(shape[1:])}); end the layers with Flatten() and a Dense "
-            "layer with one output per class, or give the network a loss for such outputs (loss=MSE())"
+            "layer with one output per class"
         )
 
 

@@ -177,8 +177,8 @@ class LossScaler:
         if not self.dynamic and self.skipped_in_a_row + 1 >= FIXED_GIVE_UP:
             raise LossScaleError(
                 f"the fixed loss scale {self.scale:g} overflowed the gradients {FIXED_GIVE_UP} steps in a row: with it "
-                f"no step can be taken. Give a smaller fixed scale (e.g. loss_scale={self.scale / 2**8:g}) or "
-                "loss_scale='dynamic', which finds one"
+                "no step can be taken. Use loss_scale='dynamic', which finds a scale that fits (or, far smaller, a "
+                f"fixed one: loss_scale={min(self.scale / 2**8, 2.0**10):g})"
             )
         self.skipped_in_a_row += 1
         self.skipped_steps += 1

@@ -245,10 +245,16 @@ class Training:
                 h = call_forward(layer, h, mgr, True)
                 if not all_finite(h.data):
                     limit = float(xp.finfo(self.dtype).max)
+                    narrow = xp.finfo(self.dtype).bits < 32  # only then is a wider dtype the way out
+                    instead = (
+                        "train in float32 (or with master_dtype='float32' and a loss scale)"
+                        if narrow
+                        else "lower the learning rate (the parameters grew until this layer's output overflowed)"
+                    )
                     return (
                         f"the activations of layer {i} ({type(layer).__name__}) exceed {self.dtype}'s range (largest "
                         f"{limit:g}) while the parameters and the features are finite. Scale the features down, or "
-                        "train in float32 (or with master_dtype='float32' and a loss scale)"
+                        f"{instead}"
                     )
         return "the loss overflowed while the parameters, the features and every layer's output are finite"
 

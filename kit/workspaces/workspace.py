@@ -333,7 +333,8 @@ class Workspace(Cycles):
             raise WorkspaceFullError(
                 f"workspace {self.name!r} is full: {nbytes} bytes for an array of shape {shape} ({dtype}) do not "
                 f"fit ({self.arena.offset} of {self.capacity} bytes used) and SpillPolicy.FAIL forbids spilling; "
-                f"raise initial_size/max_size, or use SpillPolicy.EXTERNAL or REALLOCATE"
+                f"raise initial_size to at least {self.arena.offset + nbytes} bytes (max_size only caps growth), or "
+                "use SpillPolicy.EXTERNAL or REALLOCATE"
             )
         self.allocations += 1
         self._cycle_bytes += size  # what the cycle asked for, spills included: the arena learns from it

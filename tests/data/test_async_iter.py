@@ -31,3 +31,37 @@ def test_prefetch_ring_grows_for_larger_batches_instead_of_overwriting():
     net = mlp(6, hidden=(4,), n_out=3)
     net.fit(Growing(), epochs=2, prefetch=2)  # raised ArrayOverwrittenError before the ring could grow
     assert net.iteration == 16
+
+
+def test_an_epoch_left_early_over_a_stalled_source_does_not_wait_forever(monkeypatch):
+    """`for ds in it: break` over a base iterator that then blocks waited forever in the drain (and
+    fit with a listener that raised never raised)."""
+    import threading
+    import time
+
+    import pytest
+
+    from kit.data import async_iter
+
+    monkeypatch.setattr(async_iter, "DRAIN_TIMEOUT", 0.5)
+    release = threading.Event()
+    ds = random_dataset()
+
+    class Stalls:
+        async_supported = True
+
+        def __iter__(self):
+            yield ds
+            release.wait(30)  # a reader whose source stopped answering
+            yield ds
+
+    it = AsyncPrefetchIterator(Stalls(), prefetch=1)
+    t0 = time.monotonic()
+    with pytest.warns(RuntimeWarning, match="gave no batch within 0.5 s of the epoch's early end"):
+        for _ in it:
+            break
+    assert time.monotonic() - t0 < 10
+    with pytest.raises(RuntimeError, match="the previous epoch's producer is still waiting"):  # not its stale batch
+        next(iter(it))
+    release.set()
+    it.shutdown(timeout=10)

@@ -6,6 +6,8 @@ hyperparameter that changed."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -170,11 +172,13 @@ def test_a_fixed_loss_scale_that_can_never_take_a_step_says_so_and_its_remedy_tr
     with pytest.raises(LossScaleError, match=f"overflowed the gradients {FIXED_GIVE_UP} steps in a row") as info:
         net.fit(ArrayIterator(data, 8), epochs=5)
     assert net.loss_scaler.skipped_steps == FIXED_GIVE_UP - 1  # the step that gave up changed nothing
-    remedy = float(str(info.value).split("loss_scale=", 1)[1].split(")", 1)[0])
-    trained = make(remedy)
-    before = trained.params().numpy().copy()
-    trained.fit(ArrayIterator(data, 8), epochs=1)
-    assert not np.array_equal(before, trained.params().numpy())
+    remedies = re.findall(r"loss_scale=('dynamic'|[\d.e+]+)", str(info.value))
+    assert remedies[0] == "'dynamic'" and len(remedies) == 2
+    for remedy in remedies:  # each as printed
+        trained = make(eval(remedy))
+        before = trained.params().numpy().copy()
+        trained.fit(ArrayIterator(data, 8), epochs=1)
+        assert not np.array_equal(before, trained.params().numpy()), remedy
     with pytest.raises(ValueError, match=r"loss_scale=1e\+300\): give None"):
         make(1e300)
 
@@ -229,3 +233,14 @@ def _nothing():
     import contextlib
 
     return contextlib.nullcontext()
+
+
+def test_the_non_finite_advice_fits_the_network_s_dtype():
+    """A float32 network was told to "train in float32 (or with master_dtype='float32' and a loss
+    scale)": the first changed nothing, the second hid the divergence behind skipped steps."""
+    data = DataSet(RNG.normal(size=(8, 4)).astype(np.float32), RNG.integers(0, 3, 8), num_classes=3)
+    net = Network([Dense(64), ReLU(), Dense(64), ReLU(), Dense(3)], input_shape=(4,), updater=Sgd(1e30), seed=0)
+    with pytest.raises(NonFiniteScoreError) as info:
+        net.fit(ArrayIterator(data, 4), epochs=3)
+    said = str(info.value)
+    assert "train in float32" not in said and ("lower the learning rate" in said.lower() or "Lower" in said), said

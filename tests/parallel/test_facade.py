@@ -134,3 +134,26 @@ def test_a_timeout_that_is_no_number_of_seconds_is_refused_naming_it(timeout, er
     with pytest.raises(error) as info:
         facade._deadline(timeout, "submit")
     assert str(info.value).startswith(message)
+
+
+def test_output_from_a_done_callback_says_so_and_leaves_the_server_serving():
+    """A Future's done-callback runs on the worker that answered; output() there waited for that
+    very worker, and every later request timed out until shutdown()."""
+    net = mlp(32, hidden=(8,), n_out=4, seed=0)
+    x = np.ones(32, np.float32)
+    errors = []
+
+    def again(_future):
+        try:
+            pi.output(x)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    with ParallelInference(net, workers=1) as pi:
+        pi.submit(x).add_done_callback(again)
+        answer = pi.output(x, timeout=10)  # the server still answers
+        deadline = time.monotonic() + 10
+        while not errors and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert errors and "from one of the server's own threads" in errors[0] and "call submit() there" in errors[0]
+    np.testing.assert_allclose(answer.numpy(), net.output(x[None]).numpy()[0], rtol=1e-6)

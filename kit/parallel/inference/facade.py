@@ -144,6 +144,11 @@ class ParallelInference(ShutsDownOnExit):
             assert i is not None
             return self._run_borrowed(i, arr, single, source=source)
         request = Request(arr, single, source=source)
+        if threading.current_thread() in self._engine.threads:  # a done-callback runs on a worker: it would
+            raise RuntimeError(  # wait for the very thread that must answer it, and wedge the server
+                "ParallelInference.output() from one of the server's own threads (a Future's done-callback) would "
+                "wait for itself; call submit() there instead and read its result outside the callback"
+            )
         self._engine.submit(request, deadline)
         if not request.wait(_left(deadline)):
             if self._engine.withdraw(request) or not request.wait(0):
