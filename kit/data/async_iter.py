@@ -157,12 +157,7 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
         if self._closed:
             raise IteratorShutDownError("AsyncPrefetchIterator was shut down; make a new one")
         self._start_thread()
-        if self._undrained and not self._drain():  # the last epoch's producer is still blocked in the base
-            raise RuntimeError(
-                f"AsyncPrefetchIterator: the previous epoch's producer is still waiting for the base iterator's next "
-                f"batch ({DRAIN_TIMEOUT:g} s more gone by); its data source has stalled. Shut this one down and make "
-                "a new one over a source that answers"
-            )
+        self._drained_before_epoch()
         self._abort.clear()
         self._requests.put(_EPOCH)
         finished, delivered = False, 0
@@ -197,6 +192,16 @@ class AsyncPrefetchIterator(DataSetIterator, ShutsDownOnExit):
             if not finished:  # the consumer stopped early: stop the producer's epoch cleanly
                 self._abort.set()
                 self._drain()
+
+    def _drained_before_epoch(self) -> None:
+        """An epoch left early while its producer was blocked in the base iterator is drained first
+        (its stale batches never reach the new epoch); refused when the producer is still blocked."""
+        if self._undrained and not self._drain():
+            raise RuntimeError(
+                f"AsyncPrefetchIterator: the previous epoch's producer is still waiting for the base iterator's next "
+                f"batch ({DRAIN_TIMEOUT:g} s more gone by); its data source has stalled. Shut this one down and make "
+                "a new one over a source that answers"
+            )
 
     def _start_thread(self) -> None:
         """Start the prefetch thread on the first epoch (it holds the iterator only by a weak reference)."""

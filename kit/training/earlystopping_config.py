@@ -296,14 +296,8 @@ class EarlyStoppingConfig:
     model_saver: Any = None
     save_last_model: bool = False
 
-    def __post_init__(self) -> None:
-        self.epoch_termination_conditions = list(self.epoch_termination_conditions)
-        self.iteration_termination_conditions = list(self.iteration_termination_conditions)
-        bounded = (
-            MaxEpochsTerminationCondition,
-            ScoreImprovementEpochTerminationCondition,
-            MaxTimeIterationTerminationCondition,
-        )
+    def _check_kinds(self) -> None:
+        """Each condition in its own list, and a score calculator that is one: said at the call."""
         for name, other in (
             ("epoch_termination_conditions", IterationTerminationCondition),
             ("iteration_termination_conditions", EpochTerminationCondition),
@@ -320,6 +314,16 @@ class EarlyStoppingConfig:
                 f"EarlyStoppingConfig(score_calculator={self.score_calculator!r}): a ScoreCalculator, e.g. "
                 "DataSetLossCalculator(valid_iterator)"
             )
+
+    def __post_init__(self) -> None:
+        self.epoch_termination_conditions = list(self.epoch_termination_conditions)
+        self.iteration_termination_conditions = list(self.iteration_termination_conditions)
+        bounded = (
+            MaxEpochsTerminationCondition,
+            ScoreImprovementEpochTerminationCondition,
+            MaxTimeIterationTerminationCondition,
+        )
+        self._check_kinds()
         given = [*self.epoch_termination_conditions, *self.iteration_termination_conditions]
         if not given:
             raise ValueError(
